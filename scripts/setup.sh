@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up dome on a fresh Debian/Ubuntu machine: system tools, then the package.
+# Idempotent; safe to run again. Set DOME_SKIP_APT=1 to skip system packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v klayout >/dev/null 2>&1 || need_apt+=(klayout)
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+if [ "${#need_apt[@]}" -gt 0 ] && [ -z "${DOME_SKIP_APT:-}" ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing system packages: ${need_apt[*]}" >&2
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >&2
+fi
+
+PY=${PYTHON:-python3}
+# CPU torch, pinned: an unpinned torch pulls several GB of CUDA wheels.
+# On a GPU machine install your CUDA build of torch first; this line then does nothing.
+"$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0" >&2
+"$PY" -m pip install -q -e ".[litho,ray,test]" >&2
+echo "setup: done" >&2

@@ -1,0 +1,45 @@
+"""Shared fixtures. Area-specific fixtures live in tests/<area>/conftest.py."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("DOME_SHARED", REPO_ROOT.parent / "shared"))
+ICCAD13 = SHARED / "data" / "iccad13"
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True, env=env).stdout.strip()
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    """A real git repository with one commit on branch main."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("hello\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    return repo
+
+
+@pytest.fixture
+def ops_root(tmp_path: Path) -> Path:
+    root = tmp_path / "ops"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture(scope="session")
+def iccad13() -> Path:
+    if not ICCAD13.exists():
+        pytest.skip(f"ICCAD 2013 data not found at {ICCAD13}")
+    return ICCAD13
