@@ -1,0 +1,76 @@
+"""Load and validate against dome's JSON Schemas (draft 2020-12).
+
+Schemas live in registry/schemas/<name>.json (and subfolders, named
+"<folder>/<name>"). Each has "$id" "https://dome.dev/schemas/<name>.json" so
+cross-file "$ref"s resolve through one registry. Validators are compiled once
+and cached: validation sits on hot paths (every gateway call).
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from .errors import SchemaValidationError
+
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+ID_PREFIX = "https://dome.dev/schemas/"
+
+
+def schema_names() -> list[str]:
+    return sorted(
+        str(p.relative_to(SCHEMA_DIR).with_suffix("")) for p in SCHEMA_DIR.rglob("*.json")
+    )
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict[str, Any]:
+    path = SCHEMA_DIR / f"{name}.json"
+    if not path.is_file():
+        raise SchemaValidationError(f"no schema named {name!r}", code="SCHEMA_NOT_FOUND",
+                                    details={"name": name})
+    return json.loads(path.read_text())
+
+
+@lru_cache(maxsize=1)
+def _registry() -> Registry:
+    resources = []
+    for name in schema_names():
+        schema = load_schema(name)
+        resources.append((schema.get("$id", ID_PREFIX + name + ".json"),
+                          Resource.from_contents(schema, default_specification=DRAFT202012)))
+    return Registry().with_resources(resources)
+
+
+@lru_cache(maxsize=None)
+def validator(name: str) -> Draft202012Validator:
+    schema = load_schema(name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, registry=_registry())
+
+
+def iter_errors(name: str, instance: Any) -> Iterator[dict[str, Any]]:
+    for err in sorted(validator(name).iter_errors(instance), key=lambda e: list(e.absolute_path)):
+        yield {
+            "path": "/" + "/".join(str(p) for p in err.absolute_path),
+            "message": err.message,
+            "validator": err.validator,
+        }
+
+
+def validate(name: str, instance: Any) -> None:
+    """Raise SchemaValidationError listing every problem (path + message)."""
+    errors = list(iter_errors(name, instance))
+    if errors:
+        unknown = [e for e in errors if e["validator"] in ("additionalProperties", "unevaluatedProperties")]
+        first = errors[0]
+        raise SchemaValidationError(
+            f"{name}: {first['path']}: {first['message']}",
+            details={"schema": name, "errors": errors},
+            hints=["remove fields the schema does not define"] if unknown else [],
+        )
