@@ -41,5 +41,16 @@ def ops_root(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def iccad13() -> Path:
     if not ICCAD13.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"ICCAD 2013 data not found at {ICCAD13}")
         pytest.skip(f"ICCAD 2013 data not found at {ICCAD13}")
     return ICCAD13
+
+
+def dome_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+             timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the `dome` CLI from this checkout in a subprocess (not an installed copy)."""
+    import sys
+    full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "coordinator.cli.main", *args], cwd=cwd,
+                          env=full_env, capture_output=True, text=True, timeout=timeout, check=check)
