@@ -1,0 +1,211 @@
+"""The schemas themselves: well-formed, resolvable, closed where they must be,
+and they accept the documented examples and refuse what the spec forbids."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from registry import schema_store
+from registry.errors import SchemaValidationError
+from tests.registry.examples import SHA, example
+
+ARTIFACTS = ["tool_profile", "patch_proposal", "stack_plan", "apply_result", "validation_report",
+             "promotion_decision", "scheduling_decision", "selection_decision", "conflict_decision"]
+REQUIRED_SCHEMAS = ["common", "envelope", "control_event", "spawn_spec", "task_node", "work_queue",
+                    "error_object", *ARTIFACTS]
+CLOSED = ["spawn_spec", "task_node", "work_queue", "tool_profile"]
+OPEN = ["envelope", "control_event", "error_object", *[a for a in ARTIFACTS if a != "tool_profile"]]
+HEADER_FIELDS = ["artifact_kind", "version", "object_id", "run_id", "wave_id", "task_id", "node_id",
+                 "base_ref", "base_tree_hash", "created_at", "producer", "subject", "determinism_seed",
+                 "inputs_hash", "payload_digest", "canonicalization", "kid", "signature"]
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str):
+                yield v
+            else:
+                yield from _refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _refs(v)
+
+
+def test_every_required_schema_exists() -> None:
+    assert set(REQUIRED_SCHEMAS) <= set(schema_store.schema_names())
+
+
+@pytest.mark.parametrize("name", schema_store.schema_names())
+def test_schema_is_valid_draft_2020_12_with_id_and_description(name: str) -> None:
+    schema = schema_store.load_schema(name)
+    Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$id"] == f"https://dome.dev/schemas/{name}.json"
+    assert schema.get("description")
+
+
+@pytest.mark.parametrize("name", schema_store.schema_names())
+def test_every_ref_resolves(name: str) -> None:
+    schema = schema_store.load_schema(name)
+    resolver = schema_store._registry().resolver(base_uri=schema["$id"])
+    for ref in _refs(schema):
+        resolved = resolver.lookup(ref)
+        assert isinstance(resolved.contents, dict), ref
+
+
+@pytest.mark.parametrize("name", sorted(set(REQUIRED_SCHEMAS) - {"common"}))
+def test_example_validates(name: str) -> None:
+    schema_store.validate(name, example(name))
+
+
+@pytest.mark.parametrize("name", CLOSED)
+def test_request_like_schemas_are_closed(name: str) -> None:
+    assert schema_store.load_schema(name)["additionalProperties"] is False
+    bad = example(name)
+    bad["surprise"] = 1
+    with pytest.raises(SchemaValidationError) as info:
+        schema_store.validate(name, bad)
+    assert "remove fields the schema does not define" in info.value.hints
+
+
+@pytest.mark.parametrize("name", OPEN)
+def test_response_like_schemas_are_open(name: str) -> None:
+    ok = example(name)
+    ok["x_extension"] = {"anything": True}
+    schema_store.validate(name, ok)
+
+
+@pytest.mark.parametrize("name", ARTIFACTS)
+def test_artifacts_carry_every_header_field(name: str) -> None:
+    props = schema_store.load_schema(name)["properties"]
+    missing = [f for f in HEADER_FIELDS if f not in props]
+    assert not missing
+    assert props["artifact_kind"]["const"] == f"dome.{name}/v1"
+
+
+@pytest.mark.parametrize("name,fields", [
+    ("spawn_spec", ["run_id", "wave_id", "node_id", "node_execution_id", "task_spec_ref",
+                    "tool_profile_ref", "container_ref", "action_spec", "determinism_seed", "inputs_hash"]),
+    ("tool_profile", ["profile_id", "contract_id", "issued_at", "expires_at", "jti", "audience", "run_id",
+                      "wave_id", "single_use", "constraints", "budgets", "issuer"]),
+    ("task_node", ["node_id", "containers", "required_capabilities", "required_outputs", "dependencies"]),
+    ("patch_proposal", ["proposal_id", "base_ref", "base_tree_hash", "diff_canonicalization", "diff_digest",
+                        "touched_files", "intent_tags", "risk", "declared_constraints", "worker_run_meta"]),
+    ("stack_plan", ["stack_plan_id", "base_ref", "ordered_proposals", "rejected", "checkpoint_strategy",
+                    "expected_validations", "determinism_seed"]),
+    ("apply_result", ["applied", "conflict_summary", "proposal_id", "diff_digest", "base_ref", "head_ref"]),
+    ("validation_report", ["included_proposals", "environment", "passed"]),
+    ("promotion_decision", ["from_head_ref", "to_ref", "policy_version", "evidence_refs"]),
+    ("scheduling_decision", ["tie_break_order", "candidates"]),
+    ("selection_decision", ["tie_break_order", "entries"]),
+    ("conflict_decision", ["policy_precedence", "proposal_id", "conflict_fingerprint", "tie_break_order"]),
+])
+def test_spec_required_fields_are_refused_when_missing(name: str, fields: list[str]) -> None:
+    for field in fields:
+        bad = example(name)
+        bad.pop(field, None)
+        with pytest.raises(SchemaValidationError):
+            schema_store.validate(name, bad)
+
+
+@pytest.mark.parametrize("name,path,keys", [
+    ("scheduling_decision", ("candidates", 0), ["node_priority_group", "node_id", "task_spec_digest"]),
+    ("selection_decision", ("entries", 0), ["proposal_id", "created_at", "diff_digest"]),
+    ("conflict_decision", (), ["policy_precedence", "proposal_id", "conflict_fingerprint"]),
+])
+def test_decisions_persist_tie_break_fields_in_spec_order(name: str, path: tuple, keys: list[str]) -> None:
+    ex = example(name)
+    assert ex["tie_break_order"] == keys
+    ex["tie_break_order"] = list(reversed(keys))
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate(name, ex)
+    for key in keys:
+        bad = example(name)
+        target = bad
+        for step in path:
+            target = target[step]
+        del target[key]
+        with pytest.raises(SchemaValidationError):
+            schema_store.validate(name, bad)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("task_spec_ref", "n1@main"), ("tool_profile_ref", "latest"), ("container_ref", "python:3.11"),
+    ("container_ref", "host"), ("base_ref", "main"),
+])
+def test_spawn_spec_refuses_unpinned_refs(field: str, value: str) -> None:
+    bad = example("spawn_spec")
+    bad[field] = value
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("spawn_spec", bad)
+
+
+def test_patch_proposal_base_must_be_a_commit_sha_and_carry_a_diff() -> None:
+    bad = example("patch_proposal")
+    bad["base_ref"] = "main"
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("patch_proposal", bad)
+    bad = example("patch_proposal")
+    del bad["diff_ref"]
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("patch_proposal", bad)
+    bad["diff_unified"] = "diff --git a/a.txt b/a.txt\n"
+    schema_store.validate("patch_proposal", bad)
+    assert bad["base_ref"] == SHA
+
+
+def test_signature_needs_kid_and_digest_needs_canonicalization() -> None:
+    bad = example("stack_plan")
+    del bad["kid"]
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("stack_plan", bad)
+    bad = example("stack_plan")
+    del bad["canonicalization"]
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("stack_plan", bad)
+
+
+def test_tool_profile_needs_methods_or_capabilities() -> None:
+    bad = example("tool_profile")
+    del bad["allowed_methods"]
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("tool_profile", bad)
+    bad["allowed_capabilities"] = ["write:patch"]
+    schema_store.validate("tool_profile", bad)
+
+
+def test_work_queue_validations_and_command_actions() -> None:
+    wq = example("work_queue")
+    wq["validations"][0].pop("argv")
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("work_queue", wq)
+    wq = example("work_queue")
+    wq["tasks"][0]["action_spec"] = {"intent": "command"}
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("work_queue", wq)
+    wq = example("work_queue")
+    wq["tasks"][1]["unknown"] = True
+    with pytest.raises(SchemaValidationError) as info:
+        schema_store.validate("work_queue", wq)
+    assert any(e["path"] == "/tasks/1" for e in info.value.details["errors"])
+    wq = example("work_queue")
+    wq["tasks"][0]["cycle"] = {"group": "loop", "max_iterations": 3}
+    wq["tasks"][0]["action_spec"] = {"intent": "litho.optimize", "params": {"tile": 1}}
+    schema_store.validate("work_queue", wq)
+
+
+def test_control_event_topic_is_open_with_documented_known_list() -> None:
+    schema = schema_store.load_schema("control_event")
+    known = schema["x-dome-known-topics"]
+    for topic in ["run.started", "run.finished", "wave.started", "task.dispatched", "task.progress",
+                  "task.completed", "task.ack", "task.timeout", "gate.computed", "promotion.computed"]:
+        assert topic in known
+    ev = example("control_event")
+    ev["topic"] = "custom.thing.happened"
+    schema_store.validate("control_event", ev)
+    ev["topic"] = "NotATopic"
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("control_event", ev)
