@@ -1,0 +1,152 @@
+"""The torrent-like wave scheduler (pure, deterministic).
+
+`decide(graph, state, policy, seed, wave_index)` returns the next
+SchedulingDecision: which nodes to dispatch now and why. Nothing here reads
+a clock, the environment or a random source: the same graph, policy, seed
+and ledger state give byte-identical decisions (`canonical_json(decision)`),
+which `tests/runloop/test_scheduler.py` checks by replaying a recorded
+ledger.
+
+Scores (integers, so the canonical bytes never depend on float formatting):
+
+- blocking: transitive descendants of the node (most-blocking-first), x1000
+- rarity: 1000 // (nodes sharing the node's resource key: container images,
+  GPUs, resources, capabilities) (rarest-first)
+- confidence: 1000 // (1 + failed attempts of the node) (prior success signals)
+- risk_penalty: 0 / 250 / 500 for low / medium / high risk
+- total = blocking + rarity + confidence - risk_penalty
+
+Order: total descending, then the spec's tie-breaks node_priority_group
+(ascending), node_id, task_spec_digest. Each selected entry persists its
+scores and tie-break fields.
+
+Endgame: when no node is ready, slots are free, and at most
+`endgame_threshold` unfinished nodes remain (all of them running), the
+scheduler duplicates the running blockers, at most `endgame_max_duplicates`
+extra attempts per node at a time. The run loop accepts the first valid
+result and cancels the rest (revoking their grants).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from registry.canonical import digest_json
+
+from .runstate import RunState
+from .workqueue import Graph, Node
+
+DECISION_KIND = "dome.scheduling_decision/v1"
+RISK_PENALTY = {"low": 0, "medium": 250, "high": 500}
+
+
+@dataclass(frozen=True)
+class SchedulerPolicy:
+    max_parallel: int = 4
+    endgame_threshold: int = 2
+    endgame_max_duplicates: int = 1
+    max_total_attempts: int | None = None
+
+    @classmethod
+    def from_work_queue(cls, scheduling: Mapping[str, Any], budgets: Mapping[str, Any],
+                        *, max_parallel: int | None = None) -> "SchedulerPolicy":
+        return cls(
+            max_parallel=int(max_parallel or scheduling.get("max_parallel", cls.max_parallel)),
+            endgame_threshold=int(scheduling.get("endgame_threshold", cls.endgame_threshold)),
+            endgame_max_duplicates=int(scheduling.get("endgame_max_duplicates", cls.endgame_max_duplicates)),
+            max_total_attempts=budgets.get("max_total_attempts"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def statuses(graph: Graph, state: RunState) -> dict[str, str]:
+    """Status of every node, computed in topological order (linear time)."""
+    out: dict[str, str] = {}
+    for nid in graph.topo_order:
+        node = graph.nodes[nid]
+        ns = state.node(nid)
+        if ns.succeeded:
+            out[nid] = "succeeded"
+        elif ns.active:
+            out[nid] = "running"
+        elif ns.failures >= node.max_attempts:
+            out[nid] = "failed"
+        elif any(out[d] in ("failed", "blocked") for d in node.dependencies):
+            out[nid] = "blocked"
+        elif all(out[d] == "succeeded" for d in node.dependencies):
+            out[nid] = "ready"
+        else:
+            out[nid] = "pending"
+    return out
+
+
+def scores(graph: Graph, state: RunState, node: Node) -> dict[str, int]:
+    blocking = graph.descendants[node.node_id] * 1000
+    rarity = 1000 // graph.resource_counts[node.resource_key]
+    confidence = 1000 // (1 + state.node(node.node_id).failures)
+    risk_penalty = RISK_PENALTY.get(node.risk_level, 0)
+    return {"blocking": blocking, "rarity": rarity, "confidence": confidence,
+            "risk_penalty": risk_penalty, "total": blocking + rarity + confidence - risk_penalty}
+
+
+def _sort_key(entry: Mapping[str, Any]) -> tuple:
+    tb = entry["tie_break"]
+    return (-entry["scores"]["total"], tb["node_priority_group"], tb["node_id"], tb["task_spec_digest"])
+
+
+def _entry(graph: Graph, state: RunState, nid: str, kind: str) -> dict[str, Any]:
+    node = graph.nodes[nid]
+    return {
+        "node_id": nid,
+        "kind": kind,
+        "attempt": state.node(nid).attempts + 1,
+        "scores": scores(graph, state, node),
+        "tie_break": {"node_priority_group": node.priority_group, "node_id": nid,
+                      "task_spec_digest": node.task_spec_digest},
+    }
+
+
+def decide(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int,
+           wave_index: int, *, status: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The next SchedulingDecision, or None when there is nothing to dispatch now."""
+    st = dict(status) if status is not None else statuses(graph, state)
+    active_total = sum(len(state.node(n).active) for n in graph.nodes)
+    free = policy.max_parallel - active_total
+    budget_left = None if policy.max_total_attempts is None else policy.max_total_attempts - state.total_attempts
+    if budget_left is not None:
+        free = min(free, budget_left)
+    if free <= 0:
+        return None
+    ready = [n for n, s in st.items() if s == "ready"]
+    candidates = sorted((_entry(graph, state, n, "retry" if state.node(n).attempts else "first")
+                         for n in ready), key=_sort_key)
+    selected = candidates[:free]
+    endgame = False
+    unfinished = [n for n, s in st.items() if s in ("ready", "pending", "running")]
+    running = [n for n, s in st.items() if s == "running"]
+    if not candidates and running and len(unfinished) <= policy.endgame_threshold \
+            and policy.endgame_max_duplicates > 0:
+        endgame = True
+        dup = sorted((_entry(graph, state, n, "endgame_duplicate") for n in running
+                      if len(state.node(n).active) < 1 + policy.endgame_max_duplicates), key=_sort_key)
+        selected = dup[:free]
+    if not selected:
+        return None
+    decision = {
+        "artifact_kind": DECISION_KIND,
+        "wave_id": f"w{wave_index:04d}",
+        "determinism_seed": seed,
+        "graph_digest": graph.digest,
+        "policy": policy.to_json(),
+        "state_basis": {"last_sequence": state.last_sequence, "total_attempts": state.total_attempts,
+                        "active": active_total},
+        "endgame": endgame,
+        "free_slots": free,
+        "selected": selected,
+        "deferred_count": 0 if endgame else len(candidates) - len(selected),
+        "tie_break_order": ["scores.total desc", "node_priority_group", "node_id", "task_spec_digest"],
+    }
+    decision["decision_id"] = digest_json(decision)
+    return decision
