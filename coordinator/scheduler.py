@@ -13,7 +13,7 @@ Scores (integers, so the canonical bytes never depend on float formatting):
 - rarity: 1000 // (nodes sharing the node's resource key: container images,
   GPUs, resources, capabilities) (rarest-first)
 - confidence: 1000 // (1 + failed attempts of the node) (prior success signals)
-- risk_penalty: 0 / 250 / 500 for low / medium / high risk
+- risk_penalty: 0 / 250 / 500 / 900 for low / medium / high / critical risk
 - total = blocking + rarity + confidence - risk_penalty
 
 Order: total descending, then the spec's tie-breaks node_priority_group
@@ -37,7 +37,7 @@ from .runstate import RunState
 from .workqueue import Graph, Node
 
 DECISION_KIND = "dome.scheduling_decision/v1"
-RISK_PENALTY = {"low": 0, "medium": 250, "high": 500}
+RISK_PENALTY = {"low": 0, "medium": 250, "high": 500, "critical": 900}
 
 
 @dataclass(frozen=True)

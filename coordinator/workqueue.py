@@ -6,12 +6,14 @@ closed; on top of it the graph rules are checked together so one error
 lists every offending id: duplicate node ids, unknown dependencies,
 self-dependencies, and cycles. A cycle is legal only when a `cycles[]`
 annotation names exactly the members of its strongly connected component
-with a bounded `max_iterations`; such a cycle is unrolled into
-`max_iterations` rounds (node ids `<id>@<round>`), so everything after
-loading (scheduler, ledger, resume) works on a plain DAG.
+with a bounded `max_iterations`: every member carries
+`"cycle": {"group": G, "max_iterations": N}` with the same G and N, and the
+group is exactly the strongly connected component. Such a cycle is unrolled
+into N rounds (node ids `<id>#<round>`), so everything after loading
+(scheduler, ledger, resume) works on a plain DAG.
 
 Unrolling rule: inside an annotated cycle, members are ordered as listed in
-the annotation. A dependency on an earlier-listed member is a forward edge
+the work queue. A dependency on an earlier-listed member is a forward edge
 (same round); a dependency on the same or a later-listed member is a
 feedback edge (previous round; dropped in round 1). Outside nodes that
 depend on a member depend on its last round.
@@ -28,8 +30,7 @@ from registry.errors import DomeError
 from registry.schema_store import validate
 
 ARTIFACT_KIND = "dome.work.queue/v1"
-ROUND_SEP = "@"
-RISK_LEVELS = ("low", "medium", "high")
+ROUND_SEP = "#"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_ATTEMPTS = 3
 
@@ -88,6 +89,7 @@ class WorkQueue:
     promote_to: str | None
     budgets: Mapping[str, Any] = field(default_factory=dict)
     scheduling: Mapping[str, Any] = field(default_factory=dict)
+    limits: Mapping[str, Any] = field(default_factory=dict)
     validations: tuple[Mapping[str, Any], ...] = ()
 
 
@@ -108,7 +110,7 @@ def parse_work_queue(obj: Any) -> WorkQueue:
     if not isinstance(obj, dict):
         raise WorkQueueError("a work queue is a JSON object")
     validate("work_queue", obj)  # SchemaValidationError lists every schema problem
-    graph = build_graph(obj["tasks"], obj.get("cycles", []), obj.get("budgets", {}))
+    graph = build_graph(obj["tasks"], obj.get("scheduling", {}))
     return WorkQueue(
         raw=obj,
         digest=digest_json(obj),
@@ -119,22 +121,20 @@ def parse_work_queue(obj: Any) -> WorkQueue:
         policy=obj["policy"],
         promote_to=obj.get("promote_to"),
         budgets=dict(obj.get("budgets", {})),
+        limits=dict(obj.get("limits", {})),
         scheduling=dict(obj.get("scheduling", {})),
         validations=tuple(obj.get("validations", [])),
     )
 
 
 def _risk_level(task: Mapping[str, Any]) -> str:
-    risk = task.get("risk", "low")
-    return risk["level"] if isinstance(risk, dict) else risk
+    return task.get("risk", "low")
 
 
 def _resource_key(task: Mapping[str, Any]) -> str:
-    images = sorted(c["image"] for c in task.get("containers", []))
-    gpus = sum(int(c.get("gpus", 0)) for c in task.get("containers", []))
-    res = sorted({r for c in task.get("containers", []) for r in c.get("resources", [])})
+    images = sorted(task.get("containers", []))
     caps = sorted(task.get("required_capabilities", []))
-    return json.dumps([images, gpus, res, caps], separators=(",", ":"))
+    return json.dumps([images, caps], separators=(",", ":"))
 
 
 def _sccs(ids: list[str], deps: Mapping[str, list[str]]) -> list[list[str]]:
@@ -184,9 +184,28 @@ def _sccs(ids: list[str], deps: Mapping[str, list[str]]) -> list[list[str]]:
     return out
 
 
-def build_graph(tasks: list[Mapping[str, Any]], cycles: list[Mapping[str, Any]],
-                budgets: Mapping[str, Any] | None = None) -> Graph:
-    budgets = budgets or {}
+def _cycle_groups(tasks: list[Mapping[str, Any]], problem) -> list[dict[str, Any]]:
+    groups: dict[str, dict[str, Any]] = {}
+    for t in tasks:
+        c = t.get("cycle")
+        if not c:
+            continue
+        g = groups.setdefault(c["group"], {"group": c["group"], "nodes": [], "max_iterations": set()})
+        if t["node_id"] not in g["nodes"]:
+            g["nodes"].append(t["node_id"])
+        g["max_iterations"].add(int(c["max_iterations"]))
+    out = []
+    for name in sorted(groups):
+        g = groups[name]
+        if len(g["max_iterations"]) != 1:
+            problem("inconsistent_cycle_groups", name)
+            continue
+        out.append({"group": name, "nodes": g["nodes"], "max_iterations": g["max_iterations"].pop()})
+    return out
+
+
+def build_graph(tasks: list[Mapping[str, Any]], scheduling: Mapping[str, Any] | None = None) -> Graph:
+    budgets = scheduling or {}
     problems: dict[str, list[Any]] = {}
 
     def problem(kind: str, item: Any) -> None:
@@ -210,13 +229,8 @@ def build_graph(tasks: list[Mapping[str, Any]], cycles: list[Mapping[str, Any]],
             else:
                 deps[nid].append(d)
     annotated: dict[frozenset[str], Mapping[str, Any]] = {}
-    for c in cycles:
-        members = c["nodes"]
-        unknown = [m for m in members if m not in by_id]
-        for m in unknown:
-            problem("unknown_cycle_members", m)
-        if not unknown:
-            annotated[frozenset(members)] = c
+    for c in _cycle_groups(list(by_id.values()), problem):
+        annotated[frozenset(c["nodes"])] = c
     ids = sorted(by_id)
     comps = _sccs(ids, deps)
     used_annotations: set[frozenset[str]] = set()
@@ -235,7 +249,7 @@ def build_graph(tasks: list[Mapping[str, Any]], cycles: list[Mapping[str, Any]],
             problem("cycles", comp)
     for key, c in annotated.items():
         if key not in used_annotations:
-            problem("annotated_cycles_not_found", sorted(key))
+            problem("annotated_cycles_not_found", c["group"])
     if problems:
         kinds = sorted(problems)
         code = {
@@ -243,12 +257,13 @@ def build_graph(tasks: list[Mapping[str, Any]], cycles: list[Mapping[str, Any]],
             "unknown_dependencies": "UNKNOWN_DEPENDENCY",
             "self_dependencies": "SELF_DEPENDENCY",
             "cycles": "DEPENDENCY_CYCLE",
+            "inconsistent_cycle_groups": "WORK_QUEUE_GRAPH_INVALID",
         }.get(kinds[0], "WORK_QUEUE_GRAPH_INVALID") if len(kinds) == 1 else "WORK_QUEUE_GRAPH_INVALID"
         summary = "; ".join(f"{k}: {json.dumps(problems[k])}" for k in kinds)
         raise WorkQueueGraphError(
             f"work queue graph is invalid: {summary}", code=code, details={"problems": problems},
-            hints=["a cycle is allowed only with a cycles[] annotation naming all its members "
-                   "and a max_iterations bound"],
+            hints=["a cycle is allowed only with every member annotated "
+                   "\"cycle\": {\"group\": ..., \"max_iterations\": N}"],
         )
 
     # unroll annotated cycles
@@ -264,8 +279,8 @@ def build_graph(tasks: list[Mapping[str, Any]], cycles: list[Mapping[str, Any]],
             return f"{nid}{ROUND_SEP}{member_of[nid][1]}"
         return nid
 
-    default_attempts = int(budgets.get("max_attempts_per_node", DEFAULT_MAX_ATTEMPTS))
-    default_timeout = float(budgets.get("attempt_timeout_s", DEFAULT_TIMEOUT_S))
+    default_attempts = int(budgets.get("default_max_attempts", DEFAULT_MAX_ATTEMPTS))
+    default_timeout = float(budgets.get("default_timeout_s", DEFAULT_TIMEOUT_S))
     nodes: dict[str, Node] = {}
 
     def make(nid: str, src: Mapping[str, Any], rnd: int | None, ndeps: list[str]) -> None:

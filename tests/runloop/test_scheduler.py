@@ -14,11 +14,13 @@ from registry.canonical import canonical_json
 
 def wq(tasks, **extra):
     return parse_work_queue({"artifact_kind": "dome.work.queue/v1", "repo": ".", "base_ref": "main",
-                             "determinism_seed": 3, "policy": "default", "tasks": tasks, **extra})
+                             "determinism_seed": 3, "policy": "default", "promote_to": "refs/heads/out", "tasks": tasks,
+                             **extra})
 
 
 def t(nid, deps=(), **extra):
-    return {"node_id": nid, "dependencies": list(deps),
+    return {"node_id": nid, "dependencies": list(deps), "containers": [], "required_capabilities": ["write"],
+            "required_outputs": ["patch_proposal"],
             "action_spec": {"intent": "command", "argv": ["true"]}, **extra}
 
 
@@ -61,7 +63,7 @@ def test_most_blocking_first_then_tie_breaks():
 
 
 def test_rarity_and_risk_shape_the_order():
-    gpu = [{"image": "reg/litho@sha256:" + "a" * 64, "gpus": 1}]
+    gpu = ["reg/litho@sha256:" + "a" * 64]
     g = wq([t("common1"), t("common2"), t("rare", containers=gpu), t("risky", risk="high")]).graph
     d = decide(g, fold([]), SchedulerPolicy(max_parallel=10), 3, 1)
     order = [e["node_id"] for e in d["selected"]]

@@ -16,11 +16,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def queue(tasks, **extra):
     return {"artifact_kind": "dome.work.queue/v1", "repo": ".", "base_ref": "main",
-            "determinism_seed": 1, "policy": "default", "tasks": tasks, **extra}
+            "determinism_seed": 1, "policy": "default", "promote_to": "refs/heads/out", "tasks": tasks, **extra}
 
 
 def task(nid, deps=(), **extra):
-    return {"node_id": nid, "dependencies": list(deps),
+    return {"node_id": nid, "dependencies": list(deps), "containers": [], "required_capabilities": ["write"],
+            "required_outputs": ["patch_proposal"],
             "action_spec": {"intent": "command", "argv": ["true"]}, **extra}
 
 
@@ -33,7 +34,8 @@ def test_valid_queue_loads_with_topological_order():
 def test_unknown_fields_rejected_everywhere():
     for mutate in (lambda q: q.__setitem__("surprise", 1),
                    lambda q: q["tasks"][0].__setitem__("methods", ["x"]),
-                   lambda q: q["tasks"][0]["action_spec"].__setitem__("shell", True)):
+                   lambda q: q["tasks"][0]["action_spec"].__setitem__("shell", True),
+                   lambda q: q.__setitem__("scheduling", {"max_paralel": 2})):
         q = queue([task("a")])
         mutate(q)
         with pytest.raises(SchemaValidationError) as ei:
@@ -42,7 +44,7 @@ def test_unknown_fields_rejected_everywhere():
 
 
 def test_graph_errors_list_every_offending_id():
-    q = queue([task("a"), task("a"), task("b", ["zz", "yy"]), task("c", ["c"]),
+    q = queue([task("a"), task("a", ["x"]), task("b", ["zz", "yy"]), task("c", ["c"]),
                task("d", ["e"]), task("e", ["d"]), task("f", ["g"]), task("g", ["f"])])
     with pytest.raises(WorkQueueGraphError) as ei:
         parse_work_queue(q)
@@ -64,25 +66,32 @@ def test_single_kind_gets_its_own_code():
 
 
 def test_annotated_cycle_is_unrolled_with_bounded_rounds():
-    q = queue([task("start"), task("a", ["start", "b"]), task("b", ["a"]), task("end", ["b"])],
-              cycles=[{"nodes": ["a", "b"], "max_iterations": 3, "reason": "refine"}])
+    cyc = {"group": "refine", "max_iterations": 3}
+    q = queue([task("start"), task("a", ["start", "b"], cycle=cyc), task("b", ["a"], cycle=cyc),
+               task("end", ["b"])])
     g = parse_work_queue(q).graph
-    assert set(g.nodes) == {"start", "end", "a@1", "b@1", "a@2", "b@2", "a@3", "b@3"}
-    assert g.nodes["a@1"].dependencies == ("start",)
-    assert g.nodes["b@1"].dependencies == ("a@1",)
-    assert g.nodes["a@2"].dependencies == ("b@1", "start")
-    assert g.nodes["end"].dependencies == ("b@3",)
+    assert set(g.nodes) == {"start", "end", "a#1", "b#1", "a#2", "b#2", "a#3", "b#3"}
+    assert g.nodes["a#1"].dependencies == ("start",)
+    assert g.nodes["b#1"].dependencies == ("a#1",)
+    assert g.nodes["a#2"].dependencies == ("b#1", "start")
+    assert g.nodes["end"].dependencies == ("b#3",)
     assert len({g.nodes[n].task_spec_digest for n in g.nodes}) == len(g.nodes)
 
 
 def test_cycle_annotation_must_match_a_real_cycle():
-    q = queue([task("a"), task("b", ["a"])], cycles=[{"nodes": ["a", "b"], "max_iterations": 2}])
+    cyc = {"group": "g", "max_iterations": 2}
+    q = queue([task("a", cycle=cyc), task("b", ["a"], cycle=cyc)])
     with pytest.raises(WorkQueueGraphError) as ei:
         parse_work_queue(q)
-    assert ei.value.details["problems"]["annotated_cycles_not_found"] == [["a", "b"]]
-    q = queue([task("a", ["a"])], cycles=[{"nodes": ["a"], "max_iterations": 101}])
+    assert ei.value.details["problems"]["annotated_cycles_not_found"] == ["g"]
+    q = queue([task("a", ["b"], cycle=cyc), task("b", ["a"], cycle={"group": "g", "max_iterations": 3})])
+    with pytest.raises(WorkQueueGraphError) as ei:
+        parse_work_queue(q)
+    assert ei.value.details["problems"]["inconsistent_cycle_groups"] == ["g"]
+    q = queue([task("a", ["a"], cycle={"group": "g", "max_iterations": 5000})])
     with pytest.raises(SchemaValidationError):
-        parse_work_queue(q)  # unbounded (> 100) iteration is refused by the schema
+        parse_work_queue(q)  # unbounded iteration is refused by the schema
+    assert parse_work_queue(queue([task("a", ["a"], cycle=cyc)])).graph.nodes["a#2"].dependencies == ("a#1",)
 
 
 def test_examples_load():
@@ -95,12 +104,16 @@ def test_examples_load():
 ids = st.text(alphabet="abcdefgh", min_size=1, max_size=3)
 
 
+def tasks_with_unique_dep_lists(spec):
+    return [task(n, sorted(set(deps))) for n, deps in spec]
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(ids, st.lists(ids, max_size=4)), min_size=1, max_size=12))
 def test_property_parser_accepts_exactly_valid_dags(spec):
     """Property: the parser accepts a graph iff it has no duplicate, unknown, self or
     cyclic dependency, and when it rejects, every offending id is named."""
-    tasks = [task(n, deps) for n, deps in spec]
+    tasks = tasks_with_unique_dep_lists(spec)  # the schema refuses repeated dependencies
     ids_seen = [n for n, _ in spec]
     dups = {n for n in ids_seen if ids_seen.count(n) > 1}
     known = set(ids_seen)
@@ -125,7 +138,9 @@ def test_property_parser_accepts_exactly_valid_dags(spec):
     assert parse_work_queue(queue(copy.deepcopy(tasks))).graph.digest == wq.graph.digest
 
 
-def test_schema_file_is_closed_json():
-    schema = json.loads((Path(__file__).resolve().parents[2] / "registry/schemas/work_queue.json").read_text())
-    assert schema["additionalProperties"] is False
-    assert schema["$defs"]["task"]["additionalProperties"] is False
+def test_schema_files_are_closed():
+    root = Path(__file__).resolve().parents[2] / "registry/schemas"
+    wq = json.loads((root / "work_queue.json").read_text())
+    assert wq["additionalProperties"] is False
+    assert wq["$defs"]["scheduling"]["additionalProperties"] is False
+    assert json.loads((root / "task_node.json").read_text())["additionalProperties"] is False
