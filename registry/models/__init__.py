@@ -15,8 +15,8 @@ from .errors import ErrorObjectModel
 from .events import ControlEvent, Envelope
 from .evidence import Environment, HumanApproval, PromotionDecision, ValidationReport
 from .grants import Constraints, ExecPolicy, NetworkPolicy, ToolProfile
-from .planning import (CycleAnnotation, DsseEnvelope, DsseSignatureEntry, Gateway, SpawnSpec, TaskNode,
-                       ValidationSpec, WorkQueue)
+from .planning import (CycleAnnotation, DsseEnvelope, DsseSignatureEntry, Gateway, SandboxLimits,
+                       SchedulingKnobs, SpawnSpec, TaskNode, ValidationSpec, WorkQueue)
 from .proposals import HunkFingerprint, PatchProposal, RangeHint, Risk, WorkerRunMeta
 from .stacking import ApplyResult, ConflictSummary, OrderedProposal, Rejection, SelectionScore, StackPlan
 
@@ -47,6 +47,8 @@ MODEL_SCHEMAS: dict[type[DomeModel], str] = {
     ExecPolicy: "tool_profile#/properties/constraints/properties/exec",
     CycleAnnotation: "task_node#/properties/cycle",
     ValidationSpec: "work_queue#/$defs/validation",
+    SchedulingKnobs: "work_queue#/$defs/scheduling",
+    SandboxLimits: "work_queue#/$defs/limits",
     Gateway: "spawn_spec#/properties/gateway",
     DsseEnvelope: "spawn_spec#/properties/grant",
     DsseSignatureEntry: "spawn_spec#/properties/grant/properties/signatures/items",

@@ -54,6 +54,28 @@ class ValidationSpec(DomeModel):
         return self
 
 
+class SchedulingKnobs(DomeModel):
+    """Run-loop knobs (parallelism, endgame, per-attempt defaults)."""
+
+    max_parallel: int | None = Field(default=None, ge=1, le=4096)
+    endgame_threshold: int | None = Field(default=None, ge=0)
+    endgame_max_duplicates: int | None = Field(default=None, ge=0, le=8)
+    default_timeout_s: float | None = Field(default=None, gt=0, le=86400)
+    default_max_attempts: int | None = Field(default=None, ge=1, le=100)
+    heartbeat_timeout_s: PositiveFloat | None = None
+    rebase_waves_on_integration_head: bool | None = None
+
+
+class SandboxLimits(DomeModel):
+    """Per-worker-process resource limits (rlimits)."""
+
+    cpu_seconds: int | None = Field(default=None, ge=1)
+    memory_mb: int | None = Field(default=None, ge=64)
+    max_open_files: int | None = Field(default=None, ge=16)
+    max_processes: int | None = Field(default=None, ge=8)
+    max_file_mb: int | None = Field(default=None, ge=1)
+
+
 class WorkQueue(DomeModel):
     artifact_kind: Literal["dome.work.queue/v1"]
     version: Version | None = None
@@ -67,6 +89,8 @@ class WorkQueue(DomeModel):
     budgets: Budgets | None = None
     tasks: list[TaskNode] = Field(min_length=1)
     validations: list[ValidationSpec] | None = None
+    scheduling: SchedulingKnobs | None = None
+    limits: SandboxLimits | None = None
 
 
 class Gateway(DomeModel):

@@ -75,6 +75,9 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "validations": [{"suite": "command", "argv": ["pytest", "-q"], "required": True},
                         {"suite": "drc", "params": {"deck": "rules.drc"}, "required": True},
                         {"suite": "litho.resim", "params": {"tolerance": 0.01}, "required": False}],
+        "scheduling": {"max_parallel": 4, "endgame_threshold": 2, "endgame_max_duplicates": 1,
+                       "default_timeout_s": 60.0, "default_max_attempts": 2},
+        "limits": {"cpu_seconds": 60, "memory_mb": 512},
     },
     "patch_proposal": {
         **header("dome.patch_proposal/v1", node_id="n1", node_execution_id="n1.1", base_ref=SHA,
