@@ -1,0 +1,439 @@
+"""Grant issuance and verification (the I/O shell around registry/grant_scope
+and registry/toolprofile).
+
+Issuance: `issue_profile(...)` derives the scope (policy ∩ resolver ∩
+contracts ∩ card, admin never), binds it to run/wave/node attempt (and
+optionally a worker id and worker public key), signs it and records a
+`grant.issued` event (the payload, never the signature: the ledger must not
+hold usable bearer tokens).
+
+Verification: `GrantVerifier.verify(...)` runs the checks in CHECK_ORDER,
+each failure its own GrantError code; it writes nothing. The signature
+result is cached per token (the warm path); state checks (jti, revocation,
+budget) run on every call.
+
+`GrantVerifier.authorize(...)` is what a gateway uses for every tool call:
+
+    with verifier.authorize(token, method=..., run_id=..., wave_id=..., audience=...,
+                            args=args, idempotency_key=key) as call:
+        call.tx.append(run_id, "patch.submitted", {...})   # the action, same transaction
+        call.result = {...}
+
+It verifies, re-checks revocation against the ledger inside the action's
+transaction, spends the jti of a single-use grant on its first write (atomic
+with the action: a rolled-back action spends nothing), and charges the call.
+A rejected call leaves exactly one `grant.rejected` event and nothing else.
+
+What counts as a call (budgets): every invocation that passes verification
+is one call, charged `cost_units` of its method, whatever happens next: a
+retry with the same idempotency key, a duplicate answered from the
+idempotency cache and a call whose tool fails are all charged (a failed
+tool's charge is committed in its own `grant.call` event after the action's
+transaction rolls back). A call rejected by any check, including an
+exhausted budget, is not charged. Time: `max_wall_seconds` is coordinator
+wall-clock (UTC epoch) time since the grant's first charged call.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterator, Mapping
+
+from registry.canonical import digest_json
+from registry.contracts import Method, Registry, UnknownMethod, default_registry
+from registry.errors import DomeError
+from registry.grant_errors import (
+    GrantAdminMethodDenied, GrantBudgetExhausted, GrantError, GrantMalformed, GrantMethodNotGranted,
+    GrantPayloadInvalid, GrantProofReplayed, GrantReplayed, GrantRevoked,
+)
+from registry.grant_scope import GrantScope, derive_scope
+from registry.schema_store import validate
+from registry.signing import Keyring, SigningKey
+from registry import toolprofile as tp
+
+ISSUED_TOPIC = "grant.issued"
+CALL_TOPIC = "grant.call"
+REJECTED_TOPIC = "grant.rejected"
+REVOKED_TOPIC = "grant.revoked"
+
+
+@dataclass(frozen=True)
+class SignedGrant:
+    token: str  # the bearer token: "dgt1." + base64url(canonical DSSE envelope)
+    envelope: Mapping[str, Any]
+    payload: Mapping[str, Any]
+    scope: GrantScope
+
+    @property
+    def profile_id(self) -> str:
+        return self.payload["profile_id"]
+
+    @property
+    def jti(self) -> str:
+        return self.payload["jti"]
+
+
+def _epoch(now: float | datetime | None) -> float:
+    if now is None:
+        return time.time()
+    if isinstance(now, datetime):
+        return now.timestamp()
+    return float(now)
+
+
+def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, node_execution_id: str,
+                  required_capabilities: list[str] | tuple[str, ...], policy_id: str = "default",
+                  card: str = "agent_cli", registry: Registry | None = None, ledger: Any = None,
+                  worker_id: str | None = None, worker_public_key: bytes | None = None,
+                  audience: str | None = None, ttl_seconds: int | None = None,
+                  now: float | datetime | None = None, contract_pins: Mapping[str, str] | None = None,
+                  determinism: Mapping[str, Any] | None = None, jti: str | None = None) -> SignedGrant:
+    """Derive, bind, sign and (with a ledger) record a worker's ToolProfile.
+
+    `ttl_seconds` may only shorten the policy TTL. `contract_pins` maps
+    tool_id -> "tool_id@<40-hex sha>" when the run pinned registry refs.
+    """
+    reg = registry or default_registry()
+    scope = derive_scope(reg, policy_id=policy_id, card_ref=card, required_capabilities=required_capabilities)
+    ttl = scope.ttl_seconds if ttl_seconds is None else max(1, min(int(ttl_seconds), scope.ttl_seconds))
+    issued = datetime.fromtimestamp(int(_epoch(now)), tz=timezone.utc)
+    pins = dict(contract_pins or {})
+    contracts = [{"contract": reg.contracts[t].ref, "tool_id": t, "ref": pins.get(t), "digest": reg.contracts[t].digest}
+                 for t in scope.tool_ids]
+    policy_doc = reg.policy["policies"][policy_id]
+    policy = {"policy_id": policy_id, "version": reg.policy.get("version", "0.0.0"), "digest": digest_json(policy_doc)}
+    card_doc = reg.card(card)
+    card_ref = {"card_id": f"{card_doc['kind']}/{card_doc['card_id']}", "version": card_doc["version"],
+                "digest": digest_json(card_doc)}
+    identity = {"run_id": run_id, "wave_id": wave_id, "node_id": node_id, "node_execution_id": node_execution_id,
+                "worker_id": worker_id, "methods": list(scope.allowed_methods), "policy": policy["digest"],
+                "contracts": [c["digest"] for c in contracts]}
+    profile_id = "tp_" + hashlib.sha256(digest_json(identity).encode()).hexdigest()[:32]
+    payload = tp.build_payload(
+        profile_id=profile_id, contracts=contracts, policy=policy, card=card_ref, issued_at=issued,
+        ttl_seconds=ttl, jti=jti or secrets.token_hex(16), audience=audience or scope.audience,
+        run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id,
+        worker_id=worker_id, single_use=scope.single_use, capabilities=list(scope.capabilities),
+        allowed_methods=list(scope.allowed_methods), constraints=scope.constraints, budgets=scope.budgets,
+        issuer=f"dome-coordinator:{key.kid}", kid=key.kid, cnf_public_key=worker_public_key,
+        determinism=determinism)
+    validate("tool_profile", payload)
+    envelope = tp.sign_payload(payload, key)
+    grant = SignedGrant(token=tp.envelope_to_token(envelope), envelope=envelope, payload=payload, scope=scope)
+    if ledger is not None:
+        ledger.append(run_id, ISSUED_TOPIC, {
+            "profile": payload, "payload_digest": digest_json(payload), "token_digest": tp.token_digest(grant.token),
+            "dropped_methods": dict(scope.dropped)},
+            wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id, signer=key)
+    return grant
+
+
+# ---------------------------------------------------------------- verification
+@dataclass(frozen=True)
+class _Verified:
+    """What the cold path learns once per token (signature-dependent facts only)."""
+
+    payload: Mapping[str, Any]
+    kid: str
+    token_digest: str
+    nbf: float
+    exp: float
+    allowed: frozenset[str]
+
+
+@dataclass(frozen=True)
+class VerifiedGrant:
+    payload: Mapping[str, Any]
+    profile_id: str
+    jti: str
+    kid: str
+    method: Method
+    token_digest: str
+    warm: bool
+    proof_sig: bytes | None = None
+
+    @property
+    def single_use(self) -> bool:
+        return bool(self.payload.get("single_use"))
+
+
+@dataclass
+class _Usage:
+    calls_total: int = 0
+    by_family: dict[str, int] = field(default_factory=dict)
+    cost_units: int = 0
+    first_call_at: float | None = None
+
+
+@dataclass
+class GatewayCall:
+    """Handed to the body of `authorize`: the action's transaction and grant."""
+
+    tx: Any
+    grant: VerifiedGrant
+    result: Any = None
+
+
+class GrantVerifier:
+    """Verifies grants for one coordinator. Thread-safe for authorize()."""
+
+    def __init__(self, keyring: Keyring, ledger: Any, *, registry: Registry | None = None,
+                 leeway_seconds: float = 30.0, cache_size: int = 8192) -> None:
+        self.keyring = keyring
+        self.ledger = ledger
+        self.registry = registry or default_registry()
+        self.leeway = min(max(float(leeway_seconds), 0.0), float(tp.MAX_LEEWAY_SECONDS))
+        self._cache: dict[str, _Verified] = {}
+        self._cache_size = cache_size
+        self._spent: set[str] = set()
+        self._revoked_jti: set[str] = set()
+        self._revoked_profiles: set[str] = set()
+        self._usage: dict[str, _Usage] = {}
+        self._proofs: dict[bytes, float] = {}
+        self._runs_loaded: set[str] = set()
+        self._lock = threading.RLock()
+        self.stats = {"cold": 0, "warm": 0}
+
+    # ---- the cold path: signature and payload type, cached per token ------
+    def _cold(self, token: str) -> _Verified:
+        envelope = tp.token_to_envelope(token)
+        signed = tp.verify_signature(envelope, self.keyring)
+        payload = tp.check_payload_type(signed)
+        try:
+            v = _Verified(payload=payload, kid=signed.kid, token_digest=tp.token_digest(token),
+                          nbf=tp.epoch(payload["not_before"]), exp=tp.epoch(payload["expires_at"]),
+                          allowed=frozenset(payload["allowed_methods"]))
+            for k in ("jti", "profile_id", "run_id", "wave_id", "audience", "budgets"):
+                payload[k]  # noqa: B018 - presence check
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GrantPayloadInvalid(f"grant payload lacks or garbles a required field: {exc}") from exc
+        if len(self._cache) >= self._cache_size:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[token] = v
+        return v
+
+    def verify(self, token: str, *, method: str, run_id: str, wave_id: str, audience: str,
+               now: float | datetime | None = None, worker_id: str | None = None, args: Any = None,
+               idempotency_key: str | None = None, proof: str | None = None) -> VerifiedGrant:
+        """Every check, in order; raises the first failing check's GrantError. Writes nothing."""
+        t = _epoch(now)
+        v = self._cache.get(token) if isinstance(token, str) else None
+        warm = v is not None and v.kid in self.keyring
+        if not warm:
+            if not isinstance(token, str):
+                raise GrantMalformed("a grant token is a string")
+            v = self._cold(token)
+            self.stats["cold"] += 1
+        else:
+            self.stats["warm"] += 1
+        p = v.payload
+        tp.check_audience(p, audience)
+        tp.check_binding(p, run_id=run_id, wave_id=wave_id, worker_id=worker_id)
+        proof_sig = None
+        if "cnf" in p:
+            proof_sig = tp.check_call_proof(p, proof, method=method, args={} if args is None else args,
+                                            idempotency_key=idempotency_key, now=t, leeway=self.leeway)
+            seen = self._proofs.get(proof_sig)
+            if seen is not None and seen > t:
+                raise GrantProofReplayed("this call proof was already used", details={"method": method})
+        if t + self.leeway < v.nbf:
+            tp.check_time(p, t, self.leeway)
+        if t - self.leeway >= v.exp:
+            tp.check_time(p, t, self.leeway)
+        self._ensure_run(run_id)
+        jti, profile_id = p["jti"], p["profile_id"]
+        if jti in self._spent:
+            raise GrantReplayed("this single-use grant was already spent by a write", details={"jti": jti},
+                                hints=["each node attempt gets a fresh grant"])
+        if jti in self._revoked_jti or profile_id in self._revoked_profiles:
+            raise GrantRevoked("grant was revoked", details={"jti": jti, "profile_id": profile_id})
+        m = self._method(method)
+        if m.is_admin:
+            raise GrantAdminMethodDenied(f"{method!r} is an admin method: coordinator-only, never a worker's",
+                                         details={"method": method})
+        if method not in v.allowed:
+            raise GrantMethodNotGranted(f"method {method!r} is not in this grant",
+                                        details={"method": method, "allowed": sorted(v.allowed)})
+        self._check_budget(p, m, t)
+        return VerifiedGrant(payload=p, profile_id=profile_id, jti=jti, kid=v.kid, method=m,
+                             token_digest=v.token_digest, warm=warm, proof_sig=proof_sig)
+
+    def _method(self, name: str) -> Method:
+        try:
+            return self.registry.method(name)
+        except UnknownMethod:
+            raise GrantMethodNotGranted(f"unknown method {name!r}", details={"method": name}) from None
+
+    def _check_budget(self, p: Mapping[str, Any], m: Method, t: float) -> None:
+        b = p["budgets"]
+        u = self._usage.get(p["profile_id"])
+        calls = u.calls_total if u else 0
+        fam_calls = u.by_family.get(m.family, 0) if u else 0
+        cost = u.cost_units if u else 0
+        fam_limit = (b.get("max_calls_by_family") or {}).get(m.family)
+        over = None
+        if "max_calls_total" in b and calls + 1 > b["max_calls_total"]:
+            over = ("max_calls_total", b["max_calls_total"], calls)
+        elif fam_limit is not None and fam_calls + 1 > fam_limit:
+            over = (f"max_calls_by_family.{m.family}", fam_limit, fam_calls)
+        elif "max_cost_units" in b and cost + m.cost_units > b["max_cost_units"]:
+            over = ("max_cost_units", b["max_cost_units"], cost)
+        elif "max_wall_seconds" in b and u and u.first_call_at is not None and t - u.first_call_at > b["max_wall_seconds"]:
+            over = ("max_wall_seconds", b["max_wall_seconds"], round(t - u.first_call_at, 3))
+        if over:
+            raise GrantBudgetExhausted(f"budget {over[0]} exhausted ({over[2]} used of {over[1]})",
+                                       details={"budget": over[0], "limit": over[1], "used": over[2],
+                                                "profile_id": p["profile_id"]})
+
+    # ---- state: loaded lazily per run from the ledger, kept current in memory ----
+    def _ensure_run(self, run_id: str) -> None:
+        if run_id in self._runs_loaded or self.ledger is None:
+            return
+        with self._lock:
+            if run_id in self._runs_loaded:
+                return
+            for ev in self.ledger.events(run_id):
+                self._apply_event(ev.topic, ev.payload, _event_ts(ev))
+            self._runs_loaded.add(run_id)
+
+    def _apply_event(self, topic: str, payload: Mapping[str, Any], ts: float) -> None:
+        if topic == CALL_TOPIC:
+            self._charge(payload["profile_id"], payload["family"], int(payload.get("cost_units", 0)),
+                         float(payload.get("at", ts)), +1)
+            if payload.get("spent_jti"):
+                self._spent.add(payload["jti"])
+        elif topic == REVOKED_TOPIC:
+            if payload.get("jti"):
+                self._revoked_jti.add(payload["jti"])
+            if payload.get("profile_id"):
+                self._revoked_profiles.add(payload["profile_id"])
+
+    def _charge(self, profile_id: str, family: str, cost: int, at: float, sign: int) -> None:
+        u = self._usage.setdefault(profile_id, _Usage())
+        u.calls_total += sign
+        u.by_family[family] = u.by_family.get(family, 0) + sign
+        u.cost_units += sign * cost
+        if sign > 0 and u.first_call_at is None:
+            u.first_call_at = at
+        if u.calls_total <= 0:
+            u.first_call_at = None
+
+    def revoke(self, *, run_id: str, jti: str | None = None, profile_id: str | None = None,
+               reason: str = "revoked by coordinator") -> None:
+        """Revoke before expiry: a ledger event; effective on the next call."""
+        if not jti and not profile_id:
+            raise DomeError("revoke needs a jti or a profile_id", code="GRANT_REVOKE_INVALID")
+        self.ledger.revoke(jti=jti, profile_id=profile_id, run_id=run_id, reason=reason)
+        with self._lock:
+            if jti:
+                self._revoked_jti.add(jti)
+            if profile_id:
+                self._revoked_profiles.add(profile_id)
+
+    def usage(self, profile_id: str) -> dict[str, Any]:
+        u = self._usage.get(profile_id) or _Usage()
+        return {"calls_total": u.calls_total, "by_family": dict(u.by_family), "cost_units": u.cost_units,
+                "first_call_at": u.first_call_at}
+
+    # ---- the gateway path -----------------------------------------------------
+    def _charge_payload(self, g: VerifiedGrant, t: float, *, spent: bool, outcome: str,
+                        idempotency_key: str | None, args: Any) -> dict[str, Any]:
+        return {"profile_id": g.profile_id, "jti": g.jti, "method": g.method.name, "family": g.method.family,
+                "cost_units": g.method.cost_units, "at": round(t, 6), "spent_jti": spent, "outcome": outcome,
+                "idempotency_key": idempotency_key, "args_digest": digest_json({} if args is None else args)}
+
+    def record_rejection(self, err: GrantError, *, run_id: str, method: str, token: Any,
+                         wave_id: str | None = None, node_execution_id: str | None = None) -> None:
+        """The one ledger trace of a rejected call."""
+        cached = self._cache.get(token) if isinstance(token, str) else None
+        payload = {"code": err.code, "check": err.check, "message": err.message, "method": method,
+                   "token_digest": tp.token_digest(token) if isinstance(token, str) else None,
+                   "profile_id": cached.payload.get("profile_id") if cached else None,
+                   "jti": cached.payload.get("jti") if cached else None}
+        self.ledger.append(run_id, REJECTED_TOPIC, payload, wave_id=wave_id, node_execution_id=node_execution_id)
+
+    @contextmanager
+    def authorize(self, token: str, *, method: str, run_id: str, wave_id: str, audience: str,
+                  now: float | datetime | None = None, worker_id: str | None = None, args: Any = None,
+                  idempotency_key: str | None = None, proof: str | None = None,
+                  record_rejections: bool = True) -> Iterator[GatewayCall]:
+        t = _epoch(now)
+        with self._lock:  # verify + charge are one step, so concurrent calls cannot overdraw a budget
+            try:
+                g = self.verify(token, method=method, run_id=run_id, wave_id=wave_id, audience=audience,
+                                now=t, worker_id=worker_id, args=args, idempotency_key=idempotency_key,
+                                proof=proof)
+            except GrantError as err:
+                if record_rejections:
+                    self.record_rejection(err, run_id=run_id, method=method, token=token, wave_id=wave_id)
+                raise
+            self._charge(g.profile_id, g.method.family, g.method.cost_units, t, +1)
+            if g.proof_sig is not None:
+                self._proofs[g.proof_sig] = t + 2 * tp.MAX_LEEWAY_SECONDS
+        spend = g.single_use and g.method.is_write
+        nex = g.payload.get("node_execution_id")
+        try:
+            with self.ledger.transaction() as tx:
+                try:
+                    is_revoked = getattr(tx, "is_revoked", None) or self.ledger.is_revoked
+                    if is_revoked(g.jti, g.profile_id):
+                        raise GrantRevoked("grant was revoked", details={"jti": g.jti, "profile_id": g.profile_id})
+                    if spend:
+                        try:
+                            tx.spend_jti(g.jti, run_id, g.profile_id)
+                        except DomeError as exc:  # the ledger's GrantReplayed, whichever class it uses
+                            if exc.code != GrantReplayed.code and type(exc).__name__ != "GrantReplayed":
+                                raise
+                            raise GrantReplayed("this single-use grant was already spent by a write",
+                                                details={"jti": g.jti}) from exc
+                except GrantError as err:
+                    raise _Rejected(err) from err
+                tx.append(run_id, CALL_TOPIC, self._charge_payload(g, t, spent=spend, outcome="ok",
+                                                                   idempotency_key=idempotency_key, args=args),
+                          wave_id=wave_id, node_execution_id=nex)
+                yield GatewayCall(tx=tx, grant=g)
+        except _Rejected as rej:
+            with self._lock:
+                self._charge(g.profile_id, g.method.family, g.method.cost_units, t, -1)
+                if isinstance(rej.err, GrantRevoked):
+                    self._revoked_jti.add(g.jti)
+                elif isinstance(rej.err, GrantReplayed):
+                    self._spent.add(g.jti)
+            if record_rejections:
+                self.record_rejection(rej.err, run_id=run_id, method=method, token=token, wave_id=wave_id)
+            raise rej.err from None
+        except BaseException:
+            # the action failed and its transaction rolled back: nothing spent, the call still charged
+            self.ledger.append(run_id, CALL_TOPIC, self._charge_payload(
+                g, t, spent=False, outcome="failed", idempotency_key=idempotency_key, args=args),
+                wave_id=wave_id, node_execution_id=nex)
+            raise
+        if spend:
+            with self._lock:
+                self._spent.add(g.jti)
+        if len(self._proofs) > 100_000:
+            with self._lock:
+                self._proofs = {s: e for s, e in self._proofs.items() if e > t}
+
+
+class _Rejected(Exception):
+    def __init__(self, err: GrantError) -> None:
+        super().__init__(err.code)
+        self.err = err
+
+
+def _event_ts(ev: Any) -> float:
+    ts = getattr(ev, "ts", None)
+    if isinstance(ts, (int, float)):
+        return float(ts)
+    if isinstance(ts, str):
+        try:
+            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0

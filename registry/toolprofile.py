@@ -1,0 +1,277 @@
+"""Signed ToolProfiles (grants): payload, DSSE signature, bearer token, call proofs.
+
+Pure functions; the coordinator supplies keys, clocks and ledger state.
+
+Token: "dgt1." + base64url(no padding) of the canonical JSON of the DSSE
+envelope {payloadType, payload, signatures:[{keyid, sig}]}. The payload is
+the RFC 8785 canonical JSON of the ToolProfile; the Ed25519 signature is
+over the DSSE PAE of (PAYLOAD_TYPE, payload bytes). Verification checks the
+bytes as received and only then parses them.
+
+Sender-constrained grants carry `cnf` (the worker's Ed25519 public key).
+Every call must then carry a CallProof: a DSSE signature by that key, type
+CALL_PROOF_TYPE, over canonical {jti, method, args_digest, idempotency_key,
+ts}. A stolen bearer token without the worker's private key is useless.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Mapping
+
+import nacl.exceptions
+import nacl.signing
+
+from .canonical import CANONICALIZATION, canonical_json, digest_bytes, digest_json
+from .grant_errors import (
+    GrantExpired, GrantMalformed, GrantNotYetValid, GrantPayloadInvalid, GrantProofInvalid, GrantProofMissing,
+    GrantSignatureInvalid, GrantUnknownKid, GrantWrongAudience, GrantWrongPayloadType, GrantWrongRun,
+    GrantWrongWave, GrantWrongWorker,
+)
+from .signing import Keyring, PublicKey, SigningKey, b64e, kid_for, pae
+
+PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
+CALL_PROOF_TYPE = "application/vnd.dome.callproof+json"
+TOKEN_PREFIX = "dgt1."
+ARTIFACT_KIND = "dome.tool_profile/v1"
+SCHEMA_VERSION = "1.0.0"
+MAX_LEEWAY_SECONDS = 60
+MAX_TOKEN_BYTES = 64 * 1024
+
+# the verification order; each step's failures have their own codes
+CHECK_ORDER = ("signature", "payload_type", "audience", "binding", "time", "jti", "revocation", "method", "budget")
+
+
+# ---- time ------------------------------------------------------------------
+def rfc3339(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
+def epoch(text: str) -> float:
+    return parse_rfc3339(text).timestamp()
+
+
+# ---- base64url ---------------------------------------------------------------
+def b64u_encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64u_decode(text: str) -> bytes:
+    pad = "=" * (-len(text) % 4)
+    try:
+        return base64.urlsafe_b64decode((text + pad).encode("ascii"))
+    except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
+        raise GrantMalformed("token is not base64url") from exc
+
+
+def _b64d(text: Any, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise GrantMalformed(f"{what} is not a string")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
+        raise GrantMalformed(f"{what} is not base64") from exc
+
+
+# ---- payload, signing, token -------------------------------------------------
+def build_payload(*, profile_id: str, contracts: list[dict[str, Any]], policy: dict[str, Any],
+                  card: dict[str, Any] | None, issued_at: datetime, ttl_seconds: int, jti: str, audience: str,
+                  run_id: str, wave_id: str, node_id: str, node_execution_id: str, worker_id: str | None,
+                  single_use: bool, capabilities: list[str], allowed_methods: list[str],
+                  constraints: Mapping[str, Any], budgets: Mapping[str, Any], issuer: str, kid: str,
+                  cnf_public_key: bytes | None = None, determinism: Mapping[str, Any] | None = None,
+                  not_before: datetime | None = None) -> dict[str, Any]:
+    p: dict[str, Any] = {
+        "artifact_kind": ARTIFACT_KIND, "schema_version": SCHEMA_VERSION, "profile_id": profile_id,
+        "contracts": contracts, "policy": policy,
+        "issued_at": rfc3339(issued_at), "not_before": rfc3339(not_before or issued_at),
+        "expires_at": rfc3339(issued_at + timedelta(seconds=ttl_seconds)),
+        "jti": jti, "audience": audience, "run_id": run_id, "wave_id": wave_id, "node_id": node_id,
+        "node_execution_id": node_execution_id, "single_use": single_use,
+        "capabilities": sorted(capabilities), "allowed_methods": sorted(allowed_methods),
+        "constraints": dict(constraints), "budgets": dict(budgets), "issuer": issuer, "kid": kid,
+        "canonicalization": CANONICALIZATION,
+    }
+    if card is not None:
+        p["card"] = card
+    if worker_id is not None:
+        p["worker_id"] = worker_id
+    if cnf_public_key is not None:
+        p["cnf"] = {"kid": kid_for(cnf_public_key), "public_key": b64e(cnf_public_key)}
+    if determinism:
+        p["determinism"] = dict(determinism)
+    return p
+
+
+def sign_payload(payload: Mapping[str, Any], key: SigningKey, *, payload_type: str = PAYLOAD_TYPE) -> dict[str, Any]:
+    body = canonical_json(payload)
+    return {"payloadType": payload_type, "payload": b64e(body),
+            "signatures": [{"keyid": key.kid, "sig": b64e(key.sign_pae(payload_type, body))}]}
+
+
+def envelope_to_token(envelope: Mapping[str, Any]) -> str:
+    return TOKEN_PREFIX + b64u_encode(canonical_json(envelope))
+
+
+def token_to_envelope(token: str) -> dict[str, Any]:
+    if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
+        raise GrantMalformed(f"a grant token starts with {TOKEN_PREFIX!r}")
+    if len(token) > MAX_TOKEN_BYTES:
+        raise GrantMalformed("grant token too large", details={"limit": MAX_TOKEN_BYTES})
+    try:
+        env = json.loads(b64u_decode(token[len(TOKEN_PREFIX):]))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GrantMalformed("grant token is not a JSON DSSE envelope") from exc
+    if not isinstance(env, dict):
+        raise GrantMalformed("grant token is not a DSSE envelope")
+    return env
+
+
+def token_digest(token: str) -> str:
+    return digest_bytes(token.encode("ascii", "replace"))
+
+
+@dataclass(frozen=True)
+class SignedEnvelope:
+    payload_type: str
+    payload: bytes
+    kid: str
+
+
+def verify_signature(envelope: Mapping[str, Any], keyring: Keyring) -> SignedEnvelope:
+    """Check 1: a known kid signed PAE(payloadType, payload). The payload type
+    is authenticated here but judged by the next check."""
+    try:
+        ptype, payload_b64, sigs = envelope["payloadType"], envelope["payload"], envelope["signatures"]
+    except (KeyError, TypeError) as exc:
+        raise GrantMalformed("not a DSSE envelope") from exc
+    if not isinstance(ptype, str) or not isinstance(sigs, list) or len(sigs) != 1 or not isinstance(sigs[0], Mapping):
+        raise GrantMalformed("a grant carries exactly one signature")
+    payload = _b64d(payload_b64, "payload")
+    kid = sigs[0].get("keyid")
+    sig = _b64d(sigs[0].get("sig"), "signature")
+    if not isinstance(kid, str) or kid not in keyring:
+        raise GrantUnknownKid(f"grant signed by unknown key id {kid!r}", details={"kid": kid},
+                              hints=["the issuing coordinator's public key must be in ops/keys/*.pub"])
+    key = keyring.get(kid)
+    try:
+        nacl.signing.VerifyKey(key.raw).verify(pae(ptype, payload), sig)
+    except (nacl.exceptions.BadSignatureError, ValueError) as exc:
+        raise GrantSignatureInvalid("grant signature does not verify", details={"kid": kid}) from exc
+    return SignedEnvelope(payload_type=ptype, payload=payload, kid=kid)
+
+
+def check_payload_type(signed: SignedEnvelope) -> dict[str, Any]:
+    """Check 2: the signed type is a ToolProfile; parse the payload."""
+    if signed.payload_type != PAYLOAD_TYPE:
+        raise GrantWrongPayloadType(f"payload type {signed.payload_type!r} is not {PAYLOAD_TYPE!r}",
+                                    details={"payload_type": signed.payload_type, "expected": PAYLOAD_TYPE})
+    try:
+        payload = json.loads(signed.payload)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GrantPayloadInvalid("grant payload is not JSON") from exc
+    if not isinstance(payload, dict) or payload.get("artifact_kind") != ARTIFACT_KIND:
+        raise GrantPayloadInvalid(f"grant payload is not a {ARTIFACT_KIND}")
+    if payload.get("kid") != signed.kid:
+        raise GrantPayloadInvalid("payload kid differs from the signing kid",
+                                  details={"payload_kid": payload.get("kid"), "kid": signed.kid})
+    return payload
+
+
+def check_audience(payload: Mapping[str, Any], audience: str) -> None:
+    if payload.get("audience") != audience:
+        raise GrantWrongAudience(f"grant is for audience {payload.get('audience')!r}, not {audience!r}",
+                                 details={"grant": payload.get("audience"), "expected": audience})
+
+
+def check_binding(payload: Mapping[str, Any], *, run_id: str, wave_id: str, worker_id: str | None) -> None:
+    if payload.get("run_id") != run_id:
+        raise GrantWrongRun(f"grant is bound to run {payload.get('run_id')!r}, not {run_id!r}",
+                            details={"grant": payload.get("run_id"), "expected": run_id})
+    if payload.get("wave_id") != wave_id:
+        raise GrantWrongWave(f"grant is bound to wave {payload.get('wave_id')!r}, not {wave_id!r}",
+                             details={"grant": payload.get("wave_id"), "expected": wave_id})
+    bound = payload.get("worker_id")
+    if bound is not None and bound != worker_id:
+        raise GrantWrongWorker(f"grant is bound to worker {bound!r}, not {worker_id!r}",
+                               details={"grant": bound, "expected": worker_id})
+
+
+def check_time(payload: Mapping[str, Any], now: float, leeway: float) -> None:
+    leeway = min(max(leeway, 0.0), MAX_LEEWAY_SECONDS)
+    nbf, exp = epoch(payload["not_before"]), epoch(payload["expires_at"])
+    if now + leeway < nbf:
+        raise GrantNotYetValid(f"grant is valid from {payload['not_before']}",
+                               details={"not_before": payload["not_before"], "leeway_seconds": leeway})
+    if now - leeway >= exp:
+        raise GrantExpired(f"grant expired at {payload['expires_at']}",
+                           details={"expires_at": payload["expires_at"], "leeway_seconds": leeway},
+                           hints=["ask the coordinator for a fresh grant"])
+
+
+# ---- call proofs (sender-constrained grants) ---------------------------------------
+def args_digest(args: Any) -> str:
+    return digest_json(args)
+
+
+def call_proof_body(*, jti: str, method: str, args: Any, idempotency_key: str | None, ts: int) -> dict[str, Any]:
+    return {"jti": jti, "method": method, "args_digest": args_digest(args),
+            "idempotency_key": idempotency_key, "ts": ts}
+
+
+def make_call_proof(worker_key: SigningKey, *, jti: str, method: str, args: Any,
+                    idempotency_key: str | None, ts: int) -> str:
+    """What a worker sends beside its grant on every call (base64url DSSE)."""
+    env = sign_payload(call_proof_body(jti=jti, method=method, args=args, idempotency_key=idempotency_key, ts=ts),
+                       worker_key, payload_type=CALL_PROOF_TYPE)
+    return b64u_encode(canonical_json(env))
+
+
+def check_call_proof(payload: Mapping[str, Any], proof: str | None, *, method: str, args: Any,
+                     idempotency_key: str | None, now: float, leeway: float) -> bytes | None:
+    """Verify the proof of possession of the grant's cnf key. Returns the
+    proof signature (for replay detection) or None when the grant is bearer."""
+    cnf = payload.get("cnf")
+    if cnf is None:
+        return None
+    if not proof:
+        raise GrantProofMissing("this grant is sender-constrained: the call must carry a proof signed by the worker key",
+                                details={"cnf_kid": cnf.get("kid")})
+    try:
+        env = json.loads(b64u_decode(proof))
+        raw = _b64d(cnf.get("public_key"), "cnf key")
+        ptype, body = env["payloadType"], _b64d(env["payload"], "proof payload")
+        sig = _b64d(env["signatures"][0]["sig"], "proof signature")
+    except (GrantMalformed, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise GrantProofInvalid("call proof is malformed") from exc
+    if ptype != CALL_PROOF_TYPE:
+        raise GrantProofInvalid(f"call proof type {ptype!r} is not {CALL_PROOF_TYPE!r}")
+    try:
+        nacl.signing.VerifyKey(raw).verify(pae(ptype, body), sig)
+    except (nacl.exceptions.BadSignatureError, ValueError) as exc:
+        raise GrantProofInvalid("call proof is not signed by the grant's worker key",
+                                details={"cnf_kid": cnf.get("kid")}) from exc
+    try:
+        claimed = json.loads(body)
+    except ValueError as exc:
+        raise GrantProofInvalid("call proof payload is not JSON") from exc
+    expected = {"jti": payload["jti"], "method": method, "args_digest": args_digest(args),
+                "idempotency_key": idempotency_key}
+    for k, v in expected.items():
+        if claimed.get(k) != v:
+            raise GrantProofInvalid(f"call proof does not match this call ({k})", details={"field": k})
+    ts = claimed.get("ts")
+    if not isinstance(ts, int) or abs(now - ts) > min(max(leeway, 0.0), MAX_LEEWAY_SECONDS):
+        raise GrantProofInvalid("call proof timestamp is outside the allowed skew", details={"ts": ts})
+    return sig
+
+
+def public_key_from_b64(text: str) -> PublicKey:
+    return PublicKey.from_raw(_b64d(text, "public key"))
