@@ -277,12 +277,12 @@ class GrantVerifier:
         cost = u.cost_units if u else 0
         fam_limit = (b.get("max_calls_by_family") or {}).get(m.family)
         over = None
-        if "max_calls_total" in b and calls + 1 > b["max_calls_total"]:
-            over = ("max_calls_total", b["max_calls_total"], calls)
+        if "max_calls" in b and calls + 1 > b["max_calls"]:
+            over = ("max_calls", b["max_calls"], calls)
         elif fam_limit is not None and fam_calls + 1 > fam_limit:
             over = (f"max_calls_by_family.{m.family}", fam_limit, fam_calls)
-        elif "max_cost_units" in b and cost + m.cost_units > b["max_cost_units"]:
-            over = ("max_cost_units", b["max_cost_units"], cost)
+        elif "max_cost" in b and cost + m.cost_units > b["max_cost"]:
+            over = ("max_cost", b["max_cost"], cost)
         elif "max_wall_seconds" in b and u and u.first_call_at is not None and t - u.first_call_at > b["max_wall_seconds"]:
             over = ("max_wall_seconds", b["max_wall_seconds"], round(t - u.first_call_at, 3))
         if over:

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 from .contracts import Registry
 from .grant_errors import AdminNotGrantable, EmptyGrant, UnknownCapability, UnknownPolicy
 
-BUDGET_SUM_KEYS = ("max_calls_total", "max_cost_units")
+BUDGET_SUM_KEYS = ("max_calls", "max_cost")
 BUDGET_MIN_KEYS = ("max_wall_seconds",)
 
 
