@@ -77,6 +77,10 @@ class SignedGrant:
     def jti(self) -> str:
         return self.payload["jti"]
 
+    def artifact(self) -> dict[str, Any]:
+        """The stored ToolProfile artifact (payload + payload_digest, kid, signature)."""
+        return tp.signed_artifact(self.payload, self.envelope)
+
 
 def _epoch(now: float | datetime | None) -> float:
     if now is None:
@@ -92,7 +96,8 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
                   worker_id: str | None = None, worker_public_key: bytes | None = None,
                   audience: str | None = None, ttl_seconds: int | None = None,
                   now: float | datetime | None = None, contract_pins: Mapping[str, str] | None = None,
-                  determinism: Mapping[str, Any] | None = None, jti: str | None = None) -> SignedGrant:
+                  determinism_seed: int | None = None, inputs_hash: str | None = None,
+                  jti: str | None = None) -> SignedGrant:
     """Derive, bind, sign and (with a ledger) record a worker's ToolProfile.
 
     `ttl_seconds` may only shorten the policy TTL. `contract_pins` maps
@@ -103,25 +108,33 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
     ttl = scope.ttl_seconds if ttl_seconds is None else max(1, min(int(ttl_seconds), scope.ttl_seconds))
     issued = datetime.fromtimestamp(int(_epoch(now)), tz=timezone.utc)
     pins = dict(contract_pins or {})
-    contracts = [{"contract": reg.contracts[t].ref, "tool_id": t, "ref": pins.get(t), "digest": reg.contracts[t].digest}
-                 for t in scope.tool_ids]
+    contracts = []
+    for t in scope.tool_ids:
+        c = {"contract": reg.contracts[t].ref, "tool_id": t, "digest": reg.contracts[t].digest}
+        if pins.get(t):
+            c["ref"] = pins[t]
+        contracts.append(c)
+    rank = {"write": 0, "read": 1}
+    primary = min(scope.tool_ids, key=lambda t: (rank.get(reg.contracts[t].capability_class, 2), t))
     policy_doc = reg.policy["policies"][policy_id]
-    policy = {"policy_id": policy_id, "version": reg.policy.get("version", "0.0.0"), "digest": digest_json(policy_doc)}
     card_doc = reg.card(card)
-    card_ref = {"card_id": f"{card_doc['kind']}/{card_doc['card_id']}", "version": card_doc["version"],
-                "digest": digest_json(card_doc)}
+    issuer = f"coordinator:{key.kid}"
     identity = {"run_id": run_id, "wave_id": wave_id, "node_id": node_id, "node_execution_id": node_execution_id,
-                "worker_id": worker_id, "methods": list(scope.allowed_methods), "policy": policy["digest"],
+                "worker_id": worker_id, "methods": list(scope.allowed_methods), "policy": digest_json(policy_doc),
                 "contracts": [c["digest"] for c in contracts]}
     profile_id = "tp_" + hashlib.sha256(digest_json(identity).encode()).hexdigest()[:32]
     payload = tp.build_payload(
-        profile_id=profile_id, contracts=contracts, policy=policy, card=card_ref, issued_at=issued,
-        ttl_seconds=ttl, jti=jti or secrets.token_hex(16), audience=audience or scope.audience,
+        profile_id=profile_id, contracts=contracts, primary_contract=reg.contracts[primary].ref,
+        policy_version=f"{policy_id}@{reg.policy.get('version', '0.0.0')}",
+        policy_ref=f"{policy_id}@{digest_json(policy_doc)}",
+        card_ref=f"{card_doc['kind']}/{card_doc['card_id']}@{digest_json(card_doc)}",
+        resolver_ref=f"resolver_spec@{digest_json(reg.resolver)}",
+        issued_at=issued, ttl_seconds=ttl, jti=jti or secrets.token_hex(16), audience=audience or scope.audience,
         run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id,
         worker_id=worker_id, single_use=scope.single_use, capabilities=list(scope.capabilities),
         allowed_methods=list(scope.allowed_methods), constraints=scope.constraints, budgets=scope.budgets,
-        issuer=f"dome-coordinator:{key.kid}", kid=key.kid, cnf_public_key=worker_public_key,
-        determinism=determinism)
+        issuer=issuer, cnf_public_key=worker_public_key, determinism_seed=determinism_seed,
+        inputs_hash=inputs_hash)
     validate("tool_profile", payload)
     envelope = tp.sign_payload(payload, key)
     grant = SignedGrant(token=tp.envelope_to_token(envelope), envelope=envelope, payload=payload, scope=scope)
@@ -375,7 +388,7 @@ class GrantVerifier:
             self._charge(g.profile_id, g.method.family, g.method.cost_units, t, +1)
             if g.proof_sig is not None:
                 self._proofs[g.proof_sig] = t + 2 * tp.MAX_LEEWAY_SECONDS
-        spend = g.single_use and g.method.is_write
+        spend = g.single_use and g.method.spends_single_use
         nex = g.payload.get("node_execution_id")
         try:
             with self.ledger.transaction() as tx:

@@ -82,6 +82,7 @@ class Method:
     summary: str
     long_running: bool = False
     requires_consent: bool = False
+    spends_single_use: bool = False
 
     @property
     def is_write(self) -> bool:
@@ -235,6 +236,7 @@ def _method(tool_id: str, cref: str, name: str, doc: Mapping[str, Any]) -> Metho
         cost_units=int(doc.get("cost_units", 1)), input=str(doc.get("input", "")), output=str(doc.get("output", "")),
         errors=tuple(doc.get("errors") or ()), summary=str(doc.get("summary", "")),
         long_running=bool(doc.get("long_running", False)), requires_consent=bool(doc.get("requires_consent", False)),
+        spends_single_use=bool(doc.get("spends_single_use", False)),
     )
 
 

@@ -37,7 +37,7 @@ PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
 CALL_PROOF_TYPE = "application/vnd.dome.callproof+json"
 TOKEN_PREFIX = "dgt1."
 ARTIFACT_KIND = "dome.tool_profile/v1"
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.0.0"  # the ToolProfile `version` field
 MAX_LEEWAY_SECONDS = 60
 MAX_TOKEN_BYTES = 64 * 1024
 
@@ -81,33 +81,49 @@ def _b64d(text: Any, what: str) -> bytes:
 
 
 # ---- payload, signing, token -------------------------------------------------
-def build_payload(*, profile_id: str, contracts: list[dict[str, Any]], policy: dict[str, Any],
-                  card: dict[str, Any] | None, issued_at: datetime, ttl_seconds: int, jti: str, audience: str,
+def build_payload(*, profile_id: str, contracts: list[dict[str, Any]], primary_contract: str,
+                  policy_version: str, policy_ref: str, card_ref: str | None, resolver_ref: str | None,
+                  issued_at: datetime, ttl_seconds: int, jti: str, audience: str,
                   run_id: str, wave_id: str, node_id: str, node_execution_id: str, worker_id: str | None,
                   single_use: bool, capabilities: list[str], allowed_methods: list[str],
-                  constraints: Mapping[str, Any], budgets: Mapping[str, Any], issuer: str, kid: str,
-                  cnf_public_key: bytes | None = None, determinism: Mapping[str, Any] | None = None,
-                  not_before: datetime | None = None) -> dict[str, Any]:
+                  constraints: Mapping[str, Any], budgets: Mapping[str, Any], issuer: str,
+                  cnf_public_key: bytes | None = None, determinism_seed: int | None = None,
+                  inputs_hash: str | None = None, not_before: datetime | None = None) -> dict[str, Any]:
+    """The ToolProfile payload (registry/schemas/tool_profile.json). The
+    signature and key id live in the DSSE envelope around these bytes."""
     p: dict[str, Any] = {
-        "artifact_kind": ARTIFACT_KIND, "schema_version": SCHEMA_VERSION, "profile_id": profile_id,
-        "contracts": contracts, "policy": policy,
+        "artifact_kind": ARTIFACT_KIND, "version": SCHEMA_VERSION, "object_id": profile_id,
+        "profile_id": profile_id, "run_id": run_id, "wave_id": wave_id, "node_id": node_id,
+        "node_execution_id": node_execution_id, "created_at": rfc3339(issued_at), "producer": issuer,
+        "subject": worker_id or node_execution_id,
+        "contract_id": primary_contract, "contracts": contracts,
+        "policy_version": policy_version, "policy_ref": policy_ref,
         "issued_at": rfc3339(issued_at), "not_before": rfc3339(not_before or issued_at),
         "expires_at": rfc3339(issued_at + timedelta(seconds=ttl_seconds)),
-        "jti": jti, "audience": audience, "run_id": run_id, "wave_id": wave_id, "node_id": node_id,
-        "node_execution_id": node_execution_id, "single_use": single_use,
-        "capabilities": sorted(capabilities), "allowed_methods": sorted(allowed_methods),
-        "constraints": dict(constraints), "budgets": dict(budgets), "issuer": issuer, "kid": kid,
+        "jti": jti, "audience": audience, "single_use": single_use,
+        "allowed_capabilities": sorted(capabilities), "allowed_methods": sorted(allowed_methods),
+        "constraints": dict(constraints), "budgets": dict(budgets), "issuer": issuer,
         "canonicalization": CANONICALIZATION,
     }
-    if card is not None:
-        p["card"] = card
+    if card_ref is not None:
+        p["card_ref"] = card_ref
+    if resolver_ref is not None:
+        p["resolver_ref"] = resolver_ref
     if worker_id is not None:
         p["worker_id"] = worker_id
     if cnf_public_key is not None:
         p["cnf"] = {"kid": kid_for(cnf_public_key), "public_key": b64e(cnf_public_key)}
-    if determinism:
-        p["determinism"] = dict(determinism)
+    if determinism_seed is not None:
+        p["determinism_seed"] = determinism_seed
+    if inputs_hash is not None:
+        p["inputs_hash"] = inputs_hash
     return p
+
+
+def signed_artifact(payload: Mapping[str, Any], envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored form of a grant: payload + payload_digest, kid and the DSSE signature."""
+    return {**payload, "payload_digest": digest_json(payload), "canonicalization": CANONICALIZATION,
+            "kid": envelope["signatures"][0]["keyid"], "signature": envelope["signatures"][0]["sig"]}
 
 
 def sign_payload(payload: Mapping[str, Any], key: SigningKey, *, payload_type: str = PAYLOAD_TYPE) -> dict[str, Any]:
@@ -179,9 +195,6 @@ def check_payload_type(signed: SignedEnvelope) -> dict[str, Any]:
         raise GrantPayloadInvalid("grant payload is not JSON") from exc
     if not isinstance(payload, dict) or payload.get("artifact_kind") != ARTIFACT_KIND:
         raise GrantPayloadInvalid(f"grant payload is not a {ARTIFACT_KIND}")
-    if payload.get("kid") != signed.kid:
-        raise GrantPayloadInvalid("payload kid differs from the signing kid",
-                                  details={"payload_kid": payload.get("kid"), "kid": signed.kid})
     return payload
 
 

@@ -14,7 +14,7 @@ from .decisions import (ConflictDecision, NodeScores, SchedulingCandidate, Sched
 from .errors import ErrorObjectModel
 from .events import ControlEvent, Envelope
 from .evidence import Environment, HumanApproval, PromotionDecision, ValidationReport
-from .grants import Constraints, ExecPolicy, NetworkPolicy, ToolProfile
+from .grants import Confirmation, Constraints, ContractRef, ExecPolicy, NetworkPolicy, ToolProfile
 from .planning import (CycleAnnotation, DsseEnvelope, DsseSignatureEntry, Gateway, SandboxLimits,
                        SchedulingKnobs, SpawnSpec, TaskNode, ValidationSpec, WorkQueue)
 from .proposals import HunkFingerprint, PatchProposal, RangeHint, Risk, WorkerRunMeta
@@ -45,6 +45,8 @@ MODEL_SCHEMAS: dict[type[DomeModel], str] = {
     Constraints: "tool_profile#/properties/constraints",
     NetworkPolicy: "tool_profile#/properties/constraints/properties/network",
     ExecPolicy: "tool_profile#/properties/constraints/properties/exec",
+    ContractRef: "tool_profile#/properties/contracts/items",
+    Confirmation: "tool_profile#/properties/cnf",
     CycleAnnotation: "task_node#/properties/cycle",
     ValidationSpec: "work_queue#/$defs/validation",
     SchedulingKnobs: "work_queue#/$defs/scheduling",

@@ -28,6 +28,7 @@ class ActionSpec(DomeModel):
 class Budgets(DomeModel):
     max_calls: NonNegInt | None = None
     max_calls_by_method: dict[str, NonNegInt] | None = None
+    max_calls_by_family: dict[str, NonNegInt] | None = None
     max_wall_seconds: NonNegFloat | None = None
     max_cpu_seconds: NonNegFloat | None = None
     max_tokens: NonNegInt | None = None

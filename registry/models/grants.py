@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .base import (ArtifactHeader, Capability, DomeModel, Identifier, Method, NonNegFloat, NonNegInt,
+from .base import (ArtifactHeader, Capability, Digest, DomeModel, Identifier, Kid, Method, NonNegFloat, NonNegInt,
                    PinnedRef, Timestamp, require_one_of, unique_list)
 from .common import Budgets
 
@@ -36,6 +36,20 @@ class Constraints(DomeModel):
     max_files: NonNegInt | None = None
 
 
+class ContractRef(DomeModel):
+    contract: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*@[0-9]+\.[0-9]+\.[0-9]+$")
+    tool_id: Identifier
+    ref: PinnedRef | None = None
+    digest: Digest
+
+
+class Confirmation(DomeModel):
+    """Sender constraint (cnf): the worker key every call must be signed with."""
+
+    kid: Kid
+    public_key: str = Field(pattern=r"^[A-Za-z0-9+/]{43}=$")
+
+
 class ToolProfile(ArtifactHeader):
     """Closed: a credential with fields the verifier does not know is refused."""
 
@@ -46,6 +60,7 @@ class ToolProfile(ArtifactHeader):
     contract_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*@[0-9]+\.[0-9]+\.[0-9]+$")
     issued_at: Timestamp
     expires_at: Timestamp
+    not_before: Timestamp | None = None
     jti: str = Field(pattern=r"^[A-Za-z0-9_-]{16,128}$")
     audience: str = Field(min_length=1, max_length=200)
     wave_id: Identifier
@@ -56,6 +71,9 @@ class ToolProfile(ArtifactHeader):
     resolver_ref: PinnedRef | None = None
     card_ref: PinnedRef | None = None
     policy_version: str | None = Field(default=None, min_length=1)
+    policy_ref: PinnedRef | None = None
+    contracts: list[ContractRef] | None = None
+    cnf: Confirmation | None = None
     constraints: Constraints
     budgets: Budgets
     issuer: Identifier
