@@ -22,6 +22,10 @@ def canonical_json(obj: Any) -> bytes:
     non-JSON types raise CanonicalizationError."""
     try:
         return rfc8785.dumps(obj)
+    except RecursionError as exc:
+        raise CanonicalizationError(
+            "value is nested too deeply to canonicalize", details={"type": "RecursionError"},
+        ) from exc
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
         raise CanonicalizationError(
             f"value cannot be canonicalized: {exc}",

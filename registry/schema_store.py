@@ -7,12 +7,15 @@ and cached: validation sits on hot paths (every gateway call).
 """
 from __future__ import annotations
 
+import copy
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
+from jsonschema.exceptions import best_match
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -28,10 +31,18 @@ def schema_names() -> list[str]:
     )
 
 
-@lru_cache(maxsize=None)
+_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*(/[a-z0-9_]+(\.[a-z0-9_]+)*)*$")
+
+
 def load_schema(name: str) -> dict[str, Any]:
+    """The schema document `name` (a fresh copy: callers may mutate it)."""
+    return copy.deepcopy(_load(name))
+
+
+@lru_cache(maxsize=None)
+def _load(name: str) -> dict[str, Any]:
     path = SCHEMA_DIR / f"{name}.json"
-    if not path.is_file():
+    if not isinstance(name, str) or not _NAME.match(name) or not path.is_file():
         raise SchemaValidationError(f"no schema named {name!r}", code="SCHEMA_NOT_FOUND",
                                     details={"name": name})
     return json.loads(path.read_text())
@@ -41,7 +52,7 @@ def load_schema(name: str) -> dict[str, Any]:
 def _registry() -> Registry:
     resources = []
     for name in schema_names():
-        schema = load_schema(name)
+        schema = _load(name)
         resources.append((schema.get("$id", ID_PREFIX + name + ".json"),
                           Resource.from_contents(schema, default_specification=DRAFT202012)))
     return Registry().with_resources(resources)
@@ -49,16 +60,30 @@ def _registry() -> Registry:
 
 @lru_cache(maxsize=None)
 def validator(name: str) -> Draft202012Validator:
-    schema = load_schema(name)
+    schema = _load(name)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema, registry=_registry())
 
 
+def _path_key(err: ValidationError) -> list[tuple[int, int | str]]:
+    # ints (array indexes) and strs (keys) never compare with each other directly
+    return [(0, p) if isinstance(p, int) else (1, str(p)) for p in err.absolute_path]
+
+
+def _message(err: ValidationError) -> str:
+    """The error's message; for anyOf/oneOf, also the most relevant branch's."""
+    if err.context:
+        best = best_match(err.context)
+        if best is not None and best.message != err.message:
+            return f"{err.message} ({best.message})"
+    return err.message
+
+
 def iter_errors(name: str, instance: Any) -> Iterator[dict[str, Any]]:
-    for err in sorted(validator(name).iter_errors(instance), key=lambda e: list(e.absolute_path)):
+    for err in sorted(validator(name).iter_errors(instance), key=_path_key):
         yield {
             "path": "/" + "/".join(str(p) for p in err.absolute_path),
-            "message": err.message,
+            "message": _message(err),
             "validator": err.validator,
         }
 

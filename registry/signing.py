@@ -36,10 +36,17 @@ def b64e(data: bytes) -> str:
 
 
 def b64d(text: str) -> bytes:
+    """Strict base64: standard alphabet, padded, and canonical (the only
+    encoding of its bytes), so one payload has exactly one stored text."""
+    if not isinstance(text, str):
+        raise SignatureError("base64 field is not a string", code="SIGNATURE_MALFORMED")
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
+        data = base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError) as exc:
         raise SignatureError("malformed base64", code="SIGNATURE_MALFORMED") from exc
+    if b64e(data) != text:
+        raise SignatureError("non-canonical base64", code="SIGNATURE_MALFORMED")
+    return data
 
 
 @dataclass(frozen=True)
@@ -90,9 +97,17 @@ class Keyring:
     """Known public keys by kid; unknown kids fail closed."""
 
     def __init__(self, keys: Mapping[str, PublicKey] | None = None) -> None:
-        self._keys: dict[str, PublicKey] = dict(keys or {})
+        self._keys: dict[str, PublicKey] = {}
+        for kid, key in (keys or {}).items():
+            if kid != key.kid:
+                raise SignatureError(f"keyring entry {kid!r} holds key {key.kid!r}", code="KEY_INVALID")
+            self.add(key)
 
     def add(self, key: PublicKey) -> None:
+        """Add a public key; its kid must be the one derived from its bytes."""
+        if key.kid != kid_for(key.raw):
+            raise SignatureError(f"kid {key.kid!r} does not match the key's bytes", code="KEY_INVALID",
+                                 details={"kid": key.kid, "expected": kid_for(key.raw)})
         self._keys[key.kid] = key
 
     def get(self, kid: str) -> PublicKey:
@@ -127,30 +142,47 @@ def dsse_verify(
 ) -> tuple[bytes, str]:
     """Verify a DSSE envelope; return (payload bytes, kid that verified).
 
-    Checks run in a fixed order so each failure has one code: shape,
-    payload type, known kid, signature.
+    The signature is checked over the payload bytes exactly as stored (base64
+    decoded), never over a re-serialization. Checks run in a fixed order so
+    each failure has one code: shape (SIGNATURE_MALFORMED), payload type
+    (WRONG_PAYLOAD_TYPE), known key (UNKNOWN_KID: no signature names a key in
+    the keyring), signature (SIGNATURE_INVALID). Signatures by unknown keys
+    are skipped when another signature is by a known key; one valid
+    signature by a known key suffices.
     """
+    if not isinstance(envelope, Mapping):
+        raise SignatureError("not a DSSE envelope", code="SIGNATURE_MALFORMED")
     try:
         payload_type = envelope["payloadType"]
-        payload = b64d(envelope["payload"])
+        payload_text = envelope["payload"]
         sigs = envelope["signatures"]
-    except (KeyError, TypeError) as exc:
-        raise SignatureError("not a DSSE envelope", code="SIGNATURE_MALFORMED") from exc
+    except KeyError as exc:
+        raise SignatureError(f"not a DSSE envelope: no {exc.args[0]!r}", code="SIGNATURE_MALFORMED") from exc
     if not isinstance(payload_type, str) or not isinstance(sigs, list) or not sigs:
         raise SignatureError("not a DSSE envelope", code="SIGNATURE_MALFORMED")
+    payload = b64d(payload_text)
+    entries: list[tuple[str, bytes]] = []
+    for entry in sigs:
+        if (not isinstance(entry, Mapping) or not isinstance(entry.get("keyid"), str)
+                or "sig" not in entry):
+            raise SignatureError("malformed signature entry", code="SIGNATURE_MALFORMED")
+        entries.append((entry["keyid"], b64d(entry["sig"])))
     if expected_type is not None and payload_type != expected_type:
         raise SignatureError(
             f"payload type {payload_type!r} is not {expected_type!r}",
             code="WRONG_PAYLOAD_TYPE",
             details={"payload_type": payload_type, "expected": expected_type},
         )
+    known = [(kid, sig) for kid, sig in entries if kid in keyring]
+    if not known:
+        kids = [kid for kid, _ in entries]
+        raise SignatureError(f"unknown key id {kids[0]!r}", code="UNKNOWN_KID",
+                             details={"kid": kids[0], "kids": kids})
     last: SignatureError | None = None
-    for entry in sigs:
-        if not isinstance(entry, Mapping) or "keyid" not in entry or "sig" not in entry:
-            raise SignatureError("malformed signature entry", code="SIGNATURE_MALFORMED")
-        key = keyring.get(str(entry["keyid"]))
+    for kid, sig in known:
+        key = keyring.get(kid)
         try:
-            key.verify_pae(payload_type, payload, b64d(entry["sig"]))
+            key.verify_pae(payload_type, payload, sig)
             return payload, key.kid
         except SignatureError as exc:
             last = exc

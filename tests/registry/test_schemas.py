@@ -213,3 +213,41 @@ def test_control_event_topic_is_open_with_documented_known_list() -> None:
     ev["topic"] = "NotATopic"
     with pytest.raises(SchemaValidationError):
         schema_store.validate("control_event", ev)
+
+
+def test_load_schema_returns_a_copy_callers_cannot_corrupt() -> None:
+    first = schema_store.load_schema("spawn_spec")
+    first["additionalProperties"] = True
+    first["required"].clear()
+    bad = example("spawn_spec")
+    bad["surprise"] = 1
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("spawn_spec", bad)
+    assert schema_store.load_schema("spawn_spec")["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("name", ["../schemas/spawn_spec", "/etc/passwd", "spawn_spec.json", "", "nope",
+                                  "klayout/../spawn_spec"])
+def test_unknown_or_escaping_schema_names_are_not_found(name: str) -> None:
+    with pytest.raises(SchemaValidationError) as info:
+        schema_store.load_schema(name)
+    assert info.value.code == "SCHEMA_NOT_FOUND"
+
+
+def test_every_error_is_reported_with_path_and_a_useful_message() -> None:
+    bad = example("work_queue")
+    del bad["repo"]
+    bad["tasks"][0]["node_id"] = "bad id with spaces"
+    bad["tasks"][1]["extra"] = 1
+    bad["validations"][0]["suite"] = 5
+    with pytest.raises(SchemaValidationError) as info:
+        schema_store.validate("work_queue", bad)
+    paths = [e["path"] for e in info.value.details["errors"]]
+    assert "/" in paths and "/tasks/0/node_id" in paths and "/tasks/1" in paths
+    assert "/validations/0/suite" in paths
+    spawn = example("spawn_spec")
+    del spawn["gateway"]["socket"]
+    with pytest.raises(SchemaValidationError) as info:
+        schema_store.validate("spawn_spec", spawn)
+    msg = info.value.details["errors"][0]["message"]
+    assert "required" in msg  # names the branch's missing property, not only "anyOf failed"
