@@ -1,0 +1,161 @@
+"""run_drc_script: run a deck on an exported copy of the session layout.
+
+Ruby decks run as `klayout -b -r DECK -rd input=COPY -rd output=REPORT
+-rd top_cell=TOP -rd NAME=VALUE ...`; Python decks run as `python -I
+pydeck_runner.py SPEC.json` (klayout.db in a child process). Both are an
+argv list (never a shell), in the run directory, with a minimal
+environment, a timeout that kills the whole process group, and stdout and
+stderr captured to files. The deck path was validated against the allowed
+roots; parameters are names matching [A-Za-z_][A-Za-z0-9_]* and string
+values that reach the deck as data ($name in Ruby, deck.params in Python).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import Config
+from .errors import DrcRunFailed, InvalidTarget
+from .markers import VIOLATIONS_SCHEMA_VERSION, read_report, violations
+from .sessions import RunRecord, Session
+
+RESERVED_PARAMS = ("input", "output", "top_cell")
+RUNNER = Path(__file__).resolve().parent / "pydeck_runner.py"
+TAIL = 4000
+
+
+def validate_params(params: dict[str, str]) -> dict[str, str]:
+    for name, value in params.items():
+        if name in RESERVED_PARAMS:
+            raise InvalidTarget(f"parameter name {name!r} is reserved", details={"param": name,
+                                "reserved": list(RESERVED_PARAMS)})
+        if "\x00" in value:
+            raise InvalidTarget("parameter values may not contain NUL", details={"param": name})
+    return dict(sorted(params.items()))
+
+
+def resolve_klayout_bin(raw: str) -> str:
+    if os.sep in raw:
+        path = Path(raw)
+        if path.is_absolute() and path.is_file() and os.access(path, os.X_OK):
+            return str(path.resolve())
+        found = None
+    else:
+        found = shutil.which(raw)
+    if not found:
+        raise DrcRunFailed("the KLayout executable was not found",
+                           details={"reason": "klayout_not_found", "klayout_bin": raw},
+                           hints=["install the klayout package or set KLAYOUT_BIN to its absolute path"])
+    return str(Path(found).resolve())
+
+
+def _child_env(run_dir: Path) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(run_dir), "LANG": "C.UTF-8",
+           "LC_ALL": "C.UTF-8", "QT_QPA_PLATFORM": "offscreen"}
+    return env
+
+
+def new_run_id(session: Session) -> str:
+    while True:
+        rid = "drc_" + secrets.token_hex(4)
+        if rid not in session.runs and not (session.artifact_dir / "drc" / rid).exists():
+            return rid
+
+
+def build_argv(script_type: str, script: Path, layout_copy: Path, report: Path, top_cell: str,
+               params: dict[str, str], run_dir: Path, klayout_bin: str) -> list[str]:
+    if script_type == "ruby":
+        argv = [klayout_bin, "-b", "-r", str(script), "-rd", f"input={layout_copy}", "-rd", f"output={report}",
+                "-rd", f"top_cell={top_cell}"]
+        for name, value in params.items():
+            argv += ["-rd", f"{name}={value}"]
+        return argv
+    spec = {"script": str(script), "input": str(layout_copy), "output": str(report), "top_cell": top_cell,
+            "params": params}
+    spec_path = run_dir / "deck_spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    return [sys.executable, "-I", str(RUNNER), str(spec_path)]
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-TAIL:].decode("utf-8", "replace")
+
+
+def run_deck(session: Session, script: Path, script_type: str, params: dict[str, str],
+             config: Config) -> tuple[RunRecord, int, dict[str, int], float]:
+    params = validate_params(params)
+    klayout_bin = resolve_klayout_bin(config.klayout_bin) if script_type == "ruby" else ""
+    deck_bytes = script.read_bytes()
+    run_id = new_run_id(session)
+    run_dir = session.artifact_dir / "drc" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "crops").mkdir()
+    layout_copy = run_dir / ("layout.oas" if session.source["format"] == "oas" else "layout.gds")
+    session.layout.write(str(layout_copy))
+    report = run_dir / "report.lyrdb"
+    stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
+    argv = build_argv(script_type, script, layout_copy, report, session.top_cell, params, run_dir, klayout_bin)
+    base = {"run_id": run_id, "script_path": str(script), "script_type": script_type,
+            "stdout_path": str(stdout_path), "stderr_path": str(stderr_path)}
+    started = time.monotonic()
+    with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+        try:
+            proc = subprocess.Popen(argv, cwd=run_dir, env=_child_env(run_dir), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, shell=False, start_new_session=True)
+        except OSError as exc:
+            raise DrcRunFailed("the DRC process could not start", details={**base, "reason": "spawn_failed",
+                                                                          "error": str(exc)}) from exc
+        try:
+            rc = proc.wait(timeout=config.drc_timeout_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise DrcRunFailed("the DRC run timed out", retry="none",
+                               details={**base, "reason": "timeout", "timeout_s": config.drc_timeout_seconds,
+                                        "stderr_tail": _tail(stderr_path)},
+                               hints=["KLAYOUT_MCP_DRC_TIMEOUT_SECONDS raises the limit"])
+    duration = time.monotonic() - started
+    if rc != 0:
+        raise DrcRunFailed("the DRC deck failed", details={**base, "reason": "nonzero_exit", "return_code": rc,
+                                                          "stderr_tail": _tail(stderr_path),
+                                                          "stdout_tail": _tail(stdout_path)})
+    if not report.is_file():
+        raise DrcRunFailed("the DRC deck wrote no report", details={**base, "reason": "no_report",
+                           "expected_report": str(report), "stdout_tail": _tail(stdout_path)},
+                           hints=["a Ruby deck must call report(..., $output); a Python deck must call deck.output"])
+    markers, rule_counts = read_report(report, session.dbu)
+    deck_sha = hashlib.sha256(deck_bytes).hexdigest()
+    viol = violations(markers, deck_name=script.name, deck_sha256=deck_sha, run_id=run_id, dbu=session.dbu)
+    (run_dir / "markers.json").write_text(json.dumps(
+        {"run_id": run_id, "deck": str(script), "deck_sha256": deck_sha, "marker_count": len(markers),
+         "rule_counts": rule_counts, "markers": markers,
+         "schema_version": VIOLATIONS_SCHEMA_VERSION, "violations": viol}, indent=2, sort_keys=True) + "\n")
+    record = RunRecord(run_id=run_id, run_dir=run_dir, script_path=str(script), script_type=script_type,
+                       deck_sha256=deck_sha, report_path=report, markers=markers)
+    session.runs[run_id] = record
+    return record, rc, rule_counts, duration
+
+
+def run_artifacts(record: RunRecord) -> list[dict[str, Any]]:
+    d = record.run_dir
+    layout_copy = next(p for p in (d / "layout.gds", d / "layout.oas") if p.exists())
+    return [
+        {"kind": "drc_report", "path": str(record.report_path), "media_type": "application/octet-stream"},
+        {"kind": "markers", "path": str(d / "markers.json"), "media_type": "application/json"},
+        {"kind": "layout_copy", "path": str(layout_copy), "media_type": "application/octet-stream"},
+        {"kind": "stdout", "path": str(d / "stdout.txt"), "media_type": "text/plain"},
+        {"kind": "stderr", "path": str(d / "stderr.txt"), "media_type": "text/plain"},
+    ]

@@ -1,0 +1,41 @@
+"""Validation of caller-supplied paths before anything opens or executes them.
+
+A path must be absolute, free of NUL and control characters, and its fully
+resolved form (every symlink followed) must lie under one of the allowed
+roots (also resolved). Only the resolved path is ever handed to KLayout or a
+subprocess, so a symlink cannot point a check at one file and a use at another.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import FileNotFound, InvalidTarget
+
+
+def resolve_allowed(raw: str, roots: tuple[Path, ...], *, field: str) -> Path:
+    if not isinstance(raw, str) or not raw:
+        raise InvalidTarget(f"{field} must be a non-empty string", details={"field": field})
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in raw):
+        raise InvalidTarget(f"{field} holds control characters", details={"field": field, "reason": "control_characters"})
+    if not os.path.isabs(raw):
+        raise InvalidTarget(f"{field} must be an absolute path", details={"field": field, "path": raw,
+                            "reason": "not_absolute"}, hints=["pass an absolute path"])
+    path = Path(raw)
+    if not path.exists():
+        raise FileNotFound(f"{field} does not exist", details={"field": field, "path": raw})
+    real = path.resolve(strict=True)
+    for root in roots:
+        try:
+            root_real = root.resolve(strict=True)
+        except OSError:
+            continue
+        if real == root_real or root_real in real.parents:
+            if not real.is_file():
+                raise FileNotFound(f"{field} is not a regular file", details={"field": field, "path": raw})
+            return real
+    raise InvalidTarget(f"{field} resolves outside the allowed roots",
+                        details={"field": field, "path": raw, "resolved": str(real),
+                                 "reason": "outside_allowed_roots",
+                                 "allowed_roots": [str(r) for r in roots]},
+                        hints=["set KLAYOUT_MCP_ALLOWED_ROOTS to include the layout's directory"])

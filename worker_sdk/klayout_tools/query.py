@@ -1,0 +1,248 @@
+"""query_region: shapes, instances and texts touching a box, with session-stable ids.
+
+Shapes are collected per layer (layers in layer/datatype order) through
+KLayout's region-confined recursive iterator, so the scan cost is what a
+hand-written klayout.db loop costs; only the returned shapes get ids and dicts.
+The ordering is layer, datatype, kind, bbox (left, bottom, right, top), then
+cell and instance path; summary counts are before truncation.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+from typing import Any
+
+import klayout.db as kdb
+
+from .errors import InvalidBox, QueryTooLarge, ToolLimitExceeded
+from .layers import layer_ref, resolve_layers
+from .loader import cell_or_error
+from .sessions import Session, ShapeRecord
+from .units import box_dbu, box_um, finite, um
+
+KIND_RANK = {"box": 0, "edge": 1, "path": 2, "point": 3, "polygon": 4, "text": 5}
+DBU_LIMIT = 2**31 - 1
+
+
+def box_from_request(box: dict[str, Any], dbu: float) -> kdb.Box:
+    vals = [box["left"], box["bottom"], box["right"], box["top"]]
+    if not finite(*vals):
+        raise InvalidBox("box coordinates must be finite numbers", details={"box": box})
+    if not (box["left"] < box["right"] and box["bottom"] < box["top"]):
+        raise InvalidBox("box needs left < right and bottom < top", details={"box": box})
+    ints = [int(round(v / dbu)) for v in vals]
+    if any(abs(v) > DBU_LIMIT for v in ints):
+        raise InvalidBox("box exceeds the 32-bit database range", details={"box": box, "dbu": dbu})
+    if ints[0] == ints[2] or ints[1] == ints[3]:
+        raise InvalidBox("box is narrower than one database unit", details={"box": box, "dbu": dbu})
+    return kdb.Box(*ints)
+
+
+def _kind(shape: kdb.Shape) -> str:
+    if shape.is_box():
+        return "box"
+    if shape.is_path():
+        return "path"
+    if shape.is_text():
+        return "text"
+    if shape.is_edge():
+        return "edge"
+    if shape.is_point():
+        return "point"
+    return "polygon"
+
+
+def _geometry(shape: kdb.Shape, kind: str, trans: kdb.ICplxTrans) -> Any:
+    if kind == "box":
+        return shape.box.transformed(trans) if trans.is_ortho() else shape.polygon.transformed(trans)
+    if kind == "path":
+        return shape.path.transformed(trans)
+    if kind == "text":
+        return shape.text.transformed(trans)
+    if kind == "edge":
+        return shape.edge.transformed(trans)
+    if kind == "point":
+        return shape.point.transformed(trans) if hasattr(shape, "point") else shape.bbox().transformed(trans)
+    return shape.polygon.transformed(trans)
+
+
+def _path_names(layout: kdb.Layout, frame: kdb.Cell, elements: list) -> tuple[str, ...]:
+    names = [frame.name]
+    for el in elements:
+        names.append(layout.cell(el.cell_inst().cell_index).name)
+    return tuple(names)
+
+
+def _path_key(elements: list) -> str:
+    return ";".join(f"{el.cell_inst().cell_index}:{el.ia()}:{el.ib()}:{el.specific_trans()}" for el in elements)
+
+
+def _register(session: Session, frame: kdb.Cell, hit: tuple, hierarchy_mode: str) -> ShapeRecord:
+    layout = session.layout
+    (_li_rank, kind_rank, l, b, r, t, li, cell_index, elements, shape, trans) = hit
+    kind = [k for k, v in KIND_RANK.items() if v == kind_rank][0]
+    geom = _geometry(shape, kind, trans)
+    cell_name = layout.cell(cell_index).name
+    if hierarchy_mode == "flattened":
+        inst_path: tuple[str, ...] = (frame.name,)
+        origin = frame.name
+    else:
+        inst_path = _path_names(layout, frame, elements)
+        origin = cell_name
+    key = "|".join([session.id, frame.name, cell_name, _path_key(elements), str(li), kind, str(geom)])
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    sid = "shp_" + digest[:8]
+    n = 8
+    while sid in session.shapes and session.shapes[sid].geometry != geom:
+        n += 2
+        sid = "shp_" + digest[:n]
+    text = geom.string if kind == "text" else None
+    rec = ShapeRecord(id=sid, kind=kind, frame_cell=frame.name, cell=origin, instance_path=inst_path,
+                      layer=layer_ref(layout, li), geometry=geom, bbox=kdb.Box(l, b, r, t), text=text)
+    if sid not in session.shapes and len(session.shapes) >= session_id_limit(session):
+        raise ToolLimitExceeded("too many shape ids registered in this session",
+                                details={"limit": "max_ids_per_session", "max": session_id_limit(session)},
+                                hints=["open a new session"])
+    session.shapes[sid] = rec
+    return rec
+
+
+def session_id_limit(session: Session) -> int:
+    return getattr(session, "_id_limit", 1_000_000)
+
+
+def shape_dict(rec: ShapeRecord, dbu: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": rec.id, "kind": rec.kind, "cell": rec.cell, "instance_path": list(rec.instance_path),
+                           "layer": rec.layer, "bbox_um": box_um(rec.bbox, dbu), "bbox_dbu": box_dbu(rec.bbox)}
+    g = rec.geometry
+    if rec.kind == "path":
+        out["point_count"] = int(g.num_points())
+        out["path_width_um"] = um(g.width * dbu)
+        out["path_width_dbu"] = int(g.width)
+    elif rec.kind in ("polygon",):
+        out["point_count"] = int(g.num_points())
+    elif rec.kind == "box":
+        out["point_count"] = 4
+    elif rec.kind == "text":
+        out["text"] = rec.text
+        out["position_um"] = {"x": um(g.x * dbu), "y": um(g.y * dbu)}
+    return out
+
+
+def query_region(session: Session, request: dict[str, Any], *, max_shapes_cap: int, max_instances_cap: int,
+                 scan_limit: int) -> dict[str, Any]:
+    layout = session.layout
+    dbu = layout.dbu
+    frame = cell_or_error(layout, request.get("cell", session.top_cell))
+    box = box_from_request(request["box"], dbu)
+    mode = request.get("hierarchy_mode", "recursive")
+    max_shapes = request.get("max_shapes", 200)
+    max_instances = request.get("max_instances", 100)
+    if max_shapes > max_shapes_cap or max_instances > max_instances_cap:
+        raise QueryTooLarge("max_shapes or max_instances is above the per-response cap",
+                            details={"max_shapes": max_shapes, "max_shapes_cap": max_shapes_cap,
+                                     "max_instances": max_instances, "max_instances_cap": max_instances_cap},
+                            hints=["page with smaller boxes"])
+    layer_indexes = resolve_layers(layout, request.get("layers"))
+
+    shape_hits: list[tuple] = []
+    text_hits: list[tuple] = []
+    n_shapes = n_texts = scanned = 0
+    for rank, li in enumerate(layer_indexes):
+        it = frame.begin_shapes_rec_touching(li, box)
+        if mode == "top":
+            it.max_depth = 0
+        while not it.at_end():
+            scanned += 1
+            if scanned > scan_limit:
+                raise QueryTooLarge("the box touches more shapes than the scan limit",
+                                    details={"scan_limit": scan_limit, "box_um": box_um(box, dbu)},
+                                    hints=["query a smaller box or fewer layers",
+                                           "KLAYOUT_MCP_QUERY_SCAN_LIMIT raises the limit"])
+            shape = it.shape()
+            trans = it.trans()
+            bb = shape.bbox().transformed(trans)
+            kind_rank = KIND_RANK[_kind(shape)]
+            hit = (rank, kind_rank, bb.left, bb.bottom, bb.right, bb.top, li, it.cell_index(), None, shape, trans)
+            if kind_rank == 5:
+                n_texts += 1
+                text_hits.append(hit)
+            else:
+                n_shapes += 1
+                shape_hits.append(hit)
+            if len(shape_hits) > 4 * max_shapes + 4096:
+                shape_hits = heapq.nsmallest(max_shapes, shape_hits, key=_sort_key)
+            # the instance path is taken only for hits that survive: re-walked below
+            it.next()
+
+    best_shapes = heapq.nsmallest(max_shapes, shape_hits, key=_sort_key)
+    best_texts = heapq.nsmallest(max_shapes, text_hits, key=_sort_key)
+    shapes = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode), mode), dbu) for h in best_shapes]
+    texts = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode), mode), dbu) for h in best_texts]
+    shapes.sort(key=_dict_key)
+    texts.sort(key=_dict_key)
+
+    instances, n_inst = _instances(session, frame, box, mode, max_instances)
+    return {
+        "session_id": session.id, "box_um": box_um(box, dbu), "box_dbu": box_dbu(box), "cell": frame.name,
+        "hierarchy_mode": mode,
+        "summary": {"shape_count": n_shapes, "instance_count": n_inst, "text_count": n_texts},
+        "shapes": shapes, "instances": instances, "texts": texts,
+        "truncation": {"shapes_dropped": n_shapes - len(shapes), "instances_dropped": n_inst - len(instances),
+                       "texts_dropped": n_texts - len(texts)},
+    }
+
+
+def _sort_key(hit: tuple) -> tuple:
+    # layer rank, kind, bbox, then the origin cell and the transformation for full determinism
+    return hit[:6] + (hit[7], str(hit[10]))
+
+
+def _dict_key(d: dict[str, Any]) -> tuple:
+    b = d["bbox_dbu"]
+    return (d["layer"]["layer"], d["layer"]["datatype"], KIND_RANK[d["kind"]], b["left"], b["bottom"], b["right"],
+            b["top"], d["cell"], d["instance_path"], d["id"])
+
+
+def _with_path(frame: kdb.Cell, hit: tuple, box: kdb.Box, mode: str) -> tuple:
+    """Recover the instance path of a kept hit (only done for returned shapes)."""
+    if mode == "top" or hit[7] == frame.cell_index():
+        return hit[:8] + ([],) + hit[9:]
+    it = frame.begin_shapes_rec_touching(hit[6], kdb.Box(hit[2], hit[3], hit[4], hit[5]))
+    while not it.at_end():
+        if it.cell_index() == hit[7] and it.shape() == hit[9] and str(it.trans()) == str(hit[10]):
+            return hit[:8] + (list(it.path()),) + hit[9:]
+        it.next()
+    return hit[:8] + ([],) + hit[9:]
+
+
+def _instances(session: Session, frame: kdb.Cell, box: kdb.Box, mode: str, max_instances: int
+               ) -> tuple[list[dict[str, Any]], int]:
+    if mode == "flattened":
+        return [], 0
+    layout = session.layout
+    dbu = layout.dbu
+    it = frame.begin_instances_rec_touching(box)
+    if mode == "top":
+        it.max_depth = 0
+    rows = []
+    while not it.at_end():
+        el = it.current_inst_element()
+        inst = el.inst()
+        child = layout.cell(inst.cell_index)
+        t = it.trans() * el.specific_trans()
+        bb = child.bbox().transformed(t)
+        path_names = _path_names(layout, frame, list(it.path()))
+        rows.append((bb.left, bb.bottom, bb.right, bb.top, child.name, path_names, el.ia(), el.ib(), t))
+        it.next()
+    rows.sort(key=lambda r: (r[:5], r[5], r[6], r[7]))
+    out = []
+    for (l, b, r, t_, name, path_names, ia, ib, t) in rows[:max_instances]:
+        bb = kdb.Box(l, b, r, t_)
+        out.append({"child_cell": name, "parent_cell": path_names[-1], "instance_path": list(path_names) + [name],
+                    "array_index": None if ia < 0 else {"column": int(ia), "row": int(ib)},
+                    "transform": {"x_um": um(t.disp.x * dbu), "y_um": um(t.disp.y * dbu),
+                                  "rotation_deg": um(t.angle), "mirror": bool(t.is_mirror()),
+                                  "magnification": um(t.mag)},
+                    "bbox_um": box_um(bb, dbu), "bbox_dbu": box_dbu(bb)})
+    return out, len(rows)
