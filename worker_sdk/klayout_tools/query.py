@@ -222,9 +222,9 @@ def _instances(session: Session, frame: kdb.Cell, box: kdb.Box, mode: str, max_i
         return [], 0
     layout = session.layout
     dbu = layout.dbu
-    it = frame.begin_instances_rec_touching(box)
     if mode == "top":
-        it.max_depth = 0
+        return _top_instances(session, frame, box, max_instances)
+    it = frame.begin_instances_rec_touching(box)
     rows = []
     while not it.at_end():
         el = it.current_inst_element()
@@ -241,6 +241,35 @@ def _instances(session: Session, frame: kdb.Cell, box: kdb.Box, mode: str, max_i
         bb = kdb.Box(l, b, r, t_)
         out.append({"child_cell": name, "parent_cell": path_names[-1], "instance_path": list(path_names) + [name],
                     "array_index": None if ia < 0 else {"column": int(ia), "row": int(ib)},
+                    "transform": {"x_um": um(t.disp.x * dbu), "y_um": um(t.disp.y * dbu),
+                                  "rotation_deg": um(t.angle), "mirror": bool(t.is_mirror()),
+                                  "magnification": um(t.mag)},
+                    "bbox_um": box_um(bb, dbu), "bbox_dbu": box_dbu(bb)})
+    return out, len(rows)
+
+
+def _top_instances(session: Session, frame: kdb.Cell, box: kdb.Box, max_instances: int
+                   ) -> tuple[list[dict[str, Any]], int]:
+    """Direct instance records of the cell (an array is one record) touching the box."""
+    layout = session.layout
+    dbu = layout.dbu
+    rows = []
+    for inst in frame.each_touching_inst(box):
+        bb = inst.bbox()
+        t = inst.cplx_trans
+        rows.append((bb.left, bb.bottom, bb.right, bb.top, inst.cell.name, str(t), inst))
+    rows.sort(key=lambda r: r[:6])
+    out = []
+    for (_l, _b, _r, _t, name, _ts, inst) in rows[:max_instances]:
+        bb = inst.bbox()
+        t = inst.cplx_trans
+        arr = None
+        if inst.is_regular_array():
+            arr = {"columns": int(inst.na), "rows": int(inst.nb),
+                   "column_step_um": {"x": um(inst.da.x), "y": um(inst.da.y)},
+                   "row_step_um": {"x": um(inst.db.x), "y": um(inst.db.y)}, "count": int(inst.size())}
+        out.append({"child_cell": name, "parent_cell": frame.name, "instance_path": [frame.name, name],
+                    "array_index": None, "array": arr,
                     "transform": {"x_um": um(t.disp.x * dbu), "y_um": um(t.disp.y * dbu),
                                   "rotation_deg": um(t.angle), "mirror": bool(t.is_mirror()),
                                   "magnification": um(t.mag)},
