@@ -30,6 +30,15 @@ def _value_bbox(value: krdb.RdbItemValue) -> kdb.DBox | None:
     return None
 
 
+def _category_name(cat: krdb.RdbCategory | None) -> str:
+    """The category's name, sub-categories joined with '/' (unquoted, unlike RdbCategory.path)."""
+    parts = []
+    while cat is not None:
+        parts.insert(0, cat.name())
+        cat = cat.parent()
+    return "/".join(parts) or "unknown"
+
+
 def read_report(path: Path, dbu: float) -> tuple[list[dict[str, Any]], dict[str, int]]:
     db = krdb.ReportDatabase("")
     try:
@@ -41,7 +50,7 @@ def read_report(path: Path, dbu: float) -> tuple[list[dict[str, Any]], dict[str,
     markers = []
     for item in db.each_item():
         cat = db.category_by_id(item.category_id())
-        rule = cat.path() if cat is not None else "unknown"
+        rule = _category_name(cat)
         rule_counts[rule] = rule_counts.get(rule, 0) + 1
         cell = db.cell_by_id(item.cell_id())
         bbox = kdb.DBox()

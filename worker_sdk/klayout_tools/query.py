@@ -89,7 +89,7 @@ def _register(session: Session, frame: kdb.Cell, hit: tuple, hierarchy_mode: str
     else:
         inst_path = _path_names(layout, frame, elements)
         origin = cell_name
-    key = "|".join([session.id, frame.name, cell_name, _path_key(elements), str(li), kind, str(geom)])
+    key = "|".join([session.source["sha256"], frame.name, cell_name, _path_key(elements), str(li), kind, str(geom)])
     digest = hashlib.sha256(key.encode()).hexdigest()
     sid = "shp_" + digest[:8]
     n = 8
