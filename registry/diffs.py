@@ -798,3 +798,84 @@ def _b85decode(data: bytes) -> bytes:
             raise DiffError("base85 overflow")
         out += acc.to_bytes(4, "big")
     return bytes(out)
+
+
+# ---------------------------------------------------------------------------
+# strict in-memory application (the fast path of apply-check and the canvas)
+
+
+class PatchDoesNotApply(DiffError):
+    code = "DIFF_DOES_NOT_APPLY"
+
+
+def _split_lines(content: bytes) -> list[bytes]:
+    """Lines with their LF (the last one may lack it)."""
+    if not content:
+        return []
+    parts = content.split(b"\n")
+    out = [p + b"\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
+def _hunk_sides(h: Hunk) -> tuple[list[bytes], list[bytes]]:
+    pre: list[bytes] = []
+    post: list[bytes] = []
+    last: list[list[bytes]] = []
+    for ln in h.lines:
+        tag = ln[:1]
+        if tag == b"\\":
+            for side in last:
+                side[-1] = side[-1][:-1]  # drop the LF: no newline at end of file
+            continue
+        body = ln[1:] + b"\n"
+        if tag == b" ":
+            pre.append(body)
+            post.append(body)
+            last = [pre, post]
+        elif tag == b"-":
+            pre.append(body)
+            last = [pre]
+        else:
+            post.append(body)
+            last = [post]
+    return pre, post
+
+
+def apply_text(fp: FilePatch, content: bytes) -> bytes:
+    """Apply the text hunks of `fp` to `content` exactly at their stated base
+    lines (no fuzz, no offset search); raise PatchDoesNotApply otherwise."""
+    lines = _split_lines(content)
+    out: list[bytes] = []
+    pos = 0
+    for h in fp.hunks:
+        pre, post = _hunk_sides(h)
+        start = h.old_start - 1 if h.old_count else h.old_start
+        if start < pos or lines[start:start + len(pre)] != pre:
+            raise PatchDoesNotApply("hunk preimage does not match the base",
+                                    details={"path": fp.path, "old_start": h.old_start})
+        out.extend(lines[pos:start])
+        out.extend(post)
+        pos = start + len(pre)
+    out.extend(lines[pos:])
+    return b"".join(out)
+
+
+def binary_literal(fp: FilePatch, limit: int) -> bytes:
+    """The postimage of a `literal` binary patch (capped inflation)."""
+    assert fp.binary is not None
+    parts = fp.binary.parts()
+    if not parts or parts[0][0] != "literal":
+        raise PatchDoesNotApply("delta binary patches need git", details={"path": fp.path})
+    _, declared, data = parts[0]
+    raw = bytearray()
+    for line in data:
+        n = line[0]
+        length = n - ord("A") + 1 if n <= ord("Z") else n - ord("a") + 27
+        raw += _b85decode(line[1:])[:length]
+    out = zlib.decompressobj().decompress(bytes(raw), limit + 1)
+    if len(out) > limit or len(out) != declared:
+        raise DiffError("binary literal size is wrong or over the limit", code="DIFF_BINARY_TOO_LARGE",
+                        details={"path": fp.path, "declared": declared, "limit": limit})
+    return out

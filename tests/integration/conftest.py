@@ -45,3 +45,41 @@ def big_repo(tmp_path: Path) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     return repo
+
+
+def make_proposal(repo: Path, pid: str, change, *, base: str | None = None, risk="low",
+                  atomicity: str = "atomic_proposal", created_at: str = "2026-01-01T00:00:00Z",
+                  **extra) -> tuple[dict, bytes]:
+    """Run `change(repo)` on a clean checkout of `base`, capture the diff the
+    way a worker does, and build the PatchProposal record for it."""
+    from registry.diffs import describe_diff
+    base = base or head(repo)
+    cur = head(repo)
+    if cur != base:
+        git(repo, "checkout", "-q", "--detach", base)
+    change(repo)
+    raw = worktree_diff(repo)
+    if cur != base:
+        git(repo, "checkout", "-q", cur)
+    d = describe_diff(raw, base)
+    proposal = {
+        "artifact_kind": "dome.patch_proposal/v1", "proposal_id": pid, "base_ref": base,
+        "base_tree_hash": git(repo, "rev-parse", base + "^{tree}"),
+        "diff_canonicalization": d["diff_canonicalization"], "diff_digest": d["diff_digest"],
+        "touched_files": d["touched_files"], "hunk_fingerprints": d["hunk_fingerprints"],
+        "intent_tags": ["refactor"], "risk": risk, "declared_constraints": {},
+        "atomicity": atomicity, "created_at": created_at,
+        "worker_run_meta": {"tool_profile_id": "tp-test", "run_id": "run-test", "wave_id": "w1"},
+        **extra,
+    }
+    return proposal, d["canonical"]
+
+
+def edit_line(path: str, lineno: int, text: str):
+    """A change that replaces 1-based line `lineno` of `path`."""
+    def change(repo: Path) -> None:
+        p = repo / path
+        lines = p.read_text().splitlines(keepends=True)
+        lines[lineno - 1] = text + "\n"
+        p.write_text("".join(lines))
+    return change

@@ -1,0 +1,440 @@
+"""The integration canvas (admin only): one worktree at the base commit on
+which accepted proposals are stacked, checkpointed and rolled back.
+
+Only the coordinator holds this object; no worker profile ever holds an
+apply, commit, merge or promote tool.
+
+How a layer is applied (index + 3-way semantics, no porcelain):
+- the canvas keeps the head tree in memory (lazily loaded from git) and a
+  long-lived `git cat-file --batch` reader;
+- a file whose current blob is the proposal's preimage blob gets the hunks
+  applied exactly (`registry.diffs.apply_text`), the new blob is written as a
+  loose object by this process;
+- a file changed by an earlier layer is merged 3-way (`git merge-file` of
+  base blob, current blob and the patched base blob): clean merges apply,
+  overlaps are conflicts;
+- anything else (renames, binary deltas) goes through `git apply --cached
+  --3way` on a private index file.
+A checkpoint writes the dirty trees and a commit object whose message
+carries the proposal ids and digests as trailers, and points
+refs/dome/runs/<run_id>/checkpoints/<n> at it. Rolling back is moving the
+in-memory head to a checkpoint's tree.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import git as gitpython
+
+from coordinator.integration import gitio
+from coordinator.integration.gitio import GitError, ObjectReader, ObjectWriter
+from registry import diffs
+from registry.diffs import DiffError, FilePatch, ParsedDiff
+from registry.errors import DomeError
+
+CHECKPOINT_REF = "refs/dome/runs/{run_id}/checkpoints/{n:04d}"
+HEAD_REF = "refs/dome/runs/{run_id}/head"
+
+
+class CanvasError(DomeError):
+    code = "CANVAS_ERROR"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    checkpoint_id: str
+    index: int
+    commit: str
+    tree: str
+    parent: str
+    proposal_ids: tuple[str, ...]
+    included: tuple[str, ...]  # every proposal id in this head, in stack order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checkpoint_id": self.checkpoint_id, "index": self.index, "commit": self.commit,
+                "tree": self.tree, "parent": self.parent, "proposal_ids": list(self.proposal_ids),
+                "included_proposal_ids": list(self.included)}
+
+
+@dataclass
+class Conflict:
+    path: str
+    hunk: int | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "hunk": self.hunk, "reason": self.reason}
+
+
+@dataclass
+class Attempt:
+    """The outcome of trying a diff on the current head (nothing committed yet)."""
+
+    changes: dict[str, tuple[str, str] | None] = field(default_factory=dict)  # path -> (mode, oid)|None
+    conflicts: list[Conflict] = field(default_factory=list)
+    method: str = "fast"
+
+    @property
+    def clean(self) -> bool:
+        return not self.conflicts
+
+
+class TreeState:
+    """The head tree held in memory: lazily loaded directories, dirty tracking."""
+
+    def __init__(self, reader: ObjectReader, writer: ObjectWriter, root: str) -> None:
+        self._reader, self._writer = reader, writer
+        self.reset(root)
+
+    def reset(self, root: str) -> None:
+        self._dirs: dict[str, dict[str, tuple[str, str]]] = {}
+        self._clean: dict[str, str] = {"": root}
+        self._dirty: set[str] = set()
+        self.root = root
+
+    def _entries(self, d: str) -> dict[str, tuple[str, str]] | None:
+        if d in self._dirs:
+            return self._dirs[d]
+        oid = self._clean.get(d)
+        if oid is None:
+            if d == "":
+                return None
+            parent, name = posixpath.split(d)
+            pe = self._entries(parent)
+            if pe is None or name not in pe or pe[name][0] != "040000":
+                return None
+            oid = pe[name][1]
+        typ, data = self._reader.read(oid)
+        entries = {name: (mode, o) for mode, name, o in gitio.parse_tree(data)}
+        self._dirs[d] = entries
+        self._clean[d] = oid
+        return entries
+
+    def get(self, path: str) -> tuple[str, str] | None:
+        d, name = posixpath.split(path)
+        e = self._entries(d)
+        if e is None:
+            return None
+        got = e.get(name)
+        return got if got and got[0] != "040000" else None
+
+    def is_dir(self, path: str) -> bool:
+        return self._entries(path) is not None
+
+    def set(self, path: str, mode: str, oid: str) -> None:
+        d, name = posixpath.split(path)
+        self._ensure_dir(d)
+        self._dirs[d][name] = (mode, oid)
+        self._mark(d)
+
+    def remove(self, path: str) -> None:
+        d, name = posixpath.split(path)
+        e = self._entries(d)
+        if e is not None and name in e:
+            del e[name]
+            self._mark(d)
+
+    def _ensure_dir(self, d: str) -> None:
+        if self._entries(d) is not None:
+            return
+        parent, name = posixpath.split(d)
+        self._ensure_dir(parent)
+        pe = self._dirs[parent]
+        if name in pe and pe[name][0] != "040000":
+            raise CanvasError(f"{d} is a file on the canvas", code="CANVAS_PATH_IS_FILE")
+        self._dirs[d] = {}
+        self._clean.pop(d, None)
+        self._mark(d)
+
+    def _mark(self, d: str) -> None:
+        while True:
+            self._dirty.add(d)
+            if d == "":
+                break
+            d = posixpath.dirname(d)
+
+    def write(self) -> str:
+        for d in sorted(self._dirty, key=lambda x: (-x.count("/") if x else 1, x)):
+            if d == "":
+                continue
+            entries = self._dirs.get(d, {})
+            parent, name = posixpath.split(d)
+            pe = self._entries(parent)
+            assert pe is not None
+            if entries:
+                oid = self._writer.write("tree", gitio.format_tree(
+                    (m, n, o) for n, (m, o) in entries.items()))
+                pe[name] = ("040000", oid)
+                self._clean[d] = oid
+            else:
+                pe.pop(name, None)
+                self._dirs.pop(d, None)
+                self._clean.pop(d, None)
+        root_entries = self._entries("") or {}
+        self.root = self._writer.write("tree", gitio.format_tree(
+            (m, n, o) for n, (m, o) in root_entries.items()))
+        self._clean[""] = self.root
+        self._dirty.clear()
+        return self.root
+
+
+class Canvas:
+    """The integration worktree of one run."""
+
+    def __init__(self, repo: Path | str, base_ref: str, *, run_id: str,
+                 workdir: Path | str | None = None, when: int | None = None,
+                 create_worktree: bool = True, max_binary_bytes: int = 8 << 20) -> None:
+        self.repo = Path(repo)
+        self.run_id = run_id
+        self.base_ref = base_ref
+        base_tree = gitio.tree_of(self.repo, base_ref)
+        if base_tree is None:
+            raise CanvasError(f"base {base_ref} is not a commit", code="CANVAS_BASE_UNKNOWN")
+        self.base_tree = base_tree
+        self.reader = ObjectReader(self.repo)
+        self.writer = ObjectWriter(self.repo)
+        self.tree = TreeState(self.reader, self.writer, base_tree)
+        self.head = base_ref
+        self.when = when if when is not None else int(
+            gitio.git_out(self.repo, "show", "-s", "--format=%ct", base_ref))
+        self.max_binary_bytes = max_binary_bytes
+        self.checkpoints: list[Checkpoint] = []
+        self.included: list[str] = []
+        self.pending_ids: list[str] = []
+        self._base_cp = Checkpoint("cp-0000", 0, base_ref, base_tree, "", (), ())
+        self.workdir: Path | None = None
+        if create_worktree:
+            self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dome-canvas-"))
+            if self.workdir.exists():
+                shutil.rmtree(self.workdir)
+            gitpython.Repo(self.repo).git.worktree("add", "--detach", "--no-checkout",
+                                                   str(self.workdir), base_ref)
+        self._index = Path(tempfile.mkdtemp(prefix="dome-index-")) / "index"
+
+    # -- queries -----------------------------------------------------------
+    @property
+    def head_tree(self) -> str:
+        return self.tree.root if not self.tree._dirty else self.tree.write()
+
+    def checkpoint_by_id(self, checkpoint_id: str) -> Checkpoint:
+        if checkpoint_id == self._base_cp.checkpoint_id:
+            return self._base_cp
+        for cp in self.checkpoints:
+            if cp.checkpoint_id == checkpoint_id:
+                return cp
+        raise CanvasError(f"no checkpoint {checkpoint_id}", code="CANVAS_NO_CHECKPOINT")
+
+    # -- apply -------------------------------------------------------------
+    def try_apply(self, parsed: ParsedDiff) -> Attempt:
+        """Work out the effect of `parsed` on the head, file by file and hunk
+        by hunk where a hunk conflicts; nothing is committed."""
+        att = Attempt()
+        for fp in parsed.files:
+            try:
+                self._try_file(fp, att)
+            except diffs.PatchDoesNotApply as exc:
+                att.conflicts.append(Conflict(fp.path, exc.details.get("hunk"), exc.message))
+            except (DiffError, GitError, CanvasError) as exc:
+                att.conflicts.append(Conflict(fp.path, None, f"{exc.code}: {exc.message}"))
+        return att
+
+    def _blob(self, oid: str) -> bytes:
+        typ, data = self.reader.read(oid)
+        if typ != "blob":
+            raise CanvasError(f"{oid} is a {typ}, not a blob", code="CANVAS_NOT_A_BLOB")
+        return data
+
+    def _current(self, path: str, att: Attempt) -> tuple[str, str] | None:
+        if path in att.changes:
+            return att.changes[path]
+        return self.tree.get(path)
+
+    def _try_file(self, fp: FilePatch, att: Attempt) -> None:
+        if fp.is_rename or fp.copy or (fp.binary is not None and
+                                       fp.binary.parts() and fp.binary.parts()[0][0] != "literal"):
+            self._git_apply_file(fp, att)
+            return
+        if fp.is_new:
+            assert fp.new_path is not None
+            if self._current(fp.new_path, att) is not None or self.tree.is_dir(fp.new_path):
+                raise diffs.PatchDoesNotApply("file already exists on the canvas",
+                                              details={"path": fp.new_path})
+            content = diffs.binary_literal(fp, self.max_binary_bytes) if fp.binary else \
+                diffs.apply_text(fp, b"")
+            att.changes[fp.new_path] = (fp.new_mode or "100644", self.writer.write("blob", content))
+            return
+        cur = self._current(fp.path, att)
+        if cur is None:
+            raise diffs.PatchDoesNotApply("file is missing on the canvas", details={"path": fp.path})
+        mode, oid = cur
+        if fp.is_deleted:
+            if oid != fp.old_oid:
+                raise diffs.PatchDoesNotApply("file changed since base; delete conflicts",
+                                              details={"path": fp.path})
+            att.changes[fp.path] = None
+            return
+        new_mode = fp.new_mode or mode
+        if fp.mode_changed and mode != fp.old_mode:
+            raise diffs.PatchDoesNotApply("mode changed since base", details={"path": fp.path})
+        if fp.binary is not None:
+            if oid != fp.old_oid:
+                raise diffs.PatchDoesNotApply("binary file changed since base", details={"path": fp.path})
+            content = diffs.binary_literal(fp, self.max_binary_bytes)
+            att.changes[fp.path] = (new_mode, self.writer.write("blob", content))
+            return
+        if not fp.hunks:
+            att.changes[fp.path] = (new_mode, oid)
+            return
+        if oid == fp.old_oid:
+            new = diffs.apply_text(fp, self._blob(oid))
+            att.changes[fp.path] = (new_mode, self.writer.write("blob", new))
+            return
+        # an earlier layer changed this file: merge 3-way, hunk by hunk on conflict
+        base = self._blob(fp.old_oid)
+        ours = self._blob(oid)
+        merged, ok = self._merge3(ours, base, diffs.apply_text(fp, base))
+        if ok:
+            att.changes[fp.path] = (new_mode, self.writer.write("blob", merged))
+            return
+        for k in range(len(fp.hunks)):
+            sub = diffs.select(diffs.ParsedDiff((fp,)), [(fp.path, k)]).files[0]
+            _, hok = self._merge3(ours, base, diffs.apply_text(sub, base))
+            if not hok:
+                att.conflicts.append(Conflict(fp.path, k, "overlaps a change already on the canvas"))
+
+    def _merge3(self, ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, bool]:
+        with tempfile.TemporaryDirectory(prefix="dome-merge-") as tmp:
+            paths = []
+            for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+                p = Path(tmp) / name
+                p.write_bytes(data)
+                paths.append(str(p))
+            proc = gitio.git(self.repo, "merge-file", "-p", "--quiet", *paths, check=False)
+            if proc.returncode < 0 or proc.returncode > 127:
+                raise GitError("git merge-file failed", details={"rc": proc.returncode})
+            return proc.stdout, proc.returncode == 0
+
+    def _git_apply_file(self, fp: FilePatch, att: Attempt) -> None:
+        """The general path: `git apply --cached --3way` on a private index."""
+        tree = self._tree_with(att)
+        env = {"GIT_INDEX_FILE": str(self._index)}
+        gitio.git(self.repo, "read-tree", tree, env=env)
+        patch = diffs.serialize_diff(diffs.ParsedDiff((fp,)))
+        proc = gitio.git(self.repo, "apply", "--cached", "--3way", "--whitespace=nowarn", "-",
+                         input=patch, env=env, check=False)
+        if proc.returncode != 0:
+            raise diffs.PatchDoesNotApply(proc.stderr.decode("utf-8", "replace").strip()[:300],
+                                          details={"path": fp.path})
+        for p in fp.paths:
+            out = gitio.git_out(self.repo, "ls-files", "-s", "--", p, env=env)
+            if not out:
+                att.changes[p] = None
+                continue
+            meta, _, _name = out.partition("\t")
+            mode, oid, stage = meta.split(" ")
+            att.changes[p] = (mode, oid)
+        att.method = "three_way"
+
+    def _tree_with(self, att: Attempt) -> str:
+        saved = (dict(self.tree._dirs), dict(self.tree._clean), set(self.tree._dirty), self.tree.root)
+        saved_dirs = {k: dict(v) for k, v in self.tree._dirs.items()}
+        try:
+            self._commit_changes(att)
+            return self.tree.write()
+        finally:
+            self.tree._dirs, self.tree._clean, self.tree._dirty, self.tree.root = (
+                saved_dirs, saved[1], saved[2], saved[3])
+
+    def _commit_changes(self, att: Attempt) -> None:
+        for path, val in sorted(att.changes.items()):
+            if val is None:
+                self.tree.remove(path)
+            else:
+                self.tree.set(path, *val)
+
+    def commit(self, att: Attempt, proposal_ids: Iterable[str]) -> None:
+        """Make a clean attempt part of the head (checkpointed later)."""
+        if not att.clean:
+            raise CanvasError("cannot commit a conflicting attempt", code="CANVAS_CONFLICT")
+        self._commit_changes(att)
+        for pid in proposal_ids:
+            self.included.append(pid)
+            self.pending_ids.append(pid)
+
+    def checkpoint(self, trailers: Mapping[str, str | list[str]], label: str = "") -> Checkpoint:
+        """A commit of the current head with `trailers`; a ref points at it."""
+        tree = self.tree.write()
+        n = len(self.checkpoints) + 1
+        cp_id = f"cp-{n:04d}"
+        lines = [label or f"dome: checkpoint {cp_id}", ""]
+        lines.append(f"Dome-Run: {self.run_id}")
+        lines.append(f"Dome-Checkpoint: {cp_id}")
+        lines.append(f"Dome-Base-Ref: {self.base_ref}")
+        for k, v in trailers.items():
+            for item in ([v] if isinstance(v, str) else v):
+                lines.append(f"{k}: {item}")
+        msg = "\n".join(lines) + "\n"
+        commit = self.writer.write("commit", gitio.format_commit(tree, [self.head], msg,
+                                                                  when=self.when))
+        cp = Checkpoint(cp_id, n, commit, tree, self.head, tuple(self.pending_ids),
+                        tuple(self.included))
+        gitio.git(self.repo, "update-ref", CHECKPOINT_REF.format(run_id=self.run_id, n=n), commit)
+        self.checkpoints.append(cp)
+        self.head = commit
+        self.pending_ids = []
+        return cp
+
+    def rollback(self, checkpoint_id: str) -> Checkpoint:
+        """Make a checkpoint the head again; later checkpoints stay as refs
+        (they are evidence) but are no longer part of the stack."""
+        cp = self.checkpoint_by_id(checkpoint_id)
+        self.tree.reset(cp.tree)
+        self.head = cp.commit
+        self.included = list(cp.included)
+        self.pending_ids = []
+        return cp
+
+    def publish_head(self) -> str:
+        gitio.git(self.repo, "update-ref", HEAD_REF.format(run_id=self.run_id), self.head)
+        return self.head
+
+    def materialize(self) -> Path:
+        """Check the worktree out at the head (for people and suites)."""
+        if self.workdir is None:
+            raise CanvasError("canvas has no worktree", code="CANVAS_NO_WORKTREE")
+        gitio.git(self.workdir, "checkout", "-q", "--detach", "-f", self.head)
+        return self.workdir
+
+    def close(self, remove_worktree: bool = True) -> None:
+        self.reader.close()
+        shutil.rmtree(self._index.parent, ignore_errors=True)
+        if remove_worktree and self.workdir is not None:
+            gitio.git(self.repo, "worktree", "remove", "--force", str(self.workdir), check=False)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "Canvas":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def checkout_readonly(repo: Path | str, commit: str, dest: Path) -> Path:
+    """A plain (no .git) checkout of `commit` at `dest`, files made read-only."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dome-ro-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        gitio.git(repo, "read-tree", commit, env=env)
+        gitio.git(repo, f"--work-tree={dest}", "checkout-index", "-a", "-f", env=env)
+    for root, dirs, files in os.walk(dest):
+        for f in files:
+            p = os.path.join(root, f)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode & ~0o222)
+    return dest

@@ -1,0 +1,198 @@
+"""Git I/O for the integration area: plumbing calls, a persistent object
+reader (`git cat-file --batch`) and an in-process loose-object writer.
+
+Everything the canvas does per proposal goes through these, so stacking a
+layer costs no process spawn on the fast path (blobs, trees and commits
+are written as loose objects by this process, exactly as git would).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+import threading
+import zlib
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from registry.errors import DomeError
+
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "dome", "GIT_AUTHOR_EMAIL": "dome@localhost",
+                "GIT_COMMITTER_NAME": "dome", "GIT_COMMITTER_EMAIL": "dome@localhost"}
+
+
+class GitError(DomeError):
+    code = "GIT_FAILED"
+    retry = "light"
+
+
+def git(repo: Path | str, *args: str, input: bytes | None = None,
+        env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **GIT_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
+                **(env or {})}
+    proc = subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True,
+                          env=full_env)
+    if check and proc.returncode != 0:
+        raise GitError(f"git {args[0]} failed: {proc.stderr.decode('utf-8', 'replace').strip()[:500]}",
+                       details={"args": list(args)[:8], "rc": proc.returncode})
+    return proc
+
+
+def git_out(repo: Path | str, *args: str, **kw) -> str:
+    return git(repo, *args, **kw).stdout.decode("utf-8", "surrogateescape").strip()
+
+
+def rev_parse(repo: Path | str, rev: str) -> str | None:
+    proc = git(repo, "rev-parse", "--verify", "--quiet", rev + "^{commit}", check=False)
+    return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+
+def tree_of(repo: Path | str, commit: str) -> str | None:
+    proc = git(repo, "rev-parse", "--verify", "--quiet", commit + "^{tree}", check=False)
+    return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+
+def common_git_dir(repo: Path | str) -> Path:
+    p = Path(git_out(repo, "rev-parse", "--git-common-dir"))
+    return p if p.is_absolute() else (Path(repo) / p).resolve()
+
+
+def object_format(repo: Path | str) -> str:
+    proc = git(repo, "rev-parse", "--show-object-format", check=False)
+    return proc.stdout.decode().strip() or "sha1"
+
+
+class ObjectReader:
+    """A long-lived `git cat-file --batch` process (thread-safe)."""
+
+    def __init__(self, repo: Path | str) -> None:
+        self._proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+        self._lock = threading.Lock()
+
+    def read(self, oid: str) -> tuple[str, bytes]:
+        """(type, content) of an object; raises GitError when missing."""
+        with self._lock:
+            assert self._proc.stdin and self._proc.stdout
+            self._proc.stdin.write(oid.encode() + b"\n")
+            self._proc.stdin.flush()
+            header = self._proc.stdout.readline().rstrip(b"\n")
+            if header.endswith(b" missing") or header.endswith(b" ambiguous"):
+                raise GitError(f"object {oid} not found", code="GIT_OBJECT_MISSING",
+                               details={"oid": oid})
+            _oid, typ, size = header.split(b" ")
+            data = self._proc.stdout.read(int(size))
+            self._proc.stdout.read(1)
+            return typ.decode(), data
+
+    def exists(self, oid: str) -> bool:
+        try:
+            self.read(oid)
+            return True
+        except GitError:
+            return False
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin
+            self._proc.stdin.close()
+            self._proc.wait(timeout=10)
+
+    def __enter__(self) -> "ObjectReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ObjectWriter:
+    """Writes loose objects (sha1 repositories) from this process."""
+
+    def __init__(self, repo: Path | str) -> None:
+        self.objects = common_git_dir(repo) / "objects"
+        if object_format(repo) != "sha1":
+            raise GitError("the in-process writer supports sha1 repositories",
+                           code="GIT_OBJECT_FORMAT_UNSUPPORTED")
+        self._made: set[str] = set()
+
+    @staticmethod
+    def hash(typ: str, data: bytes) -> str:
+        return hashlib.sha1(b"%s %d\x00" % (typ.encode(), len(data)) + data).hexdigest()
+
+    def write(self, typ: str, data: bytes) -> str:
+        raw = b"%s %d\x00" % (typ.encode(), len(data)) + data
+        oid = hashlib.sha1(raw).hexdigest()
+        if oid in self._made:
+            return oid
+        d = self.objects / oid[:2]
+        path = d / oid[2:]
+        if not path.exists():
+            d.mkdir(exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=d, prefix="tmp_obj_")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(zlib.compress(raw, 1))
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, path)
+        self._made.add(oid)
+        return oid
+
+
+def parse_tree(data: bytes) -> list[tuple[str, str, str]]:
+    """[(mode, name, oid hex)] of a raw tree object (sha1)."""
+    out: list[tuple[str, str, str]] = []
+    i = 0
+    while i < len(data):
+        sp = data.index(b" ", i)
+        nul = data.index(b"\x00", sp)
+        mode = data[i:sp].decode()
+        name = data[sp + 1:nul].decode("utf-8", "surrogateescape")
+        oid = data[nul + 1:nul + 21].hex()
+        out.append((mode.rjust(6, "0"), name, oid))
+        i = nul + 21
+    return out
+
+
+def tree_sort_key(item: tuple[str, str, str]) -> bytes:
+    mode, name, _ = item
+    raw = name.encode("utf-8", "surrogateescape")
+    return raw + b"/" if mode == "040000" else raw
+
+
+def format_tree(entries: Iterable[tuple[str, str, str]]) -> bytes:
+    out = bytearray()
+    for mode, name, oid in sorted(entries, key=tree_sort_key):
+        m = "40000" if mode == "040000" else mode
+        out += m.encode() + b" " + name.encode("utf-8", "surrogateescape") + b"\x00" + bytes.fromhex(oid)
+    return bytes(out)
+
+
+def format_commit(tree: str, parents: list[str], message: str, *, when: int,
+                  tz: str = "+0000", name: str = "dome", email: str = "dome@localhost") -> bytes:
+    lines = [f"tree {tree}"] + [f"parent {p}" for p in parents]
+    lines += [f"author {name} <{email}> {when} {tz}", f"committer {name} <{email}> {when} {tz}"]
+    return ("\n".join(lines) + "\n\n" + message).encode("utf-8")
+
+
+def parse_commit(data: bytes) -> dict:
+    head, _, message = data.partition(b"\n\n")
+    out: dict = {"parents": [], "message": message.decode("utf-8", "replace")}
+    for line in head.split(b"\n"):
+        k, _, v = line.partition(b" ")
+        if k == b"tree":
+            out["tree"] = v.decode()
+        elif k == b"parent":
+            out["parents"].append(v.decode())
+    out["trailers"] = parse_trailers(out["message"])
+    return out
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    block = message.rstrip("\n").split("\n\n")[-1]
+    out: dict[str, str] = {}
+    for line in block.split("\n"):
+        k, sep, v = line.partition(": ")
+        if sep and k and " " not in k:
+            out[k] = v
+    return out

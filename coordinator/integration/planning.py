@@ -1,0 +1,323 @@
+"""Overlap index and stack planning (pure functions over data).
+
+Overlap (spec §7): two proposals overlap when fingerprints share a path
+and their range_hints intersect (a missing range_hint is the whole file),
+or when the same base_context_digest appears with a different
+edit_digest. Same path + context + edit in both is the same edit
+(redundancy evidence, not a conflict).
+
+Ordering (spec §8.3): dependency/lock files late, critical path early, low
+risk early, non-overlapping before overlapping, then the SelectionDecision
+tie-breaks of §10: proposal_id, created_at, diff_digest.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from registry.canonical import digest_json
+
+from .policy import IntegrationPolicy, risk_level
+from .proposals import CONFLICT, REDUNDANT, Rejection, is_dependency_file
+
+RISK_SCORE = {"low": 0, "medium": 1, "high": 2}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What planning needs to know about one verified proposal."""
+
+    proposal_id: str
+    created_at: str
+    diff_digest: str
+    risk: str
+    touched_files: tuple[str, ...]
+    fingerprints: tuple[Mapping[str, Any], ...]
+    critical: bool = False
+    atomicity: str = "atomic_proposal"
+    deps: bool = False
+
+    @classmethod
+    def from_proposal(cls, proposal: Mapping[str, Any], fingerprints: Sequence[Mapping[str, Any]],
+                      touched: Sequence[str], policy: IntegrationPolicy,
+                      critical_ids: Iterable[str] = ()) -> "Candidate":
+        pid = str(proposal["proposal_id"])
+        crit = bool(proposal.get("critical_path")) or pid in set(critical_ids) or \
+            str(proposal.get("node_id", "")) in set(critical_ids)
+        return cls(proposal_id=pid, created_at=str(proposal.get("created_at", "")),
+                   diff_digest=str(proposal["diff_digest"]),
+                   risk=risk_level(proposal.get("risk")), touched_files=tuple(sorted(touched)),
+                   fingerprints=tuple(fingerprints), critical=crit,
+                   atomicity=str(proposal.get("atomicity", "atomic_proposal")),
+                   deps=any(is_dependency_file(p, policy) for p in touched))
+
+    @property
+    def tie_break(self) -> tuple[str, str, str]:
+        return (self.proposal_id, self.created_at, self.diff_digest)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    a: str
+    b: str
+    path: str
+    kind: str  # "range" | "context" | "file"
+    fingerprint: str  # conflict_fingerprint: digest over the pair, order-free
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "path": self.path, "kind": self.kind,
+                "conflict_fingerprint": self.fingerprint}
+
+
+def _ranges_intersect(r1: Mapping[str, int] | None, r2: Mapping[str, int] | None) -> bool:
+    if r1 is None or r2 is None:
+        return True
+    return r1["start"] <= r2["end"] and r2["start"] <= r1["end"]
+
+
+def _fp_key(fp: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (fp["path"], fp["base_context_digest"], fp["edit_digest"])
+
+
+class OverlapIndex:
+    """File and hunk level overlap between candidates."""
+
+    def __init__(self, candidates: Iterable[Candidate]) -> None:
+        self.candidates = {c.proposal_id: c for c in candidates}
+        self.by_path: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        self.by_context: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        for c in self.candidates.values():
+            for fp in c.fingerprints:
+                self.by_path.setdefault(fp["path"], []).append((c.proposal_id, fp))
+                self.by_context.setdefault(fp["base_context_digest"], []).append((c.proposal_id, fp))
+        self.edges: dict[tuple[str, str], list[Overlap]] = {}
+        self.same_edits: dict[tuple[str, str], int] = {}
+        for path, items in self.by_path.items():
+            for (pa, fa), (pb, fb) in itertools.combinations(items, 2):
+                if pa == pb:
+                    continue
+                if _fp_key(fa) == _fp_key(fb):
+                    self.same_edits[tuple(sorted((pa, pb)))] = self.same_edits.get(
+                        tuple(sorted((pa, pb))), 0) + 1  # type: ignore[index]
+                    continue
+                if _ranges_intersect(fa.get("range_hint"), fb.get("range_hint")):
+                    self._add(pa, pb, path, "range", fa, fb)
+        for ctx, items in self.by_context.items():
+            for (pa, fa), (pb, fb) in itertools.combinations(items, 2):
+                if pa != pb and fa["path"] == fb["path"] and fa["edit_digest"] != fb["edit_digest"]:
+                    self._add(pa, pb, fa["path"], "context", fa, fb)
+
+    def _add(self, pa: str, pb: str, path: str, kind: str, fa: Mapping[str, Any],
+             fb: Mapping[str, Any]) -> None:
+        a, b = sorted((pa, pb))
+        fpr = digest_json(sorted([list(_fp_key(fa)), list(_fp_key(fb))]))
+        edges = self.edges.setdefault((a, b), [])
+        if not any(e.path == path and e.fingerprint == fpr for e in edges):
+            edges.append(Overlap(a, b, path, kind, fpr))
+
+    def overlaps(self, a: str, b: str) -> list[Overlap]:
+        return self.edges.get(tuple(sorted((a, b))), [])  # type: ignore[arg-type]
+
+    def neighbours(self, pid: str) -> list[str]:
+        out = set()
+        for a, b in self.edges:
+            if a == pid:
+                out.add(b)
+            elif b == pid:
+                out.add(a)
+        return sorted(out)
+
+    def degree(self, pid: str) -> int:
+        return len(self.neighbours(pid))
+
+    def files_shared(self, a: str, b: str) -> list[str]:
+        ca, cb = self.candidates[a], self.candidates[b]
+        return sorted(set(ca.touched_files) & set(cb.touched_files))
+
+    def is_redundant_with(self, later: str, earlier: str) -> bool:
+        """Every fingerprint of `later` is an identical edit in `earlier`."""
+        cl, ce = self.candidates[later], self.candidates[earlier]
+        if cl.diff_digest == ce.diff_digest:
+            return True
+        kl = {_fp_key(f) for f in cl.fingerprints}
+        ke = {_fp_key(f) for f in ce.fingerprints}
+        return bool(kl) and kl <= ke
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"edges": [e.to_dict() for k in sorted(self.edges) for e in self.edges[k]],
+                "files": {p: sorted({pid for pid, _ in items}) for p, items in sorted(self.by_path.items())
+                          if len({pid for pid, _ in items}) > 1}}
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    stack_plan_id: str
+    base_ref: str
+    ordered: tuple[str, ...]
+    rejected: tuple[Mapping[str, Any], ...]
+    checkpoint_strategy: str
+    expected_validations: tuple[str, ...]
+    seed: int
+    selection_scores: tuple[Mapping[str, Any], ...]
+    selection_decisions: tuple[Mapping[str, Any], ...]
+    overlap: Mapping[str, Any]
+    policy_version: str
+    revision: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "artifact_kind": "dome.stack_plan/v1",
+            "stack_plan_id": self.stack_plan_id,
+            "revision": self.revision,
+            "base_ref": self.base_ref,
+            "ordered_proposals": list(self.ordered),
+            "rejected": [dict(r) for r in self.rejected],
+            "checkpoint_strategy": self.checkpoint_strategy,
+            "expected_validations": list(self.expected_validations),
+            "determinism_seed": self.seed,
+            "selection_scores": [dict(s) for s in self.selection_scores],
+            "selection_decisions": [dict(s) for s in self.selection_decisions],
+            "overlap": dict(self.overlap),
+            "policy_version": self.policy_version,
+        }
+
+
+def order_key(c: Candidate, index: OverlapIndex) -> tuple:
+    deg = index.degree(c.proposal_id)
+    return (1 if c.deps else 0, 0 if c.critical else 1, RISK_SCORE.get(c.risk, 2),
+            1 if deg else 0, deg, *c.tie_break)
+
+
+def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
+               policy: IntegrationPolicy, rejected: Sequence[tuple[str, Rejection]] = (),
+               run_id: str = "", revision: int = 1) -> tuple[StackPlan, OverlapIndex]:
+    """Order verified candidates, drop redundant ones, record why (pure)."""
+    index = OverlapIndex(candidates)
+    ranked = sorted(candidates, key=lambda c: order_key(c, index))
+    ordered: list[str] = []
+    rej: list[dict[str, Any]] = [
+        {"proposal_id": pid, "reason": r.reason, "code": r.code, "message": r.message,
+         "details": dict(r.details)} for pid, r in rejected]
+    decisions: list[dict[str, Any]] = []
+    scores: list[dict[str, Any]] = []
+    for rank, c in enumerate(ranked):
+        key = order_key(c, index)
+        score = {"proposal_id": c.proposal_id, "deps_late": key[0], "critical_first": key[1],
+                 "risk": key[2], "overlaps": key[4], "rank": rank}
+        scores.append(score)
+        dup_of = next((o for o in ordered if index.is_redundant_with(c.proposal_id, o)), None)
+        tie = {"proposal_id": c.proposal_id, "created_at": c.created_at, "diff_digest": c.diff_digest}
+        if dup_of is not None:
+            rej.append({"proposal_id": c.proposal_id, "reason": REDUNDANT,
+                        "code": "PLAN_REDUNDANT", "message": f"same edits as {dup_of}",
+                        "details": {"kept": dup_of}})
+            decisions.append({"artifact_kind": "dome.selection_decision/v1",
+                              "proposal_id": c.proposal_id, "selected": False,
+                              "reason": REDUNDANT, "redundant_with": dup_of, "score": score,
+                              "tie_break": tie, "tie_break_order": ["proposal_id", "created_at",
+                                                                     "diff_digest"]})
+            continue
+        ordered.append(c.proposal_id)
+        decisions.append({"artifact_kind": "dome.selection_decision/v1",
+                          "proposal_id": c.proposal_id, "selected": True, "reason": "verified",
+                          "score": score, "tie_break": tie,
+                          "tie_break_order": ["proposal_id", "created_at", "diff_digest"]})
+    for pid, r in rejected:
+        decisions.append({"artifact_kind": "dome.selection_decision/v1", "proposal_id": pid,
+                          "selected": False, "reason": r.reason, "code": r.code,
+                          "tie_break_order": ["proposal_id", "created_at", "diff_digest"]})
+    risks = {c.risk for c in candidates if c.proposal_id in ordered}
+    plan_body = {"base_ref": base_ref, "ordered": ordered, "seed": seed, "run_id": run_id,
+                 "revision": revision}
+    plan = StackPlan(
+        stack_plan_id="sp-" + digest_json(plan_body)[7:23],
+        base_ref=base_ref, ordered=tuple(ordered),
+        rejected=tuple(sorted(rej, key=lambda r: (r["proposal_id"], r["code"]))),
+        checkpoint_strategy=policy.checkpoint_strategy,
+        expected_validations=tuple(policy.required_suites(risks)),
+        seed=seed, selection_scores=tuple(scores), selection_decisions=tuple(decisions),
+        overlap=index.to_dict(), policy_version=f"{policy.name}@{policy.version}",
+        revision=revision)
+    return plan, index
+
+
+# ---------------------------------------------------------------------------
+# conflict policy (pure)
+
+POLICY_PRECEDENCE = {"reorder": 0, "split": 1, "resolver": 2, "drop": 3}
+
+
+@dataclass(frozen=True)
+class ConflictDecision:
+    proposal_id: str
+    action: str  # reorder | split | resolver | drop
+    conflict_fingerprint: str
+    conflicts: tuple[Mapping[str, Any], ...]
+    reason: str
+    split_policy: str | None = None  # by_file | by_hunk
+    attempt: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"artifact_kind": "dome.conflict_decision/v1", "proposal_id": self.proposal_id,
+                "action": self.action, "reason": self.reason,
+                "conflicts": [dict(c) for c in self.conflicts], "split_policy": self.split_policy,
+                "attempt": self.attempt,
+                "tie_break": {"policy_precedence": POLICY_PRECEDENCE[self.action],
+                              "proposal_id": self.proposal_id,
+                              "conflict_fingerprint": self.conflict_fingerprint},
+                "tie_break_order": ["policy_precedence", "proposal_id", "conflict_fingerprint"]}
+
+
+def conflict_fingerprint(proposal_id: str, head_ref: str, conflicts: Sequence[Mapping[str, Any]]) -> str:
+    return digest_json({"proposal_id": proposal_id, "head": head_ref,
+                        "conflicts": sorted([[c["path"], -1 if c.get("hunk") is None else c["hunk"]]
+                                             for c in conflicts])})
+
+
+def decide_conflict(*, proposal_id: str, atomicity: str, conflicts: Sequence[Mapping[str, Any]],
+                    applicable_parts: int, total_parts: int, reorders_used: int,
+                    later_pending: int, policy: IntegrationPolicy, head_ref: str,
+                    resolver_available: bool) -> ConflictDecision:
+    """What to do with a proposal that conflicts on the head (pure).
+
+    In order of policy precedence: reorder (retry after the rest, once, while
+    something else is pending), guarded split (only with atomicity atomic_file
+    or hunk_ok, when policy allows it and part of it applies), a resolver
+    worker on the current head, drop."""
+    fpr = conflict_fingerprint(proposal_id, head_ref, conflicts)
+    cs = tuple(dict(c) for c in conflicts)
+    actions = policy.conflict_actions
+    if "reorder" in actions and reorders_used < policy.max_reorder_passes and later_pending > 0:
+        return ConflictDecision(proposal_id, "reorder", fpr, cs,
+                                "retry after the remaining proposals", attempt=reorders_used + 1)
+    if ("split" in actions and atomicity in ("atomic_file", "hunk_ok")
+            and atomicity in policy.allowed_atomicity and 0 < applicable_parts < total_parts):
+        return ConflictDecision(proposal_id, "split", fpr, cs,
+                                f"apply the {applicable_parts} non-conflicting of {total_parts} parts",
+                                split_policy="by_hunk" if atomicity == "hunk_ok" else "by_file")
+    if "resolver" in actions and resolver_available:
+        return ConflictDecision(proposal_id, "resolver", fpr, cs,
+                                "spawn a resolver worker on the current head")
+    return ConflictDecision(proposal_id, "drop", fpr, cs, "conflicts with the stack; dropped")
+
+
+# ---------------------------------------------------------------------------
+# speculative validation: bisect (pure step function)
+
+
+def bisect_culprit(n_layers: int, passes: Any) -> tuple[int, list[dict[str, Any]]]:
+    """Find the first layer (1-based) whose prefix fails, given `passes(k)`
+    that validates the stack prefix of k layers (k=n is known to fail, k=0
+    the base is assumed good). Returns (culprit layer, steps)."""
+    lo, hi = 0, n_layers  # prefix lo passes, prefix hi fails
+    steps: list[dict[str, Any]] = []
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ok = bool(passes(mid))
+        steps.append({"prefix": mid, "passed": ok, "lo": lo, "hi": hi})
+        if ok:
+            lo = mid
+        else:
+            hi = mid
+    return hi, steps

@@ -1,0 +1,123 @@
+"""The integration policy: what the coordinator accepts, how it stacks, what
+the gate needs. Pure data.
+
+Validation and human-gate settings come from the named policy in
+registry/policy/policy_spec.json (`validation`, `human_gate`; schema
+`policy_spec`). Path, mode, size, dependency-file, atomicity and checkpoint
+knobs are integration settings with fail-closed defaults below; a policy may
+override them under an optional `integration` object.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from registry.canonical import digest_json
+
+RISK_LEVELS = ("low", "medium", "high")
+ATOMICITY = ("atomic_proposal", "atomic_file", "hunk_ok")
+CONFLICT_ACTIONS = ("reorder", "split", "resolver", "drop")
+
+DEFAULT_DEPENDENCY_GLOBS = (
+    "requirements*.txt", "requirements*.in", "constraints*.txt", "pyproject.toml", "setup.py",
+    "setup.cfg", "Pipfile", "Pipfile.lock", "poetry.lock", "uv.lock", "pdm.lock",
+    "environment.yml", "environment.yaml", "conda-lock.yml", "package.json",
+    "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "Cargo.toml",
+    "Cargo.lock", "go.mod", "go.sum", "Gemfile", "Gemfile.lock", "composer.json",
+    "composer.lock", "*.gemspec", "build.gradle", "pom.xml", "vcpkg.json", "conanfile.*",
+)
+LOCKFILE_GLOBS = ("*.lock", "package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml",
+                  "go.sum", "conda-lock.yml")
+
+POLICY_SPEC_PATH = Path(__file__).resolve().parents[2] / "registry" / "policy" / "policy_spec.json"
+
+
+@dataclass(frozen=True)
+class IntegrationPolicy:
+    name: str = "default"
+    version: str = "0.0.0"
+    # proposal checks
+    allow_exec_bit: bool = False
+    allow_symlinks: bool = True
+    allow_binary: bool = True
+    max_binary_bytes: int = 8 * 1024 * 1024
+    max_total_bytes: int = 32 * 1024 * 1024
+    max_files: int = 2000
+    dependency_globs: tuple[str, ...] = DEFAULT_DEPENDENCY_GLOBS
+    dependency_risk_allowed: tuple[str, ...] = ("medium", "high")
+    # stacking
+    allowed_atomicity: tuple[str, ...] = ATOMICITY
+    checkpoint_strategy: str = "per_layer"  # or "per_batch"
+    batch_size: int = 8
+    conflict_actions: tuple[str, ...] = ("reorder", "split", "resolver", "drop")
+    max_reorder_passes: int = 1
+    # gate
+    suites_by_risk: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    validation_counts: str = "final_head_only"  # or "per_layer_or_final"
+    escalate_on_split: tuple[str, ...] = ()
+    human_gate_risk: tuple[str, ...] = ("high",)
+    human_gate_paths: tuple[str, ...] = ()
+    consent_ttl_seconds: int = 3600
+    promote_to: str = "refs/heads/main"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, tuple):
+                v = list(v)
+            elif isinstance(v, Mapping):
+                v = {k: list(x) for k, x in sorted(v.items())}
+            out[f.name] = v
+        return out
+
+    @property
+    def digest(self) -> str:
+        return digest_json(self.to_dict())
+
+    def required_suites(self, risks: set[str] | list[str]) -> list[str]:
+        need: set[str] = set()
+        for r in risks:
+            need.update(self.suites_by_risk.get(r, ()))
+        return sorted(need)
+
+    def with_(self, **kw: Any) -> "IntegrationPolicy":
+        return replace(self, **kw)
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], name: str = "default") -> "IntegrationPolicy":
+        """Build from a `dome.policy_spec/v1` document and a policy name."""
+        pol = spec["policies"][name]
+        val = pol.get("validation", {})
+        gate = pol.get("human_gate", {})
+        kw: dict[str, Any] = {
+            "name": name, "version": str(spec.get("version", "0.0.0")),
+            "suites_by_risk": {k: tuple(v) for k, v in val.get("suites_by_risk", {}).items()},
+            "validation_counts": val.get("counts", "final_head_only"),
+            "escalate_on_split": tuple(val.get("escalate_on_split", ())),
+            "human_gate_risk": tuple(gate.get("required_for_risk", ("high",))),
+            "human_gate_paths": tuple(gate.get("required_for_paths", ())),
+            "consent_ttl_seconds": int(gate.get("consent_ttl_seconds", 3600)),
+        }
+        extra = pol.get("integration") or {}
+        names = {f.name for f in fields(cls)}
+        for k, v in extra.items():
+            if k in names:
+                kw[k] = tuple(v) if isinstance(v, list) else v
+        return cls(**kw)
+
+    @classmethod
+    def load(cls, name: str = "default", path: Path | None = None) -> "IntegrationPolicy":
+        p = path or POLICY_SPEC_PATH
+        if not p.is_file():
+            return cls(name=name)
+        return cls.from_spec(json.loads(p.read_text()), name)
+
+
+def risk_level(risk: Any) -> str:
+    """The risk class of a proposal's `risk` field ("low" when absent)."""
+    if isinstance(risk, Mapping):
+        risk = risk.get("level", "low")
+    return risk if risk in RISK_LEVELS else "high"

@@ -1,0 +1,343 @@
+"""The stacking loop (imperative shell over the canvas and the pure planner).
+
+`Stacker.run()` applies the planned proposals layer by layer, takes a
+checkpoint per layer (or per batch), turns every conflict into a
+ConflictDecision (reorder, guarded split, resolver, drop) and emits each
+artifact through `emit(topic, artifact)`; the caller persists them (ledger).
+`Stacker.validate()` is speculative validation: the whole stack is
+validated; on failure the failing suites bisect the checkpoints to the
+culprit layer, which is ejected, the later layers re-applied, and the rest
+re-validated, every step recorded.
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from coordinator.canvas import Attempt, Canvas, Checkpoint
+from registry import diffs
+from registry.canonical import digest_bytes
+from registry.diffs import DiffError, ParsedDiff
+
+from .planning import (ConflictDecision, OverlapIndex, StackPlan, bisect_culprit, decide_conflict)
+from .policy import IntegrationPolicy
+from .proposals import CheckedProposal
+
+Emit = Callable[[str, dict[str, Any]], None]
+Validator = Callable[[Checkpoint, Mapping[str, Any]], dict[str, Any]]
+ResolverHook = Callable[[dict[str, Any]], Any]
+
+T_APPLY = "integration.apply_result"
+T_CONFLICT = "integration.conflict_decision"
+T_SPLIT_REQ = "integration.split_request"
+T_SPLIT_RES = "integration.split_result"
+T_RESOLVER = "integration.resolver_request"
+T_CHECKPOINT = "integration.checkpoint"
+T_VALIDATION = "integration.validation_report"
+T_BISECT = "integration.bisect"
+T_EJECT = "integration.ejected"
+
+
+@dataclass
+class Layer:
+    proposal_id: str
+    diff_digest: str
+    parsed: ParsedDiff
+    checkpoint: Checkpoint | None = None
+    derived_from: str | None = None
+
+
+@dataclass
+class StackState:
+    layers: list[Layer] = field(default_factory=list)
+    apply_results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    why_blocked: dict[str, dict[str, Any]] = field(default_factory=dict)
+    escalated_suites: set[str] = field(default_factory=set)
+    resolver_requests: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    derived: dict[str, dict[str, Any]] = field(default_factory=dict)  # derived id -> split info
+
+
+class Stacker:
+    def __init__(self, canvas: Canvas, checked: Mapping[str, CheckedProposal], plan: StackPlan,
+                 index: OverlapIndex, policy: IntegrationPolicy, *, emit: Emit,
+                 resolver_hook: ResolverHook | None = None) -> None:
+        self.canvas = canvas
+        self.checked = dict(checked)
+        self.plan = plan
+        self.index = index
+        self.policy = policy
+        self.emit = emit
+        self.resolver_hook = resolver_hook
+        self.state = StackState()
+        self._unflushed: list[Layer] = []
+
+    # -- applying ------------------------------------------------------------
+    def run(self) -> StackState:
+        queue = deque(self.plan.ordered)
+        reorders: Counter[str] = Counter()
+        batch = 1 if self.policy.checkpoint_strategy == "per_layer" else max(1, self.policy.batch_size)
+        for r in self.plan.rejected:
+            self.state.why_blocked[r["proposal_id"]] = {"state": "rejected", "reason": r["reason"],
+                                                        "code": r["code"]}
+        while queue:
+            pid = queue.popleft()
+            cp = self.checked[pid]
+            att = self.canvas.try_apply(cp.parsed)
+            if att.clean:
+                self._accept(pid, cp.diff_digest, cp.parsed, att)
+                if len(self._unflushed) >= batch:
+                    self._flush()
+                continue
+            self._flush()  # conflicts are judged against a checkpointed head
+            self._conflict(pid, cp, att, queue, reorders)
+        self._flush()
+        self.canvas.publish_head()
+        return self.state
+
+    def _accept(self, pid: str, digest: str, parsed: ParsedDiff, att: Attempt,
+                derived_from: str | None = None) -> None:
+        self.canvas.commit(att, [pid])
+        layer = Layer(pid, digest, parsed, derived_from=derived_from)
+        self.state.layers.append(layer)
+        self._unflushed.append(layer)
+        self.state.why_blocked[pid] = {"state": "applied", "method": att.method}
+
+    def _flush(self) -> None:
+        if not self._unflushed:
+            return
+        trailers = {"Dome-Proposal": [l.proposal_id for l in self._unflushed],
+                    "Dome-Diff-Digest": [f"{l.proposal_id} {l.diff_digest}" for l in self._unflushed]}
+        label = ("dome: apply " + self._unflushed[0].proposal_id if len(self._unflushed) == 1
+                 else f"dome: apply {len(self._unflushed)} proposals")
+        cp = self.canvas.checkpoint(trailers, label)
+        self.emit(T_CHECKPOINT, {"artifact_kind": "dome.checkpoint/v1", "run_id": self.canvas.run_id,
+                                 **cp.to_dict()})
+        for layer in self._unflushed:
+            layer.checkpoint = cp
+            self._apply_result(layer, cp)
+        self._unflushed = []
+
+    def _apply_result(self, layer: Layer, cp: Checkpoint) -> None:
+        res = {"artifact_kind": "dome.apply_result/v1", "run_id": self.canvas.run_id,
+               "proposal_id": layer.proposal_id, "diff_digest": layer.diff_digest,
+               "base_ref": self.canvas.base_ref, "applied": True, "conflict_summary": None,
+               "checkpoint_id": cp.checkpoint_id, "head_ref": cp.commit, "tree": cp.tree,
+               "parent_ref": cp.parent, "stack_plan_id": self.plan.stack_plan_id}
+        if layer.derived_from:
+            res["derived_from"] = layer.derived_from
+        self.state.apply_results[layer.proposal_id] = res
+        self.emit(T_APPLY, res)
+
+    def _conflict(self, pid: str, cp: CheckedProposal, att: Attempt, queue: deque,
+                  reorders: Counter) -> None:
+        conflicts = [c.to_dict() for c in att.conflicts]
+        keep = self._applicable_parts(cp, att)
+        total = self._total_parts(cp)
+        resolver_ok = self.resolver_hook is not None
+        dec = decide_conflict(proposal_id=pid, atomicity=str(cp.proposal.get("atomicity", "atomic_proposal")),
+                              conflicts=conflicts, applicable_parts=len(keep), total_parts=total,
+                              reorders_used=reorders[pid], later_pending=len(queue),
+                              policy=self.policy, head_ref=self.canvas.head,
+                              resolver_available=resolver_ok)
+        self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id,
+                               "head_ref": self.canvas.head})
+        if dec.action == "reorder":
+            reorders[pid] += 1
+            queue.append(pid)
+            self.state.why_blocked[pid] = {"state": "reordered", "conflicts": conflicts}
+            return
+        if dec.action == "split":
+            if self._split(pid, cp, keep, dec):
+                return
+            dec = ConflictDecision(pid, "resolver" if resolver_ok else "drop",
+                                   dec.conflict_fingerprint, dec.conflicts,
+                                   "split part no longer applies")
+            self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id,
+                                   "head_ref": self.canvas.head})
+        self._not_applied(pid, cp.diff_digest, conflicts, dec)
+
+    def _not_applied(self, pid: str, digest: str, conflicts: list[dict[str, Any]],
+                     dec: ConflictDecision) -> None:
+        res = {"artifact_kind": "dome.apply_result/v1", "run_id": self.canvas.run_id,
+               "proposal_id": pid, "diff_digest": digest, "base_ref": self.canvas.base_ref,
+               "applied": False,
+               "conflict_summary": {"files": sorted({c["path"] for c in conflicts}),
+                                    "hunks": conflicts},
+               "checkpoint_id": None, "head_ref": self.canvas.head,
+               "stack_plan_id": self.plan.stack_plan_id, "decision": dec.action}
+        self.state.apply_results[pid] = res
+        self.emit(T_APPLY, res)
+        if dec.action == "resolver":
+            req = {"artifact_kind": "dome.resolver_request/v1", "run_id": self.canvas.run_id,
+                   "proposal_id": pid, "diff_digest": digest, "head_ref": self.canvas.head,
+                   "conflicts": conflicts, "conflict_fingerprint": dec.conflict_fingerprint}
+            self.state.resolver_requests.append(req)
+            self.emit(T_RESOLVER, req)
+            assert self.resolver_hook is not None
+            self.resolver_hook(req)
+            self.state.why_blocked[pid] = {"state": "awaiting_resolver", "head_ref": self.canvas.head,
+                                           "conflicts": conflicts}
+        else:
+            self.state.why_blocked[pid] = {"state": "dropped", "reason": "conflict",
+                                           "conflicts": conflicts}
+
+    # -- guarded split ---------------------------------------------------------
+    def _total_parts(self, cp: CheckedProposal) -> int:
+        if cp.proposal.get("atomicity") == "hunk_ok":
+            return sum(max(1, len(f.hunks)) for f in cp.parsed.files)
+        return len(cp.parsed.files)
+
+    def _applicable_parts(self, cp: CheckedProposal, att: Attempt) -> list[tuple[str, int | None]]:
+        bad_files = {c.path for c in att.conflicts if c.hunk is None}
+        bad_hunks = {(c.path, c.hunk) for c in att.conflicts if c.hunk is not None}
+        keep: list[tuple[str, int | None]] = []
+        hunk_ok = cp.proposal.get("atomicity") == "hunk_ok"
+        for fp in cp.parsed.files:
+            if fp.path in bad_files:
+                continue
+            if not any(p == fp.path for p, _ in bad_hunks):
+                if hunk_ok and fp.hunks:
+                    keep.extend((fp.path, k) for k in range(len(fp.hunks)))
+                else:
+                    keep.append((fp.path, None))
+            elif hunk_ok:
+                keep.extend((fp.path, k) for k in range(len(fp.hunks)) if (fp.path, k) not in bad_hunks)
+        return keep
+
+    def _split(self, pid: str, cp: CheckedProposal, keep: list[tuple[str, int | None]],
+               dec: ConflictDecision) -> bool:
+        all_parts: list[tuple[str, int | None]] = []
+        for fp in cp.parsed.files:
+            if dec.split_policy == "by_hunk" and fp.hunks:
+                all_parts.extend((fp.path, k) for k in range(len(fp.hunks)))
+            else:
+                all_parts.append((fp.path, None))
+        rest = [p for p in all_parts if p not in keep]
+        try:
+            part_a = diffs.select(cp.parsed, keep)
+            part_b = diffs.select(cp.parsed, rest)
+        except DiffError:
+            return False
+        canon_a, canon_b = diffs.serialize_diff(part_a), diffs.serialize_diff(part_b)
+        id_a, id_b = f"{pid}~a", f"{pid}~b"
+        req = {"artifact_kind": "dome.split_request/v1", "run_id": self.canvas.run_id,
+               "proposal_id": pid, "partitioning": dec.split_policy,
+               "conflict_fingerprint": dec.conflict_fingerprint, "head_ref": self.canvas.head}
+        self.emit(T_SPLIT_REQ, req)
+        att = self.canvas.try_apply(part_a)
+        if not att.clean:
+            return False
+        res = {"artifact_kind": "dome.split_result/v1", "run_id": self.canvas.run_id,
+               "proposal_id": pid, "parent_diff_digest": cp.diff_digest,
+               "partitioning": dec.split_policy,
+               "proposal_id_A": id_a, "diff_digest_A": digest_bytes(canon_a),
+               "keep_A": [[p, k] for p, k in keep],
+               "proposal_id_B": id_b, "diff_digest_B": digest_bytes(canon_b),
+               "keep_B": [[p, k] for p, k in rest],
+               "provenance": {"parent_proposal_id": pid, "parent_diff_digest": cp.diff_digest,
+                              "conflict_fingerprint": dec.conflict_fingerprint},
+               "validation_escalated": sorted(self.policy.escalate_on_split) or ["full"]}
+        self.emit(T_SPLIT_RES, res)
+        self.state.derived[id_a] = res
+        self.state.escalated_suites.update(self.policy.escalate_on_split)
+        self._accept(id_a, res["diff_digest_A"], part_a, att, derived_from=pid)
+        self._flush()
+        self.state.why_blocked[pid] = {"state": "split", "applied_part": id_a, "remainder": id_b}
+        rest_dec = ConflictDecision(id_b, "resolver" if self.resolver_hook else "drop",
+                                    dec.conflict_fingerprint, dec.conflicts,
+                                    "remainder of a guarded split")
+        self.emit(T_CONFLICT, {**rest_dec.to_dict(), "run_id": self.canvas.run_id,
+                               "head_ref": self.canvas.head})
+        self._not_applied(id_b, res["diff_digest_B"], list(dec.conflicts), rest_dec)
+        return True
+
+    # -- speculative validation with bisection ----------------------------------
+    def current_checkpoints(self) -> list[Checkpoint]:
+        seen: list[Checkpoint] = []
+        for layer in self.state.layers:
+            if layer.checkpoint is not None and (not seen or seen[-1] is not layer.checkpoint):
+                seen.append(layer.checkpoint)
+        return seen
+
+    def validate(self, suites: Sequence[Mapping[str, Any]], validator: Validator,
+                 max_ejections: int = 16) -> list[dict[str, Any]]:
+        """Validate the whole stack; bisect, eject and re-validate on failure."""
+        ejections = 0
+        while True:
+            cps = self.current_checkpoints()
+            head_cp = cps[-1] if cps else self.canvas.checkpoint_by_id("cp-0000")
+            reports = [self._run_suite(head_cp, s, validator, "final") for s in suites]
+            failing = [s for s, r in zip(suites, reports) if r["result"] != "passed"]
+            if not failing or not cps or ejections >= max_ejections:
+                return reports
+            ejections += 1
+
+            def passes(k: int) -> bool:
+                cp = cps[k - 1] if k > 0 else self.canvas.checkpoint_by_id("cp-0000")
+                return all(self._run_suite(cp, s, validator, "bisect")["result"] == "passed"
+                           for s in failing)
+
+            culprit_k, steps = bisect_culprit(len(cps), passes)
+            culprit_cp = cps[culprit_k - 1]
+            culprits = [l.proposal_id for l in self.state.layers if l.checkpoint is culprit_cp]
+            self.emit(T_BISECT, {"artifact_kind": "dome.bisect/v1", "run_id": self.canvas.run_id,
+                                 "failing_suites": [s.get("name") or s["suite"] for s in failing],
+                                 "head_ref": head_cp.commit, "steps": steps,
+                                 "culprit_checkpoint_id": culprit_cp.checkpoint_id,
+                                 "culprit_proposal_ids": culprits})
+            self._eject(culprit_cp, culprits, failing)
+
+    def _eject(self, culprit_cp: Checkpoint, culprits: list[str],
+               failing: Sequence[Mapping[str, Any]]) -> None:
+        idx = next(i for i, l in enumerate(self.state.layers) if l.checkpoint is culprit_cp)
+        later = [l for l in self.state.layers[idx:] if l.proposal_id not in culprits]
+        self.state.layers = self.state.layers[:idx]
+        self.canvas.rollback(culprit_cp.parent and self._cp_id_of(culprit_cp.parent))
+        for pid in culprits:
+            self.state.apply_results.pop(pid, None)
+            self.state.why_blocked[pid] = {"state": "ejected", "reason": "validation failed",
+                                           "failing_suites": [s.get("name") or s["suite"] for s in failing],
+                                           "checkpoint_id": culprit_cp.checkpoint_id}
+        self.emit(T_EJECT, {"artifact_kind": "dome.ejection/v1", "run_id": self.canvas.run_id,
+                            "proposal_ids": culprits, "checkpoint_id": culprit_cp.checkpoint_id,
+                            "rolled_back_to": self.canvas.head,
+                            "reapplied": [l.proposal_id for l in later]})
+        batch = 1 if self.policy.checkpoint_strategy == "per_layer" else max(1, self.policy.batch_size)
+        for layer in later:
+            att = self.canvas.try_apply(layer.parsed)
+            if att.clean:
+                self._accept(layer.proposal_id, layer.diff_digest, layer.parsed, att,
+                             derived_from=layer.derived_from)
+                if len(self._unflushed) >= batch:
+                    self._flush()
+            else:
+                self._flush()
+                dec = ConflictDecision(layer.proposal_id, "drop", "", tuple(c.to_dict() for c in att.conflicts),
+                                       "no longer applies after ejection")
+                self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id,
+                                       "head_ref": self.canvas.head})
+                self._not_applied(layer.proposal_id, layer.diff_digest,
+                                  [c.to_dict() for c in att.conflicts], dec)
+        self._flush()
+        self.canvas.publish_head()
+
+    def _cp_id_of(self, commit: str) -> str:
+        if commit == self.canvas.base_ref:
+            return "cp-0000"
+        for cp in self.canvas.checkpoints:
+            if cp.commit == commit:
+                return cp.checkpoint_id
+        raise KeyError(commit)
+
+    def _run_suite(self, cp: Checkpoint, suite: Mapping[str, Any], validator: Validator,
+                   phase: str) -> dict[str, Any]:
+        report = dict(validator(cp, suite))
+        report.setdefault("artifact_kind", "dome.validation_report/v1")
+        report.update({"run_id": self.canvas.run_id, "head_ref": cp.commit,
+                       "checkpoint_id": cp.checkpoint_id,
+                       "included_proposal_ids": list(cp.included), "phase": phase})
+        self.state.reports.append(report)
+        self.emit(T_VALIDATION, report)
+        return report

@@ -1,0 +1,158 @@
+"""Validation suites on the integration head, in read-only workers.
+
+- `command` suites: a plain read-only checkout of the head commit, run
+  under bubblewrap (read-only root, the checkout bound read-only, private
+  /tmp, no network, new PID namespace, dies with the coordinator).
+- domain suites (`litho.resim`, `drc`): dispatched across a process
+  boundary to `python -m worker_sdk.suite_runner`, which calls the handler
+  named in the intents registry and prints its IntentResult as JSON.
+
+Every run yields a ValidationReport bound to the checkpoint and head it ran
+on, the proposals included in that head, the suite, the environment digest,
+the result and the digests of its artifacts (logs).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from registry.canonical import digest_bytes, digest_json
+
+from coordinator.canvas import Checkpoint, checkout_readonly
+
+DOMAIN_SUITES = {"litho.resim": "worker_sdk.litho.intents:resimulate",
+                 "drc": "worker_sdk.klayout_tools.intents:drc_suite"}
+
+
+def suite_name(suite: Mapping[str, Any]) -> str:
+    return str(suite.get("name") or suite["suite"])
+
+
+def _tool_version(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()[:200]
+    except (OSError, subprocess.SubprocessError):
+        return "unavailable"
+
+
+_ENV_CACHE: dict[str, Any] = {}
+
+
+def environment() -> dict[str, Any]:
+    if not _ENV_CACHE:
+        _ENV_CACHE.update({
+            "python": sys.version.split()[0], "platform": platform.platform(),
+            "git": _tool_version(["git", "--version"]),
+            "bwrap": _tool_version(["bwrap", "--version"]),
+            "container_image": os.environ.get("DOME_CONTAINER_IMAGE", "host"),
+        })
+    return dict(_ENV_CACHE)
+
+
+def bwrap_argv(checkout: Path, argv: list[str], *, network: bool = False) -> list[str]:
+    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+           "--tmpfs", "/tmp", "--ro-bind", str(checkout), "/tmp/head", "--chdir", "/tmp/head",
+           "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+           "--new-session", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    if not network:
+        cmd.append("--unshare-net")
+    return cmd + ["--", *argv]
+
+
+class SuiteRunner:
+    """Runs suites for the Stacker (a `Validator`)."""
+
+    def __init__(self, repo: Path | str, *, sandbox: str = "bwrap",
+                 put_artifact: Callable[[bytes], str] | None = None,
+                 python: str = sys.executable, timeout_s: float = 600) -> None:
+        self.repo = Path(repo)
+        self.sandbox = sandbox
+        if sandbox == "bwrap" and shutil.which("bwrap") is None:
+            from registry.errors import DomeError
+            raise DomeError("bubblewrap is not available for read-only validation workers",
+                            code="SANDBOX_UNAVAILABLE",
+                            hints=["install bubblewrap, or pass sandbox='none' explicitly"])
+        self.put_artifact = put_artifact or digest_bytes
+        self.python = python
+        self.timeout_s = timeout_s
+        self._cache: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def __call__(self, cp: Checkpoint, suite: Mapping[str, Any]) -> dict[str, Any]:
+        key = (cp.tree, digest_json(dict(suite)))
+        if key in self._cache:  # same tree, same suite: same answer (recorded as a new report)
+            return {**self._cache[key], "reused_from_tree": cp.tree}
+        started = time.monotonic()
+        if suite["suite"] == "command":
+            result, summary, logs = self._command(cp, suite)
+        elif suite["suite"] in DOMAIN_SUITES:
+            result, summary, logs = self._domain(cp, suite)
+        else:
+            result, summary, logs = "error", {"error": f"unknown suite {suite['suite']!r}"}, b""
+        env = {**environment(), "sandbox": self.sandbox, "suite": dict(suite)}
+        report = {
+            "artifact_kind": "dome.validation_report/v1",
+            "suite": suite_name(suite), "suite_kind": suite["suite"],
+            "suite_digest": digest_json(dict(suite)),
+            "tree": cp.tree, "result": result, "summary": summary,
+            "environment": env, "environment_digest": digest_json(env),
+            "artifact_digests": [self.put_artifact(logs)] if logs else [],
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+        self._cache[key] = report
+        return report
+
+    def _command(self, cp: Checkpoint, suite: Mapping[str, Any]) -> tuple[str, dict, bytes]:
+        with tempfile.TemporaryDirectory(prefix="dome-suite-") as tmp:
+            ro = checkout_readonly(self.repo, cp.commit, Path(tmp) / "head")
+            argv = list(suite["argv"])
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8",
+                   "PYTHONDONTWRITEBYTECODE": "1", **dict(suite.get("env") or {})}
+            cmd = bwrap_argv(ro, argv) if self.sandbox == "bwrap" else argv
+            try:
+                proc = subprocess.run(cmd, cwd=ro, env=env, capture_output=True,
+                                      timeout=float(suite.get("timeout_s") or self.timeout_s))
+            except subprocess.TimeoutExpired as exc:
+                return "failed", {"timeout": True}, (exc.stdout or b"") + (exc.stderr or b"")
+            finally:
+                for root, dirs, files in os.walk(ro):
+                    for d in dirs:
+                        os.chmod(os.path.join(root, d), 0o755)
+                    os.chmod(root, 0o755)
+            logs = proc.stdout + b"\n--- stderr ---\n" + proc.stderr
+            return ("passed" if proc.returncode == 0 else "failed",
+                    {"returncode": proc.returncode, "tail": logs[-2000:].decode("utf-8", "replace")},
+                    logs)
+
+    def _domain(self, cp: Checkpoint, suite: Mapping[str, Any]) -> tuple[str, dict, bytes]:
+        with tempfile.TemporaryDirectory(prefix="dome-suite-") as tmp:
+            ro = checkout_readonly(self.repo, cp.commit, Path(tmp) / "head")
+            request = {"handler": DOMAIN_SUITES[suite["suite"]], "scratch": str(ro),
+                       "action": dict(suite), "seed": int(suite.get("seed", 0))}
+            try:
+                proc = subprocess.run([self.python, "-m", "worker_sdk.suite_runner"],
+                                      input=json.dumps(request).encode(), capture_output=True,
+                                      timeout=float(suite.get("timeout_s") or self.timeout_s),
+                                      env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+            except subprocess.TimeoutExpired:
+                return "failed", {"timeout": True}, b""
+            finally:
+                for root, dirs, files in os.walk(ro):
+                    os.chmod(root, 0o755)
+            logs = proc.stdout + b"\n--- stderr ---\n" + proc.stderr
+            if proc.returncode != 0:
+                return "error", {"returncode": proc.returncode,
+                                 "tail": proc.stderr[-2000:].decode("utf-8", "replace")}, logs
+            try:
+                out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                return "error", {"error": "suite runner printed no result"}, logs
+            passed = bool(out.get("summary", {}).get("passed"))
+            return ("passed" if passed else "failed"), out, logs
