@@ -49,8 +49,9 @@ whitespace (spaces and tabs) stripped, everything else significant.
 - ``edit_digest``: sha256 of the normalized removed lines and added lines,
   each prefixed with its marker.
 - ``range_hint``: ``{"start", "end"}`` 1-based inclusive preimage lines on
-  the base; a pure insertion with no context gets the line it follows; binary
-  and mode-only sections get ``None`` (the whole file).
+  the base; a pure insertion with no context gets the line it follows; binary,
+  mode-only, creation and deletion sections carry no range_hint (the whole
+  file) and ``kind: "file"`` instead of ``"hunk"``.
 """
 from __future__ import annotations
 
@@ -639,9 +640,11 @@ def file_fingerprints(fp: FilePatch, base_ref: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
     def mk(ctx: str, edit: str, rng: dict[str, int] | None, kind: str) -> dict[str, Any]:
-        return {"path": path, "base_ref": base_ref, "base_context_digest": ctx,
-                "edit_digest": edit, "range_hint": rng, "kind": kind,
-                "fingerprint_version": FINGERPRINT_VERSION}
+        out = {"path": path, "base_ref": base_ref, "base_context_digest": ctx,
+               "edit_digest": edit, "kind": kind, "fingerprint_version": FINGERPRINT_VERSION}
+        if rng is not None:
+            out["range_hint"] = rng
+        return out
 
     if fp.hunks and not fp.is_new and not fp.is_deleted:
         for h in fp.hunks:

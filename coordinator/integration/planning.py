@@ -21,7 +21,7 @@ from registry.canonical import digest_json
 from .policy import IntegrationPolicy, risk_level
 from .proposals import CONFLICT, REDUNDANT, Rejection, is_dependency_file
 
-RISK_SCORE = {"low": 0, "medium": 1, "high": 2}
+RISK_SCORE = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
 
 @dataclass(frozen=True)
@@ -155,91 +155,137 @@ class StackPlan:
     stack_plan_id: str
     base_ref: str
     ordered: tuple[str, ...]
+    ordered_entries: tuple[Mapping[str, Any], ...]
     rejected: tuple[Mapping[str, Any], ...]
     checkpoint_strategy: str
     expected_validations: tuple[str, ...]
     seed: int
     selection_scores: tuple[Mapping[str, Any], ...]
-    selection_decisions: tuple[Mapping[str, Any], ...]
+    selection_entries: tuple[Mapping[str, Any], ...]
     overlap: Mapping[str, Any]
     policy_version: str
     revision: int = 1
+    supersedes: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "artifact_kind": "dome.stack_plan/v1",
             "stack_plan_id": self.stack_plan_id,
             "revision": self.revision,
             "base_ref": self.base_ref,
-            "ordered_proposals": list(self.ordered),
+            "ordered_proposals": [dict(e) for e in self.ordered_entries],
             "rejected": [dict(r) for r in self.rejected],
             "checkpoint_strategy": self.checkpoint_strategy,
             "expected_validations": list(self.expected_validations),
             "determinism_seed": self.seed,
             "selection_scores": [dict(s) for s in self.selection_scores],
-            "selection_decisions": [dict(s) for s in self.selection_decisions],
             "overlap": dict(self.overlap),
             "policy_version": self.policy_version,
         }
+        if self.supersedes:
+            out["supersedes"] = self.supersedes
+        return out
+
+    def selection_decision(self) -> dict[str, Any]:
+        return {"artifact_kind": "dome.selection_decision/v1",
+                "decision_id": "sel-" + self.stack_plan_id[3:],
+                "stack_plan_id": self.stack_plan_id, "determinism_seed": self.seed,
+                "entries": [dict(e) for e in self.selection_entries],
+                "tie_break_order": ["proposal_id", "created_at", "diff_digest"]}
+
+
+REASON_FOR_SCHEMA = {"integrity": "invalid"}
+STALE_CODES = {"PROPOSAL_WRONG_BASE", "PROPOSAL_BASE_UNKNOWN"}
+
+
+def rejected_entry(pid: str, r: Rejection) -> dict[str, Any]:
+    reason = "stale_base" if r.code in STALE_CODES else REASON_FOR_SCHEMA.get(r.reason, r.reason)
+    return {"proposal_id": pid, "reason": reason, "code": r.code, "detail": r.message,
+            "details": dict(r.details)}
 
 
 def order_key(c: Candidate, index: OverlapIndex) -> tuple:
     deg = index.degree(c.proposal_id)
-    return (1 if c.deps else 0, 0 if c.critical else 1, RISK_SCORE.get(c.risk, 2),
+    return (1 if c.deps else 0, 0 if c.critical else 1, RISK_SCORE.get(c.risk, 3),
             1 if deg else 0, deg, *c.tie_break)
 
 
 def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
                policy: IntegrationPolicy, rejected: Sequence[tuple[str, Rejection]] = (),
-               run_id: str = "", revision: int = 1) -> tuple[StackPlan, OverlapIndex]:
+               run_id: str = "", revision: int = 1, created_at: str = "") -> tuple[StackPlan, OverlapIndex]:
     """Order verified candidates, drop redundant ones, record why (pure)."""
     index = OverlapIndex(candidates)
     ranked = sorted(candidates, key=lambda c: order_key(c, index))
     ordered: list[str] = []
-    rej: list[dict[str, Any]] = [
-        {"proposal_id": pid, "reason": r.reason, "code": r.code, "message": r.message,
-         "details": dict(r.details)} for pid, r in rejected]
-    decisions: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
+    rej: list[dict[str, Any]] = [rejected_entry(pid, r) for pid, r in rejected]
+    sel: list[dict[str, Any]] = []
     scores: list[dict[str, Any]] = []
+    n = len(ranked)
     for rank, c in enumerate(ranked):
         key = order_key(c, index)
-        score = {"proposal_id": c.proposal_id, "deps_late": key[0], "critical_first": key[1],
-                 "risk": key[2], "overlaps": key[4], "rank": rank}
+        comp = {"deps_late": key[0], "critical_first": key[1], "risk": key[2], "overlaps": key[4]}
+        score = {"proposal_id": c.proposal_id, "score": float(n - rank), "components": comp,
+                 "rank": rank}
         scores.append(score)
         dup_of = next((o for o in ordered if index.is_redundant_with(c.proposal_id, o)), None)
-        tie = {"proposal_id": c.proposal_id, "created_at": c.created_at, "diff_digest": c.diff_digest}
+        entry = {"proposal_id": c.proposal_id, "created_at": c.created_at or created_at,
+                 "diff_digest": c.diff_digest, "score": float(n - rank)}
         if dup_of is not None:
-            rej.append({"proposal_id": c.proposal_id, "reason": REDUNDANT,
-                        "code": "PLAN_REDUNDANT", "message": f"same edits as {dup_of}",
-                        "details": {"kept": dup_of}})
-            decisions.append({"artifact_kind": "dome.selection_decision/v1",
-                              "proposal_id": c.proposal_id, "selected": False,
-                              "reason": REDUNDANT, "redundant_with": dup_of, "score": score,
-                              "tie_break": tie, "tie_break_order": ["proposal_id", "created_at",
-                                                                     "diff_digest"]})
+            rej.append({"proposal_id": c.proposal_id, "reason": REDUNDANT, "code": "PLAN_REDUNDANT",
+                        "detail": f"same edits as {dup_of}", "details": {"kept": dup_of}})
+            sel.append({**entry, "accepted": False, "reason": REDUNDANT, "redundant_with": dup_of})
             continue
         ordered.append(c.proposal_id)
-        decisions.append({"artifact_kind": "dome.selection_decision/v1",
-                          "proposal_id": c.proposal_id, "selected": True, "reason": "verified",
-                          "score": score, "tie_break": tie,
-                          "tie_break_order": ["proposal_id", "created_at", "diff_digest"]})
-    for pid, r in rejected:
-        decisions.append({"artifact_kind": "dome.selection_decision/v1", "proposal_id": pid,
-                          "selected": False, "reason": r.reason, "code": r.code,
-                          "tie_break_order": ["proposal_id", "created_at", "diff_digest"]})
+        entries.append({"proposal_id": c.proposal_id, "diff_digest": c.diff_digest,
+                        "atomicity": c.atomicity, "risk": c.risk, "position": len(entries)})
+        sel.append({**entry, "accepted": True, "reason": "verified"})
+    for r in rej[:len(rejected)]:
+        sel.append({"proposal_id": r["proposal_id"], "created_at": created_at,
+                    "diff_digest": r["details"].get("actual") if str(r["details"].get("actual", "")).startswith("sha256:") else "sha256:" + "0" * 64,
+                    "accepted": False, "reason": r["reason"], "code": r["code"]})
+    sel.sort(key=lambda e: (e["proposal_id"], e["created_at"], e["diff_digest"]))
     risks = {c.risk for c in candidates if c.proposal_id in ordered}
     plan_body = {"base_ref": base_ref, "ordered": ordered, "seed": seed, "run_id": run_id,
                  "revision": revision}
     plan = StackPlan(
         stack_plan_id="sp-" + digest_json(plan_body)[7:23],
-        base_ref=base_ref, ordered=tuple(ordered),
+        base_ref=base_ref, ordered=tuple(ordered), ordered_entries=tuple(entries),
         rejected=tuple(sorted(rej, key=lambda r: (r["proposal_id"], r["code"]))),
         checkpoint_strategy=policy.checkpoint_strategy,
         expected_validations=tuple(policy.required_suites(risks)),
-        seed=seed, selection_scores=tuple(scores), selection_decisions=tuple(decisions),
+        seed=seed, selection_scores=tuple(scores), selection_entries=tuple(sel),
         overlap=index.to_dict(), policy_version=f"{policy.name}@{policy.version}",
         revision=revision)
     return plan, index
+
+
+def final_plan(plan: StackPlan, *, included: Sequence[str], digests: Mapping[str, str],
+               atomicity: Mapping[str, str], not_applied: Mapping[str, Mapping[str, Any]],
+               expected_validations: Sequence[str], run_id: str = "") -> StackPlan:
+    """The plan as it ended: what the head holds, in order, and why each
+    other proposal is not there (conflict, ejected by validation, ...)."""
+    rej = [dict(r) for r in plan.rejected]
+    for pid, why in sorted(not_applied.items()):
+        if any(r["proposal_id"] == pid for r in rej):
+            continue
+        rej.append({"proposal_id": pid, "reason": "conflict" if why.get("state") != "ejected" else "policy",
+                    "code": "STACK_" + str(why.get("state", "dropped")).upper(),
+                    "detail": str(why.get("reason", why.get("state", ""))), "details": dict(why)})
+    entries = tuple({"proposal_id": pid, "diff_digest": digests[pid],
+                     "atomicity": atomicity.get(pid, "atomic_proposal"), "position": k}
+                    for k, pid in enumerate(included))
+    body = {"base_ref": plan.base_ref, "ordered": list(included), "seed": plan.seed,
+            "run_id": run_id, "revision": plan.revision + 1}
+    return StackPlan(
+        stack_plan_id="sp-" + digest_json(body)[7:23], base_ref=plan.base_ref,
+        ordered=tuple(included), ordered_entries=entries,
+        rejected=tuple(sorted(rej, key=lambda r: (r["proposal_id"], r["code"]))),
+        checkpoint_strategy=plan.checkpoint_strategy,
+        expected_validations=tuple(sorted(set(expected_validations))), seed=plan.seed,
+        selection_scores=plan.selection_scores, selection_entries=plan.selection_entries,
+        overlap=plan.overlap, policy_version=plan.policy_version, revision=plan.revision + 1,
+        supersedes=plan.stack_plan_id)
 
 
 # ---------------------------------------------------------------------------
@@ -259,7 +305,11 @@ class ConflictDecision:
     attempt: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"artifact_kind": "dome.conflict_decision/v1", "proposal_id": self.proposal_id,
+        return {"artifact_kind": "dome.conflict_decision/v1",
+                "decision_id": "cd-" + self.conflict_fingerprint[7:23] + f"-{self.action}-{self.attempt}",
+                "proposal_id": self.proposal_id,
+                "policy_precedence": POLICY_PRECEDENCE[self.action],
+                "conflict_fingerprint": self.conflict_fingerprint,
                 "action": self.action, "reason": self.reason,
                 "conflicts": [dict(c) for c in self.conflicts], "split_policy": self.split_policy,
                 "attempt": self.attempt,

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from registry.canonical import digest_json
 
-RISK_LEVELS = ("low", "medium", "high")
+RISK_LEVELS = ("low", "medium", "high", "critical")
 ATOMICITY = ("atomic_proposal", "atomic_file", "hunk_ok")
 CONFLICT_ACTIONS = ("reorder", "split", "resolver", "drop")
 
@@ -46,7 +46,7 @@ class IntegrationPolicy:
     max_total_bytes: int = 32 * 1024 * 1024
     max_files: int = 2000
     dependency_globs: tuple[str, ...] = DEFAULT_DEPENDENCY_GLOBS
-    dependency_risk_allowed: tuple[str, ...] = ("medium", "high")
+    dependency_risk_allowed: tuple[str, ...] = ("medium", "high", "critical")
     # stacking
     allowed_atomicity: tuple[str, ...] = ATOMICITY
     checkpoint_strategy: str = "per_layer"  # or "per_batch"
@@ -57,7 +57,7 @@ class IntegrationPolicy:
     suites_by_risk: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     validation_counts: str = "final_head_only"  # or "per_layer_or_final"
     escalate_on_split: tuple[str, ...] = ()
-    human_gate_risk: tuple[str, ...] = ("high",)
+    human_gate_risk: tuple[str, ...] = ("high", "critical")
     human_gate_paths: tuple[str, ...] = ()
     consent_ttl_seconds: int = 3600
     promote_to: str = "refs/heads/main"
@@ -97,7 +97,7 @@ class IntegrationPolicy:
             "suites_by_risk": {k: tuple(v) for k, v in val.get("suites_by_risk", {}).items()},
             "validation_counts": val.get("counts", "final_head_only"),
             "escalate_on_split": tuple(val.get("escalate_on_split", ())),
-            "human_gate_risk": tuple(gate.get("required_for_risk", ("high",))),
+            "human_gate_risk": tuple(gate.get("required_for_risk", ("high", "critical"))),
             "human_gate_paths": tuple(gate.get("required_for_paths", ())),
             "consent_ttl_seconds": int(gate.get("consent_ttl_seconds", 3600)),
         }
@@ -118,6 +118,8 @@ class IntegrationPolicy:
 
 def risk_level(risk: Any) -> str:
     """The risk class of a proposal's `risk` field ("low" when absent)."""
+    if risk is None:
+        return "low"
     if isinstance(risk, Mapping):
-        risk = risk.get("level", "low")
-    return risk if risk in RISK_LEVELS else "high"
+        risk = risk.get("class", risk.get("level", "high"))
+    return risk if risk in RISK_LEVELS else "high"  # unknown: fail closed

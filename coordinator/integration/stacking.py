@@ -17,10 +17,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from coordinator.canvas import Attempt, Canvas, Checkpoint
 from registry import diffs
-from registry.canonical import digest_bytes
+from registry.canonical import digest_bytes, digest_json
 from registry.diffs import DiffError, ParsedDiff
 
-from .planning import (ConflictDecision, OverlapIndex, StackPlan, bisect_culprit, decide_conflict)
+from .planning import (ConflictDecision, OverlapIndex, StackPlan, bisect_culprit, conflict_fingerprint,
+                       decide_conflict)
 from .policy import IntegrationPolicy
 from .proposals import CheckedProposal
 
@@ -122,7 +123,8 @@ class Stacker:
     def _apply_result(self, layer: Layer, cp: Checkpoint) -> None:
         res = {"artifact_kind": "dome.apply_result/v1", "run_id": self.canvas.run_id,
                "proposal_id": layer.proposal_id, "diff_digest": layer.diff_digest,
-               "base_ref": self.canvas.base_ref, "applied": True, "conflict_summary": None,
+               "base_ref": self.canvas.base_ref, "applied": True, "conflict_summary": {"files": []},
+               "head_tree_hash": cp.tree, "position": len(self.state.apply_results),
                "checkpoint_id": cp.checkpoint_id, "head_ref": cp.commit, "tree": cp.tree,
                "parent_ref": cp.parent, "stack_plan_id": self.plan.stack_plan_id}
         if layer.derived_from:
@@ -164,7 +166,8 @@ class Stacker:
                "proposal_id": pid, "diff_digest": digest, "base_ref": self.canvas.base_ref,
                "applied": False,
                "conflict_summary": {"files": sorted({c["path"] for c in conflicts}),
-                                    "hunks": conflicts},
+                                    "hunks": self._conflict_fingerprints(pid, conflicts),
+                                    "conflicts": conflicts},
                "checkpoint_id": None, "head_ref": self.canvas.head,
                "stack_plan_id": self.plan.stack_plan_id, "decision": dec.action}
         self.state.apply_results[pid] = res
@@ -182,6 +185,20 @@ class Stacker:
         else:
             self.state.why_blocked[pid] = {"state": "dropped", "reason": "conflict",
                                            "conflicts": conflicts}
+
+    def _conflict_fingerprints(self, pid: str, conflicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        cp = self.checked.get(pid)
+        if cp is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for c in conflicts:
+            fps = [f for f in cp.fingerprints if f["path"] == c["path"]]
+            hunks = [f for f in fps if f.get("kind") == "hunk"]
+            if c.get("hunk") is not None and c["hunk"] < len(hunks):
+                out.append(dict(hunks[c["hunk"]]))
+            else:
+                out.extend(dict(f) for f in fps)
+        return out
 
     # -- guarded split ---------------------------------------------------------
     def _total_parts(self, cp: CheckedProposal) -> int:
@@ -221,7 +238,7 @@ class Stacker:
         except DiffError:
             return False
         canon_a, canon_b = diffs.serialize_diff(part_a), diffs.serialize_diff(part_b)
-        id_a, id_b = f"{pid}~a", f"{pid}~b"
+        id_a, id_b = f"{pid}:split-a", f"{pid}:split-b"
         req = {"artifact_kind": "dome.split_request/v1", "run_id": self.canvas.run_id,
                "proposal_id": pid, "partitioning": dec.split_policy,
                "conflict_fingerprint": dec.conflict_fingerprint, "head_ref": self.canvas.head}
@@ -314,7 +331,9 @@ class Stacker:
                     self._flush()
             else:
                 self._flush()
-                dec = ConflictDecision(layer.proposal_id, "drop", "", tuple(c.to_dict() for c in att.conflicts),
+                cs = [c.to_dict() for c in att.conflicts]
+                dec = ConflictDecision(layer.proposal_id, "drop",
+                                       conflict_fingerprint(layer.proposal_id, self.canvas.head, cs), tuple(cs),
                                        "no longer applies after ejection")
                 self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id,
                                        "head_ref": self.canvas.head})
@@ -337,7 +356,11 @@ class Stacker:
         report.setdefault("artifact_kind", "dome.validation_report/v1")
         report.update({"run_id": self.canvas.run_id, "head_ref": cp.commit,
                        "checkpoint_id": cp.checkpoint_id,
-                       "included_proposal_ids": list(cp.included), "phase": phase})
+                       "included_proposals": list(cp.included), "phase": phase,
+                       "passed": report.get("result") == "passed"})
+        report["report_id"] = "vr-" + digest_json(
+            {k: report.get(k) for k in ("suite_digest", "head_ref", "checkpoint_id", "phase")}
+            | {"n": len(self.state.reports)})[7:23]
         self.state.reports.append(report)
         self.emit(T_VALIDATION, report)
         return report

@@ -102,7 +102,10 @@ class SuiteRunner:
             "suite": suite_name(suite), "suite_kind": suite["suite"],
             "suite_digest": digest_json(dict(suite)),
             "tree": cp.tree, "result": result, "summary": summary,
-            "environment": env, "environment_digest": digest_json(env),
+            "environment": {**env, "environment_digest": digest_json(env),
+                            "container_digests": [env.get("container_image") if "@sha256:" in str(
+                                env.get("container_image")) else "host@" + digest_json(env)]},
+            "environment_digest": digest_json(env),
             "artifact_digests": [self.put_artifact(logs)] if logs else [],
             "duration_s": round(time.monotonic() - started, 3),
         }
