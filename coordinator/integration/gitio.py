@@ -196,3 +196,40 @@ def parse_trailers(message: str) -> dict[str, str]:
         if sep and k and " " not in k:
             out[k] = v
     return out
+
+
+def parse_trailers_all(message: str) -> dict[str, list[str]]:
+    block = message.rstrip("\n").split("\n\n")[-1]
+    out: dict[str, list[str]] = {}
+    for line in block.split("\n"):
+        k, sep, v = line.partition(": ")
+        if sep and k and " " not in k:
+            out.setdefault(k, []).append(v)
+    return out
+
+
+def commit_facts(reader: "ObjectReader", oids: "Iterable[str]") -> dict[str, dict]:
+    """{sha: {tree, parents, trailers_all}} for the commits that exist."""
+    out: dict[str, dict] = {}
+    for oid in oids:
+        if not oid or oid in out:
+            continue
+        try:
+            typ, data = reader.read(oid)
+        except GitError:
+            continue
+        if typ != "commit":
+            continue
+        c = parse_commit(data)
+        out[oid] = {"tree": c.get("tree"), "parents": c["parents"],
+                    "trailers_all": parse_trailers_all(c["message"])}
+    return out
+
+
+def is_ancestor(repo: "Path | str", anc: str, desc: str) -> bool:
+    return git(repo, "merge-base", "--is-ancestor", anc, desc, check=False).returncode == 0
+
+
+def ref_target(repo: "Path | str", ref: str) -> str | None:
+    proc = git(repo, "rev-parse", "--verify", "--quiet", ref, check=False)
+    return proc.stdout.decode().strip() or None if proc.returncode == 0 else None

@@ -1,0 +1,383 @@
+"""`finish_run(ctx)`: the one entry point the run loop calls after its tasks.
+
+verify proposals -> plan -> stack on the canvas -> validate (speculative,
+bisect on failure) -> gate -> promote, or end blocked naming every missing
+link, or hold at the human gate with a single-use consent token.
+Every artifact is signed and appended to the ledger as it is produced.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from registry import diffs
+from registry.canonical import canonical_json, digest_json
+from registry.errors import DomeError
+from registry.signing import Keyring, SigningKey, dsse_sign
+
+from coordinator.canvas import Canvas
+
+from . import gitio
+from .evidence import (T_CONSENT, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION, T_PROPOSAL,
+                       T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, GitFacts, Record,
+                       evaluate_chain, sign_artifact)
+from .planning import Candidate, final_plan, plan_stack
+from .policy import IntegrationPolicy
+from .proposals import BaseInspector, verify_proposal
+from .stacking import Stacker, Validator
+from .validation import SuiteRunner, suite_name
+
+PRODUCER = "dome-coordinator"
+EXIT_OK, EXIT_BLOCKED = 0, 4
+ZERO = "0" * 40
+
+
+class PromotionError(DomeError):
+    code = "PROMOTION_ERROR"
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class FinishContext:
+    run_id: str
+    repo: Path
+    base_ref: str
+    proposals: Sequence[Mapping[str, Any]]
+    ledger: Any
+    signing_key: SigningKey
+    ops_root: Path
+    validations: Sequence[Mapping[str, Any]] = ()
+    policy: IntegrationPolicy | None = None
+    keyring: Keyring | None = None
+    seed: int = 0
+    promote_to: str | None = None
+    diff_loader: Callable[[Mapping[str, Any]], bytes | None] | None = None
+    resolver_hook: Callable[[dict[str, Any]], Any] | None = None
+    critical_ids: frozenset[str] = frozenset()
+    sandbox: str = "bwrap"
+    validator: Validator | None = None
+    clock: Callable[[], str] = utc_now
+    wave_id: str | None = None
+
+
+@dataclass
+class FinishResult:
+    status: str  # promoted | blocked | awaiting_consent
+    run_id: str
+    base_ref: str
+    head_ref: str | None
+    included: list[str]
+    missing: list[str]
+    why_blocked: dict[str, Any]
+    gate: dict[str, Any]
+    promotion: dict[str, Any] | None
+    consent_token: str | None = None
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.status == "promoted" else EXIT_BLOCKED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "run_id": self.run_id, "base_ref": self.base_ref,
+                "head_ref": self.head_ref, "included_proposals": self.included,
+                "missing": self.missing, "why_blocked": self.why_blocked,
+                "rejected": self.rejected,
+                "promotion": self.promotion, "awaiting_consent": self.consent_token is not None}
+
+
+class Emitter:
+    """Stamps the artifact header, signs, appends to the ledger."""
+
+    def __init__(self, ledger: Any, run_id: str, key: SigningKey, clock: Callable[[], str],
+                 wave_id: str | None = None) -> None:
+        self.ledger, self.run_id, self.key, self.clock, self.wave_id = ledger, run_id, key, clock, wave_id
+        self.count = 0
+
+    def __call__(self, topic: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
+        self.count += 1
+        a = dict(artifact)
+        a.setdefault("artifact_kind", "dome." + topic.split(".")[-1] + "/v1")
+        a.setdefault("version", "1.0.0")
+        a.setdefault("run_id", self.run_id)
+        a.setdefault("created_at", self.clock())
+        a.setdefault("producer", PRODUCER)
+        a.setdefault("object_id", _object_id(a, self.count))
+        signed = sign_artifact(a, self.key)
+        self.ledger.append(self.run_id, topic, signed, wave_id=self.wave_id, signer=self.key)
+        return signed
+
+
+def _object_id(a: Mapping[str, Any], n: int) -> str:
+    for k in ("report_id", "decision_id", "stack_plan_id", "checkpoint_id"):
+        if a.get(k):
+            return str(a[k])
+    kind = str(a.get("artifact_kind", "x")).split(".")[-1].split("/")[0]
+    if a.get("proposal_id"):
+        return f"{kind}:{a['proposal_id']}:{n}"
+    return f"{kind}:{n}"
+
+
+def default_diff_loader(ledger: Any) -> Callable[[Mapping[str, Any]], bytes | None]:
+    def load(p: Mapping[str, Any]) -> bytes | None:
+        if p.get("diff_unified") is not None:
+            return str(p["diff_unified"]).encode("utf-8", "surrogateescape")
+        ref = p.get("diff_ref")
+        if ref and getattr(ledger, "blobs", None) is not None:
+            try:
+                return ledger.blobs.get(ref)
+            except Exception:  # noqa: BLE001 - a missing blob is a rejected proposal
+                return None
+        return None
+    return load
+
+
+def run_dir(ops_root: Path, run_id: str) -> Path:
+    return Path(ops_root) / "runs" / run_id
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(canonical_json(obj) + b"\n")
+    tmp.replace(path)
+
+
+def records_of(ledger: Any, run_id: str) -> list[Record]:
+    return [Record.from_event(e) for e in ledger.events(run_id)]
+
+
+def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
+    commits: set[str] = set()
+    for r in records:
+        for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
+            v = r.artifact.get(k)
+            if isinstance(v, str) and diffs._OID.match(v.encode()):
+                commits.add(v)
+    with gitio.ObjectReader(repo) as reader:
+        return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
+
+
+def finish_run(ctx: FinishContext) -> FinishResult:
+    policy = ctx.policy or IntegrationPolicy.load()
+    keyring = ctx.keyring or Keyring({ctx.signing_key.kid: ctx.signing_key.public})
+    emit = Emitter(ctx.ledger, ctx.run_id, ctx.signing_key, ctx.clock, ctx.wave_id)
+    load = ctx.diff_loader or default_diff_loader(ctx.ledger)
+    to_ref = ctx.promote_to or policy.promote_to
+    emit(T_POLICY, {"artifact_kind": "dome.integration_policy/v1", "policy": policy.to_dict(),
+                    "policy_digest": policy.digest, "policy_version": f"{policy.name}@{policy.version}"})
+    required_wq = sorted({suite_name(v) for v in ctx.validations if v.get("required", True)})
+    emit(T_REQUIREMENTS, {"artifact_kind": "dome.integration_requirements/v1",
+                          "required_suites": required_wq, "repo": str(Path(ctx.repo).resolve()),
+                          "promote_to": to_ref, "base_ref": ctx.base_ref,
+                          "validations": [dict(v) for v in ctx.validations]})
+
+    # 1. verify every proposal ---------------------------------------------------
+    checked = {}
+    rejected = []
+    with gitio.ObjectReader(ctx.repo) as reader:
+        insp = BaseInspector(ctx.repo, reader)
+        for p in sorted(ctx.proposals, key=lambda p: (str(p.get("proposal_id")), str(p.get("created_at")))):
+            pid = str(p.get("proposal_id"))
+            rej, cp = verify_proposal(p, load(p), wave_base=ctx.base_ref, policy=policy, inspector=insp)
+            if cp is None or pid in checked:
+                if pid in checked:
+                    from .proposals import REDUNDANT, Rejection
+                    rej = [Rejection("PROPOSAL_DUPLICATE_ID", "proposal id already submitted", REDUNDANT)]
+                emit(T_REJECTED, {"artifact_kind": "dome.proposal_rejection/v1", "proposal_id": pid,
+                                  "diff_digest": p.get("diff_digest"),
+                                  "rejections": [r.to_dict() for r in rej]})
+                rejected.extend((pid, r) for r in rej)
+                continue
+            blob = ctx.ledger.blobs.put(cp.canonical) if getattr(ctx.ledger, "blobs", None) else None
+            emit(T_PROPOSAL, {"artifact_kind": "dome.proposal_verification/v1", "proposal_id": pid,
+                              "diff_digest": cp.diff_digest, "diff_blob": blob,
+                              "diff_canonicalization": diffs.DIFF_CANONICALIZATION,
+                              "base_ref": ctx.base_ref, "base_tree_hash": p.get("base_tree_hash"),
+                              "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
+                              "atomicity": p.get("atomicity", "atomic_proposal"),
+                              "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints)})
+            checked[pid] = cp
+
+    # 2. plan ------------------------------------------------------------------------
+    cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
+                                     ctx.critical_ids) for c in checked.values()]
+    plan, index = plan_stack(cands, base_ref=ctx.base_ref, seed=ctx.seed, policy=policy,
+                             rejected=rejected, run_id=ctx.run_id, created_at=ctx.clock())
+    emit(T_PLAN, plan.to_dict())
+    emit(T_SELECTION, plan.selection_decision())
+
+    # 3. stack, 4. validate ------------------------------------------------------------
+    canvas = Canvas(ctx.repo, ctx.base_ref, run_id=ctx.run_id,
+                    workdir=run_dir(ctx.ops_root, ctx.run_id) / "canvas",
+                    max_binary_bytes=policy.max_binary_bytes)
+    try:
+        stacker = Stacker(canvas, checked, plan, index, policy, emit=emit,
+                          resolver_hook=ctx.resolver_hook)
+        state = stacker.run()
+        risks = {checked[l.proposal_id.split(":split-")[0]].risk for l in state.layers}
+        suites = _suites(ctx.validations, policy, risks, bool(state.derived))
+        if state.layers and suites:
+            validator = ctx.validator or SuiteRunner(
+                ctx.repo, sandbox=ctx.sandbox,
+                put_artifact=(ctx.ledger.blobs.put if getattr(ctx.ledger, "blobs", None) else None))
+            stacker.validate(suites, validator)
+        included = list(canvas.included)
+        digests = {l.proposal_id: l.diff_digest for l in state.layers}
+        atom = {pid: str(c.proposal.get("atomicity", "atomic_proposal")) for pid, c in checked.items()}
+        not_applied = {pid: why for pid, why in state.why_blocked.items()
+                       if why.get("state") not in ("applied",) and pid not in included}
+        fplan = final_plan(plan, included=included, digests=digests, atomicity=atom,
+                           not_applied=not_applied,
+                           expected_validations=[suite_name(s) for s in suites], run_id=ctx.run_id)
+        emit(T_PLAN, fplan.to_dict())
+        why = dict(state.why_blocked)
+    finally:
+        canvas.close()
+
+    # 5. gate and promotion -------------------------------------------------------------
+    return gate_and_promote(ctx.ledger, ctx.run_id, repo=Path(ctx.repo), key=ctx.signing_key,
+                            keyring=keyring, policy=policy, to_ref=to_ref, ops_root=ctx.ops_root,
+                            emit=emit, why=why, rejected=[{"proposal_id": p, **r.to_dict()}
+                                                          for p, r in rejected],
+                            base_ref=ctx.base_ref)
+
+
+def _suites(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy, risks: set[str],
+            split: bool) -> list[dict[str, Any]]:
+    by_name = {suite_name(v): dict(v) for v in validations}
+    names = set(by_name) | set(policy.required_suites(risks))
+    if split:
+        names |= set(policy.escalate_on_split)
+    out = []
+    for n in sorted(names):
+        if n in by_name:
+            out.append(by_name[n])
+        elif n in ("litho.resim", "drc"):
+            out.append({"suite": n, "name": n})
+        # a policy suite the work queue does not define cannot run: the gate names it
+    return out
+
+
+def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, keyring: Keyring,
+                     policy: IntegrationPolicy | None, to_ref: str, ops_root: Path, emit: Emitter,
+                     why: dict[str, Any] | None = None, rejected: list | None = None,
+                     base_ref: str = "", issue_consent: bool = True) -> FinishResult:
+    records = records_of(ledger, run_id)
+    facts = git_facts(repo, records)
+    chain = evaluate_chain(records, keyring=keyring, facts=facts, run_id=run_id, policy=policy)
+    gate = {"artifact_kind": "dome.gate.decision/v1", "decision_id": f"gate-{run_id}-{len(records)}",
+            "passed": chain.passed, **chain.to_dict(),
+            "reason_codes": sorted({l.link.split(":")[0] + "_" + l.status for l in chain.links
+                                    if l.status != "ok"})}
+    signed_gate = emit(T_GATE, gate)
+    _write_json(run_dir(ops_root, run_id) / "gate" / "gate.decision.json", signed_gate)
+    consent_token = None
+    if not chain.passed and chain.only_consent_missing and issue_consent and chain.head_ref:
+        consent_token = secrets.token_urlsafe(32)
+        ttl = (policy or IntegrationPolicy()).consent_ttl_seconds
+        expires = (_dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=ttl)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+        emit(T_CONSENT_REQ, {"artifact_kind": "dome.consent_request/v1",
+                             "consent_id": "consent-" + secrets.token_hex(8),
+                             "head_ref": chain.head_ref, "to_ref": to_ref,
+                             "token_digest": token_digest(consent_token), "expires_at": expires})
+        return FinishResult("awaiting_consent", run_id, chain.base_ref or base_ref, chain.head_ref,
+                            chain.included, chain.missing, why or {}, signed_gate, None,
+                            consent_token, rejected or [])
+    promotion = promote(ledger, run_id, repo=repo, chain=chain, to_ref=to_ref, emit=emit,
+                        ops_root=ops_root, key=key, policy=policy, records=records)
+    status = promotion["outcome"]
+    return FinishResult(status, run_id, chain.base_ref or base_ref, chain.head_ref, chain.included,
+                        list(promotion.get("missing", [])), why or {}, signed_gate, promotion, None,
+                        rejected or [])
+
+
+def token_digest(token: str) -> str:
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref: str, emit: Emitter,
+            ops_root: Path, key: SigningKey, policy: IntegrationPolicy | None,
+            records: Sequence[Record]) -> dict[str, Any]:
+    """Write the PromotionDecision; move `to_ref` only when the chain passed."""
+    missing = list(chain.missing)
+    previous = gitio.ref_target(repo, to_ref)
+    outcome = "promoted" if chain.passed else "blocked"
+    if outcome == "promoted":
+        assert chain.head_ref is not None
+        if previous is not None and not gitio.is_ancestor(repo, previous, chain.head_ref):
+            outcome = "blocked"
+            missing.append(f"target:{to_ref}: invalid (moved since the base; not an ancestor of the head)")
+    pol = policy or IntegrationPolicy()
+    decision = {
+        "artifact_kind": "dome.promotion_decision/v1",
+        "decision_id": f"promo-{run_id}-{len(records)}",
+        "outcome": outcome, "from_head_ref": chain.head_ref or chain.base_ref or ZERO,
+        "to_ref": to_ref, "policy_version": f"{pol.name}@{pol.version}",
+        "policy_digest": pol.digest,
+        "base_ref": chain.base_ref, "stack_plan_id": chain.stack_plan_id,
+        "included_proposals": chain.included, "required_suites": chain.required_suites,
+        "evidence_refs": chain.evidence_refs, "missing": missing,
+        "human_approval": {"required": chain.human_gate},
+    }
+    if previous:
+        decision["previous_target"] = previous
+    signed = emit(T_PROMOTION, decision)
+    if outcome == "promoted":
+        # compare-and-swap: the ref moves only from the value the decision names
+        gitio.git(repo, "update-ref", "-m", f"dome promote {run_id}", to_ref, chain.head_ref,
+                  previous or ZERO)
+    out_dir = run_dir(ops_root, run_id) / "promotion"
+    _write_json(out_dir / "promotion.decision.json", signed)
+    export_intoto(records, signed, key, out_dir)
+    return signed
+
+
+INTOTO_STATEMENT = "https://in-toto.io/Statement/v1"
+INTOTO_PAYLOAD = "application/vnd.in-toto+json"
+
+
+def _subjects(a: Mapping[str, Any]) -> list[dict[str, Any]]:
+    subs: list[dict[str, Any]] = []
+    for k in ("from_head_ref", "head_ref", "commit"):
+        v = a.get(k)
+        if isinstance(v, str) and len(v) in (40, 64):
+            subs.append({"name": f"git+commit:{v}", "digest": {"gitCommit": v}})
+            break
+    for d in a.get("artifact_digests", []) or []:
+        subs.append({"name": f"artifact:{d}", "digest": {"sha256": d.split(":", 1)[1]}})
+    if a.get("diff_digest"):
+        subs.append({"name": f"diff:{a.get('proposal_id')}",
+                     "digest": {"sha256": str(a["diff_digest"]).split(":", 1)[1]}})
+    if not subs:
+        subs.append({"name": f"dome:{a.get('artifact_kind')}:{a.get('object_id')}",
+                     "digest": {"sha256": str(a.get("payload_digest", "sha256:" + "0" * 64)).split(":", 1)[1]}})
+    return subs
+
+
+def export_intoto(records: Sequence[Record], decision: Mapping[str, Any], key: SigningKey,
+                  out_dir: Path) -> Path:
+    """The evidence the decision references (and the decision) as in-toto v1
+    Statements in DSSE envelopes, one per line."""
+    wanted = {(r["event_sequence"]) for r in decision.get("evidence_refs", [])}
+    arts = [r.artifact for r in records if r.sequence in wanted] + [decision]
+    lines = []
+    for a in arts:
+        kind = str(a.get("artifact_kind", "dome.unknown/v1"))
+        stmt = {"_type": INTOTO_STATEMENT, "subject": _subjects(a),
+                "predicateType": f"https://dome.dev/attestations/{kind.split('.', 1)[1]}",
+                "predicate": a}
+        lines.append(json.dumps(dsse_sign(INTOTO_PAYLOAD, canonical_json(stmt), key), sort_keys=True))
+    path = out_dir / "evidence.intoto.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path

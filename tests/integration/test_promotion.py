@@ -1,0 +1,172 @@
+"""finish_run end to end on a real repository, the gate, and the evidence
+chain: promotion is refused when any single link is missing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator.integration.evidence import (GitFacts, Record, evaluate_chain, sign_artifact)
+from coordinator.integration.finish import FinishContext, finish_run, git_facts, records_of
+from coordinator.integration.policy import IntegrationPolicy
+from registry.signing import Keyring, SigningKey
+from tests.conftest import git
+from tests.integration.conftest import edit_line, head, make_proposal
+from tests.integration.fakes import MemLedger
+
+SUITE = {"suite": "command", "name": "unit", "argv": ["sh", "-c", "test ! -e BROKEN"]}
+
+
+def _policy(**kw) -> IntegrationPolicy:
+    base = dict(suites_by_risk={"low": ("unit",), "medium": ("unit",)}, human_gate_risk=("high",),
+                promote_to="refs/heads/release")
+    base.update(kw)
+    return IntegrationPolicy(**base)
+
+
+def _run(repo: Path, proposals, tmp_path: Path, policy=None, ledger=None, key=None, run_id="run-1"):
+    ledger = ledger or MemLedger()
+    key = key or SigningKey(b"\x01" * 32)
+    ctx = FinishContext(run_id=run_id, repo=repo, base_ref=head(repo),
+                        proposals=[p for p, _ in proposals], ledger=ledger, signing_key=key,
+                        ops_root=tmp_path / "ops", validations=[SUITE], policy=policy or _policy(),
+                        diff_loader=lambda p: dict((q["proposal_id"], d) for q, d in proposals)[p["proposal_id"]],
+                        seed=3)
+    return finish_run(ctx), ledger, key
+
+
+def test_clean_run_is_promoted_with_signed_evidence(big_repo: Path, tmp_path: Path) -> None:
+    props = [make_proposal(big_repo, f"p{k}", edit_line(f"f{k:02d}.txt", 7, f"e{k}")) for k in range(4)]
+    res, ledger, key = _run(big_repo, props, tmp_path)
+    assert res.status == "promoted", res.missing
+    assert res.included == ["p0", "p1", "p2", "p3"]
+    assert git(big_repo, "rev-parse", "refs/heads/release") == res.head_ref
+    out = tmp_path / "ops" / "runs" / "run-1"
+    assert (out / "gate" / "gate.decision.json").is_file()
+    assert (out / "promotion" / "promotion.decision.json").is_file()
+    lines = (out / "promotion" / "evidence.intoto.jsonl").read_text().splitlines()
+    import base64
+    import json
+    stmts = [json.loads(base64.b64decode(json.loads(l)["payload"])) for l in lines]
+    assert all(s["_type"] == "https://in-toto.io/Statement/v1" for s in stmts)
+    assert stmts[-1]["subject"][0]["digest"] == {"gitCommit": res.head_ref}
+
+
+def test_failing_suite_blocks_naming_the_link(big_repo: Path, tmp_path: Path) -> None:
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"))]
+    pol = _policy(suites_by_risk={"low": ("unit", "lint")})
+    res, ledger, _ = _run(big_repo, props, tmp_path, policy=pol)
+    assert res.status == "blocked"
+    assert any(m.startswith("validation:lint: missing") for m in res.missing)
+    assert git(big_repo, "rev-parse", "--verify", "-q", "refs/heads/release", ) == "" if False else True
+    import subprocess
+    assert subprocess.run(["git", "rev-parse", "--verify", "-q", "refs/heads/release"],
+                          cwd=big_repo).returncode != 0
+
+
+def test_culprit_is_ejected_and_the_rest_promoted(big_repo: Path, tmp_path: Path) -> None:
+    props = [make_proposal(big_repo, f"p{k}", edit_line(f"f{k:02d}.txt", 7, f"e{k}")) for k in range(5)]
+    props[2] = make_proposal(big_repo, "p2", lambda r: (r / "BROKEN").write_text("x\n"))
+    res, ledger, _ = _run(big_repo, props, tmp_path)
+    assert res.status == "promoted" and res.included == ["p0", "p1", "p3", "p4"]
+    assert res.why_blocked["p2"]["state"] == "ejected"
+
+
+def test_high_risk_waits_for_single_use_consent(big_repo: Path, tmp_path: Path) -> None:
+    from coordinator.integration.consent import ConsentError, grant_consent
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"), risk={"class": "high"})]
+    pol = _policy(suites_by_risk={"high": ("unit",)})
+    res, ledger, key = _run(big_repo, props, tmp_path, policy=pol)
+    assert res.status == "awaiting_consent" and res.consent_token
+    assert res.missing == ["consent: missing (human approval required by policy)"]
+    with pytest.raises(ConsentError) as exc:
+        grant_consent(ledger, "run-1", "wrong-token", key=key, ops_root=tmp_path / "ops", policy=pol)
+    assert exc.value.code == "CONSENT_INVALID"
+    done = grant_consent(ledger, "run-1", res.consent_token, key=key, ops_root=tmp_path / "ops", policy=pol)
+    assert done.status == "promoted"
+    with pytest.raises(ConsentError) as exc:
+        grant_consent(ledger, "run-1", res.consent_token, key=key, ops_root=tmp_path / "ops", policy=pol)
+    assert exc.value.code == "CONSENT_ALREADY_USED"
+
+
+# ---------------------------------------------------------------------------
+# one test per link: remove it (or break its signature) and the gate refuses
+
+
+@pytest.fixture(scope="module")
+def promoted_run(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("chain")
+    repo = tmp / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for k in range(3):
+        (repo / f"f{k}.txt").write_text("".join(f"{k}:{i}\n" for i in range(30)))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    props = [make_proposal(repo, f"p{k}", edit_line(f"f{k}.txt", 10, "x")) for k in range(3)]
+    res, ledger, key = _run(repo, props, tmp, policy=_policy(human_gate_risk=()))
+    assert res.status == "promoted"
+    records = [r for r in records_of(ledger, "run-1") if r.topic not in ("gate.computed", "promotion.computed")]
+    return repo, records, key, res
+
+
+def _evaluate(repo, records, key):
+    keyring = Keyring({key.kid: key.public})
+    return evaluate_chain(records, keyring=keyring, facts=git_facts(repo, records), run_id="run-1")
+
+
+def _drop(records, pred):
+    out = [r for r in records if not pred(r)]
+    assert len(out) < len(records)
+    return out
+
+
+LINKS = {
+    "stack_plan": lambda r: r.topic == "integration.stack_plan",
+    "apply_result": lambda r: r.topic == "integration.apply_result" and r.artifact["proposal_id"] == "p1",
+    "validation_report": lambda r: r.topic == "integration.validation_report",
+    "verified_proposal": lambda r: r.topic == "integration.proposal_verified" and r.artifact["proposal_id"] == "p2",
+    "policy_record": lambda r: r.topic == "integration.policy",
+    "requirements_record": lambda r: r.topic == "integration.requirements",
+}
+
+
+@pytest.mark.parametrize("link", sorted(LINKS))
+def test_promotion_refused_when_a_link_is_removed(promoted_run, link: str) -> None:
+    repo, records, key, _ = promoted_run
+    assert _evaluate(repo, records, key).passed
+    result = _evaluate(repo, _drop(records, LINKS[link]), key)
+    assert not result.passed and result.missing, link
+
+
+SIGNED = ["integration.stack_plan", "integration.apply_result", "integration.validation_report",
+          "integration.proposal_verified", "integration.policy", "integration.requirements"]
+
+
+@pytest.mark.parametrize("topic", SIGNED)
+def test_promotion_refused_when_a_signature_is_broken(promoted_run, topic: str) -> None:
+    repo, records, key, _ = promoted_run
+    victim = max(r.sequence for r in records if r.topic == topic)
+    other = SigningKey(b"\x02" * 32)
+    forged = [Record(r.sequence, r.topic, sign_artifact(r.artifact, other)) if r.sequence == victim
+              else r for r in records]
+    result = _evaluate(repo, forged, key)
+    assert not result.passed
+    assert any(m.startswith("signature:") for m in result.missing)
+
+
+def test_promotion_refused_when_a_checkpoint_commit_is_missing(promoted_run) -> None:
+    repo, records, key, _ = promoted_run
+    keyring = Keyring({key.kid: key.public})
+    facts = git_facts(repo, records)
+    victim = next(r.artifact["head_ref"] for r in records if r.topic == "integration.apply_result")
+    broken = GitFacts(commits={k: v for k, v in facts.commits.items() if k != victim})
+    result = evaluate_chain(records, keyring=keyring, facts=broken, run_id="run-1")
+    assert not result.passed and any(m.startswith("checkpoint:") for m in result.missing)
+
+
+def test_promotion_refused_when_validation_is_bound_to_another_head(promoted_run) -> None:
+    repo, records, key, _ = promoted_run
+    moved = [Record(r.sequence, r.topic, sign_artifact({**r.artifact, "head_ref": "1" * 40}, key))
+             if r.topic == "integration.validation_report" else r for r in records]
+    assert not _evaluate(repo, moved, key).passed
