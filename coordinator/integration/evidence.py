@@ -138,6 +138,12 @@ class ChainResult:
                 "stack_plan_id": self.stack_plan_id}
 
 
+def path_matches(path: str, glob: str) -> bool:
+    """fnmatch, with a leading "**/" also matching at the top level."""
+    return fnmatch.fnmatchcase(path, glob) or (glob.startswith("**/") and
+                                                fnmatch.fnmatchcase(path, glob[3:]))
+
+
 def _ref(rec: Record) -> dict[str, Any]:
     a = rec.artifact
     oid = (a.get("object_id") or a.get("stack_plan_id") or a.get("report_id")
@@ -324,7 +330,7 @@ def evaluate_chain(records: Sequence[Record], *, keyring: Keyring, facts: GitFac
 
     # -- human gate -------------------------------------------------------------
     human = bool(risks & set(policy.human_gate_risk)) or any(
-        fnmatch.fnmatchcase(p, g) for p in touched for g in policy.human_gate_paths)
+        path_matches(p, g) for p in touched for g in policy.human_gate_paths)
     if human:
         consents = [r for r in by_topic.get(T_CONSENT, [])
                     if r.artifact.get("head_ref") == head and signed(r, "consent")]

@@ -66,7 +66,8 @@ def object_format(repo: Path | str) -> str:
 class ObjectReader:
     """A long-lived `git cat-file --batch` process (thread-safe)."""
 
-    def __init__(self, repo: Path | str) -> None:
+    def __init__(self, repo: Path | str, *, verify: bool = False) -> None:
+        self.verify = verify
         self._proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
@@ -85,7 +86,10 @@ class ObjectReader:
             _oid, typ, size = header.split(b" ")
             data = self._proc.stdout.read(int(size))
             self._proc.stdout.read(1)
-            return typ.decode(), data
+        if self.verify and len(oid) == 40 and ObjectWriter.hash(typ.decode(), data) != oid:
+            raise GitError(f"object {oid} does not hash to its id", code="GIT_OBJECT_CORRUPT",
+                           details={"oid": oid})
+        return typ.decode(), data
 
     def exists(self, oid: str) -> bool:
         try:

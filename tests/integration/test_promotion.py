@@ -170,3 +170,84 @@ def test_promotion_refused_when_validation_is_bound_to_another_head(promoted_run
     moved = [Record(r.sequence, r.topic, sign_artifact({**r.artifact, "head_ref": "1" * 40}, key))
              if r.topic == "integration.validation_report" else r for r in records]
     assert not _evaluate(repo, moved, key).passed
+
+
+# ---------------------------------------------------------------------------
+# offline verification
+
+
+def test_verify_accepts_a_promoted_run_and_rejects_tampering(big_repo: Path, tmp_path: Path) -> None:
+    from coordinator.integration.verify import verify_run
+    props = [make_proposal(big_repo, f"p{k}", edit_line(f"f{k:02d}.txt", 7, f"e{k}")) for k in range(3)]
+    res, ledger, key = _run(big_repo, props, tmp_path)
+    keyring = Keyring({key.kid: key.public})
+    rep = verify_run(ledger, "run-1", keyring)
+    assert rep.valid, rep.reasons
+    # a ledger record changed after promotion
+    evs = ledger._events["run-1"]
+    k = next(i for i, e in enumerate(evs) if e.topic == "integration.apply_result")
+    orig = evs[k]
+    evs[k] = type(orig)(orig.sequence, orig.topic, orig.run_id, {**orig.payload, "applied": True,
+                                                                  "diff_digest": "sha256:" + "0" * 64})
+    assert not verify_run(ledger, "run-1", keyring).valid
+    evs[k] = orig
+    # the target ref moved back
+    git(big_repo, "update-ref", "refs/heads/release", res.base_ref)
+    bad = verify_run(ledger, "run-1", keyring)
+    assert not bad.valid and any(r.startswith("target_ref") for r in bad.reasons)
+    git(big_repo, "update-ref", "refs/heads/release", res.head_ref)
+    assert verify_run(ledger, "run-1", keyring).valid
+
+
+def _corrupt_loose(repo: Path, oid: str) -> None:
+    import os
+    import zlib
+    path = repo / ".git" / "objects" / oid[:2] / oid[2:]
+    assert path.is_file(), "checkpoint objects are loose"
+    raw = zlib.decompress(path.read_bytes())
+    os.chmod(path, 0o644)
+    path.write_bytes(zlib.compress(raw.replace(b"e1", b"E1").replace(b"dome", b"DOME", 1)
+                                   if b"e1" in raw or b"dome" in raw else raw + b"x"))
+
+
+@pytest.fixture
+def verified_run(big_repo: Path, tmp_path: Path):
+    props = [make_proposal(big_repo, f"p{k}", edit_line(f"f{k:02d}.txt", 7, f"e{k}")) for k in range(3)]
+    res, ledger, key = _run(big_repo, props, tmp_path)
+    from coordinator.integration.verify import verify_run
+    keyring = Keyring({key.kid: key.public})
+    assert verify_run(ledger, "run-1", keyring).valid
+    return big_repo, res, ledger, keyring
+
+
+@pytest.mark.parametrize("which", ["checkpoint_commit", "checkpoint_tree", "layer_blob"])
+def test_verify_fails_when_a_git_object_is_changed(verified_run, which: str) -> None:
+    from coordinator.integration.verify import verify_run
+    repo, res, ledger, keyring = verified_run
+    cp = next(e.payload for e in ledger.events("run-1") if e.topic == "integration.apply_result"
+              and e.payload["proposal_id"] == "p1")
+    if which == "checkpoint_commit":
+        oid = cp["head_ref"]
+    elif which == "checkpoint_tree":
+        oid = cp["head_tree_hash"]
+    else:
+        oid = git(repo, "rev-parse", f"{cp['head_ref']}:f01.txt")
+    _corrupt_loose(repo, oid)
+    rep = verify_run(ledger, "run-1", keyring)
+    assert not rep.valid, which
+    assert rep.reasons
+
+
+@pytest.mark.parametrize("topic", ["integration.stack_plan", "integration.apply_result",
+                                   "integration.validation_report", "integration.proposal_verified",
+                                   "integration.checkpoint", "integration.policy",
+                                   "promotion.computed"])
+def test_verify_fails_when_a_ledger_record_is_changed(verified_run, topic: str) -> None:
+    from coordinator.integration.verify import verify_run
+    repo, res, ledger, keyring = verified_run
+    evs = ledger._events["run-1"]
+    k = max(i for i, e in enumerate(evs) if e.topic == topic)
+    orig = evs[k]
+    evs[k] = type(orig)(orig.sequence, orig.topic, orig.run_id, {**orig.payload, "created_at": "2000-01-01T00:00:00Z"})
+    rep = verify_run(ledger, "run-1", keyring)
+    assert not rep.valid, topic
