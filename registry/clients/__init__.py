@@ -1,0 +1,1 @@
+"""Generated typed clients (dome registry gen-client). Do not edit; `dome registry check` fails on drift."""

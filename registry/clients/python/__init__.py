@@ -1,0 +1,1 @@
+"""Python clients, one package per tool and profile."""

@@ -1,0 +1,1 @@
+"""Generated clients of patch_proposal."""

@@ -1,0 +1,61 @@
+"""Typed client for dome.patch_proposal@1.0.0 (profile default). Generated; do not edit."""
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+from .types import PutArtifactResponse, ReportProgressResponse, SubmitMetadataResponse, SubmitPatchResponse
+
+
+class Transport(Protocol):
+    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class PatchProposalClient:
+    """PatchProposalSkill: Bounded writes of a worker: propose a patch, attach metadata, store artifacts, report progress. No git apply, commit, merge or promote. Every call carries an idempotency_key and the node_execution_id of the attempt; the gateway dedupes on (run_id, method, idempotency_key)."""
+
+    TOOL_ID = "patch_proposal"
+    CONTRACT = "dome.patch_proposal@1.0.0"
+    PROFILE_ID = "default"
+    SPEC_DIGEST = "sha256:c4abfae05d0a99d8f41bebe586168d57e0ec7f722da9898617ad9930301cec35"
+    METHODS = ("put_artifact", "report_progress", "submit_metadata", "submit_patch", )
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    def put_artifact(self, *, content_b64: str, idempotency_key: str, media_type: str, node_execution_id: str, expected_digest: str | None = None, name: str | None = None) -> PutArtifactResponse:
+        """Store bytes in the content-addressed store.
+
+        side effect: artifact_put; replay: Convergent; idempotency: content_addressed; errors: ARTIFACT_TOO_LARGE, DIGEST_MISMATCH, GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST.
+        """
+        params: dict[str, Any] = {"content_b64": content_b64, "idempotency_key": idempotency_key, "media_type": media_type, "node_execution_id": node_execution_id}
+        if expected_digest is not None:
+            params["expected_digest"] = expected_digest
+        if name is not None:
+            params["name"] = name
+        return self._transport.call("put_artifact", params)  # type: ignore[return-value]
+
+    def report_progress(self, *, fraction: float, idempotency_key: str, node_execution_id: str, message: str | None = None) -> ReportProgressResponse:
+        """Report progress of this node attempt.
+
+        side effect: proposal_register; replay: Convergent; idempotency: dedupe_by_key; errors: GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST.
+        """
+        params: dict[str, Any] = {"fraction": fraction, "idempotency_key": idempotency_key, "node_execution_id": node_execution_id}
+        if message is not None:
+            params["message"] = message
+        return self._transport.call("report_progress", params)  # type: ignore[return-value]
+
+    def submit_metadata(self, *, idempotency_key: str, meta: dict[str, Any], node_execution_id: str, proposal_id: str) -> SubmitMetadataResponse:
+        """Attach metadata to this attempt's proposal id (before submit_patch, which ends the attempt).
+
+        side effect: proposal_register; replay: Convergent; idempotency: dedupe_by_key; errors: GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST, PROPOSAL_NOT_FOUND.
+        """
+        params: dict[str, Any] = {"idempotency_key": idempotency_key, "meta": meta, "node_execution_id": node_execution_id, "proposal_id": proposal_id}
+        return self._transport.call("submit_metadata", params)  # type: ignore[return-value]
+
+    def submit_patch(self, *, idempotency_key: str, node_execution_id: str, proposal: dict[str, Any]) -> SubmitPatchResponse:
+        """Register the PatchProposal of this node attempt (its terminal write: spends a single-use grant).
+
+        side effect: proposal_register; replay: Convergent; idempotency: dedupe_by_key; errors: BASE_MISMATCH, GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST, PATH_DENIED, PROPOSAL_INVALID.
+        """
+        params: dict[str, Any] = {"idempotency_key": idempotency_key, "node_execution_id": node_execution_id, "proposal": proposal}
+        return self._transport.call("submit_patch", params)  # type: ignore[return-value]

@@ -1,0 +1,64 @@
+"""Request and response types of dome.patch_proposal@1.0.0 under profile default. Generated; do not edit."""
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, Required, TypedDict
+
+
+PutArtifactRequest = TypedDict("PutArtifactRequest", {
+    "content_b64": Required[str],
+    "expected_digest": NotRequired[str],
+    "idempotency_key": Required[str],
+    "media_type": Required[str],
+    "name": NotRequired[str],
+    "node_execution_id": Required[str],
+}, total=False)
+
+PutArtifactResponse = TypedDict("PutArtifactResponse", {
+    "digest": Required[str],
+    "duplicate": Required[bool],
+    "schema_version": Required[str],
+    "size": Required[int],
+}, total=False)
+
+ReportProgressRequest = TypedDict("ReportProgressRequest", {
+    "fraction": Required[float],
+    "idempotency_key": Required[str],
+    "message": NotRequired[str],
+    "node_execution_id": Required[str],
+}, total=False)
+
+ReportProgressResponse = TypedDict("ReportProgressResponse", {
+    "duplicate": Required[bool],
+    "recorded": Required[bool],
+    "schema_version": Required[str],
+}, total=False)
+
+SubmitMetadataRequest = TypedDict("SubmitMetadataRequest", {
+    "idempotency_key": Required[str],
+    "meta": Required[dict[str, Any]],
+    "node_execution_id": Required[str],
+    "proposal_id": Required[str],
+}, total=False)
+
+SubmitMetadataResponse = TypedDict("SubmitMetadataResponse", {
+    "accepted": Required[bool],
+    "duplicate": Required[bool],
+    "proposal_id": Required[str],
+    "schema_version": Required[str],
+}, total=False)
+
+SubmitPatchRequest = TypedDict("SubmitPatchRequest", {
+    "idempotency_key": Required[str],
+    "node_execution_id": Required[str],
+    "proposal": Required[dict[str, Any]],
+}, total=False)
+
+SubmitPatchResponse = TypedDict("SubmitPatchResponse", {
+    "accepted": Required[bool],
+    "duplicate": Required[bool],
+    "event_sequence": NotRequired[int],
+    "proposal_id": Required[str],
+    "schema_version": Required[str],
+}, total=False)
+
+__all__ = ["PutArtifactRequest", "PutArtifactResponse", "ReportProgressRequest", "ReportProgressResponse", "SubmitMetadataRequest", "SubmitMetadataResponse", "SubmitPatchRequest", "SubmitPatchResponse"]

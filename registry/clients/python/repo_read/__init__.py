@@ -1,0 +1,1 @@
+"""Generated clients of repo_read."""
