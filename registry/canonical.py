@@ -7,6 +7,7 @@ Digests are written as "sha256:<hex>".
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import rfc8785
@@ -17,9 +18,58 @@ CANONICALIZATION = "rfc8785-jcs"
 DIGEST_ALGORITHM = "sha256"
 
 
+_SAFE_INT = 2**53 - 1
+_FAST_DUMPS = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+
+
+def _fast_ok(obj: Any) -> bool:
+    """True when json.dumps(sort_keys, compact, ensure_ascii=False) is exactly
+    RFC 8785 for `obj`: only dicts with ASCII str keys (code-point order equals
+    UTF-16 order), lists, str, bool, None and ints within +/-(2**53-1). Floats,
+    tuples and anything else take the reference path. Lone surrogates are
+    caught by the strict UTF-8 encode in canonical_json."""
+    t = type(obj)
+    if t is str or obj is None or t is bool:
+        return True
+    if t is int:
+        return -_SAFE_INT <= obj <= _SAFE_INT
+    if t is dict:
+        for k, v in obj.items():
+            if type(k) is not str or not k.isascii():
+                return False
+            tv = type(v)
+            if tv is str or v is None or tv is bool:
+                continue
+            if not _fast_ok(v):
+                return False
+        return True
+    if t is list:
+        for v in obj:
+            tv = type(v)
+            if tv is str or v is None or tv is bool:
+                continue
+            if not _fast_ok(v):
+                return False
+        return True
+    return False
+
+
 def canonical_json(obj: Any) -> bytes:
     """RFC 8785 bytes of `obj`. Non-finite floats, out-of-range integers and
-    non-JSON types raise CanonicalizationError."""
+    non-JSON types raise CanonicalizationError.
+
+    Hot path: values made only of objects with ASCII keys, arrays, strings,
+    booleans, null and safe integers serialize through the C json encoder,
+    whose output is byte-identical to RFC 8785 for exactly those values
+    (tests/registry/test_canonical_fastpath.py checks this with hypothesis);
+    everything else goes through the reference implementation."""
+    if _fast_ok(obj):
+        try:
+            return _FAST_DUMPS(obj).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError, ValueError):
+            pass  # lone surrogate or pathological depth: let the reference decide
     try:
         return rfc8785.dumps(obj)
     except RecursionError as exc:
