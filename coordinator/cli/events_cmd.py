@@ -1,0 +1,80 @@
+"""`dome events RUN_ID [--json] [--follow] [--since N]`: a run's ledger events.
+
+--json prints one JSON object per line (the record's export form).
+--follow keeps polling for new events until the run's `run.finished` event
+(or Ctrl-C). Exit codes: 0 ok, 2 unknown run or bad arguments, 3 the ledger
+could not be opened.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from registry.errors import DomeError
+
+from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments
+
+POLL_SECONDS = 0.25
+FINAL_TOPIC = "run.finished"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("--follow", "-f", action="store_true",
+                        help="keep printing new events until run.finished (or Ctrl-C)")
+    parser.add_argument("--since", type=int, default=0, metavar="N",
+                        help="only events with sequence > N")
+    add_common_arguments(parser)
+
+
+def _short(payload: dict, width: int = 100) -> str:
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _line(rec) -> str:
+    where = " ".join(f"{k}={v}" for k, v in (("wave", rec.wave_id), ("node", rec.node_id),
+                                             ("task", rec.task_id)) if v)
+    signed = " [signed]" if rec.signature else ""
+    return f"{rec.sequence:>6}  {rec.ts}  {rec.topic:<22} {where}{signed}  {_short(rec.payload)}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ledger import Ledger
+
+    ops_root = Path(args.ops_root)
+    try:
+        if args.db is None and not (ops_root / "dome.db").exists():
+            raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
+                            hints=["pass --ops-root or --db"])
+        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+    except DomeError as exc:
+        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome events: {exc}",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+    try:
+        since = args.since
+        seen_any = False
+        while True:
+            batch = ledger.events(args.run_id, since=since)
+            for rec in batch:
+                print(json.dumps(rec.to_json(), ensure_ascii=False) if args.json else _line(rec),
+                      flush=True)
+                since = rec.sequence
+                seen_any = True
+                if args.follow and rec.topic == FINAL_TOPIC:
+                    return EXIT_OK
+            if not args.follow:
+                break
+            time.sleep(POLL_SECONDS)
+        if not seen_any and ledger.head(args.run_id) == 0:
+            print(f"dome events: no run {args.run_id!r} in the ledger", file=sys.stderr)
+            return EXIT_USAGE
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return EXIT_OK
+    finally:
+        ledger.close()

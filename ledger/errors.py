@@ -1,0 +1,54 @@
+"""Typed errors of the ledger. Each has its own stable code."""
+from __future__ import annotations
+
+from registry.errors import DomeError
+
+
+class LedgerError(DomeError):
+    code = "LEDGER_ERROR"
+
+
+class SequenceConflict(LedgerError):
+    """An append named an expected sequence that is no longer the run's head."""
+
+    code = "SEQUENCE_CONFLICT"
+    retry = "light"
+
+
+class PayloadTooLarge(LedgerError):
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class InvalidEvent(LedgerError):
+    """An append whose fields cannot form a record (bad types, empty topic, ...)."""
+
+    code = "INVALID_EVENT"
+
+
+class GrantReplayed(LedgerError):
+    """A grant id (jti) was already spent."""
+
+    code = "GRANT_REPLAYED"
+
+
+class IdempotencyKeyReused(LedgerError):
+    """The same (run_id, method, key) came back with a different request."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"
+
+
+class LedgerUnavailable(LedgerError):
+    """The database could not be opened or migrated."""
+
+    code = "LEDGER_UNAVAILABLE"
+    retry = "heavy"
+
+
+class BlobNotFound(LedgerError):
+    code = "BLOB_NOT_FOUND"
+
+
+class BlobCorrupt(LedgerError):
+    """A stored blob's bytes no longer hash to its name."""
+
+    code = "BLOB_DIGEST_MISMATCH"

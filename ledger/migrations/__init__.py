@@ -1,0 +1,1 @@
+"""Alembic migrations of the ledger schema, run programmatically by Ledger.open."""

@@ -1,0 +1,223 @@
+"""The ControlEvent record: what one ledger row holds, and how its exact bytes
+are formed (pure functions, no I/O).
+
+A record's bytes are the RFC 8785 canonical JSON of the envelope
+
+    canonicalization, event_id, kid, node_execution_id, node_id, payload,
+    payload_digest, prev_digest, run_id, schema_version, sequence, task_id,
+    topic, ts, wave_id
+
+The ledger stores those exact bytes (``record_bytes``). ``record_digest`` is
+sha256 over them; the next record of the run names it as ``prev_digest``
+(the first record of a run has ``prev_digest`` null), which makes each run a
+hash chain. A signed record carries ``kid`` inside the bytes and an Ed25519
+signature over DSSE PAE(PAYLOAD_TYPE, record_bytes) beside them, so a
+signature cannot be stripped without changing the chain.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _enc_str  # C implementation when available
+from typing import Any
+
+from registry.canonical import CANONICALIZATION, canonical_json, digest_bytes, sha256_hex
+from registry.signing import SigningKey
+
+from .errors import InvalidEvent, PayloadTooLarge
+
+SCHEMA_VERSION = "dome.control_event/v1"
+PAYLOAD_TYPE = "application/vnd.dome.controlevent+json"
+#: Largest canonical payload the ledger accepts; bigger things go to the blob store.
+MAX_PAYLOAD_BYTES = 256 * 1024
+
+CORRELATION_KEYS = ("wave_id", "node_id", "node_execution_id", "task_id")
+RECORD_KEYS = (
+    "canonicalization", "event_id", "kid", "node_execution_id", "node_id", "payload",
+    "payload_digest", "prev_digest", "run_id", "schema_version", "sequence", "task_id",
+    "topic", "ts", "wave_id",
+)
+_KEY_PREFIX = {k: (_enc_str(k) + ":").encode("ascii") for k in RECORD_KEYS}
+
+
+@dataclass(frozen=True)
+class EventDraft:
+    """One event to append (the ledger assigns sequence, id, time and chain)."""
+
+    topic: str
+    payload: dict[str, Any]
+    wave_id: str | None = None
+    node_id: str | None = None
+    node_execution_id: str | None = None
+    task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One stored ControlEvent, exactly as the ledger holds it."""
+
+    schema_version: str
+    sequence: int
+    event_id: str
+    ts: str
+    topic: str
+    run_id: str
+    wave_id: str | None
+    node_id: str | None
+    node_execution_id: str | None
+    task_id: str | None
+    payload: dict[str, Any]
+    payload_digest: str
+    prev_digest: str | None
+    canonicalization: str
+    kid: str | None
+    signature: str | None
+    record_bytes: bytes = field(repr=False)
+    record_digest: str = ""
+
+    def envelope(self) -> dict[str, Any]:
+        """The signed fields as a dict (what record_bytes encode)."""
+        return {k: getattr(self, k) for k in RECORD_KEYS}
+
+    def to_json(self) -> dict[str, Any]:
+        """The export form: the envelope, its digest and signature, and the
+        exact bytes as a DSSE envelope so a third party can check them as is."""
+        out = self.envelope()
+        out["record_digest"] = self.record_digest
+        out["signature"] = self.signature
+        dsse: dict[str, Any] = {"payloadType": PAYLOAD_TYPE,
+                                "payload": base64.b64encode(self.record_bytes).decode("ascii"),
+                                "signatures": []}
+        if self.kid and self.signature:
+            dsse["signatures"].append({"keyid": self.kid, "sig": self.signature})
+        out["dsse"] = dsse
+        return out
+
+
+def payload_bytes(payload: Any) -> bytes:
+    """Canonical payload bytes, refusing non-objects and oversize payloads."""
+    if type(payload) is not dict:
+        raise InvalidEvent("an event payload is a JSON object",
+                           details={"type": type(payload).__name__})
+    data = canonical_json(payload)
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise PayloadTooLarge(
+            f"event payload is {len(data)} bytes; the ledger takes at most {MAX_PAYLOAD_BYTES}",
+            details={"size": len(data), "limit": MAX_PAYLOAD_BYTES},
+            hints=["put large content (diffs, logs, images) in the blob store "
+                   "(ledger.blobs.BlobStore.put) and put its sha256 digest in the payload"],
+        )
+    return data
+
+
+def _enc(value: Any, name: str) -> bytes:
+    if value is None:
+        return b"null"
+    if type(value) is str:
+        try:
+            return _enc_str(value).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidEvent(f"{name} is not valid Unicode text", details={"field": name}) from None
+    raise InvalidEvent(f"{name} must be a string or null", details={"field": name,
+                                                                     "type": type(value).__name__})
+
+
+def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
+         payload_canonical: bytes, payload_digest: str, prev_digest: str | None,
+         wave_id: str | None = None, node_id: str | None = None,
+         node_execution_id: str | None = None, task_id: str | None = None,
+         kid: str | None = None) -> bytes:
+    """The exact record bytes (RFC 8785) for these fields. The canonical payload
+    is spliced in as given, so it is encoded once per event."""
+    if not run_id or type(run_id) is not str:
+        raise InvalidEvent("run_id must be a non-empty string")
+    if not topic or type(topic) is not str:
+        raise InvalidEvent("topic must be a non-empty string")
+    if type(sequence) is not int or sequence < 1:
+        raise InvalidEvent("sequence must be a positive integer")
+    p = _KEY_PREFIX
+    return b"".join((
+        b"{", p["canonicalization"], _enc(CANONICALIZATION, "canonicalization"),
+        b",", p["event_id"], _enc(event_id, "event_id"),
+        b",", p["kid"], _enc(kid, "kid"),
+        b",", p["node_execution_id"], _enc(node_execution_id, "node_execution_id"),
+        b",", p["node_id"], _enc(node_id, "node_id"),
+        b",", p["payload"], payload_canonical,
+        b",", p["payload_digest"], _enc(payload_digest, "payload_digest"),
+        b",", p["prev_digest"], _enc(prev_digest, "prev_digest"),
+        b",", p["run_id"], _enc(run_id, "run_id"),
+        b",", p["schema_version"], _enc(SCHEMA_VERSION, "schema_version"),
+        b",", p["sequence"], str(sequence).encode("ascii"),
+        b",", p["task_id"], _enc(task_id, "task_id"),
+        b",", p["topic"], _enc(topic, "topic"),
+        b",", p["ts"], _enc(ts, "ts"),
+        b",", p["wave_id"], _enc(wave_id, "wave_id"),
+        b"}",
+    ))
+
+
+def record_digest(data: bytes) -> str:
+    return "sha256:" + sha256_hex(data)
+
+
+def sign_record(data: bytes, signer: SigningKey) -> str:
+    """Base64 Ed25519 signature over DSSE PAE(PAYLOAD_TYPE, record bytes)."""
+    return base64.b64encode(signer.sign_pae(PAYLOAD_TYPE, data)).decode("ascii")
+
+
+def build(*, run_id: str, sequence: int, event_id: str, ts: str, draft: EventDraft,
+          prev_digest: str | None, signer: SigningKey | None,
+          payload_canonical: bytes | None = None) -> EventRecord:
+    """A complete record for `draft` at `sequence` (pure apart from signing)."""
+    pc = payload_canonical if payload_canonical is not None else payload_bytes(draft.payload)
+    pd = digest_bytes(pc)
+    kid = signer.kid if signer is not None else None
+    data = seal(run_id=run_id, sequence=sequence, event_id=event_id, ts=ts, topic=draft.topic,
+                payload_canonical=pc, payload_digest=pd, prev_digest=prev_digest,
+                wave_id=draft.wave_id, node_id=draft.node_id,
+                node_execution_id=draft.node_execution_id, task_id=draft.task_id, kid=kid)
+    return EventRecord(
+        schema_version=SCHEMA_VERSION, sequence=sequence, event_id=event_id, ts=ts,
+        topic=draft.topic, run_id=run_id, wave_id=draft.wave_id, node_id=draft.node_id,
+        node_execution_id=draft.node_execution_id, task_id=draft.task_id,
+        payload=draft.payload, payload_digest=pd, prev_digest=prev_digest,
+        canonicalization=CANONICALIZATION, kid=kid,
+        signature=sign_record(data, signer) if signer is not None else None,
+        record_bytes=data, record_digest=record_digest(data),
+    )
+
+
+_SAFE_INT = 2**53 - 1
+
+
+def _parse_int(text: str) -> int | float:
+    # RFC 8785 writes a float such as 2.0**60 as integer digits; read those
+    # back as the float they were, so canonicalizing again gives the same bytes.
+    value = int(text)
+    return value if -_SAFE_INT <= value <= _SAFE_INT else float(value)
+
+
+def loads_record(data: bytes) -> Any:
+    """Parse stored record bytes (numbers beyond +/-(2**53-1) become floats)."""
+    return json.loads(data, parse_int=_parse_int)
+
+
+def from_record_bytes(data: bytes, *, signature: str | None, digest: str | None = None) -> EventRecord:
+    """Rebuild an EventRecord from stored bytes (used by readers; verification
+    has its own stricter path in ledger.verify)."""
+    env = loads_record(data)
+    return EventRecord(
+        schema_version=env["schema_version"], sequence=env["sequence"], event_id=env["event_id"],
+        ts=env["ts"], topic=env["topic"], run_id=env["run_id"], wave_id=env["wave_id"],
+        node_id=env["node_id"], node_execution_id=env["node_execution_id"],
+        task_id=env["task_id"], payload=env["payload"], payload_digest=env["payload_digest"],
+        prev_digest=env["prev_digest"], canonicalization=env["canonicalization"],
+        kid=env["kid"], signature=signature, record_bytes=data,
+        record_digest=digest or record_digest(data),
+    )
+
+
+__all__ = ["EventDraft", "EventRecord", "PAYLOAD_TYPE", "SCHEMA_VERSION", "MAX_PAYLOAD_BYTES",
+           "RECORD_KEYS", "CORRELATION_KEYS", "build", "seal", "payload_bytes", "record_digest",
+           "sign_record", "from_record_bytes", "loads_record"]

@@ -1,0 +1,354 @@
+"""The Ledger: single-writer, append-only, hash-chained ControlEvent store.
+
+I/O shell around the pure parts (ledger.record builds record bytes,
+ledger.verify checks them). Every write goes through one transaction on the
+writer connection (BEGIN IMMEDIATE on SQLite), so a run's sequence and chain
+are read and extended under the database's write lock; the unique
+(run_id, sequence) constraint refuses anything that slips past (other
+dialects), and a caller's `expected_sequence` turns a lost race into a
+SequenceConflict instead of an interleaved chain.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from sqlalchemy import Connection, exists, func, select
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+
+from registry.canonical import canonical_json, digest_json
+from registry.signing import Keyring, SigningKey
+
+from . import migrate
+from .blobs import BlobStore
+from .engine import Engines, default_url, make_engines
+from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerUnavailable,
+                     SequenceConflict)
+from .models import events, idempotency_records, revocations, spent_grants
+from .record import EventDraft, EventRecord, build, from_record_bytes, payload_bytes
+from .verify import VERIFY_COLUMNS, LedgerVerifyReport, verify_run
+
+Clock = Callable[[], str]
+
+def utc_now() -> str:
+    """RFC 3339 UTC timestamp with microseconds, e.g. 2026-01-02T03:04:05.000006Z."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _row(rec: EventRecord) -> dict[str, Any]:
+    return {
+        "run_id": rec.run_id, "sequence": rec.sequence, "event_id": rec.event_id, "ts": rec.ts,
+        "topic": rec.topic, "wave_id": rec.wave_id, "node_id": rec.node_id,
+        "node_execution_id": rec.node_execution_id, "task_id": rec.task_id,
+        "payload": _payload_text(rec), "payload_digest": rec.payload_digest,
+        "canonicalization": rec.canonicalization, "schema_version": rec.schema_version,
+        "prev_digest": rec.prev_digest, "record_digest": rec.record_digest, "kid": rec.kid,
+        "signature": rec.signature, "record_bytes": rec.record_bytes,
+    }
+
+
+def _payload_text(rec: EventRecord) -> str:
+    # The payload's canonical bytes are a slice of the record bytes: find them
+    # without re-encoding (the key "payload" is followed by the canonical object
+    # and then ',"payload_digest":').
+    data = rec.record_bytes
+    start = data.index(b',"payload":') + len(b',"payload":')
+    # Keys before "payload" hold only strings/null, so the first match is the
+    # record's own; fields after payload_digest hold only strings/ints/null,
+    # so the last ',"payload_digest":' is the record's own too.
+    end = data.rindex(b',"payload_digest":"sha256:', start)
+    return data[start:end].decode("utf-8")
+
+
+class LedgerTransaction:
+    """All-or-nothing unit of work on the ledger (see Ledger.transaction)."""
+
+    def __init__(self, ledger: "Ledger", conn: Connection) -> None:
+        self._ledger = ledger
+        self._conn = conn
+        self._heads: dict[str, tuple[int, str | None]] = {}
+
+    # -- events ---------------------------------------------------------
+    def head(self, run_id: str) -> tuple[int, str | None]:
+        """(last sequence, its record digest) of a run; (0, None) when empty."""
+        cached = self._heads.get(run_id)
+        if cached is not None:
+            return cached
+        row = self._conn.execute(
+            select(events.c.sequence, events.c.record_digest)
+            .where(events.c.run_id == run_id).order_by(events.c.sequence.desc()).limit(1)
+        ).first()
+        head = (0, None) if row is None else (int(row[0]), str(row[1]))
+        self._heads[run_id] = head
+        return head
+
+    def append(self, run_id: str, topic: str, payload: dict[str, Any], *,
+               wave_id: str | None = None, node_id: str | None = None,
+               node_execution_id: str | None = None, task_id: str | None = None,
+               signer: SigningKey | None = None,
+               expected_sequence: int | None = None) -> EventRecord:
+        draft = EventDraft(topic=topic, payload=payload, wave_id=wave_id, node_id=node_id,
+                           node_execution_id=node_execution_id, task_id=task_id)
+        return self.append_batch(run_id, [draft], signer=signer,
+                                 expected_sequence=expected_sequence)[0]
+
+    def append_batch(self, run_id: str, drafts: Sequence[EventDraft], *,
+                     signer: SigningKey | None = None, expected_sequence: int | None = None,
+                     _payloads: Sequence[bytes] | None = None) -> list[EventRecord]:
+        if not drafts:
+            return []
+        payloads = _payloads if _payloads is not None else [payload_bytes(d.payload) for d in drafts]
+        seq, prev = self.head(run_id)
+        if expected_sequence is not None and expected_sequence != seq:
+            raise SequenceConflict(
+                f"run {run_id!r} is at sequence {seq}, not {expected_sequence}",
+                details={"run_id": run_id, "expected_sequence": expected_sequence,
+                         "actual_sequence": seq},
+                hints=["re-read the run's events, re-decide, and append again"])
+        clock, new_id = self._ledger._clock, self._ledger._new_id
+        records: list[EventRecord] = []
+        for draft, pc in zip(drafts, payloads):
+            seq += 1
+            rec = build(run_id=run_id, sequence=seq, event_id=new_id(), ts=clock(), draft=draft,
+                        prev_digest=prev, signer=signer, payload_canonical=pc)
+            records.append(rec)
+            prev = rec.record_digest
+        try:
+            self._conn.execute(events.insert(), [_row(r) for r in records])
+        except IntegrityError as exc:
+            self._heads.pop(run_id, None)
+            raise SequenceConflict(
+                f"another writer appended to run {run_id!r} concurrently",
+                details={"run_id": run_id}, hints=["retry the append"]) from exc
+        self._heads[run_id] = (seq, prev)
+        return records
+
+    # -- grants ---------------------------------------------------------
+    def spend_jti(self, jti: str, run_id: str, profile_id: str | None = None) -> None:
+        """Mark a grant id used; a second use raises GrantReplayed."""
+        if not jti:
+            raise InvalidEvent("jti must be a non-empty string")
+        replay = GrantReplayed(f"grant {jti!r} was already used", details={"jti": jti},
+                               hints=["a grant is single-use; ask the coordinator for a new one"])
+        if self._conn.execute(select(exists().where(spent_grants.c.jti == jti))).scalar():
+            raise replay
+        try:
+            self._conn.execute(spent_grants.insert(), {"jti": jti, "run_id": run_id,
+                                                       "profile_id": profile_id,
+                                                       "spent_at": self._ledger._clock()})
+        except IntegrityError as exc:
+            raise replay from exc
+
+    def is_spent(self, jti: str) -> bool:
+        return bool(self._conn.execute(select(exists().where(spent_grants.c.jti == jti))).scalar())
+
+    def revoke(self, *, run_id: str, reason: str, jti: str | None = None,
+               profile_id: str | None = None, signer: SigningKey | None = None) -> EventRecord:
+        if not jti and not profile_id:
+            raise InvalidEvent("revoke needs a jti or a profile_id")
+        rec = self.append(run_id, "grant.revoked",
+                          {"jti": jti, "profile_id": profile_id, "reason": reason}, signer=signer)
+        self._conn.execute(revocations.insert(), {
+            "jti": jti, "profile_id": profile_id, "run_id": run_id, "reason": reason,
+            "revoked_at": rec.ts, "event_sequence": rec.sequence})
+        return rec
+
+    def is_revoked(self, jti: str | None = None, profile_id: str | None = None) -> bool:
+        conds = []
+        if jti:
+            conds.append(revocations.c.jti == jti)
+        if profile_id:
+            conds.append(revocations.c.profile_id == profile_id)
+        if not conds:
+            return False
+        from sqlalchemy import or_
+        return bool(self._conn.execute(select(exists().where(or_(*conds)))).scalar())
+
+    # -- idempotency ----------------------------------------------------
+    def idempotency_get(self, run_id: str, method: str, key: str) -> dict[str, Any] | None:
+        row = self._conn.execute(
+            select(idempotency_records.c.result).where(
+                idempotency_records.c.run_id == run_id, idempotency_records.c.method == method,
+                idempotency_records.c.idempotency_key == key)).first()
+        return None if row is None else json.loads(row[0])
+
+    def idempotency_put(self, run_id: str, method: str, key: str, result: dict[str, Any], *,
+                        request_digest: str | None = None) -> dict[str, Any]:
+        """Record the first result of (run_id, method, key) and return it. A
+        duplicate returns the first result unchanged; with `request_digest`
+        given on both calls, a different request under the same key raises
+        IdempotencyKeyReused."""
+        t = idempotency_records
+        row = self._conn.execute(
+            select(t.c.result, t.c.request_digest).where(
+                t.c.run_id == run_id, t.c.method == method, t.c.idempotency_key == key)).first()
+        if row is not None:
+            if request_digest and row[1] and row[1] != request_digest:
+                raise IdempotencyKeyReused(
+                    f"idempotency key {key!r} of {method} was used for a different request",
+                    details={"run_id": run_id, "method": method, "idempotency_key": key},
+                    hints=["use a new idempotency key for a new request"])
+            return json.loads(row[0])
+        self._conn.execute(t.insert(), {
+            "run_id": run_id, "method": method, "idempotency_key": key,
+            "request_digest": request_digest, "result": canonical_json(result).decode("utf-8"),
+            "created_at": self._ledger._clock()})
+        return result
+
+
+class Ledger:
+    """Open with Ledger.open(db_url, ops_root). Thread-safe; one writer
+    connection per Ledger, any number of processes (writes serialize)."""
+
+    def __init__(self, engines: Engines, ops_root: Path, *, clock: Clock = utc_now,
+                 new_id: Callable[[], str] = new_event_id) -> None:
+        self.engines = engines
+        self.url = engines.url
+        self.ops_root = Path(ops_root)
+        self.blobs = BlobStore(self.ops_root / "blobs")
+        self._clock = clock
+        self._new_id = new_id
+        self._lock = threading.RLock()
+        self._wconn: Connection | None = None
+
+    @classmethod
+    def open(cls, db_url: str | None = None, ops_root: Path | str = Path("ops"), *,
+             clock: Clock = utc_now, migrate_schema: bool = True) -> "Ledger":
+        ops_root = Path(ops_root)
+        url = db_url or default_url(ops_root)
+        try:
+            engines = make_engines(url)
+            if migrate_schema:
+                migrate.upgrade(engines.write)
+        except SQLAlchemyError as exc:
+            raise LedgerUnavailable(f"cannot open the ledger at {url}: {exc}",
+                                    details={"url": url},
+                                    hints=["check --db / --ops-root and file permissions"]) from exc
+        return cls(engines, ops_root, clock=clock)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._wconn is not None:
+                self._wconn.close()
+                self._wconn = None
+            self.engines.dispose()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing --------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[LedgerTransaction]:
+        """`with ledger.transaction() as tx:` -- everything inside commits
+        together (durably) or not at all."""
+        with self._lock:
+            if self._wconn is None or self._wconn.closed:
+                self._wconn = self.engines.write.connect()
+            conn = self._wconn
+            try:
+                with conn.begin():
+                    yield LedgerTransaction(self, conn)
+            except OperationalError:
+                conn.close()
+                self._wconn = None
+                raise
+
+    def append(self, run_id: str, topic: str, payload: dict[str, Any], *,
+               wave_id: str | None = None, node_id: str | None = None,
+               node_execution_id: str | None = None, task_id: str | None = None,
+               signer: SigningKey | None = None,
+               expected_sequence: int | None = None) -> EventRecord:
+        """Append one event durably. `expected_sequence` is the run's last
+        sequence as the caller saw it (0 for a new run); if the run has moved
+        on, SequenceConflict is raised and nothing is written."""
+        draft = EventDraft(topic=topic, payload=payload, wave_id=wave_id, node_id=node_id,
+                           node_execution_id=node_execution_id, task_id=task_id)
+        return self.append_batch(run_id, [draft], signer=signer,
+                                 expected_sequence=expected_sequence)[0]
+
+    def append_batch(self, run_id: str, drafts: Sequence[EventDraft],
+                     signer: SigningKey | None = None, *,
+                     expected_sequence: int | None = None) -> list[EventRecord]:
+        """Append several events in one durable transaction (all or none)."""
+        payloads = [payload_bytes(d.payload) for d in drafts]  # outside the write lock
+        attempts = 1 if expected_sequence is not None else 5
+        for attempt in range(attempts):
+            try:
+                with self.transaction() as tx:
+                    return tx.append_batch(run_id, drafts, signer=signer,
+                                           expected_sequence=expected_sequence,
+                                           _payloads=payloads)
+            except SequenceConflict:
+                if attempt + 1 >= attempts:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def revoke(self, jti: str | None = None, profile_id: str | None = None, *, run_id: str,
+               reason: str, signer: SigningKey | None = None) -> EventRecord:
+        """Revoke a grant id and/or a profile id; appends `grant.revoked`."""
+        with self.transaction() as tx:
+            return tx.revoke(run_id=run_id, reason=reason, jti=jti, profile_id=profile_id,
+                             signer=signer)
+
+    # -- reading --------------------------------------------------------
+    def is_revoked(self, jti: str | None = None, profile_id: str | None = None) -> bool:
+        with self.engines.read.connect() as conn:
+            return LedgerTransaction(self, conn).is_revoked(jti, profile_id)
+
+    def idempotency_get(self, run_id: str, method: str, key: str) -> dict[str, Any] | None:
+        with self.engines.read.connect() as conn:
+            return LedgerTransaction(self, conn).idempotency_get(run_id, method, key)
+
+    def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[EventRecord]:
+        """A run's events with sequence > since, in sequence order."""
+        q = (select(events.c.record_bytes, events.c.signature, events.c.record_digest)
+             .where(events.c.run_id == run_id, events.c.sequence > since)
+             .order_by(events.c.sequence))
+        if limit is not None:
+            q = q.limit(limit)
+        with self.engines.read.connect() as conn:
+            rows = conn.execute(q).all()
+        return [from_record_bytes(bytes(r[0]), signature=r[1], digest=r[2]) for r in rows]
+
+    def head(self, run_id: str) -> int:
+        """The run's last sequence (0 when it has no events)."""
+        with self.engines.read.connect() as conn:
+            value = conn.execute(select(func.max(events.c.sequence))
+                                 .where(events.c.run_id == run_id)).scalar()
+        return int(value or 0)
+
+    def run_ids(self) -> list[str]:
+        """Every run in the ledger, in the order they started."""
+        with self.engines.read.connect() as conn:
+            rows = conn.execute(select(events.c.run_id).group_by(events.c.run_id)
+                                .order_by(func.min(events.c.id))).all()
+        return [r[0] for r in rows]
+
+    def verify(self, keyring: Keyring | None = None) -> LedgerVerifyReport:
+        """Check every stored byte of every run (see ledger.verify)."""
+        keyring = keyring or Keyring()
+        report = LedgerVerifyReport()
+        cols = [events.c[name] for name in VERIFY_COLUMNS]
+        with self.engines.read.connect() as conn, conn.begin():
+            runs = [r[0] for r in conn.execute(select(events.c.run_id).group_by(events.c.run_id)
+                                               .order_by(func.min(events.c.id)))]
+            for run_id in runs:
+                result = conn.execute(select(*cols).where(events.c.run_id == run_id)
+                                      .order_by(events.c.sequence, events.c.id))
+                verify_run(run_id, (tuple(r) for r in result), keyring, report)
+        return report
+
+
+__all__ = ["Ledger", "LedgerTransaction", "utc_now", "new_event_id"]
