@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from registry.canonical import canonical_json, digest_json
 from registry.signing import Keyring, SigningKey
 
-from . import migrate
+
 from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerUnavailable,
@@ -228,6 +228,7 @@ class Ledger:
         try:
             engines = make_engines(url)
             if migrate_schema:
+                from . import migrate  # alembic is imported only when a schema may change
                 migrate.upgrade(engines.write)
         except SQLAlchemyError as exc:
             raise LedgerUnavailable(f"cannot open the ledger at {url}: {exc}",

@@ -1,19 +1,18 @@
 """`dome ledger verify`: check every digest, chain link and signature.
 
-Exit codes: 0 the ledger is valid, 1 a record is bad (the first one is
-named), 2 bad arguments, 3 the ledger could not be opened.
+Signatures are checked against the keyring of OPS_ROOT/keys/*.pub
+(coordinator.keys.load_keyring); a signed record whose key is not there fails
+closed. Exit codes: 0 the ledger is valid, 1 a record is bad (the first one
+is named), 2 bad arguments, 3 the ledger or the keyring could not be opened.
 """
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import json
 import sys
 from pathlib import Path
 
 from registry.errors import DomeError
-from registry.signing import Keyring, PublicKey
 
 from .main import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments
 
@@ -22,40 +21,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     verify = sub.add_parser("verify", help="check every digest, chain link and signature")
     add_common_arguments(verify)
-
-
-def _decode_public_key(text: bytes) -> bytes | None:
-    if len(text) == 32:
-        return text
-    s = text.strip()
-    try:
-        raw = bytes.fromhex(s.decode("ascii"))
-        if len(raw) == 32:
-            return raw
-    except (ValueError, UnicodeDecodeError):
-        pass
-    try:
-        raw = base64.b64decode(s, validate=True)
-        if len(raw) == 32:
-            return raw
-    except (binascii.Error, ValueError):
-        pass
-    return None
-
-
-def load_keyring(ops_root: Path) -> Keyring:
-    """The coordinator's keyring (coordinator.keys when present; until then
-    every ops/keys/*.pub holding a raw, hex or base64 32-byte Ed25519 key)."""
-    try:
-        from coordinator.keys import load_keyring as _load  # type: ignore[attr-defined]
-    except ImportError:
-        keyring = Keyring()
-        for path in sorted((Path(ops_root) / "keys").glob("*.pub")):
-            raw = _decode_public_key(path.read_bytes())
-            if raw is not None:
-                keyring.add(PublicKey.from_raw(raw))
-        return keyring
-    return _load(Path(ops_root))
 
 
 def _human(report) -> str:
@@ -83,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
             raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
                             hints=["pass --ops-root or --db"])
         with Ledger.open(args.db, ops_root, migrate_schema=False) as ledger:
+            from coordinator.keys import load_keyring
             report = ledger.verify(load_keyring(ops_root))
     except DomeError as exc:
         if args.json:

@@ -18,12 +18,9 @@ def ledger(ops_root: Path):
 
 @pytest.fixture
 def signer(ops_root: Path) -> SigningKey:
-    """A signing key whose public half is in ops/keys/ (hex), as the CLI reads it."""
-    key = SigningKey(bytes(range(32)))
-    keys = ops_root / "keys"
-    keys.mkdir(exist_ok=True)
-    (keys / "coordinator.pub").write_text(key.public.raw.hex() + "\n")
-    return key
+    """The coordinator's key under ops/keys/, where `dome ledger verify` finds it."""
+    from coordinator.keys import load_or_create_signing_key
+    return load_or_create_signing_key(ops_root)
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ def _populate(ops_root: Path, signer) -> None:
         led.append("run-main", "task.dispatched", {"attempt": 1}, wave_id="w1", node_id="n1",
                    node_execution_id="x1", task_id="t1")
         led.append("run-main", "gate.computed", {"passed": True, "reasons": ["all green"],
-                                                 "score": 0.93}, wave_id="w1", signer=signer)
+                                                 "score": 0.93}, wave_id="w1", node_id="n1",
+                   node_execution_id="x1", task_id="t1", signer=signer)
         led.append("run-main", "task.completed", {"outputs": ["a.gds"]}, task_id="t1")
         led.append("run-other", "run.started", {"seed": 1})
 
@@ -52,7 +53,6 @@ TEXT_COLUMNS = ["run_id", "event_id", "ts", "topic", "wave_id", "node_id", "node
 @pytest.mark.parametrize("column", ["record_bytes", "sequence", *TEXT_COLUMNS])
 def test_cli_names_the_record_with_one_changed_byte(ops_root: Path, signer, column: str) -> None:
     _populate(ops_root, signer)
-    assert dome_cli("ledger", "verify", "--ops-root", str(ops_root)).returncode == 0
     db = sqlite3.connect(ops_root / "dome.db")
     _drop_triggers(db)
     row_id, value = db.execute(f"SELECT id, {column} FROM events WHERE run_id='run-main' "
@@ -65,10 +65,23 @@ def test_cli_names_the_record_with_one_changed_byte(ops_root: Path, signer, colu
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert not report["ok"]
-    first = report["first_bad"]
-    assert first["row_id"] == row_id
-    human = dome_cli("ledger", "verify", "--ops-root", str(ops_root))
-    assert human.returncode == 1 and "INVALID" in human.stdout
+    assert report["first_bad"]["row_id"] == row_id
+    assert report["first_bad"]["run_id"] == "run-main" and report["first_bad"]["sequence"] in (
+        TARGET_SEQ, TARGET_SEQ ^ 0x40)
+
+
+def test_cli_exit_codes_and_human_view(ops_root: Path, signer) -> None:
+    _populate(ops_root, signer)
+    good = dome_cli("ledger", "verify", "--ops-root", str(ops_root))
+    assert good.returncode == 0 and "ok" in good.stdout and "5 events" in good.stdout
+    db = sqlite3.connect(ops_root / "dome.db")
+    _drop_triggers(db)
+    db.execute("UPDATE events SET payload = replace(payload, 'a.gds', 'b.gds')")
+    db.commit()
+    bad = dome_cli("ledger", "verify", "--ops-root", str(ops_root))
+    assert bad.returncode == 1 and "INVALID" in bad.stdout and "sequence 4" in bad.stdout
+    missing = dome_cli("ledger", "verify", "--ops-root", str(ops_root / "nowhere"), "--json")
+    assert missing.returncode == 3 and "LEDGER_NOT_FOUND" in missing.stdout
 
 
 def test_every_byte_of_every_stored_field_is_covered(ops_root: Path, signer, keyring) -> None:
