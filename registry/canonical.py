@@ -65,11 +65,11 @@ def canonical_json(obj: Any) -> bytes:
     whose output is byte-identical to RFC 8785 for exactly those values
     (tests/registry/test_canonical_fastpath.py checks this with hypothesis);
     everything else goes through the reference implementation."""
-    if _fast_ok(obj):
-        try:
+    try:
+        if _fast_ok(obj):
             return _FAST_DUMPS(obj).encode("utf-8")
-        except (UnicodeEncodeError, RecursionError, ValueError):
-            pass  # lone surrogate or pathological depth: let the reference decide
+    except (UnicodeEncodeError, RecursionError, ValueError):
+        pass  # lone surrogate or pathological depth: let the reference decide
     try:
         return rfc8785.dumps(obj)
     except RecursionError as exc:

@@ -66,8 +66,8 @@ def test_cli_names_the_record_with_one_changed_byte(ops_root: Path, signer, colu
     report = json.loads(result.stdout)
     assert not report["ok"]
     assert report["first_bad"]["row_id"] == row_id
-    assert report["first_bad"]["run_id"] == "run-main" and report["first_bad"]["sequence"] in (
-        TARGET_SEQ, TARGET_SEQ ^ 0x40)
+    if column not in ("run_id", "sequence"):
+        assert (report["first_bad"]["run_id"], report["first_bad"]["sequence"]) == ("run-main", TARGET_SEQ)
 
 
 def test_cli_exit_codes_and_human_view(ops_root: Path, signer) -> None:
