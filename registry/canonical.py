@@ -18,52 +18,55 @@ CANONICALIZATION = "rfc8785-jcs"
 DIGEST_ALGORITHM = "sha256"
 
 
-_SAFE_INT = 2**53 - 1
+_MAX_SAFE = 2**53 - 1
+_FIRST_SURROGATE = "\ud800"
 _FAST_DUMPS = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 ).encode
 
 
 def _fast_ok(obj: Any) -> bool:
-    """True when json.dumps(sort_keys, compact, ensure_ascii=False) is exactly
-    RFC 8785 for `obj`: only dicts with ASCII str keys (code-point order equals
-    UTF-16 order), lists, str, bool, None and ints within +/-(2**53-1). Floats,
-    tuples and anything else take the reference path. Lone surrogates are
-    caught by the strict UTF-8 encode in canonical_json."""
-    t = type(obj)
-    if t is str or obj is None or t is bool:
-        return True
-    if t is int:
-        return -_SAFE_INT <= obj <= _SAFE_INT
-    if t is dict:
-        for k, v in obj.items():
-            if type(k) is not str or not k.isascii():
-                return False
-            tv = type(v)
-            if tv is str or v is None or tv is bool:
+    """True when the stdlib encoder's compact sorted output is already RFC 8785:
+    floats only where Python's repr equals ECMAScript's Number::toString
+    (non-integral, 1e-4 <= |x| < 1e16), only str keys, integers in the safe
+    range, and no key character at or above U+D800 (below it, code point
+    order equals UTF-16 code unit order). Iterative: no recursion limit."""
+    stack = [obj]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        x = pop()
+        t = type(x)
+        if t is str or x is None or t is bool:
+            continue
+        if t is int:
+            if -_MAX_SAFE <= x <= _MAX_SAFE:
                 continue
-            if not _fast_ok(v):
-                return False
-        return True
-    if t is list:
-        for v in obj:
-            tv = type(v)
-            if tv is str or v is None or tv is bool:
+            return False
+        if t is float:
+            if 1e-4 <= abs(x) < 1e16 and not x.is_integer():
                 continue
-            if not _fast_ok(v):
-                return False
-        return True
-    return False
+            return False
+        if t is dict:
+            for k in x:
+                if type(k) is not str or (not k.isascii() and max(k) >= _FIRST_SURROGATE):
+                    return False
+            push(x.values())
+            continue
+        if t is list or t is tuple:
+            push(x)
+            continue
+        return False
+    return True
 
 
 def canonical_json(obj: Any) -> bytes:
     """RFC 8785 bytes of `obj`. Non-finite floats, out-of-range integers and
     non-JSON types raise CanonicalizationError.
 
-    Hot path: values made only of objects with ASCII keys, arrays, strings,
-    booleans, null and safe integers serialize through the C json encoder,
+    Hot path: values _fast_ok accepts serialize through the C json encoder,
     whose output is byte-identical to RFC 8785 for exactly those values
-    (tests/registry/test_canonical_fastpath.py checks this with hypothesis);
+    (tests/registry/test_canonical_fastpath.py and test_canonical.py check
+    this with hypothesis against the library and a reference serializer);
     everything else goes through the reference implementation."""
     try:
         if _fast_ok(obj):

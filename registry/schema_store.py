@@ -58,11 +58,53 @@ def _registry() -> Registry:
     return Registry().with_resources(resources)
 
 
+_MAX_INLINE_DEPTH = 32
+
+
+def _inline_refs(node: Any, resolver: Any, depth: int = 0) -> Any:
+    """A copy of `node` with every $ref replaced by what it points to.
+
+    Each reference is resolved against the document it appears in, so a
+    relative ref inside common.json still means common.json once inlined.
+    Validation then never looks anything up, which is most of its cost.
+    A ref deeper than _MAX_INLINE_DEPTH (a recursive schema) is left as a
+    $ref for the validator to resolve through the registry (made absolute)."""
+    if isinstance(node, list):
+        return [_inline_refs(v, resolver, depth) for v in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        resolved = resolver.lookup(ref)
+        siblings = {k: _inline_refs(v, resolver, depth) for k, v in node.items() if k != "$ref"}
+        if depth >= _MAX_INLINE_DEPTH:
+            absolute = resolved.resolver._base_uri + ("#" + ref.split("#", 1)[1] if "#" in ref else "")
+            return {"$ref": absolute, **siblings}
+        target = _inline_refs(resolved.contents, resolved.resolver, depth + 1)
+        if isinstance(target, dict):
+            target = {k: v for k, v in target.items() if k not in ("$id", "$schema", "$defs")}
+            if not set(target) & set(siblings):
+                return {**target, **siblings}
+        return {"allOf": [target], **siblings}
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k in ("properties", "patternProperties", "$defs", "dependentSchemas") and isinstance(v, dict):
+            # keys here are names, not keywords
+            out[k] = {name: _inline_refs(sub, resolver, depth) for name, sub in v.items()}
+        elif k in ("const", "enum", "default", "examples") or k.startswith("x-"):
+            out[k] = v  # data, not schemas
+        else:
+            out[k] = _inline_refs(v, resolver, depth)
+    return out
+
+
 @lru_cache(maxsize=None)
 def validator(name: str) -> Draft202012Validator:
     schema = _load(name)
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, registry=_registry())
+    resolver = _registry().resolver(base_uri=schema.get("$id", ID_PREFIX + name + ".json"))
+    bundled = _inline_refs(schema, resolver)
+    return Draft202012Validator(bundled, registry=_registry())
 
 
 def _path_key(err: ValidationError) -> list[tuple[int, int | str]]:

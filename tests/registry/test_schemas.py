@@ -2,6 +2,7 @@
 and they accept the documented examples and refuse what the spec forbids."""
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator
 
 import pytest
@@ -251,3 +252,24 @@ def test_every_error_is_reported_with_path_and_a_useful_message() -> None:
         schema_store.validate("spawn_spec", spawn)
     msg = info.value.details["errors"][0]["message"]
     assert "required" in msg  # names the branch's missing property, not only "anyOf failed"
+
+
+@pytest.mark.parametrize("name", sorted(set(REQUIRED_SCHEMAS) - {"common"}))
+def test_bundled_validator_agrees_with_reference_resolution(name: str) -> None:
+    """validator() inlines every $ref for speed; verdicts and error paths must
+    equal those of a plain validator that resolves refs through the registry."""
+    from tests.registry.test_model_drift import _mutations
+
+    plain = Draft202012Validator(schema_store.load_schema(name), registry=schema_store._registry())
+    fast = schema_store.validator(name)
+    assert "$ref" not in json.dumps(fast.schema)
+    for label, data in _mutations(example(name)):
+        want = sorted("/".join(map(str, e.absolute_path)) for e in plain.iter_errors(data))
+        got = sorted("/".join(map(str, e.absolute_path)) for e in fast.iter_errors(data))
+        assert got == want, label
+
+
+@pytest.mark.parametrize("name", [n for n in schema_store.schema_names() if "/" in n])
+def test_area_schemas_bundle_without_dangling_refs(name: str) -> None:
+    v = schema_store.validator(name)
+    Draft202012Validator.check_schema(v.schema)
