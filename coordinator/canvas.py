@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 import git as gitpython
 
 from coordinator.integration import gitio
-from coordinator.integration.gitio import GitError, ObjectReader, ObjectWriter
+from coordinator.integration.gitio import GitError, ObjectReader
 from registry import diffs
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
@@ -88,7 +88,7 @@ class Attempt:
 class TreeState:
     """The head tree held in memory: lazily loaded directories, dirty tracking."""
 
-    def __init__(self, reader: ObjectReader, writer: ObjectWriter, root: str) -> None:
+    def __init__(self, reader: Any, writer: Any, root: str) -> None:
         self._reader, self._writer = reader, writer
         self.reset(root)
 
@@ -189,7 +189,8 @@ class Canvas:
 
     def __init__(self, repo: Path | str, base_ref: str, *, run_id: str,
                  workdir: Path | str | None = None, when: int | None = None,
-                 create_worktree: bool = True, max_binary_bytes: int = 8 << 20) -> None:
+                 create_worktree: bool = True, max_binary_bytes: int = 8 << 20,
+                 persist: bool = True, reader: ObjectReader | None = None) -> None:
         self.repo = Path(repo)
         self.run_id = run_id
         self.base_ref = base_ref
@@ -197,9 +198,13 @@ class Canvas:
         if base_tree is None:
             raise CanvasError(f"base {base_ref} is not a commit", code="CANVAS_BASE_UNKNOWN")
         self.base_tree = base_tree
-        self.reader = ObjectReader(self.repo)
-        self.writer = ObjectWriter(self.repo)
-        self.tree = TreeState(self.reader, self.writer, base_tree)
+        self._own_reader = reader is None
+        self.reader = reader or ObjectReader(self.repo)
+        if gitio.object_format(self.repo) != "sha1":
+            raise CanvasError("the canvas supports sha1 repositories", code="CANVAS_OBJECT_FORMAT")
+        self.store = gitio.ObjectStore(self.repo, self.reader, persist=persist)
+        self.writer = self.store
+        self.tree = TreeState(self.store, self.store, base_tree)
         self.head = base_ref
         self.when = when if when is not None else int(
             gitio.git_out(self.repo, "show", "-s", "--format=%ct", base_ref))
@@ -216,6 +221,7 @@ class Canvas:
             gitpython.Repo(self.repo).git.worktree("add", "--detach", "--no-checkout",
                                                    str(self.workdir), base_ref)
         self._index = Path(tempfile.mkdtemp(prefix="dome-index-")) / "index"
+        self._pending_refs: list[tuple[str, str]] = []
 
     # -- queries -----------------------------------------------------------
     @property
@@ -245,7 +251,7 @@ class Canvas:
         return att
 
     def _blob(self, oid: str) -> bytes:
-        typ, data = self.reader.read(oid)
+        typ, data = self.store.read(oid)
         if typ != "blob":
             raise CanvasError(f"{oid} is a {typ}, not a blob", code="CANVAS_NOT_A_BLOB")
         return data
@@ -323,6 +329,7 @@ class Canvas:
     def _git_apply_file(self, fp: FilePatch, att: Attempt) -> None:
         """The general path: `git apply --cached --3way` on a private index."""
         tree = self._tree_with(att)
+        self.store.flush()
         env = {"GIT_INDEX_FILE": str(self._index)}
         gitio.git(self.repo, "read-tree", tree, env=env)
         patch = diffs.serialize_diff(diffs.ParsedDiff((fp,)))
@@ -384,7 +391,7 @@ class Canvas:
                                                                   when=self.when))
         cp = Checkpoint(cp_id, n, commit, tree, self.head, tuple(self.pending_ids),
                         tuple(self.included))
-        gitio.git(self.repo, "update-ref", CHECKPOINT_REF.format(run_id=self.run_id, n=n), commit)
+        self._pending_refs.append((CHECKPOINT_REF.format(run_id=self.run_id, n=n), commit))
         self.checkpoints.append(cp)
         self.head = commit
         self.pending_ids = []
@@ -400,19 +407,34 @@ class Canvas:
         self.pending_ids = []
         return cp
 
+    def flush_refs(self) -> None:
+        """Write the checkpoint refs taken since the last flush (one git call)."""
+        if not self._pending_refs:
+            return
+        self.store.flush()
+        lines = ["start"] + [f"update {ref} {oid}" for ref, oid in self._pending_refs] + ["commit"]
+        gitio.git(self.repo, "update-ref", "--stdin", input=("\n".join(lines) + "\n").encode())
+        self._pending_refs = []
+
     def publish_head(self) -> str:
-        gitio.git(self.repo, "update-ref", HEAD_REF.format(run_id=self.run_id), self.head)
+        self._pending_refs.append((HEAD_REF.format(run_id=self.run_id), self.head))
+        self.flush_refs()
         return self.head
 
     def materialize(self) -> Path:
         """Check the worktree out at the head (for people and suites)."""
         if self.workdir is None:
             raise CanvasError("canvas has no worktree", code="CANVAS_NO_WORKTREE")
+        self.flush_refs()
+        self.store.flush()
         gitio.git(self.workdir, "checkout", "-q", "--detach", "-f", self.head)
         return self.workdir
 
     def close(self, remove_worktree: bool = True) -> None:
-        self.reader.close()
+        self.flush_refs()
+        self.store.flush()
+        if self._own_reader:
+            self.reader.close()
         shutil.rmtree(self._index.parent, ignore_errors=True)
         if remove_worktree and self.workdir is not None:
             gitio.git(self.repo, "worktree", "remove", "--force", str(self.workdir), check=False)

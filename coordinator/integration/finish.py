@@ -183,7 +183,8 @@ def finish_run(ctx: FinishContext) -> FinishResult:
     # 1. verify every proposal ---------------------------------------------------
     checked = {}
     rejected = []
-    with gitio.ObjectReader(ctx.repo) as reader:
+    reader = gitio.ObjectReader(ctx.repo)  # shared with the canvas (blob cache)
+    if True:
         insp = BaseInspector(ctx.repo, reader)
         for p in sorted(ctx.proposals, key=lambda p: (str(p.get("proposal_id")), str(p.get("created_at")))):
             pid = str(p.get("proposal_id"))
@@ -218,7 +219,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
     # 3. stack, 4. validate ------------------------------------------------------------
     canvas = Canvas(ctx.repo, ctx.base_ref, run_id=ctx.run_id,
                     workdir=run_dir(ctx.ops_root, ctx.run_id) / "canvas",
-                    max_binary_bytes=policy.max_binary_bytes)
+                    max_binary_bytes=policy.max_binary_bytes, reader=reader)
     try:
         stacker = Stacker(canvas, checked, plan, index, policy, emit=emit,
                           resolver_hook=ctx.resolver_hook)
@@ -242,6 +243,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
         why = dict(state.why_blocked)
     finally:
         canvas.close()
+        reader.close()
 
     # 5. gate and promotion -------------------------------------------------------------
     return gate_and_promote(ctx.ledger, ctx.run_id, repo=Path(ctx.repo), key=ctx.signing_key,

@@ -66,20 +66,40 @@ def object_format(repo: Path | str) -> str:
 class ObjectReader:
     """A long-lived `git cat-file --batch` process (thread-safe)."""
 
+    CACHE_BYTES = 64 << 20
+
     def __init__(self, repo: Path | str, *, verify: bool = False) -> None:
         self.verify = verify
+        self._cache: dict[str, tuple[str, bytes]] = {}
+        self._cached_bytes = 0
         self._proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
         self._lock = threading.Lock()
 
     def read(self, oid: str) -> tuple[str, bytes]:
-        """(type, content) of an object; raises GitError when missing."""
+        """(type, content) of an object; raises GitError when missing.
+        Objects are immutable, so recent reads are served from memory."""
+        hit = self._cache.get(oid)
+        if hit is not None:
+            return hit
+        typ_s, data = self._read(oid)
+        if self._cached_bytes + len(data) > self.CACHE_BYTES:
+            self._cache.clear()
+            self._cached_bytes = 0
+        self._cache[oid] = (typ_s, data)
+        self._cached_bytes += len(data)
+        return typ_s, data
+
+    def _read(self, oid: str) -> tuple[str, bytes]:
         with self._lock:
             assert self._proc.stdin and self._proc.stdout
             self._proc.stdin.write(oid.encode() + b"\n")
             self._proc.stdin.flush()
             header = self._proc.stdout.readline().rstrip(b"\n")
+            if header.count(b" ") != 2 and not header.endswith(b" missing"):
+                raise GitError(f"object {oid} unreadable (git cat-file died)",
+                               code="GIT_OBJECT_CORRUPT", details={"oid": oid})
             if header.endswith(b" missing") or header.endswith(b" ambiguous"):
                 raise GitError(f"object {oid} not found", code="GIT_OBJECT_MISSING",
                                details={"oid": oid})
@@ -237,3 +257,55 @@ def is_ancestor(repo: "Path | str", anc: str, desc: str) -> bool:
 def ref_target(repo: "Path | str", ref: str) -> str | None:
     proc = git(repo, "rev-parse", "--verify", "--quiet", ref, check=False)
     return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+
+_TYPE_CODE = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
+
+
+class ObjectStore:
+    """Objects written by this process are held in memory and reach the
+    repository as one packfile per `flush()` (`git index-pack --stdin`, which
+    re-hashes every object); reads see pending objects first."""
+
+    def __init__(self, repo: Path | str, reader: ObjectReader, *, persist: bool = True) -> None:
+        self.repo = repo
+        self.reader = reader
+        self.persist = persist
+        self._pending: dict[str, tuple[str, bytes]] = {}
+        self._flushed: set[str] = set()
+
+    def write(self, typ: str, data: bytes) -> str:
+        oid = ObjectWriter.hash(typ, data)
+        if oid not in self._flushed:
+            self._pending.setdefault(oid, (typ, data))
+        return oid
+
+    def read(self, oid: str) -> tuple[str, bytes]:
+        got = self._pending.get(oid)
+        return got if got is not None else self.reader.read(oid)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        if not self.persist:
+            return
+        body = bytearray(b"PACK" + (2).to_bytes(4, "big") + len(self._pending).to_bytes(4, "big"))
+        for oid, (typ, data) in self._pending.items():
+            size = len(data)
+            byte = (_TYPE_CODE[typ] << 4) | (size & 0x0F)
+            size >>= 4
+            head = bytearray()
+            while size:
+                head.append(byte | 0x80)
+                byte = size & 0x7F
+                size >>= 7
+            head.append(byte)
+            body += head + zlib.compress(data, 1)
+        body += hashlib.sha1(body).digest()
+        git(self.repo, "index-pack", "--stdin", input=bytes(body))
+        self._flushed.update(self._pending)
+        self._pending.clear()

@@ -352,6 +352,7 @@ class Stacker:
 
     def _run_suite(self, cp: Checkpoint, suite: Mapping[str, Any], validator: Validator,
                    phase: str) -> dict[str, Any]:
+        self.canvas.flush_refs()  # suites read the checkpoint from the repository
         report = dict(validator(cp, suite))
         report.setdefault("artifact_kind", "dome.validation_report/v1")
         report.update({"run_id": self.canvas.run_id, "head_ref": cp.commit,

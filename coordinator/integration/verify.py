@@ -168,10 +168,10 @@ def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list
         if r.topic == T_APPLY and r.artifact.get("applied"):
             applies[str(r.artifact["proposal_id"])] = r.artifact
     blobs = getattr(ledger, "blobs", None)
-    canvas = Canvas(repo, base, run_id=f"verify-{run_id}", create_worktree=False)
+    canvas = Canvas(repo, base, run_id=f"verify-{run_id}", create_worktree=False, persist=False)
     canvas.reader.close()
     canvas.reader = gitio.ObjectReader(repo, verify=True)
-    canvas.tree._reader = canvas.reader
+    canvas.store.reader = canvas.reader
     try:
         groups: list[tuple[str, list[str]]] = []
         for pid in included:
@@ -214,7 +214,7 @@ def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list
                     return
                 canvas.commit(att, [pid])
             tree = canvas.tree.write()
-            got = gitio.commit_facts(canvas.reader, [head]).get(head, {})
+            got = gitio.commit_facts(canvas.reader, [head]).get(head, {})  # re-hashed read
             if not rep.check(f"tree:{head[:12]}", got.get("tree") == tree,
                              "replayed tree differs from the checkpoint tree"):
                 return

@@ -202,8 +202,18 @@ def test_verify_accepts_a_promoted_run_and_rejects_tampering(big_repo: Path, tmp
 def _corrupt_loose(repo: Path, oid: str) -> None:
     import os
     import zlib
+    import shutil
+    import subprocess
+    packs = repo / ".git" / "objects" / "pack"
+    aside = repo.parent / "packs-aside"
+    aside.mkdir(exist_ok=True)
+    for pack in packs.glob("*.pack"):  # explode the canvas packs into loose objects
+        shutil.move(str(pack), aside / pack.name)
+        shutil.move(str(pack.with_suffix(".idx")), aside / pack.with_suffix(".idx").name)
+        with open(aside / pack.name, "rb") as fh:
+            subprocess.run(["git", "unpack-objects", "-q"], stdin=fh, cwd=repo, check=True)
     path = repo / ".git" / "objects" / oid[:2] / oid[2:]
-    assert path.is_file(), "checkpoint objects are loose"
+    assert path.is_file()
     raw = zlib.decompress(path.read_bytes())
     os.chmod(path, 0o644)
     path.write_bytes(zlib.compress(raw.replace(b"e1", b"E1").replace(b"dome", b"DOME", 1)
