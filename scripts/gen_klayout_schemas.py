@@ -285,10 +285,34 @@ VIOLATION = {
 }
 
 
+PARAMS = {"type": "object", "maxProperties": 64, "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}$"},
+          "additionalProperties": {"type": "string", "maxLength": 4096}}
+REL = {"type": "string", "minLength": 1, "maxLength": 4096}
+ACTION_COMMON = {"deck": {"type": "string", "minLength": 1, "maxLength": 4096,
+                          "description": "builtin:mask_rules or a path relative to the checkout"},
+                 "script_type": {"enum": ["ruby", "python"]}, "top_cell": {"type": "string", "minLength": 1},
+                 "params": PARAMS}
+ACTIONS = {
+    "drc_run.action": {"title": "drc.run intent action",
+                       "description": "Run a DRC deck on a layout in the scratch checkout.",
+                       "type": "object", "required": ["deck", "layout"],
+                       "properties": {"intent": {"const": "drc.run"}, **ACTION_COMMON, "layout": REL,
+                                      "write_to": REL},
+                       "additionalProperties": False},
+    "drc_suite.action": {"title": "drc validation suite action",
+                         "description": "Run a named deck on named layouts; passed iff zero markers.",
+                         "type": "object", "required": ["deck", "layouts"],
+                         "properties": {"suite": {"const": "drc"}, **ACTION_COMMON,
+                                        "layouts": {"type": "array", "minItems": 1, "maxItems": 1000,
+                                                    "items": REL}},
+                         "additionalProperties": False},
+}
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     docs = {"common": {"title": "KLayout observer shared types", **COMMON},
-            "violation": VIOLATION}
+            "violation": VIOLATION, **ACTIONS}
     for tool, (rq, rs) in TOOLS.items():
         docs[f"{tool}.request"] = rq
         docs[f"{tool}.response"] = rs

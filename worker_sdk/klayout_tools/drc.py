@@ -94,8 +94,17 @@ def _tail(path: Path) -> str:
     return data[-TAIL:].decode("utf-8", "replace")
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def run_deck(session: Session, script: Path, script_type: str, params: dict[str, str],
-             config: Config) -> tuple[RunRecord, int, dict[str, int], float]:
+             config: Config, token: Any = None) -> tuple[RunRecord, int, dict[str, int], float]:
+    """Run the deck; `token` (a CancellationToken) stops the child when cancelled."""
     params = validate_params(params)
     klayout_bin = resolve_klayout_bin(config.klayout_bin) if script_type == "ruby" else ""
     deck_bytes = script.read_bytes()
@@ -118,11 +127,19 @@ def run_deck(session: Session, script: Path, script_type: str, params: dict[str,
         except OSError as exc:
             raise DrcRunFailed("the DRC process could not start", details={**base, "reason": "spawn_failed",
                                                                           "error": str(exc)}) from exc
-        try:
-            rc = proc.wait(timeout=config.drc_timeout_seconds)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        deadline = started + config.drc_timeout_seconds
+        rc = None
+        while rc is None:
+            try:
+                rc = proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                if token is not None and token.cancelled:
+                    _kill(proc)
+                    token.check()
+                if time.monotonic() >= deadline:
+                    break
+        if rc is None:
+            _kill(proc)
             raise DrcRunFailed("the DRC run timed out", retry="none",
                                details={**base, "reason": "timeout", "timeout_s": config.drc_timeout_seconds,
                                         "stderr_tail": _tail(stderr_path)},
