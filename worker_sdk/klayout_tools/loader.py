@@ -54,6 +54,7 @@ def load(raw_path: str, declared_format: str | None, top_cell: str | None, confi
                                 details={"limit": "max_layout_bytes", "max": config.limits.max_layout_bytes,
                                          "size": size})
     fmt = detect_format(path, declared_format)
+    before = path.stat()
     digest = sha256_file(path)
     layout = kdb.Layout()
     try:
@@ -61,7 +62,9 @@ def load(raw_path: str, declared_format: str | None, top_cell: str | None, confi
     except RuntimeError as exc:
         raise UnsupportedFormat("KLayout could not read the file",
                                 details={"path": str(path), "format": fmt, "error": str(exc)}) from exc
-    if sha256_file(path) != digest:  # changed while we read it: refuse rather than describe a mix
+    after = path.stat()
+    if (after.st_mtime_ns, after.st_size, after.st_ino) != (before.st_mtime_ns, before.st_size, before.st_ino):
+        # changed while we read it: refuse rather than describe a mix
         raise FileNotFound("layout file changed while it was read", details={"path": str(path)}, retry="light")
     tops = sorted(c.name for c in layout.top_cells())
     if not tops:

@@ -38,6 +38,19 @@ def box_from_request(box: dict[str, Any], dbu: float) -> kdb.Box:
     return kdb.Box(*ints)
 
 
+_T = kdb.Shape
+TYPE_KIND = {}
+for _name, _kind_name in (("TBox", "box"), ("TBoxArray", "box"), ("TBoxArrayMember", "box"), ("TShortBox", "box"),
+                          ("TShortBoxArray", "box"), ("TShortBoxArrayMember", "box"), ("TEdge", "edge"),
+                          ("TEdgePair", "edge"), ("TPath", "path"), ("TPathRef", "path"), ("TPathPtrArray", "path"),
+                          ("TPathPtrArrayMember", "path"), ("TPoint", "point"), ("TText", "text"),
+                          ("TTextRef", "text"), ("TTextPtrArray", "text"), ("TTextPtrArrayMember", "text")):
+    if hasattr(_T, _name):
+        TYPE_KIND[getattr(_T, _name)] = _kind_name
+TYPE_RANK = {code: KIND_RANK[k] for code, k in TYPE_KIND.items()}
+POLYGON_RANK = KIND_RANK["polygon"]
+
+
 def _kind(shape: kdb.Shape) -> str:
     if shape.is_box():
         return "box"
@@ -77,32 +90,42 @@ def _path_key(elements: list) -> str:
     return ";".join(f"{el.cell_inst().cell_index}:{el.ia()}:{el.ib()}:{el.specific_trans()}" for el in elements)
 
 
-def _register(session: Session, frame: kdb.Cell, hit: tuple, hierarchy_mode: str) -> ShapeRecord:
+RANK_KIND = {v: k for k, v in KIND_RANK.items()}
+
+
+def _register(session: Session, frame: kdb.Cell, hit: tuple, hierarchy_mode: str,
+              layer_cache: dict[int, dict[str, Any]]) -> ShapeRecord:
     layout = session.layout
-    (_li_rank, kind_rank, l, b, r, t, li, cell_index, elements, shape, trans) = hit
-    kind = [k for k, v in KIND_RANK.items() if v == kind_rank][0]
+    (_rank, kind_rank, l, b, r, t, li, elements, shape, trans) = hit
+    kind = RANK_KIND[kind_rank]
     geom = _geometry(shape, kind, trans)
-    cell_name = layout.cell(cell_index).name
+    cell_name = shape.cell.name
     if hierarchy_mode == "flattened":
         inst_path: tuple[str, ...] = (frame.name,)
         origin = frame.name
     else:
         inst_path = _path_names(layout, frame, elements)
         origin = cell_name
-    key = "|".join([session.source["sha256"], frame.name, cell_name, _path_key(elements), str(li), kind, str(geom)])
+    key = "|".join([session.source["sha256"], hierarchy_mode == "flattened" and "F" or "H", frame.name, cell_name, _path_key(elements), str(li), kind, str(geom)])
     digest = hashlib.sha256(key.encode()).hexdigest()
     sid = "shp_" + digest[:8]
     n = 8
     while sid in session.shapes and session.shapes[sid].geometry != geom:
         n += 2
         sid = "shp_" + digest[:n]
-    text = geom.string if kind == "text" else None
-    rec = ShapeRecord(id=sid, kind=kind, frame_cell=frame.name, cell=origin, instance_path=inst_path,
-                      layer=layer_ref(layout, li), geometry=geom, bbox=kdb.Box(l, b, r, t), text=text)
-    if sid not in session.shapes and len(session.shapes) >= session_id_limit(session):
+    existing = session.shapes.get(sid)
+    if existing is not None:
+        return existing
+    if len(session.shapes) >= session_id_limit(session):
         raise ToolLimitExceeded("too many shape ids registered in this session",
                                 details={"limit": "max_ids_per_session", "max": session_id_limit(session)},
                                 hints=["open a new session"])
+    lref = layer_cache.get(li)
+    if lref is None:
+        lref = layer_cache[li] = layer_ref(layout, li)
+    rec = ShapeRecord(id=sid, kind=kind, frame_cell=frame.name, cell=origin, instance_path=inst_path,
+                      layer=lref, geometry=geom, bbox=kdb.Box(l, b, r, t),
+                      text=geom.string if kind == "text" else None)
     session.shapes[sid] = rec
     return rec
 
@@ -147,38 +170,47 @@ def query_region(session: Session, request: dict[str, Any], *, max_shapes_cap: i
 
     shape_hits: list[tuple] = []
     text_hits: list[tuple] = []
-    n_shapes = n_texts = scanned = 0
+    dropped_shapes = dropped_texts = 0  # hits already discarded by the running top-k selection
+    trim_at = 4 * max_shapes + 4096
+    rank_of = TYPE_RANK.get
     for rank, li in enumerate(layer_indexes):
         it = frame.begin_shapes_rec_touching(li, box)
         if mode == "top":
             it.max_depth = 0
-        while not it.at_end():
-            scanned += 1
-            if scanned > scan_limit:
-                raise QueryTooLarge("the box touches more shapes than the scan limit",
-                                    details={"scan_limit": scan_limit, "box_um": box_um(box, dbu)},
-                                    hints=["query a smaller box or fewer layers",
-                                           "KLAYOUT_MCP_QUERY_SCAN_LIMIT raises the limit"])
-            shape = it.shape()
-            trans = it.trans()
+        append = shape_hits.append
+        for item in it.each():  # the hot loop: one bbox and one type lookup per shape
+            shape = item.shape()
+            trans = item.trans()
             bb = shape.bbox().transformed(trans)
-            kind_rank = KIND_RANK[_kind(shape)]
-            hit = (rank, kind_rank, bb.left, bb.bottom, bb.right, bb.top, li, it.cell_index(), None, shape, trans)
-            if kind_rank == 5:
-                n_texts += 1
-                text_hits.append(hit)
+            kind_rank = rank_of(shape.type(), POLYGON_RANK)
+            hit = (rank, kind_rank, bb.left, bb.bottom, bb.right, bb.top, li, None, shape, trans)
+            if kind_rank != 5:
+                append(hit)
+                if len(shape_hits) > trim_at:
+                    dropped_shapes += len(shape_hits) - max_shapes
+                    shape_hits[:] = heapq.nsmallest(max_shapes, shape_hits, key=_sort_key)
+                    if dropped_shapes + dropped_texts > scan_limit:
+                        _too_large(scan_limit, box, dbu)
             else:
-                n_shapes += 1
-                shape_hits.append(hit)
-            if len(shape_hits) > 4 * max_shapes + 4096:
-                shape_hits = heapq.nsmallest(max_shapes, shape_hits, key=_sort_key)
-            # the instance path is taken only for hits that survive: re-walked below
-            it.next()
+                text_hits.append(hit)
+                if len(text_hits) > trim_at:
+                    dropped_texts += len(text_hits) - max_shapes
+                    text_hits[:] = heapq.nsmallest(max_shapes, text_hits, key=_sort_key)
+                    if dropped_shapes + dropped_texts > scan_limit:
+                        _too_large(scan_limit, box, dbu)
+            # instance paths are recovered only for the hits that are returned (see _with_path)
+        if dropped_shapes + dropped_texts + len(shape_hits) + len(text_hits) > scan_limit:
+            _too_large(scan_limit, box, dbu)
+    n_shapes = dropped_shapes + len(shape_hits)
+    n_texts = dropped_texts + len(text_hits)
 
     best_shapes = heapq.nsmallest(max_shapes, shape_hits, key=_sort_key)
     best_texts = heapq.nsmallest(max_shapes, text_hits, key=_sort_key)
-    shapes = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode), mode), dbu) for h in best_shapes]
-    texts = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode), mode), dbu) for h in best_texts]
+    lc: dict[int, dict[str, Any]] = {}
+    shapes = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode), mode, lc), dbu)
+              for h in best_shapes]
+    texts = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode), mode, lc), dbu)
+             for h in best_texts]
     shapes.sort(key=_dict_key)
     texts.sort(key=_dict_key)
 
@@ -193,9 +225,16 @@ def query_region(session: Session, request: dict[str, Any], *, max_shapes_cap: i
     }
 
 
+def _too_large(scan_limit: int, box: kdb.Box, dbu: float) -> None:
+    raise QueryTooLarge("the box touches more shapes than the scan limit",
+                        details={"scan_limit": scan_limit, "box_um": box_um(box, dbu)},
+                        hints=["query a smaller box or fewer layers", "KLAYOUT_MCP_QUERY_SCAN_LIMIT raises the limit"])
+
+
 def _sort_key(hit: tuple) -> tuple:
-    # layer rank, kind, bbox, then the origin cell and the transformation for full determinism
-    return hit[:6] + (hit[7], str(hit[10]))
+    # layer rank, kind, bbox (left, bottom, right, top), layer index; exact ties keep the iterator's
+    # order, which is deterministic for a given layout
+    return hit[:7]
 
 
 def _dict_key(d: dict[str, Any]) -> tuple:
@@ -206,14 +245,15 @@ def _dict_key(d: dict[str, Any]) -> tuple:
 
 def _with_path(frame: kdb.Cell, hit: tuple, box: kdb.Box, mode: str) -> tuple:
     """Recover the instance path of a kept hit (only done for returned shapes)."""
-    if mode == "top" or hit[7] == frame.cell_index():
-        return hit[:8] + ([],) + hit[9:]
+    shape = hit[8]
+    if mode == "top" or shape.cell.cell_index() == frame.cell_index():
+        return hit[:7] + ([],) + hit[8:]
     it = frame.begin_shapes_rec_touching(hit[6], kdb.Box(hit[2], hit[3], hit[4], hit[5]))
-    while not it.at_end():
-        if it.cell_index() == hit[7] and it.shape() == hit[9] and str(it.trans()) == str(hit[10]):
-            return hit[:8] + (list(it.path()),) + hit[9:]
-        it.next()
-    return hit[:8] + ([],) + hit[9:]
+    want = str(hit[9])
+    for item in it.each():
+        if item.shape() == shape and str(item.trans()) == want:
+            return hit[:7] + (list(item.path()),) + hit[8:]
+    return hit[:7] + ([],) + hit[8:]
 
 
 def _instances(session: Session, frame: kdb.Cell, box: kdb.Box, mode: str, max_instances: int
