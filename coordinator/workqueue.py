@@ -9,7 +9,7 @@ annotation names exactly the members of its strongly connected component
 with a bounded `max_iterations`: every member carries
 `"cycle": {"group": G, "max_iterations": N}` with the same G and N, and the
 group is exactly the strongly connected component. Such a cycle is unrolled
-into N rounds (node ids `<id>#<round>`), so everything after loading
+into N rounds (node ids `<id>@<round>`; a clash with a declared id is an error), so everything after loading
 (scheduler, ledger, resume) works on a plain DAG.
 
 Unrolling rule: inside an annotated cycle, members are ordered as listed in
@@ -30,7 +30,7 @@ from registry.errors import DomeError
 from registry.schema_store import validate
 
 ARTIFACT_KIND = "dome.work.queue/v1"
-ROUND_SEP = "#"
+ROUND_SEP = "@"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_ATTEMPTS = 3
 
@@ -284,6 +284,10 @@ def build_graph(tasks: list[Mapping[str, Any]], scheduling: Mapping[str, Any] | 
     nodes: dict[str, Node] = {}
 
     def make(nid: str, src: Mapping[str, Any], rnd: int | None, ndeps: list[str]) -> None:
+        if nid in nodes:
+            raise WorkQueueGraphError(f"unrolled cycle id {nid!r} clashes with a declared node id",
+                                      code="WORK_QUEUE_GRAPH_INVALID",
+                                      details={"problems": {"unrolled_id_clashes": [nid]}})
         digest_src = dict(src) if rnd is None else {**src, "_round": rnd}
         nodes[nid] = Node(
             node_id=nid, source_id=src["node_id"], round=rnd,

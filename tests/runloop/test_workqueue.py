@@ -70,11 +70,11 @@ def test_annotated_cycle_is_unrolled_with_bounded_rounds():
     q = queue([task("start"), task("a", ["start", "b"], cycle=cyc), task("b", ["a"], cycle=cyc),
                task("end", ["b"])])
     g = parse_work_queue(q).graph
-    assert set(g.nodes) == {"start", "end", "a#1", "b#1", "a#2", "b#2", "a#3", "b#3"}
-    assert g.nodes["a#1"].dependencies == ("start",)
-    assert g.nodes["b#1"].dependencies == ("a#1",)
-    assert g.nodes["a#2"].dependencies == ("b#1", "start")
-    assert g.nodes["end"].dependencies == ("b#3",)
+    assert set(g.nodes) == {"start", "end", "a@1", "b@1", "a@2", "b@2", "a@3", "b@3"}
+    assert g.nodes["a@1"].dependencies == ("start",)
+    assert g.nodes["b@1"].dependencies == ("a@1",)
+    assert g.nodes["a@2"].dependencies == ("b@1", "start")
+    assert g.nodes["end"].dependencies == ("b@3",)
     assert len({g.nodes[n].task_spec_digest for n in g.nodes}) == len(g.nodes)
 
 
@@ -91,7 +91,7 @@ def test_cycle_annotation_must_match_a_real_cycle():
     q = queue([task("a", ["a"], cycle={"group": "g", "max_iterations": 5000})])
     with pytest.raises(SchemaValidationError):
         parse_work_queue(q)  # unbounded iteration is refused by the schema
-    assert parse_work_queue(queue([task("a", ["a"], cycle=cyc)])).graph.nodes["a#2"].dependencies == ("a#1",)
+    assert parse_work_queue(queue([task("a", ["a"], cycle=cyc)])).graph.nodes["a@2"].dependencies == ("a@1",)
 
 
 def test_examples_load():

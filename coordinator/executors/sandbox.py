@@ -1,0 +1,170 @@
+"""The worker sandbox: bubblewrap argv (pure), a probe, rlimits and a pids cgroup.
+
+Inside the sandbox a worker sees:
+
+- a read-only system: /usr, /bin, /lib*, /sbin, a few files of /etc, the
+  Python installation and dome's own `registry` and `worker_sdk` packages
+  (read-only, at their host paths);
+- /dome/scratch (read-write; its private checkout goes in /dome/scratch/repo),
+  /dome/base.git (read-only objects of the base commit), /dome/spawn.json,
+  /dome/coordinator.pub and /dome/gateway.sock (the only way out);
+- a private /tmp, /proc of its own PID namespace, a minimal /dev.
+
+Nothing else of the host: not the real repository or its .git, not
+OPS_ROOT (keys, ledger, blobs), not /root or /home. Namespaces: network
+(no interfaces but loopback), PID, IPC, UTS, cgroup; a new session;
+`--die-with-parent`; all capabilities dropped. Resource limits are rlimits
+set before exec (CPU seconds, address space, open files, file size, and
+processes where the kernel enforces them) plus, where the host lets dome
+create one, a pids cgroup per attempt so a fork bomb stops at the limit
+even for root. The worker adds Landlock before running its action.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from .base import AttemptFiles, Limits
+
+IN_SCRATCH = "/dome/scratch"
+IN_BASE = "/dome/base.git"
+IN_SPAWN = "/dome/spawn.json"
+IN_PUB = "/dome/coordinator.pub"
+IN_SOCKET = "/dome/gateway.sock"
+ETC_FILES = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "localtime", "alternatives",
+             "ssl", "ca-certificates", "gitconfig", "resolv.conf", "ld.so.conf", "ld.so.conf.d")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+CGROUP_PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+
+
+def dome_source_roots() -> list[Path]:
+    """The package directories a worker imports (bound read-only). worker_sdk is
+    located, never imported: the coordinator reaches it only across a process boundary."""
+    import importlib.util
+
+    import registry
+
+    spec = importlib.util.find_spec("worker_sdk")
+    if spec is None or spec.origin is None:  # pragma: no cover - broken install
+        raise RuntimeError("worker_sdk is not installed beside the coordinator")
+    return [Path(registry.__file__).resolve().parent, Path(spec.origin).resolve().parent]
+
+
+def python_roots() -> list[Path]:
+    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    exe = Path(sys.executable).resolve()
+    roots.add(exe.parent.parent)
+    return sorted(r for r in roots if not any(str(r).startswith(s + "/") or str(r) == s for s in SYSTEM_DIRS))
+
+
+def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
+               extra_ro: Iterable[Path] = ()) -> list[str]:
+    """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`."""
+    a: list[str] = [bwrap]
+    for d in SYSTEM_DIRS:
+        a += ["--ro-bind-try", d, d]
+    for name in ETC_FILES:
+        a += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for root in [*python_roots(), *extra_ro]:
+        a += ["--ro-bind", str(root), str(root)]
+    src = dome_source_roots()
+    for pkg in src:
+        a += ["--ro-bind", str(pkg), str(pkg)]
+    a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/dome",
+          "--bind", str(files.scratch), IN_SCRATCH,
+          "--ro-bind", str(files.base_git), IN_BASE,
+          "--ro-bind", str(files.spawn_json), IN_SPAWN,
+          "--ro-bind", str(files.coordinator_pub), IN_PUB,
+          "--bind", str(files.gateway_socket), IN_SOCKET,
+          "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+          "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+          "--chdir", IN_SCRATCH, "--clearenv",
+          "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+          "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+          "--setenv", "PYTHONPATH", str(src[0].parent),
+          "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+          "--setenv", "DOME_SCRATCH", IN_SCRATCH, "--setenv", "DOME_BASE_GIT", IN_BASE,
+          "--setenv", "DOME_COORDINATOR_PUB", IN_PUB,
+          "--", python or sys.executable, "-s", "-m", "worker_sdk", IN_SPAWN]
+    return a
+
+
+def direct_argv(files: AttemptFiles, python: str | None = None) -> list[str]:
+    """`--sandbox none`: the same worker, unconfined (explicit opt-in only)."""
+    return [python or sys.executable, "-m", "worker_sdk", str(files.spawn_json)]
+
+
+def direct_env(files: AttemptFiles) -> dict[str, str]:
+    src = dome_source_roots()[0].parent
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(files.scratch),
+            "PYTHONPATH": str(src), "DOME_SCRATCH": str(files.scratch), "DOME_BASE_GIT": str(files.base_git),
+            "DOME_COORDINATOR_PUB": str(files.coordinator_pub), "LANG": "C.UTF-8"}
+
+
+@functools.lru_cache(maxsize=1)
+def probe_bwrap() -> tuple[bool, str]:
+    """(usable, reason): can this host build the sandbox (namespaces included)?"""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False, "bubblewrap (bwrap) is not installed"
+    try:
+        r = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent",
+                            "--proc", "/proc", "--dev", "/dev", "true"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap failed to run: {exc}"
+    if r.returncode != 0:
+        return False, f"bwrap cannot create namespaces here: {r.stderr.strip()[:300]}"
+    return True, exe
+
+
+def pids_cgroup_parent() -> Path | None:
+    """A writable pids cgroup directory to create per-attempt groups under, or None."""
+    for root in CGROUP_PIDS_ROOTS:
+        if not (root / "cgroup.procs").exists():
+            continue
+        if root.name != "pids" and not (root / "cgroup.controllers").exists():
+            continue
+        if root.name != "pids" and "pids" not in (root / "cgroup.controllers").read_text():
+            continue
+        parent = root / "dome"
+        try:
+            parent.mkdir(exist_ok=True)
+            if root.name != "pids":
+                (root / "cgroup.subtree_control").write_text("+pids")
+                (parent / "cgroup.subtree_control").write_text("+pids")
+            probe = parent / f"probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            ok = (probe / "pids.max").exists()
+            probe.rmdir()
+            if ok:
+                return parent
+        except OSError:
+            continue
+    return None
+
+
+def make_preexec(limits: Limits, cgroup: Path | None):
+    """Runs in the child between fork and exec of bwrap: join the cgroup, set rlimits."""
+    def preexec() -> None:
+        if cgroup is not None:
+            try:
+                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+            except OSError:
+                pass
+        mem = limits.memory_mb * 1024 * 1024
+        for res, val in ((resource.RLIMIT_CPU, limits.cpu_seconds), (resource.RLIMIT_AS, mem),
+                         (resource.RLIMIT_NOFILE, limits.max_open_files),
+                         *(((resource.RLIMIT_NPROC, limits.max_processes),) if cgroup is None else ()),
+                         (resource.RLIMIT_FSIZE, limits.max_file_mb * 1024 * 1024),
+                         (resource.RLIMIT_CORE, 0)):
+            try:
+                resource.setrlimit(res, (val, val))
+            except (ValueError, OSError):
+                pass
+    return preexec

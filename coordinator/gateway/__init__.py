@@ -1,0 +1,1 @@
+"""The worker gateway: worker-facing tools over MCP, bound to signed grants."""

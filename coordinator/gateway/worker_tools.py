@@ -1,0 +1,278 @@
+"""The worker-facing tools and what each accepted call writes to the ledger.
+
+Every write is idempotent on (run_id, method, idempotency_key): the first
+call's result is stored in the same ledger transaction as its events; a
+repeat with the same arguments returns that result (`duplicate: true`) and
+writes nothing; a repeat with different arguments is IDEMPOTENCY_CONFLICT.
+Each call must name the node_execution_id its grant is bound to, and the
+attempt must still be live (not ended, cancelled or timed out).
+
+| tool | side effect | events |
+|---|---|---|
+| get_task | none | - |
+| report_progress | heartbeat | task.progress |
+| put_artifact | artifact_put (blob store) | artifact.put |
+| submit_patch | proposal_register (verified) | patch.submitted |
+| complete_task | task_result (spends the grant) | task.completed |
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from registry.canonical import digest_json
+from registry.diffs import DiffError, canonicalize_diff, describe_diff
+from registry.errors import DomeError
+from registry.schema_store import validate as schema_validate
+
+from .. import runstate as rs
+from .dispatch import ToolSpec
+
+SCHEMA_VERSION = "1.0.0"
+MAX_ARTIFACT_BYTES = 32 * 1024 * 1024
+
+
+class AttemptNotLive(DomeError):
+    code = "ATTEMPT_NOT_LIVE"
+
+
+class IdempotencyConflict(DomeError):
+    code = "IDEMPOTENCY_CONFLICT"
+
+
+class ProposalRejected(DomeError):
+    code = "PROPOSAL_INVALID"
+
+
+class BaseMismatch(ProposalRejected):
+    code = "BASE_MISMATCH"
+
+
+class PathDenied(ProposalRejected):
+    code = "PATH_DENIED"
+
+
+@dataclass
+class CallContext:
+    """What the transport established about a call before the handler runs."""
+
+    profile: Mapping[str, Any]
+    method: str
+
+
+@dataclass
+class GatewayBackend:
+    run_id: str
+    writer: Any                      # LedgerWriter
+    blobs: Any                       # ledger.blobs.BlobStore
+    attempt: Callable[[str], Mapping[str, Any] | None]  # neid -> {node_id, wave_id, base_ref, base_tree_hash, task}
+    max_artifact_bytes: int = MAX_ARTIFACT_BYTES
+    calls: dict[str, int] = field(default_factory=dict)
+
+
+def _key_schema() -> dict[str, Any]:
+    return {"type": "string", "minLength": 8, "maxLength": 200, "pattern": "^[A-Za-z0-9._:@/+-]+$"}
+
+
+def _neid_schema() -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": 200}
+
+
+def _closed(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "required": required, "properties": props}
+
+
+def path_policy(paths: list[str]) -> list[str]:
+    """Paths a proposal may not touch (returned, empty when all are fine)."""
+    bad = []
+    for p in paths:
+        parts = p.split("/")
+        if (p.startswith("/") or ".." in parts or ".git" in parts or p.startswith(".git")
+                or "\x00" in p or p == ""):
+            bad.append(p)
+    return bad
+
+
+def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
+    run_id = backend.run_id
+
+    def live(neid: str, call: CallContext) -> Mapping[str, Any]:
+        if call is None or call.profile.get("node_execution_id") != neid:
+            raise AttemptNotLive("the grant is not bound to this node_execution_id",
+                                 details={"node_execution_id": neid})
+        att = backend.attempt(neid)
+        if att is None:
+            raise AttemptNotLive("unknown attempt", details={"node_execution_id": neid})
+        return att
+
+    def ended(neid: str) -> bool:
+        st = backend.writer.state
+        return neid in st.ended or neid not in st.executions
+
+    def idempotent(method: str, args: dict[str, Any], work: Callable[[Any], tuple[dict, list]]) -> dict:
+        key = args["idempotency_key"]
+        request_digest = digest_json(args)
+
+        def fn(tx: Any) -> tuple[dict, list]:
+            prior = tx.idempotency_get(run_id, method, key)
+            if prior is not None:
+                if prior.get("_request_digest") != request_digest:
+                    raise IdempotencyConflict(
+                        f"idempotency key {key!r} of {method} was used for a different request",
+                        details={"method": method, "idempotency_key": key})
+                return {**prior["result"], "duplicate": True}, []
+            result, records = work(tx)
+            tx.idempotency_put(run_id, method, key, {"_request_digest": request_digest, "result": result},
+                               request_digest=request_digest)
+            return {**result, "duplicate": False}, records
+
+        return backend.writer.transact(fn)
+
+    def keys(att: Mapping[str, Any], neid: str) -> dict[str, Any]:
+        return {"node_id": att["node_id"], "wave_id": att["wave_id"], "node_execution_id": neid,
+                "task_id": att["node_id"]}
+
+    # -- read ---------------------------------------------------------------
+    def get_task(args: dict, call: CallContext) -> dict:
+        att = live(args["node_execution_id"], call)
+        return {"schema_version": SCHEMA_VERSION, "node_id": att["node_id"], "task": att["task"],
+                "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
+
+    # -- writes -------------------------------------------------------------
+    def report_progress(args: dict, call: CallContext) -> dict:
+        neid = args["node_execution_id"]
+        att = live(neid, call)
+        if ended(neid):
+            raise AttemptNotLive("the attempt has ended", details={"node_execution_id": neid})
+
+        def work(tx: Any) -> tuple[dict, list]:
+            rec = tx.append(run_id, rs.TASK_PROGRESS,
+                            {"node_execution_id": neid, "fraction": args["fraction"],
+                             "message": args.get("message", ""), "method": "report_progress",
+                             "idempotency_key": args["idempotency_key"]}, **keys(att, neid))
+            return {"schema_version": SCHEMA_VERSION, "recorded": True}, [rec]
+
+        return idempotent("report_progress", args, work)
+
+    def put_artifact(args: dict, call: CallContext) -> dict:
+        neid = args["node_execution_id"]
+        att = live(neid, call)
+        try:
+            data = base64.b64decode(args["content_b64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise DomeError("content_b64 is not base64", code="INVALID_ARGUMENTS") from None
+        if len(data) > backend.max_artifact_bytes:
+            raise DomeError("artifact too large", code="ARTIFACT_TOO_LARGE",
+                            details={"size": len(data), "limit": backend.max_artifact_bytes})
+
+        def work(tx: Any) -> tuple[dict, list]:
+            digest = backend.blobs.put(data)
+            if args.get("expected_digest") and args["expected_digest"] != digest:
+                raise DomeError("content does not match expected_digest", code="DIGEST_MISMATCH",
+                                details={"expected": args["expected_digest"], "actual": digest})
+            rec = tx.append(run_id, rs.ARTIFACT_PUT,
+                            {"node_execution_id": neid, "digest": digest, "size": len(data),
+                             "media_type": args["media_type"], "name": args.get("name"),
+                             "method": "put_artifact", "idempotency_key": args["idempotency_key"]},
+                            **keys(att, neid))
+            return {"schema_version": SCHEMA_VERSION, "digest": digest, "size": len(data)}, [rec]
+
+        return idempotent("put_artifact", args, work)
+
+    def submit_patch(args: dict, call: CallContext) -> dict:
+        neid = args["node_execution_id"]
+        att = live(neid, call)
+        if ended(neid):
+            raise AttemptNotLive("the attempt has ended", details={"node_execution_id": neid})
+        proposal = args["proposal"]
+        schema_validate("patch_proposal", proposal)
+        if proposal["base_ref"] != att["base_ref"]:
+            raise BaseMismatch("proposal base_ref is not the wave base",
+                               details={"proposal": proposal["base_ref"], "wave_base": att["base_ref"]})
+        if proposal["base_tree_hash"] != att["base_tree_hash"]:
+            raise BaseMismatch("proposal base_tree_hash does not match the base commit's tree",
+                               details={"proposal": proposal["base_tree_hash"], "base": att["base_tree_hash"]})
+        if proposal.get("node_execution_id") not in (None, neid) or proposal.get("run_id") != run_id:
+            raise ProposalRejected("proposal is bound to another attempt or run")
+        diff_ref = proposal.get("diff_ref")
+        if not diff_ref:
+            raise ProposalRejected("proposal has no diff_ref (upload the canonical diff with put_artifact)")
+        raw = backend.blobs.get(diff_ref)
+        try:
+            canonical = canonicalize_diff(raw, proposal["diff_canonicalization"])
+            desc = describe_diff(canonical, proposal["base_ref"])
+        except DiffError as exc:
+            raise ProposalRejected(f"diff does not parse: {exc.message}", details={"diff_ref": diff_ref}) from None
+        if desc["diff_digest"] != proposal["diff_digest"]:
+            raise ProposalRejected("recomputed diff_digest differs", code="DIFF_DIGEST_MISMATCH",
+                                   details={"claimed": proposal["diff_digest"], "recomputed": desc["diff_digest"]})
+        if sorted(desc["touched_files"]) != sorted(proposal["touched_files"]):
+            raise ProposalRejected("touched_files do not match the diff")
+        bad = path_policy(desc["touched_files"])
+        if bad:
+            raise PathDenied("proposal touches denied paths", details={"paths": bad})
+
+        def work(tx: Any) -> tuple[dict, list]:
+            rec = tx.append(run_id, rs.PATCH_SUBMITTED,
+                            {"node_execution_id": neid, "proposal_id": proposal["proposal_id"],
+                             "diff_digest": proposal["diff_digest"], "diff_ref": diff_ref,
+                             "touched_files": desc["touched_files"], "proposal": proposal,
+                             "method": "submit_patch", "idempotency_key": args["idempotency_key"]},
+                            **keys(att, neid))
+            return {"schema_version": SCHEMA_VERSION, "proposal_id": proposal["proposal_id"],
+                    "accepted": True, "event_sequence": rec.sequence}, [rec]
+
+        return idempotent("submit_patch", args, work)
+
+    def complete_task(args: dict, call: CallContext) -> dict:
+        neid = args["node_execution_id"]
+        att = live(neid, call)
+
+        def work(tx: Any) -> tuple[dict, list]:
+            if ended(neid):
+                raise AttemptNotLive("the attempt has ended", details={"node_execution_id": neid})
+            tx.spend_jti(call.profile["jti"], run_id, call.profile["profile_id"])
+            payload = {"node_execution_id": neid, "outcome": args["outcome"],
+                       "summary": args.get("summary", {}), "metrics": args.get("metrics", {}),
+                       "evidence": args.get("evidence", []), "proposal_id": args.get("proposal_id"),
+                       "error": args.get("error"), "method": "complete_task",
+                       "idempotency_key": args["idempotency_key"]}
+            rec = tx.append(run_id, rs.TASK_COMPLETED, payload, **keys(att, neid))
+            return {"schema_version": SCHEMA_VERSION, "recorded": True, "event_sequence": rec.sequence}, [rec]
+
+        return idempotent("complete_task", args, work)
+
+    key, ne = _key_schema(), _neid_schema()
+    return [
+        ToolSpec("get_task", "The task spec slice and base of this attempt.",
+                 _closed({"node_execution_id": ne}, ["node_execution_id"]), get_task, "none", "read"),
+        ToolSpec("report_progress", "Heartbeat with progress (0..1) and a message.",
+                 _closed({"idempotency_key": key, "node_execution_id": ne,
+                          "fraction": {"type": "number", "minimum": 0, "maximum": 1},
+                          "message": {"type": "string", "maxLength": 2000}},
+                         ["idempotency_key", "node_execution_id", "fraction"]),
+                 report_progress, "heartbeat"),
+        ToolSpec("put_artifact", "Store bytes in the content-addressed store; returns the digest.",
+                 _closed({"idempotency_key": key, "node_execution_id": ne,
+                          "media_type": {"type": "string", "minLength": 1, "maxLength": 200},
+                          "name": {"type": "string", "maxLength": 500},
+                          "content_b64": {"type": "string"},
+                          "expected_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}},
+                         ["idempotency_key", "node_execution_id", "media_type", "content_b64"]),
+                 put_artifact, "artifact_put"),
+        ToolSpec("submit_patch", "Register a PatchProposal (its diff uploaded first with put_artifact).",
+                 _closed({"idempotency_key": key, "node_execution_id": ne, "proposal": {"type": "object"}},
+                         ["idempotency_key", "node_execution_id", "proposal"]),
+                 submit_patch, "proposal_register"),
+        ToolSpec("complete_task", "Report the attempt's result (succeeded or failed); spends the grant.",
+                 _closed({"idempotency_key": key, "node_execution_id": ne,
+                          "outcome": {"enum": ["succeeded", "failed"]},
+                          "summary": {"type": "object"}, "metrics": {"type": "object"},
+                          "evidence": {"type": "array", "items": {"type": "object"}},
+                          "proposal_id": {"type": ["string", "null"]},
+                          "error": {"type": ["object", "null"]}},
+                         ["idempotency_key", "node_execution_id", "outcome"]),
+                 complete_task, "task_result"),
+    ]

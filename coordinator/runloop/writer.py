@@ -1,0 +1,69 @@
+"""The run's single writer: every append goes through here, in order.
+
+The run loop and the gateway (another thread) both append events for the
+run. LedgerWriter serializes them under one lock and applies each stored
+record to the in-memory RunState (coordinator.runstate.apply) in ledger
+sequence order, so the state the scheduler reads is always exactly
+`fold(events[:last_sequence])`: what a replay of the ledger computes.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Iterable
+
+from registry.signing import SigningKey
+
+from ..runstate import RunState, apply
+
+
+class LedgerWriter:
+    def __init__(self, ledger: Any, run_id: str, signer: SigningKey, state: RunState,
+                 on_record: Callable[[Any], None] | None = None) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.signer = signer
+        self.state = state
+        self.on_record = on_record
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.appends = 0
+
+    def _applied(self, records: Iterable[Any]) -> None:
+        for rec in records:
+            self.state = apply(self.state, rec)
+            self.appends += 1
+            if self.on_record is not None:
+                self.on_record(rec)
+        self.changed.notify_all()
+
+    def append(self, topic: str, payload: dict[str, Any], *, signed: bool = False, **keys: Any) -> Any:
+        with self.lock:
+            rec = self.ledger.append(self.run_id, topic, payload, signer=self.signer if signed else None, **keys)
+            self._applied([rec])
+            return rec
+
+    def append_many(self, drafts: list[tuple[str, dict[str, Any], dict[str, Any]]], *, signed: bool = False) -> list[Any]:
+        """Append several (topic, payload, keys) in one transaction."""
+        with self.lock:
+            with self.ledger.transaction() as tx:
+                recs = [tx.append(self.run_id, t, p, signer=self.signer if signed else None, **k)
+                        for t, p, k in drafts]
+            self._applied(recs)
+            return recs
+
+    def transact(self, fn: Callable[[Any], Any]) -> Any:
+        """Run fn(tx) in one ledger transaction; records it returns (as result[1]) are applied."""
+        with self.lock:
+            with self.ledger.transaction() as tx:
+                result, records = fn(tx)
+            self._applied(records)
+            return result
+
+    def revoke(self, *, jti: str | None, profile_id: str | None, reason: str) -> None:
+        with self.lock:
+            rec = self.ledger.revoke(jti=jti, profile_id=profile_id, run_id=self.run_id, reason=reason)
+            self._applied([rec] if rec is not None else [])
+
+    def wait(self, timeout: float) -> None:
+        with self.lock:
+            self.changed.wait(timeout)

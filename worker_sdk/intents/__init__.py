@@ -1,0 +1,83 @@
+"""The worker intent registry: intent name -> handler, imported lazily.
+
+A handler is `handler(ctx: IntentContext) -> IntentResult`. It works in
+`ctx.scratch` (a checkout of the exact base commit); whatever it leaves
+changed there becomes the PatchProposal. It reports progress through
+`ctx.progress(fraction, message)` (a heartbeat on the gateway), stores large
+outputs with `ctx.put_artifact(data, media_type) -> digest`, and checks
+`ctx.token` in long loops. A failure is a raised DomeError (typed code).
+
+Domain intents (litho.*, drc.*) live in their own packages and are listed
+here so that the worker runtime and validation suites find them by name
+without importing them up front.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from registry.errors import DomeError
+
+from ..cancel import CancellationToken
+
+INTENTS: dict[str, str] = {
+    "command": "worker_sdk.intents.command:run",
+    "litho.evaluate": "worker_sdk.litho.intents:evaluate",
+    "litho.optimize": "worker_sdk.litho.intents:optimize",
+    "drc.run": "worker_sdk.klayout_tools.intents:run_drc",
+}
+
+# validation suites run on the integration head the same way
+SUITES: dict[str, str] = {
+    "command": "worker_sdk.intents.command:suite",
+    "litho.resim": "worker_sdk.litho.intents:resimulate",
+    "drc": "worker_sdk.klayout_tools.intents:drc_suite",
+}
+
+
+class UnknownIntent(DomeError):
+    code = "UNKNOWN_INTENT"
+
+
+class IntentFailed(DomeError):
+    code = "INTENT_FAILED"
+
+
+@dataclass
+class IntentContext:
+    scratch: Path
+    action: dict[str, Any]
+    seed: int
+    token: CancellationToken
+    progress: Callable[[float, str], None] = lambda fraction, message="": None
+    put_artifact: Callable[[bytes, str], str] = lambda data, media_type="application/octet-stream": ""
+    limits: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class IntentResult:
+    summary: dict[str, Any] = field(default_factory=dict)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _load(table: dict[str, str], name: str, kind: str) -> Callable[[IntentContext], IntentResult]:
+    target = table.get(name)
+    if target is None:
+        raise UnknownIntent(f"no {kind} named {name!r}", details={"name": name, "known": sorted(table)})
+    module, _, func = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        raise UnknownIntent(f"{kind} {name!r} is not available in this build: {exc}",
+                            code="INTENT_UNAVAILABLE", details={"name": name, "target": target}) from exc
+
+
+def resolve(intent: str) -> Callable[[IntentContext], IntentResult]:
+    return _load(INTENTS, intent, "intent")
+
+
+def resolve_suite(suite: str) -> Callable[[IntentContext], IntentResult]:
+    return _load(SUITES, suite, "validation suite")

@@ -1,0 +1,132 @@
+"""The generic `command` intent: run argv in the scratch checkout.
+
+`{"intent": "command", "argv": [...], "env": {...}}`. The program runs in
+its own session (process group) with a minimal environment plus `env`,
+under Landlock (write only beneath the scratch checkout and a private temp
+directory; no TCP) when the kernel has it. Whatever it changes in the
+checkout becomes the PatchProposal. The runtime's watchdog stops it when
+the token is cancelled or when the sandbox's process count passes
+`limits.max_processes` (a fork bomb): the whole group is killed and the
+attempt fails with SANDBOX_VIOLATION.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from registry.errors import DomeError
+
+from ..cancel import Cancelled
+from . import IntentContext, IntentFailed, IntentResult
+
+TAIL_BYTES = 4096
+SAFE_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+class SandboxViolation(DomeError):
+    code = "SANDBOX_VIOLATION"
+
+
+def _count_processes() -> int:
+    try:
+        return sum(1 for name in os.listdir("/proc") if name.isdigit())
+    except OSError:  # pragma: no cover
+        return 0
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _tail(path: Path) -> str:
+    data = path.read_bytes()
+    return data[-TAIL_BYTES:].decode("utf-8", "replace")
+
+
+def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Path) -> dict:
+    """Run argv; returns {exit_code, stdout_tail, stderr_tail, logs} or raises."""
+    from .. import landlock
+
+    tmp = Path(tempfile.mkdtemp(prefix="dome-cmd-"))
+    out_path, err_path = tmp / "stdout", tmp / "stderr"
+    base_env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
+    base_env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    full_env = {**base_env, "HOME": str(tmp), "TMPDIR": str(tmp), **env}
+    use_landlock = bool(ctx.limits.get("landlock", True))
+    writable = [str(cwd), str(tmp), "/dev"]
+    max_procs = int(ctx.limits.get("max_processes", 0) or 0)
+
+    def preexec() -> None:
+        if use_landlock:
+            landlock.restrict(writable)
+
+    ctx.token.check()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=out, stderr=err,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
+        except FileNotFoundError as exc:
+            raise IntentFailed(f"command not found: {argv[0]}", code="COMMAND_NOT_FOUND",
+                               details={"argv": argv}) from exc
+        violation = None
+        last_beat = time.monotonic()
+        while True:
+            try:
+                rc = proc.wait(timeout=0.05)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if ctx.token.cancelled:
+                _kill_group(proc)
+                raise Cancelled(f"command cancelled: {ctx.token.reason}")
+            if max_procs and _count_processes() > max_procs:
+                violation = {"kind": "process_limit", "limit": max_procs}
+                _kill_group(proc)
+                try:
+                    os.kill(-1, signal.SIGKILL)  # in the worker's PID namespace: every other process
+                except (ProcessLookupError, PermissionError):
+                    pass
+                rc = proc.returncode
+                break
+            if time.monotonic() - last_beat > 2.0:
+                last_beat = time.monotonic()
+                ctx.progress(0.5, "running")
+    result = {"exit_code": rc, "stdout_tail": _tail(out_path), "stderr_tail": _tail(err_path)}
+    logs = []
+    for name, p in (("stdout", out_path), ("stderr", err_path)):
+        data = p.read_bytes()
+        if data:
+            logs.append({"kind": f"log:{name}", "digest": ctx.put_artifact(data, "text/plain")})
+    result["logs"] = logs
+    if violation:
+        raise SandboxViolation("the action exceeded the sandbox's process limit (fork bomb?)",
+                               details={**violation, **{k: result[k] for k in ("stderr_tail",)}})
+    return result
+
+
+def run(ctx: IntentContext) -> IntentResult:
+    action = ctx.action
+    cwd = ctx.scratch / action.get("cwd", ".") if action.get("cwd") else ctx.scratch
+    res = execute(ctx, list(action["argv"]), dict(action.get("env", {})), cwd=cwd)
+    if res["exit_code"] != 0:
+        raise IntentFailed(f"command exited with {res['exit_code']}", code="COMMAND_FAILED",
+                           details={"exit_code": res["exit_code"], "stderr_tail": res["stderr_tail"][-1024:],
+                                    "logs": res["logs"]}, retry="light")
+    return IntentResult(summary={"exit_code": 0, "stdout_tail": res["stdout_tail"][-1024:]},
+                        evidence=res["logs"], metrics={})
+
+
+def suite(ctx: IntentContext) -> IntentResult:
+    """The `command` validation suite: passed iff argv exits 0 on the checkout."""
+    res = execute(ctx, list(ctx.action["argv"]), dict(ctx.action.get("env", {})), cwd=ctx.scratch)
+    return IntentResult(summary={"passed": res["exit_code"] == 0, "exit_code": res["exit_code"],
+                                 "stderr_tail": res["stderr_tail"][-1024:]},
+                        evidence=res["logs"], metrics={})

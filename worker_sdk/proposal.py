@@ -1,0 +1,88 @@
+"""Build a PatchProposal (dome.patch_proposal/v1) from a scratch checkout.
+
+Everything the handler left changed in the checkout (new, modified, deleted,
+binary, mode changes) is staged with `git add -A` and diffed against the
+exact base commit with `git diff --cached --binary --full-index`; the diff
+is canonicalized by `registry.diffs` (the same code the coordinator uses to
+recompute it), so `diff_digest`, `touched_files` and `hunk_fingerprints`
+match on both sides byte for byte.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from registry.canonical import CANONICALIZATION, digest_json
+from registry.diffs import DIFF_GIT_ARGS, describe_diff
+
+LOCKFILES = ("package-lock.json", "poetry.lock", "Cargo.lock", "uv.lock", "requirements.txt",
+             "pyproject.toml", "go.sum", "yarn.lock", "Pipfile.lock")
+
+
+def _git(scratch: Path, *args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=scratch, check=True, capture_output=True,
+                          env={"GIT_CONFIG_NOSYSTEM": "1", "HOME": str(scratch), "PATH": "/usr/bin:/bin"}).stdout
+
+
+def canonical_worktree_diff(scratch: Path, base_ref: str) -> bytes:
+    """Raw `git diff --binary --full-index` of the checkout's changes against base_ref."""
+    _git(scratch, "add", "-A")
+    args = list(DIFF_GIT_ARGS)
+    args.insert(1, "--cached")
+    return _git(scratch, *args, base_ref, "--")
+
+
+def _risk(touched: list[str], stats: dict[str, int], declared: str | None) -> dict[str, Any]:
+    deps = any(Path(p).name in LOCKFILES for p in touched)
+    surface = int(stats.get("added", 0)) + int(stats.get("removed", 0))
+    level = declared or ("medium" if deps or surface > 500 or len(touched) > 20 else "low")
+    return {"class": level, "surface_area": surface, "files_touched": len(touched), "deps_touched": deps,
+            "migration": any("migration" in p for p in touched)}
+
+
+def build_proposal(scratch: Path, *, spawn: dict[str, Any], profile: dict[str, Any],
+                   intent_tags: list[str] | None = None, declared_constraints: dict[str, Any] | None = None,
+                   risk: str | None = None, budgets_used: dict[str, Any] | None = None,
+                   exit_code: int | None = None,
+                   upload: Any = None) -> tuple[dict[str, Any], bytes] | None:
+    """(proposal, canonical diff bytes), or None when the checkout is unchanged.
+
+    `upload(canonical_bytes) -> digest` stores the diff (the gateway's
+    put_artifact); its digest becomes `diff_ref`."""
+    base_ref = spawn["base_ref"]
+    raw = canonical_worktree_diff(scratch, base_ref)
+    if not raw.strip():
+        return None
+    d = describe_diff(raw, base_ref)
+    canonical: bytes = d["canonical"]
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    meta = {
+        "tool_profile_id": profile["profile_id"], "run_id": spawn["run_id"], "wave_id": spawn["wave_id"],
+        "node_id": spawn["node_id"], "node_execution_id": spawn["node_execution_id"],
+        "intent": spawn["action_spec"]["intent"], "budgets_used": budgets_used or {},
+    }
+    if exit_code is not None:
+        meta["exit_code"] = exit_code
+    proposal = {
+        "artifact_kind": "dome.patch_proposal/v1", "version": "1.0.0",
+        "run_id": spawn["run_id"], "wave_id": spawn["wave_id"], "node_id": spawn["node_id"],
+        "node_execution_id": spawn["node_execution_id"],
+        "created_at": now, "producer": "worker_sdk",
+        "base_ref": base_ref, "base_tree_hash": spawn["base_tree_hash"],
+        "determinism_seed": spawn["determinism_seed"], "inputs_hash": spawn["inputs_hash"],
+        "diff_canonicalization": d["diff_canonicalization"], "diff_digest": d["diff_digest"],
+        "touched_files": d["touched_files"], "hunk_fingerprints": d["hunk_fingerprints"],
+        "intent_tags": list(intent_tags or []), "risk": _risk(d["touched_files"], d["stats"], risk),
+        "declared_constraints": dict(declared_constraints or {}), "worker_run_meta": meta,
+    }
+    # content-derived id: the same attempt and diff always give the same proposal_id
+    pid = "pp-" + digest_json({"neid": spawn["node_execution_id"], "diff": d["diff_digest"]})[7:31]
+    proposal["proposal_id"] = pid
+    proposal["object_id"] = pid
+    if upload is not None:
+        proposal["diff_ref"] = upload(canonical)
+    proposal["canonicalization"] = CANONICALIZATION
+    proposal["payload_digest"] = digest_json(proposal)
+    return proposal, canonical

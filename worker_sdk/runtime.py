@@ -1,0 +1,155 @@
+"""The worker runtime: `python -m worker_sdk SPAWN_SPEC.json`.
+
+1. Read the SpawnSpec and validate it (closed schema).
+2. Verify the worker's own grant: a DSSE envelope signed by the coordinator
+   key (public key from $DOME_COORDINATOR_PUB), bound to this run, wave and
+   node_execution_id, not expired.
+3. Check out the exact base SHA into the scratch directory from the
+   read-only base repository ($DOME_BASE_GIT) and check its tree hash.
+4. Run the action through the intent registry with a CancellationToken
+   (SIGTERM and the attempt deadline cancel it), progress and artifacts
+   going to the gateway.
+5. Turn what changed in the checkout into a PatchProposal, upload the
+   canonical diff, submit the proposal, and report the result with
+   complete_task. Exit 0 when the task succeeded, 1 when it failed, 2 when
+   the worker could not start (bad spec, bad grant, no gateway).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from registry.canonical import canonical_json
+from registry.errors import DomeError
+from registry.schema_store import validate
+from registry.signing import Keyring, PublicKey, SignatureError, dsse_verify
+
+from .cancel import CancellationToken
+from .intents import IntentContext, resolve
+
+PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
+TOKEN_PREFIX = "dgt1."
+
+
+class WorkerStartError(DomeError):
+    code = "WORKER_START_FAILED"
+
+
+def token_of(envelope: dict[str, Any]) -> str:
+    return TOKEN_PREFIX + base64.urlsafe_b64encode(canonical_json(envelope)).rstrip(b"=").decode("ascii")
+
+
+def load_public_key(path: str) -> PublicKey:
+    kid, b64 = Path(path).read_text().split()[:2]
+    key = PublicKey.from_raw(base64.b64decode(b64))
+    if key.kid != kid:
+        raise WorkerStartError("coordinator public key file: kid does not match the key")
+    return key
+
+
+def verify_own_grant(spawn: dict[str, Any], pub: PublicKey, *, now: float | None = None) -> dict[str, Any]:
+    try:
+        payload, _ = dsse_verify(spawn["grant"], Keyring({pub.kid: pub}), expected_type=PAYLOAD_TYPE)
+    except SignatureError as exc:
+        raise WorkerStartError(f"my grant does not verify: {exc.message}", code="GRANT_INVALID") from None
+    profile = json.loads(payload)
+    for k in ("run_id", "wave_id", "node_id", "node_execution_id"):
+        if profile.get(k) != spawn.get(k):
+            raise WorkerStartError(f"my grant is bound to another {k}", code="GRANT_BINDING_MISMATCH",
+                                   details={"field": k})
+    from datetime import datetime, timezone
+    exp = datetime.strptime(profile["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    if (now or time.time()) > exp + 5:
+        raise WorkerStartError("my grant has expired", code="GRANT_EXPIRED")
+    return profile
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "dome-worker", "GIT_AUTHOR_EMAIL": "worker@dome.invalid",
+           "GIT_COMMITTER_NAME": "dome-worker", "GIT_COMMITTER_EMAIL": "worker@dome.invalid"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> None:
+    """A private checkout of exactly `sha` (objects shared read-only with base_git)."""
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    _git(scratch.parent, "clone", "--quiet", "--shared", "--no-checkout", str(base_git), str(scratch))
+    _git(scratch, "checkout", "--quiet", "--detach", sha)
+    actual = _git(scratch, "rev-parse", "HEAD^{tree}")
+    if actual != tree:
+        raise WorkerStartError("base tree hash mismatch", code="BASE_TREE_MISMATCH",
+                               details={"expected": tree, "actual": actual})
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spawn_path = argv[0] if argv else os.environ.get("DOME_SPAWN", "/dome/spawn.json")
+    client = None
+    try:
+        spawn = json.loads(Path(spawn_path).read_text())
+        validate("spawn_spec", spawn)
+        pub = load_public_key(os.environ.get("DOME_COORDINATOR_PUB", "/dome/coordinator.pub"))
+        profile = verify_own_grant(spawn, pub)
+        scratch = Path(os.environ.get("DOME_SCRATCH", "/dome/scratch")) / "repo"
+        checkout(Path(os.environ.get("DOME_BASE_GIT", "/dome/base.git")), scratch,
+                 spawn["base_ref"], spawn["base_tree_hash"])
+        from .client import GatewayClient
+        gw = spawn["gateway"]
+        client = GatewayClient(token=token_of(spawn["grant"]), profile=profile,
+                               socket=gw.get("socket"), url=gw.get("url"))
+    except Exception as exc:  # noqa: BLE001 - reported on stderr for the executor
+        err = exc.to_object() if isinstance(exc, DomeError) else {"code": "WORKER_START_FAILED",
+                                                                  "message": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps({"dome_worker_error": err}), file=sys.stderr)
+        return 2
+
+    timeout = float(spawn.get("timeout_s", 3600))
+    token = CancellationToken(deadline=time.monotonic() + timeout)
+    signal.signal(signal.SIGTERM, lambda *_: token.cancel("terminated by the coordinator"))
+    constraints = dict(profile.get("constraints", {}))
+    t0 = time.monotonic()
+    try:
+        client.report_progress(0.0, "started")
+        handler = resolve(spawn["action_spec"]["intent"])
+        ctx = IntentContext(scratch=scratch, action=dict(spawn["action_spec"]), seed=int(spawn["determinism_seed"]),
+                            token=token, progress=lambda f, m="": client.report_progress(f, m),
+                            put_artifact=lambda data, mt="application/octet-stream": client.put_artifact(data, mt),
+                            limits=constraints)
+        result = handler(ctx)
+        from .proposal import build_proposal
+        task = constraints.get("task", {})
+        built = build_proposal(scratch, spawn=spawn, profile=profile, intent_tags=task.get("intent_tags"),
+                               declared_constraints=task.get("declared_constraints"), risk=task.get("risk"),
+                               budgets_used={"calls": client.used["calls"], "bytes": client.used["bytes"],
+                                             "wall_seconds": round(time.monotonic() - t0, 3)},
+                               upload=lambda data: client.put_artifact(data, "text/x-diff", "patch.diff"))
+        proposal_id = None
+        if built is not None:
+            proposal, _canonical = built
+            proposal_id = client.submit_patch(proposal)["proposal_id"]
+        elif "patch_proposal" in constraints.get("required_outputs", []):
+            raise DomeError("the action changed nothing but the node requires a patch_proposal",
+                            code="REQUIRED_OUTPUT_MISSING", retry="light")
+        client.complete_task("succeeded", summary=result.summary, metrics=result.metrics,
+                             evidence=result.evidence, proposal_id=proposal_id)
+        return 0
+    except Exception as exc:  # noqa: BLE001 - every failure is reported through the gateway
+        err = exc.to_object() if isinstance(exc, DomeError) else {
+            "code": "WORKER_EXCEPTION", "message": f"{type(exc).__name__}: {exc}", "details": {},
+            "hints": [], "retry": "light"}
+        try:
+            client.complete_task("failed", error=err)
+        except Exception as exc2:  # noqa: BLE001
+            print(json.dumps({"dome_worker_error": err, "report_failed": str(exc2)}), file=sys.stderr)
+        print(json.dumps({"dome_worker_error": err}), file=sys.stderr)
+        return 1
+    finally:
+        client.close()
