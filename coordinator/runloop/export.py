@@ -1,0 +1,59 @@
+"""Project a run's ledger events onto ops/runs/<run_id>/ (DESIGN.md layout).
+
+    work.queue.json                        (written at run start)
+    events/event.<sequence>.json           every ControlEvent record, as stored
+    tasks/<task_id>/task.result.json       per node: status, attempts, winner, proposal
+    tasks/<task_id>/outputs/<proposal_id>.proposal.json and .diff
+
+The ledger is the truth; these files are a projection rebuilt on demand
+(idempotent: rewriting gives the same bytes for the same events).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .. import runstate as rs
+from ..runstate import fold
+from ..scheduler import statuses
+
+
+def _write(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    if not path.exists() or path.read_text() != data:
+        path.write_text(data)
+
+
+def export_run(ledger: Any, run_id: str, ops_dir: Path, graph: Any) -> None:
+    events = ledger.events(run_id)
+    for rec in events:
+        _write(ops_dir / "events" / f"event.{rec.sequence}.json", rec.to_json())
+    state = fold(events)
+    status = statuses(graph, state)
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for rec in events:
+        if rec.node_id and rec.topic in (rs.TASK_DISPATCHED, *rs.TERMINAL_ATTEMPT_TOPICS, rs.PATCH_SUBMITTED,
+                                         rs.TASK_ACK, rs.SANDBOX_VIOLATION):
+            by_node.setdefault(rec.node_id, []).append(
+                {"sequence": rec.sequence, "topic": rec.topic, "node_execution_id": rec.node_execution_id,
+                 **{k: rec.payload.get(k) for k in ("outcome", "reason", "exit_code", "kind", "attempt", "error",
+                                                    "proposal_id") if rec.payload.get(k) is not None}})
+    proposals = {p["node_execution_id"]: p for p in state.proposals}
+    for nid in graph.nodes:
+        ns = state.node(nid)
+        task_dir = ops_dir / "tasks" / nid.replace("/", "_")
+        winner = proposals.get(ns.succeeded_by) if ns.succeeded_by else None
+        result = {"artifact_kind": "dome.task.result/v1", "run_id": run_id, "task_id": nid, "node_id": nid,
+                  "status": status[nid], "attempts": ns.attempts, "failures": ns.failures,
+                  "winner_node_execution_id": ns.succeeded_by,
+                  "proposal_id": winner["proposal_id"] if winner else None,
+                  "diff_digest": winner["diff_digest"] if winner else None,
+                  "history": by_node.get(nid, [])}
+        _write(task_dir / "task.result.json", result)
+        if winner:
+            _write(task_dir / "outputs" / f"{winner['proposal_id']}.proposal.json", winner["proposal"])
+            diff_path = task_dir / "outputs" / f"{winner['proposal_id']}.diff"
+            if not diff_path.exists():
+                diff_path.write_bytes(ledger.blobs.get(winner["diff_ref"]))

@@ -1,0 +1,554 @@
+"""The run loop (imperative shell): waves of sandboxed workers, gateway, resume.
+
+    loop = RunLoop.start(queue_path, ctx)      # or RunLoop.resume(run_id, ctx)
+    outcome = loop.run()                        # RunOutcome(run_id, status, ...)
+
+Every decision is a ledger event appended through the LedgerWriter, and the
+scheduler reads only the state folded from those events, so a killed
+coordinator resumes exactly: attempts that were in flight are recorded
+`task.lost` (their grants revoked) and scheduled again with fresh
+node_execution_ids and grants; finished work is never redone.
+
+The `finish` stage is pluggable: `finish(FinishContext) -> dict` gets the
+run's accepted proposals (one winner per node) and returns at least
+`{"status": ...}` (plus `head`, `promoted_ref`); the integration area plugs
+stacking, validation and promotion in here. The default ends the run
+`completed` (every node succeeded) or `failed`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from registry.canonical import digest_bytes, digest_json
+from registry.errors import DomeError
+
+from .. import runstate as rs
+from ..executors.base import AttemptFiles, ExitInfo, Limits, validate_spawn_spec
+from ..executors.sandbox import IN_SOCKET
+from ..gateway.auth import GrantAuthority
+from ..gateway.dispatch import ToolDispatcher
+from ..gateway.server import WorkerGateway
+from ..gateway.worker_tools import GatewayBackend, build_tools
+from ..runstate import RunState, fold
+from ..scheduler import SchedulerPolicy, decide, statuses
+from ..workqueue import WorkQueue, load_work_queue, parse_work_queue
+from .writer import LedgerWriter
+
+POLICY_VERSION = "dome.policy/default@1"
+TICK_S = 0.02
+FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
+
+
+class RunError(DomeError):
+    code = "RUN_ERROR"
+
+
+class BaseRefUnresolved(RunError):
+    code = "BASE_REF_UNRESOLVED"
+
+
+class RunNotFound(RunError):
+    code = "RUN_NOT_FOUND"
+
+
+def utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_run_id() -> str:
+    return "run-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def _git(repo: Path, *args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BaseRefUnresolved(f"git {' '.join(args)} failed: {r.stderr.strip()[:300]}",
+                                details={"repo": str(repo), "args": list(args)})
+    return r.stdout.strip()
+
+
+def resolve_base(repo: Path, ref: str) -> tuple[str, str]:
+    sha = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+    tree = _git(repo, "rev-parse", "--verify", f"{sha}^{{tree}}")
+    return sha, tree
+
+
+def registry_ref() -> str:
+    """Digest of the registry's schemas and tool contracts this coordinator uses."""
+    import registry
+    root = Path(registry.__file__).resolve().parent
+    h = []
+    for sub in ("schemas", "tools", "policy"):
+        for p in sorted((root / sub).rglob("*.json")) if (root / sub).exists() else []:
+            h.append([str(p.relative_to(root)), digest_bytes(p.read_bytes())])
+    return "registry@" + digest_json(h)
+
+
+def environment(executor: str, sandbox: str) -> dict[str, Any]:
+    env = {"python": platform.python_version(), "platform": platform.platform(), "executor": executor,
+           "sandbox": sandbox, "git": _safe(["git", "--version"])}
+    if sandbox == "bwrap":
+        env["bwrap"] = _safe(["bwrap", "--version"])
+    try:
+        from importlib.metadata import version
+        env["dome"] = version("dome")
+    except Exception:  # noqa: BLE001
+        env["dome"] = "unknown"
+    return env
+
+
+def _safe(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+
+
+def host_container_ref(env: Mapping[str, Any]) -> str:
+    return "host@" + digest_json(dict(env))
+
+
+def node_seed(seed: int, node_id: str) -> int:
+    return int(digest_json([seed, node_id])[7:20], 16) % (2 ** 53)
+
+
+def safe_name(node_id: str) -> str:
+    return node_id.replace("/", "_")
+
+
+@dataclass
+class RunContext:
+    """Everything the loop needs from outside (the CLI builds it)."""
+
+    ledger: Any
+    ops_root: Path
+    signer: Any
+    keyring: Any
+    executor_kind: str = "local"
+    sandbox: str = "bwrap"
+    seed: int | None = None
+    max_parallel: int | None = None
+    finish: Callable[["FinishContext"], dict[str, Any]] | None = None
+    view: Any = None
+    executor: Any = None  # injected executor (tests, benchmarks)
+
+
+@dataclass
+class FinishContext:
+    run_id: str
+    work_queue: WorkQueue
+    repo: Path
+    base_ref: str
+    base_tree_hash: str
+    state: RunState
+    node_status: Mapping[str, str]
+    proposals: list[dict[str, Any]]
+    writer: LedgerWriter
+    ops_dir: Path
+    ledger: Any
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    status: str
+    head: str | None
+    promoted_ref: str | None
+    ops_path: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "status": self.status, "head": self.head,
+                "promoted_ref": self.promoted_ref, "ops_path": self.ops_path, "counts": self.counts}
+
+
+def default_finish(fc: FinishContext) -> dict[str, Any]:
+    ok = all(s == "succeeded" for s in fc.node_status.values())
+    return {"status": "completed" if ok else "failed", "head": fc.base_ref, "promoted_ref": None,
+            "reason": None if ok else "some nodes failed or were blocked"}
+
+
+@dataclass
+class _Live:
+    node_id: str
+    deadline: float
+    last_beat: float
+    grant_jti: str
+    profile_id: str
+
+
+class RunLoop:
+    def __init__(self, ctx: RunContext, wq: WorkQueue, run_id: str, repo: Path, base: tuple[str, str],
+                 state: RunState, started: Mapping[str, Any]) -> None:
+        self.ctx = ctx
+        self.wq = wq
+        self.run_id = run_id
+        self.repo = repo
+        self.base_sha, self.base_tree = base
+        self.started = dict(started)
+        self.ops_dir = Path(ctx.ops_root) / "runs" / run_id
+        self.ops_dir.mkdir(parents=True, exist_ok=True)
+        self.graph = wq.graph
+        self.limits = Limits.from_work_queue(wq.limits)
+        if ctx.executor is None:
+            from ..executors import make_executor
+            max_c = ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4))
+            ctx.executor = make_executor(ctx.executor_kind, sandbox=ctx.sandbox, max_concurrency=max_c,
+                                         limits=self.limits)
+        self.executor = ctx.executor
+        par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
+        retries = wq.budgets.get("max_retries")
+        self.policy = SchedulerPolicy(
+            max_parallel=par,
+            endgame_threshold=int(wq.scheduling.get("endgame_threshold", SchedulerPolicy.endgame_threshold)),
+            endgame_max_duplicates=int(wq.scheduling.get("endgame_max_duplicates",
+                                                         SchedulerPolicy.endgame_max_duplicates)),
+            max_total_attempts=None if retries is None else len(self.graph) + int(retries))
+        self.seed = int(self.started["determinism_seed"])
+        self.heartbeat_s = wq.scheduling.get("heartbeat_timeout_s")
+        self.live: dict[str, _Live] = {}
+        self.attempts: dict[str, dict[str, Any]] = {}
+        self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
+        self.authority = GrantAuthority(ctx.signer, ctx.keyring, ctx.ledger)
+        self.work = Path(tempfile.mkdtemp(prefix="dome-run-"))
+        self.base_git = self.work / "base.git"
+        self.pub = self.work / "coordinator.pub"
+        self.socket = self.work / "gw.sock"
+        self.cancel_reason: str | None = None
+        self.gateway: WorkerGateway | None = None
+        self.container_ref = host_container_ref(self.started.get("environment", {}))
+        self.timings = {"coordinator_s": 0.0, "ticks": 0}
+        self.resumed = False
+
+    # -- construction -----------------------------------------------------------
+    @classmethod
+    def start(cls, queue_path: Path | str, ctx: RunContext, *, run_id: str | None = None) -> "RunLoop":
+        queue_path = Path(queue_path).resolve()
+        wq = load_work_queue(queue_path)
+        repo = (queue_path.parent / wq.repo).resolve() if not Path(wq.repo).is_absolute() else Path(wq.repo)
+        sha, tree = resolve_base(repo, wq.base_ref)
+        run_id = run_id or new_run_id()
+        seed = wq.seed if ctx.seed is None else int(ctx.seed)
+        ops_dir = Path(ctx.ops_root) / "runs" / run_id
+        ops_dir.mkdir(parents=True, exist_ok=True)
+        (ops_dir / "work.queue.json").write_text(json.dumps(wq.raw, indent=2, sort_keys=True) + "\n")
+        env = environment(ctx.executor_kind, ctx.sandbox)
+        started = {
+            "artifact_kind": "dome.run.manifest/v1", "run_id": run_id, "work_queue_digest": wq.digest,
+            "work_queue_path": str(queue_path), "repo": str(repo), "base_ref_input": wq.base_ref,
+            "base_ref": sha, "base_tree_hash": tree, "determinism_seed": seed, "policy": wq.policy,
+            "policy_version": POLICY_VERSION, "registry_ref": registry_ref(), "environment": env,
+            "graph_digest": wq.graph.digest, "nodes": len(wq.graph), "promote_to": wq.promote_to,
+            "created_at": utc_stamp(),
+        }
+        loop = cls(ctx, wq, run_id, repo, (sha, tree), RunState(), started)
+        loop.started = started
+        loop.writer.append(rs.RUN_STARTED, started, signed=True)
+        return loop
+
+    @classmethod
+    def resume(cls, run_id: str, ctx: RunContext) -> "RunLoop":
+        events = ctx.ledger.events(run_id)
+        if not events:
+            raise RunNotFound(f"no run {run_id!r} in the ledger", details={"run_id": run_id})
+        state = fold(events)
+        started = dict(state.started or {})
+        ops_dir = Path(ctx.ops_root) / "runs" / run_id
+        qfile = ops_dir / "work.queue.json"
+        raw = json.loads(qfile.read_text()) if qfile.exists() else json.loads(Path(started["work_queue_path"]).read_text())
+        wq = parse_work_queue(raw)
+        if wq.digest != started.get("work_queue_digest"):
+            raise RunError("the work queue changed since the run started", code="WORK_QUEUE_CHANGED",
+                           details={"recorded": started.get("work_queue_digest"), "now": wq.digest})
+        ctx.executor_kind = started.get("environment", {}).get("executor", ctx.executor_kind)
+        loop = cls(ctx, wq, run_id, Path(started["repo"]), (started["base_ref"], started["base_tree_hash"]),
+                   state, started)
+        loop.resumed = True
+        return loop
+
+    # -- events -----------------------------------------------------------------
+    def _on_record(self, rec: Any) -> None:
+        if rec.topic == rs.TASK_PROGRESS:
+            live = self.live.get(rec.node_execution_id or "")
+            if live is not None:
+                live.last_beat = time.monotonic()
+        if self.ctx.view is not None:
+            self.ctx.view.on_record(rec, self)
+
+    # -- setup ------------------------------------------------------------------
+    def _prepare(self) -> None:
+        r = subprocess.run(["git", "clone", "--quiet", "--bare", "--local", "--no-hardlinks", str(self.repo),
+                            str(self.base_git)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RunError(f"cannot mirror the repository: {r.stderr.strip()[:300]}", code="REPO_UNAVAILABLE")
+        if subprocess.run(["git", "--git-dir", str(self.base_git), "cat-file", "-e", f"{self.base_sha}^{{commit}}"],
+                          capture_output=True).returncode != 0:
+            subprocess.run(["git", "--git-dir", str(self.base_git), "fetch", "--quiet", str(self.repo), self.base_sha],
+                           capture_output=True)
+        import base64
+        self.pub.write_text(f"{self.ctx.signer.kid} {base64.b64encode(self.ctx.signer.public.raw).decode()}\n")
+        backend = GatewayBackend(run_id=self.run_id, writer=self.writer, blobs=self.ctx.ledger.blobs,
+                                 attempt=self.attempts.get)
+        self.gateway = WorkerGateway(run_id=self.run_id, authority=self.authority,
+                                     dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket)
+        self.gateway.start()
+
+    def _recover(self) -> None:
+        """Attempts in flight when a previous coordinator died are lost: record it, revoke, reschedule."""
+        st = self.writer.state
+        lost = st.active_executions()
+        self.writer.append(rs.RUN_RESUMED, {"lost_attempts": lost, "at_sequence": st.last_sequence,
+                                            "environment": environment(self.ctx.executor_kind, self.ctx.sandbox)},
+                           signed=True)
+        for neid in lost:
+            ex = st.executions[neid]
+            self.writer.append(rs.TASK_LOST, {"node_execution_id": neid, "reason": "coordinator restarted"},
+                               node_id=ex["node_id"], node_execution_id=neid, wave_id=ex.get("wave_id"),
+                               task_id=ex["node_id"])
+            self.writer.revoke(jti=ex.get("jti"), profile_id=ex.get("profile_id"), reason="attempt lost on restart")
+
+    # -- dispatch ---------------------------------------------------------------
+    def _spawn_spec(self, node_id: str, neid: str, wave_id: str, attempt: int, grant: Any) -> dict[str, Any]:
+        node = self.graph.nodes[node_id]
+        nseed = node_seed(self.seed, node_id)
+        return {
+            "artifact_kind": "dome.spawn_spec/v1", "version": "1.0.0",
+            "run_id": self.run_id, "wave_id": wave_id, "node_id": node_id, "node_execution_id": neid,
+            "task_id": node_id, "task_spec_ref": node.task_spec_digest, "tool_profile_ref": grant.profile_ref,
+            "container_ref": (node.task.get("containers") or [self.container_ref])[0],
+            "action_spec": dict(node.action_spec), "determinism_seed": nseed,
+            "inputs_hash": digest_json({"task": node.task_spec_digest, "base": self.base_sha, "seed": nseed}),
+            "base_ref": self.base_sha, "base_tree_hash": self.base_tree, "attempt": attempt,
+            "created_at": utc_stamp(), "gateway": {"socket": IN_SOCKET if self.ctx.sandbox == "bwrap" else str(self.socket)},
+            "grant": grant.envelope, "timeout_s": node.timeout_s,
+        }
+
+    def _schedule(self) -> int:
+        with self.writer.lock:
+            st = self.writer.state
+            status = statuses(self.graph, st)
+            decision = decide(self.graph, st, self.policy, self.seed, st.waves + 1, status=status)
+            if decision is None:
+                return 0
+            wave_id = decision["wave_id"]
+            decision = {**decision, "run_id": self.run_id, "object_id": f"sd-{self.run_id}-{wave_id}",
+                        "ledger_sequence": st.last_sequence, "policy_version": POLICY_VERSION}
+            drafts: list[tuple[str, dict, dict]] = [
+                (rs.SCHEDULING_DECISION, decision, {"wave_id": wave_id}),
+                (rs.WAVE_STARTED, {"wave_id": wave_id, "base_ref": self.base_sha, "base_tree_hash": self.base_tree,
+                                   "base_source": "run_base", "nodes": [e["node_id"] for e in decision["selected"]]},
+                 {"wave_id": wave_id}),
+            ]
+            launches = []
+            for e in decision["selected"]:
+                nid = e["node_id"]
+                node = self.graph.nodes[nid]
+                neid = f"ne-{secrets.token_hex(8)}"
+                grant = self.authority.issue(
+                    run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
+                    capabilities=list(node.task.get("required_capabilities", [])) or ["write"],
+                    ttl_s=node.timeout_s + 120,
+                    budgets={k: v for k, v in self.wq.budgets.items()
+                             if k in ("max_calls", "max_calls_by_method", "max_bytes")},
+                    constraints={"max_processes": self.limits.max_processes, "landlock": True,
+                                 "required_outputs": list(node.task.get("required_outputs", [])),
+                                 "task": {k: node.task[k] for k in ("intent_tags", "declared_constraints", "risk")
+                                          if k in node.task}},
+                    policy_version=POLICY_VERSION)
+                spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant)
+                validate_spawn_spec(spec)
+                drafts.append((rs.TASK_DISPATCHED, {
+                    "node_execution_id": neid, "attempt": e["attempt"], "kind": e["kind"], "wave_id": wave_id,
+                    "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grant.profile_ref,
+                    "profile_id": grant.profile["profile_id"], "jti": grant.profile["jti"],
+                    "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": self.base_sha,
+                    "timeout_s": node.timeout_s}, {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id,
+                                                   "task_id": nid}))
+                launches.append((nid, neid, spec, grant))
+            self.writer.append_many(drafts, signed=True)
+        now = time.monotonic()
+        for nid, neid, spec, grant in launches:
+            adir = self.work / "attempts" / neid
+            (adir / "scratch").mkdir(parents=True)
+            (adir / "spawn.json").write_text(json.dumps(spec))
+            files = AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=self.base_git,
+                                 gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs")
+            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": self.base_sha,
+                                   "base_tree_hash": self.base_tree, "task": self.graph.nodes[nid].task}
+            self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.profile["jti"],
+                                    grant.profile["profile_id"])
+            try:
+                self.executor.dispatch(spec, files)
+            except Exception as exc:  # noqa: BLE001 - recorded, the node is retried
+                self.live.pop(neid, None)
+                err = exc.to_object() if isinstance(exc, DomeError) else {"code": "DISPATCH_FAILED", "message": str(exc)}
+                self.writer.append(rs.TASK_FAILED, {"node_execution_id": neid, "reason": "dispatch failed", "error": err},
+                                   node_id=nid, node_execution_id=neid, wave_id=spec["wave_id"], task_id=nid)
+        return len(launches)
+
+    # -- supervision --------------------------------------------------------------
+    def _end_attempt(self, neid: str, topic: str, payload: dict[str, Any], revoke_reason: str | None) -> None:
+        att = self.attempts.get(neid) or self.writer.state.executions.get(neid, {})
+        live = self.live.pop(neid, None)
+        nid = att.get("node_id")
+        if neid not in self.writer.state.ended:
+            self.writer.append(topic, {"node_execution_id": neid, **payload}, node_id=nid, node_execution_id=neid,
+                               wave_id=att.get("wave_id"), task_id=nid)
+        if revoke_reason and live is not None:
+            self.writer.revoke(jti=live.grant_jti, profile_id=live.profile_id, reason=revoke_reason)
+
+    def _reap(self) -> None:
+        for ex in self.executor.poll():
+            self._on_exit(ex)
+
+    def _on_exit(self, ex: ExitInfo) -> None:
+        neid = ex.node_execution_id
+        att = self.attempts.get(neid, {})
+        for v in ex.violations:
+            self.writer.append(rs.SANDBOX_VIOLATION, {"node_execution_id": neid, **v, "stopped": True},
+                               node_id=att.get("node_id"), node_execution_id=neid, wave_id=att.get("wave_id"),
+                               task_id=att.get("node_id"))
+        if neid in self.writer.state.ended:
+            self.live.pop(neid, None)
+            return
+        self._end_attempt(neid, rs.TASK_FAILED, {"reason": "worker exited without reporting a result",
+                                                 "exit_code": ex.returncode, "signal": ex.signal,
+                                                 "stderr_tail": ex.stderr_tail[-2000:]}, "worker exited")
+
+    def _supervise(self) -> None:
+        now = time.monotonic()
+        for neid, live in list(self.live.items()):
+            hung = self.heartbeat_s is not None and now - live.last_beat > float(self.heartbeat_s)
+            if now > live.deadline or hung:
+                self.executor.kill(neid, "timeout")
+                self._end_attempt(neid, rs.TASK_TIMEOUT, {
+                    "reason": "heartbeat missed" if hung and now <= live.deadline else "wall-clock timeout",
+                    "timeout_s": self.graph.nodes[live.node_id].timeout_s, "killed": "process group"},
+                    "attempt timed out")
+        st = self.writer.state
+        acks = []
+        for nid in self.graph.nodes:
+            ns = st.node(nid)
+            if ns.succeeded:
+                for loser in ns.active:
+                    self.executor.kill(loser, "endgame loser")
+                    self._end_attempt(loser, rs.TASK_CANCELLED, {"reason": "another attempt won",
+                                                                 "winner": ns.succeeded_by}, "endgame: another attempt won")
+                if not ns.acked:
+                    acks.append(nid)
+        if acks:
+            proposals = {p["node_execution_id"]: p["proposal_id"] for p in self.writer.state.proposals}
+            self.writer.append_many([(rs.TASK_ACK, {"node_execution_id": st.node(n).succeeded_by,
+                                                    "accepted": True,
+                                                    "proposal_id": proposals.get(st.node(n).succeeded_by)},
+                                      {"node_id": n, "node_execution_id": st.node(n).succeeded_by, "task_id": n})
+                                     for n in acks])
+
+    def _done(self) -> bool:
+        if self.live or self.executor.running():
+            return False
+        st = statuses(self.graph, self.writer.state)
+        return all(s in ("succeeded", "failed", "blocked") for s in st.values())
+
+    def cancel(self, reason: str = "cancelled by the user") -> None:
+        self.cancel_reason = reason
+
+    # -- main ---------------------------------------------------------------------
+    def run(self) -> RunOutcome:
+        st = self.writer.state
+        if st.finished is not None:
+            return self._outcome(st.finished)
+        resumed = self.resumed
+        self._prepare()
+        old_handlers = self._install_signals()
+        try:
+            if resumed:
+                self._recover()
+            while True:
+                t0 = time.perf_counter()
+                self._reap()
+                self._supervise()
+                if self.cancel_reason is not None:
+                    return self._cancel_all()
+                launched = self._schedule()
+                self.timings["coordinator_s"] += time.perf_counter() - t0
+                self.timings["ticks"] += 1
+                if self._done():
+                    return self._finish()
+                if self.ctx.view is not None:
+                    self.ctx.view.tick(self)
+                if not launched:
+                    self.writer.wait(TICK_S)
+        finally:
+            self._restore_signals(old_handlers)
+            self.executor.shutdown()
+            if self.gateway is not None:
+                self.gateway.stop()
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda s, f: self.cancel(f"signal {signal.Signals(s).name}"))
+        return old
+
+    def _restore_signals(self, old: dict[int, Any]) -> None:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+    def _cancel_all(self) -> RunOutcome:
+        for neid in list(self.live):
+            self.executor.kill(neid, "run cancelled")
+            self._end_attempt(neid, rs.TASK_CANCELLED, {"reason": self.cancel_reason}, "run cancelled")
+        return self._record_finish({"status": "cancelled", "head": self.base_sha, "promoted_ref": None,
+                                    "reason": self.cancel_reason})
+
+    def _accepted_proposals(self) -> list[dict[str, Any]]:
+        st = self.writer.state
+        winners = {st.node(n).succeeded_by for n in self.graph.nodes if st.node(n).succeeded}
+        return [p for p in st.proposals if p["node_execution_id"] in winners]
+
+    def _finish(self) -> RunOutcome:
+        st = self.writer.state
+        fc = FinishContext(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
+                           base_tree_hash=self.base_tree, state=st, node_status=statuses(self.graph, st),
+                           proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
+                           ledger=self.ctx.ledger)
+        result = (self.ctx.finish or default_finish)(fc)
+        if result.get("status") not in FINAL_STATUSES:
+            raise RunError(f"finish stage returned an unknown status {result.get('status')!r}")
+        return self._record_finish(result)
+
+    def _record_finish(self, result: dict[str, Any]) -> RunOutcome:
+        st = self.writer.state
+        status = statuses(self.graph, st)
+        counts = {k: sum(1 for v in status.values() if v == k) for k in ("succeeded", "failed", "blocked", "pending",
+                                                                          "ready", "running")}
+        counts["attempts"] = st.total_attempts
+        payload = {**result, "counts": counts, "proposals": [p["proposal_id"] for p in self._accepted_proposals()],
+                   "finished_at": utc_stamp()}
+        self.writer.append(rs.RUN_FINISHED, payload, signed=True)
+        from .export import export_run
+        export_run(self.ctx.ledger, self.run_id, self.ops_dir, self.graph)
+        return self._outcome(payload)
+
+    def _outcome(self, finished: Mapping[str, Any]) -> RunOutcome:
+        return RunOutcome(run_id=self.run_id, status=finished["status"], head=finished.get("head"),
+                          promoted_ref=finished.get("promoted_ref"), ops_path=str(self.ops_dir),
+                          counts=dict(finished.get("counts", {})))
