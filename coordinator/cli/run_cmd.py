@@ -1,0 +1,79 @@
+"""`dome run WORK_QUEUE` and `dome run --resume RUN_ID`.
+
+Exit codes: 0 completed or promoted, 2 bad input (work queue, arguments),
+3 internal failure or no sandbox, 4 blocked, 5 failed, 6 cancelled.
+With --json, stdout carries exactly one JSON object:
+{run_id, status, head, promoted_ref, ops_path, counts}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from registry.errors import DomeError, SchemaValidationError
+
+from .main import add_common_arguments
+
+STATUS_EXIT = {"completed": 0, "promoted": 0, "blocked": 4, "failed": 5, "cancelled": 6}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("work_queue", nargs="?", help="path of a dome.work.queue/v1 JSON file")
+    add_common_arguments(parser)
+    parser.add_argument("--executor", choices=["local", "ray"], default="local")
+    parser.add_argument("--seed", type=int, default=None, help="override the work queue's determinism_seed")
+    parser.add_argument("--resume", metavar="RUN_ID", default=None, help="carry on a run from its ledger")
+    parser.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
+                        help="worker sandbox (default bwrap; `none` must be asked for explicitly)")
+    parser.add_argument("--max-parallel", type=int, default=None, help="attempts in flight at once")
+
+
+def _finish_stage():
+    """The integration area's finish stage when it is installed, else the default."""
+    try:
+        from coordinator.integration.finish import finish  # type: ignore[import-not-found]
+        return finish
+    except ImportError:
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from coordinator.keys import load_keyring, load_or_create_signing_key
+    from coordinator.runloop.loop import RunContext, RunLoop
+    from coordinator.runloop.view import LiveView, PlainView
+    from ledger import Ledger
+
+    if not args.work_queue and not args.resume:
+        print("dome run: give a WORK_QUEUE or --resume RUN_ID", file=sys.stderr)
+        return 2
+    ops_root = Path(args.ops_root)
+    ops_root.mkdir(parents=True, exist_ok=True)
+    view = None if args.json else (LiveView() if sys.stderr.isatty() else PlainView())
+    try:
+        ledger = Ledger.open(args.db, ops_root)
+        signer = load_or_create_signing_key(ops_root)
+        ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
+                         executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
+                         max_parallel=args.max_parallel, finish=_finish_stage(), view=view)
+        loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx)
+        outcome = loop.run()
+    except DomeError as exc:
+        obj = exc.to_object()
+        if args.json:
+            print(json.dumps({"error": obj}))
+        else:
+            print(f"dome run: {exc.code}: {exc.message}", file=sys.stderr)
+            for h in exc.hints:
+                print(f"  hint: {h}", file=sys.stderr)
+        bad_input = isinstance(exc, SchemaValidationError) or exc.code.startswith(("WORK_QUEUE", "DUPLICATE",
+                                                                                   "UNKNOWN_DEP", "SELF_DEP",
+                                                                                   "DEPENDENCY_CYCLE", "BASE_REF",
+                                                                                   "RUN_NOT_FOUND"))
+        return 2 if bad_input else 3
+    if args.json:
+        print(json.dumps(outcome.to_json(), sort_keys=True))
+    else:
+        print(f"run {outcome.run_id}: {outcome.status}  ({outcome.counts})  ops: {outcome.ops_path}")
+    return STATUS_EXIT.get(outcome.status, 3)

@@ -1,0 +1,60 @@
+"""`dome status [RUN_ID]`: runs and their state, read from the ledger (works during a run)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .main import add_common_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", nargs="?", help="one run (default: every run, newest last)")
+    add_common_arguments(parser)
+
+
+def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
+    from coordinator.runstate import fold
+    from coordinator.scheduler import statuses
+    from coordinator.workqueue import parse_work_queue
+
+    events = ledger.events(run_id)
+    st = fold(events)
+    started = st.started or {}
+    out: dict[str, Any] = {"run_id": run_id, "status": (st.finished or {}).get("status", "running"),
+                           "base_ref": started.get("base_ref"), "seed": started.get("determinism_seed"),
+                           "events": len(events), "waves": st.waves, "attempts": st.total_attempts,
+                           "active_attempts": st.active_executions(), "proposals": len(st.proposals)}
+    qpath = Path(started.get("work_queue_path", ""))
+    try:
+        raw = json.loads(qpath.read_text())
+        wq = parse_work_queue(raw)
+        if wq.digest == started.get("work_queue_digest"):
+            s = statuses(wq.graph, st)
+            out["nodes"] = {k: sum(1 for v in s.values() if v == k) for k in sorted(set(s.values()))}
+    except Exception:  # noqa: BLE001 - the ledger summary stands without the queue file
+        pass
+    if st.finished:
+        out.update({k: st.finished.get(k) for k in ("head", "promoted_ref", "counts", "reason")})
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from ledger import Ledger
+
+    ledger = Ledger.open(args.db, Path(args.ops_root))
+    ids = [args.run_id] if args.run_id else ledger.run_ids()
+    if args.run_id and not ledger.events(args.run_id, limit=1):
+        print(f"dome status: no run {args.run_id!r}", file=sys.stderr)
+        return 2
+    rows = [summarize(ledger, r) for r in ids]
+    if args.json:
+        print(json.dumps(rows[0] if args.run_id else rows, sort_keys=True))
+        return 0
+    for r in rows:
+        nodes = " ".join(f"{k}={v}" for k, v in (r.get("nodes") or {}).items())
+        print(f"{r['run_id']}  {r['status']:<10} waves={r['waves']} attempts={r['attempts']} "
+              f"active={len(r['active_attempts'])} proposals={r['proposals']} {nodes}")
+    return 0
