@@ -23,7 +23,9 @@ scores and tie-break fields.
 Endgame: when no node is ready, slots are free, and at most
 `endgame_threshold` unfinished nodes remain (all of them running), the
 scheduler duplicates the running blockers, at most `endgame_max_duplicates`
-extra attempts per node at a time. The run loop accepts the first valid
+extra attempts per node at a time and in total (a node never gets more than
+max_attempts + endgame_max_duplicates attempts), and never beyond its
+remaining retry budget. The run loop accepts the first valid
 result and cancels the rest (revoking their grants).
 """
 from __future__ import annotations
@@ -130,7 +132,10 @@ def decide(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int,
             and policy.endgame_max_duplicates > 0:
         endgame = True
         dup = sorted((_entry(graph, state, n, "endgame_duplicate") for n in running
-                      if len(state.node(n).active) < 1 + policy.endgame_max_duplicates), key=_sort_key)
+                      if len(state.node(n).active) < 1 + policy.endgame_max_duplicates
+                      and state.node(n).attempts < graph.nodes[n].max_attempts + policy.endgame_max_duplicates
+                      and state.node(n).failures + len(state.node(n).active) < graph.nodes[n].max_attempts),
+                     key=_sort_key)
         selected = dup[:free]
     if not selected:
         return None

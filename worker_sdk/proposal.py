@@ -73,7 +73,10 @@ def build_proposal(scratch: Path, *, spawn: dict[str, Any], profile: dict[str, A
         "base_ref": base_ref, "base_tree_hash": spawn["base_tree_hash"],
         "determinism_seed": spawn["determinism_seed"], "inputs_hash": spawn["inputs_hash"],
         "diff_canonicalization": d["diff_canonicalization"], "diff_digest": d["diff_digest"],
-        "touched_files": d["touched_files"], "hunk_fingerprints": d["hunk_fingerprints"],
+        "touched_files": d["touched_files"],
+        # range_hint is optional in the schema: whole-file fingerprints (binary, new files) omit it
+        "hunk_fingerprints": [{k: v for k, v in fp.items() if not (k == "range_hint" and v is None)}
+                              for fp in d["hunk_fingerprints"]],
         "intent_tags": list(intent_tags or []), "risk": _risk(d["touched_files"], d["stats"], risk),
         "declared_constraints": dict(declared_constraints or {}), "worker_run_meta": meta,
     }

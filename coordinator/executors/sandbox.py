@@ -152,6 +152,11 @@ def pids_cgroup_parent() -> Path | None:
 def make_preexec(limits: Limits, cgroup: Path | None):
     """Runs in the child between fork and exec of bwrap: join the cgroup, set rlimits."""
     def preexec() -> None:
+        try:  # the sandbox dies with whoever started it (coordinator or Ray worker), even on SIGKILL
+            import ctypes
+            ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+        except Exception:  # noqa: BLE001 - best effort; bwrap --die-with-parent still holds
+            pass
         if cgroup is not None:
             try:
                 (cgroup / "cgroup.procs").write_text(str(os.getpid()))
