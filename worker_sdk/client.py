@@ -1,26 +1,34 @@
 """A typed gateway client bound to one grant.
 
-The client speaks MCP (official SDK, streamable HTTP) to the coordinator's
-gateway over its Unix socket (or loopback URL) with the grant as bearer
-token. Before anything is sent it refuses calls the grant does not allow
+The client speaks MCP (JSON-RPC 2.0 over streamable HTTP, JSON responses)
+to the coordinator's gateway over its Unix socket (or a loopback URL) with
+the grant as bearer token: `initialize`, `notifications/initialized`, then
+`tools/list` / `tools/call`. The wire layer is a few lines of http.client so
+a worker starts in a fraction of a second; the gateway itself is the
+official MCP SDK server, and tests/runloop/test_gateway.py drives it with
+the official SDK client as well.
+
+Before anything is sent the client refuses calls the grant does not allow
 (OUT_OF_PROFILE) and calls past the grant's budgets (BUDGET_EXHAUSTED:
 `max_calls`, `max_calls_by_method`, `max_bytes`), counting what it spent;
-the gateway checks the same things again. Idempotency keys are derived
-from the node_execution_id so a retried call is recognized as the same.
-
-Synchronous facade: an event loop runs in a background thread, so intent
-handlers can call `progress()` / `put_artifact()` from plain code.
+the gateway checks again. Idempotency keys derive from the
+node_execution_id, so a retried call is recognized as the same call.
 """
 from __future__ import annotations
 
-import asyncio
 import base64
+import http.client
 import json
+import socket as _socket
 import threading
+import time
 from typing import Any, Mapping
+from urllib.parse import urlparse
 
 from registry.canonical import digest_bytes
 from registry.errors import DomeError, ErrorObject
+
+PROTOCOL_VERSION = "2025-06-18"
 
 
 class OutOfProfile(DomeError):
@@ -47,42 +55,71 @@ class GatewayClient:
         self.used: dict[str, Any] = {"calls": 0, "by_method": {}, "bytes": 0}
         self._socket, self._url, self._timeout = socket, url, timeout
         self._seq = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="dome-gw-client", daemon=True)
-        self._thread.start()
-        self._client = None
-        self._http = None
-        self._run(self._connect())
+        self._rpc_id = 0
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+        self.server_info = self._rpc("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+                                                    "clientInfo": {"name": "dome-worker", "version": "1"}})
+        self._rpc("notifications/initialized", None, notify=True)
 
-    # -- plumbing -----------------------------------------------------------
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self._timeout + 5)
+    # -- wire -----------------------------------------------------------------
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is not None:
+            return self._conn
+        if self._socket:
+            sock_path, timeout = self._socket, self._timeout
 
-    async def _connect(self) -> None:
-        import httpx2
-        from mcp.client.client import Client
-        from mcp.client.streamable_http import streamable_http_client
+            class _UDS(http.client.HTTPConnection):
+                def connect(self) -> None:
+                    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+                    s.settimeout(timeout)
+                    s.connect(sock_path)
+                    self.sock = s
 
-        transport = httpx2.AsyncHTTPTransport(uds=self._socket) if self._socket else None
-        base = "http://dome-gateway/mcp" if self._socket else self._url
-        self._http = httpx2.AsyncClient(transport=transport, timeout=self._timeout,
-                                        headers={"Authorization": f"Bearer {self.token}"})
-        self._client = Client(streamable_http_client(base, http_client=self._http), mode="legacy", cache=None)
-        await self._client.__aenter__()
+            self._conn = _UDS("dome-gateway", timeout=timeout)
+            self._path = "/mcp"
+        else:
+            u = urlparse(self._url or "")
+            self._conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=self._timeout)
+            self._path = u.path or "/mcp"
+        return self._conn
 
-    async def _close(self) -> None:
-        if self._client is not None:
-            await self._client.__aexit__(None, None, None)
-        if self._http is not None:
-            await self._http.aclose()
+    def _rpc(self, method: str, params: Any, *, notify: bool = False) -> Any:
+        with self._lock:
+            msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+            if params is not None:
+                msg["params"] = params
+            if not notify:
+                self._rpc_id += 1
+                msg["id"] = self._rpc_id
+            headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                       "Authorization": f"Bearer {self.token}", "mcp-protocol-version": PROTOCOL_VERSION}
+            body = json.dumps(msg).encode()
+            for attempt in range(3):
+                try:
+                    conn = self._connection()
+                    conn.request("POST", self._path, body, headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    break
+                except (OSError, http.client.HTTPException) as exc:
+                    self._conn = None
+                    if attempt == 2:
+                        raise GatewayError(f"gateway unreachable: {exc}", details={"method": method}) from None
+                    time.sleep(0.05 * (attempt + 1))
+            if notify:
+                return None
+            if resp.status != 200:
+                raise GatewayError(f"gateway answered HTTP {resp.status}", details={"body": data[:500].decode("utf-8", "replace")})
+            reply = json.loads(data)
+            if "error" in reply:
+                raise GatewayError(f"gateway error: {reply['error'].get('message')}", details=reply["error"])
+            return reply["result"]
 
     def close(self) -> None:
-        try:
-            self._run(self._close())
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(2)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     # -- budget + profile checks (before sending) ---------------------------
     def _charge(self, method: str, nbytes: int = 0) -> None:
@@ -103,17 +140,17 @@ class GatewayClient:
 
     def call(self, method: str, args: dict[str, Any], *, nbytes: int = 0) -> dict[str, Any]:
         self._charge(method, nbytes)
-        res = self._run(self._client.call_tool(method, args))
-        payload = res.structured_content
+        res = self._rpc("tools/call", {"name": method, "arguments": args})
+        payload = res.get("structuredContent")
         if payload is None:
-            text = "".join(getattr(c, "text", "") for c in res.content)
+            text = "".join(c.get("text", "") for c in res.get("content", []))
             payload = json.loads(text) if text else {}
-        if res.is_error:
+        if res.get("isError"):
             ErrorObject.from_dict(payload).raise_()
         return payload
 
     def list_tools(self) -> list[str]:
-        return sorted(t.name for t in self._run(self._client.list_tools()).tools)
+        return sorted(t["name"] for t in self._rpc("tools/list", {})["tools"])
 
     def key(self, method: str, suffix: str | None = None) -> str:
         if suffix is None:
