@@ -33,10 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _finish_stage():
     """The integration area's finish stage when it is installed, else the default."""
     try:
-        from coordinator.integration.finish import finish  # type: ignore[import-not-found]
-        return finish
+        import coordinator.integration.finish  # noqa: F401
     except ImportError:
         return None
+    from coordinator.runloop.finish import integration_finish
+    return integration_finish
 
 
 def run(args: argparse.Namespace) -> int:

@@ -160,6 +160,10 @@ class FinishContext:
     writer: LedgerWriter
     ops_dir: Path
     ledger: Any
+    signer: Any = None
+    ops_root: Path | None = None
+    sandbox: str = "bwrap"
+    seed: int = 0
 
 
 @dataclass
@@ -529,8 +533,12 @@ class RunLoop:
         fc = FinishContext(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
                            base_tree_hash=self.base_tree, state=st, node_status=statuses(self.graph, st),
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
-                           ledger=self.ctx.ledger)
-        result = (self.ctx.finish or default_finish)(fc)
+                           ledger=self.ctx.ledger, signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
+                           sandbox=self.ctx.sandbox, seed=self.seed)
+        if any(s != "succeeded" for s in fc.node_status.values()):
+            result = default_finish(fc)  # tasks failed: nothing is integrated
+        else:
+            result = (self.ctx.finish or default_finish)(fc)
         if result.get("status") not in FINAL_STATUSES:
             raise RunError(f"finish stage returned an unknown status {result.get('status')!r}")
         return self._record_finish(result)

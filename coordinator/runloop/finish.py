@@ -1,0 +1,28 @@
+"""The bridge from the run loop's finish stage to integration (stacking, validation, promotion).
+
+`integration_finish(fc)` hands the run's accepted proposals (one winner per
+node) to `coordinator.integration.finish.finish_run` and maps its result onto
+the run's final status: promoted, or blocked (missing links named; a run
+held at a human gate is blocked until `dome promote --consent`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .loop import FinishContext
+
+
+def integration_finish(fc: FinishContext) -> dict[str, Any]:
+    from coordinator.integration.finish import FinishContext as IntegrationContext
+    from coordinator.integration.finish import finish_run
+
+    res = finish_run(IntegrationContext(
+        run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=list(fc.proposals), ledger=fc.ledger,
+        signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
+        seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox))
+    status = "promoted" if res.status == "promoted" else "blocked"
+    promotion = res.promotion or {}
+    return {"status": status, "head": res.head_ref, "promoted_ref": promotion.get("to_ref") if status == "promoted" else None,
+            "included_proposals": res.included, "missing": res.missing,
+            "awaiting_consent": res.consent_token is not None,
+            "reason": None if status == "promoted" else "evidence chain incomplete or human gate"}
