@@ -1,0 +1,167 @@
+"""The worker gateway over MCP (real SDK server on a Unix socket, real ledger, real grants).
+
+Driven both by the official MCP SDK client and by the worker's own client.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+
+import pytest
+
+from coordinator import runstate as rs
+from coordinator.gateway.auth import GrantAuthority
+from coordinator.gateway.dispatch import ToolDispatcher
+from coordinator.gateway.server import WorkerGateway
+from coordinator.gateway.worker_tools import GatewayBackend, build_tools
+from coordinator.runloop.writer import LedgerWriter
+from coordinator.runstate import RunState
+from registry.errors import DomeError
+from worker_sdk.client import BudgetExhausted, GatewayClient, OutOfProfile
+
+RUN = "run-gw-test"
+BASE = "a" * 40
+TREE = "b" * 40
+
+
+@pytest.fixture
+def gateway(ledger_env, tmp_path: Path):
+    ledger, signer, keyring = ledger_env
+    writer = LedgerWriter(ledger, RUN, signer, RunState())
+    writer.append(rs.RUN_STARTED, {"base_ref": BASE})
+    attempts: dict[str, dict] = {}
+    authority = GrantAuthority(signer, keyring, ledger)
+    backend = GatewayBackend(run_id=RUN, writer=writer, blobs=ledger.blobs, attempt=attempts.get)
+    gw = WorkerGateway(run_id=RUN, authority=authority, dispatcher=ToolDispatcher(build_tools(backend)),
+                       socket_path=tmp_path / "gw.sock")
+    gw.start()
+
+    def attempt(neid: str, caps=("write",), budgets=None):
+        attempts[neid] = {"node_id": "n1", "wave_id": "w0001", "base_ref": BASE, "base_tree_hash": TREE,
+                          "task": {"node_id": "n1"}}
+        writer.append(rs.TASK_DISPATCHED, {"node_execution_id": neid}, node_id="n1", node_execution_id=neid)
+        g = authority.issue(run_id=RUN, wave_id="w0001", node_id="n1", node_execution_id=neid,
+                            capabilities=list(caps), ttl_s=60, budgets=budgets or {})
+        return g
+
+    yield gw, writer, authority, attempt, ledger
+    gw.stop()
+
+
+def client(gw, grant):
+    return GatewayClient(token=grant.token, profile=grant.profile, socket=str(gw.socket_path))
+
+
+def test_tools_list_shows_only_what_the_grant_allows_sdk_client(gateway):
+    gw, _, _, attempt, _ = gateway
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def names(token):
+        transport = httpx2.AsyncHTTPTransport(uds=str(gw.socket_path))
+        async with httpx2.AsyncClient(transport=transport, headers={"Authorization": f"Bearer {token}"}) as hc:
+            async with Client(streamable_http_client("http://dome-gateway/mcp", http_client=hc),
+                              mode="legacy", cache=None) as c:
+                return sorted(t.name for t in (await c.list_tools()).tools)
+
+    write = asyncio.run(names(attempt("ne-w1").token))
+    read = asyncio.run(names(attempt("ne-r1", caps=("read",)).token))
+    assert write == ["complete_task", "put_artifact", "report_progress", "submit_patch"]
+    assert read == ["complete_task", "get_task", "report_progress"]
+    assert "submit_patch" not in read
+
+
+def test_out_of_profile_and_budget_refused_before_sending(gateway):
+    gw, _, _, attempt, _ = gateway
+    c = client(gw, attempt("ne-r2", caps=("read",), budgets={}))
+    before = gw.calls
+    with pytest.raises(OutOfProfile):
+        c.put_artifact(b"x")
+    assert gw.calls == before  # nothing reached the gateway
+    c2 = client(gw, attempt("ne-b1", budgets={"max_calls": 1}))
+    c2.report_progress(0.1, "one")
+    with pytest.raises(BudgetExhausted):
+        c2.report_progress(0.2, "two")
+
+
+def test_bad_grants_rejected_every_call(gateway):
+    gw, _, authority, attempt, ledger = gateway
+    g = attempt("ne-x1")
+    env = dict(g.envelope)
+    env["payload"] = base64.b64encode(base64.b64decode(env["payload"]).replace(b"ne-x1", b"ne-x2")).decode()
+    from coordinator.gateway.auth import envelope_to_token
+    forged = GatewayClient.__new__(GatewayClient)
+    c = client(gw, g)
+    c.token = envelope_to_token(env)
+    with pytest.raises(DomeError) as ei:
+        c.report_progress(0.5)
+    assert ei.value.code == "GRANT_REJECTED" and ei.value.details["code"] == "SIGNATURE_INVALID"
+    # revoked grant
+    c = client(gw, g)
+    c.report_progress(0.1)
+    ledger.revoke(jti=g.profile["jti"], run_id=RUN, reason="test")
+    with pytest.raises(DomeError) as ei:
+        c.report_progress(0.2)
+    assert ei.value.details["code"] == "GRANT_REVOKED"
+    # a grant for another attempt cannot write for this one
+    g2 = attempt("ne-x3")
+    c3 = client(gw, g2)
+    c3.neid = "ne-x1"
+    with pytest.raises(DomeError) as ei:
+        c3.report_progress(0.3)
+    assert ei.value.code == "ATTEMPT_NOT_LIVE"
+    assert forged is not None
+
+
+def test_writes_are_idempotent_on_run_method_key(gateway):
+    gw, writer, _, attempt, ledger = gateway
+    c = client(gw, attempt("ne-i1"))
+    args = {"idempotency_key": "ne-i1:report_progress:7", "node_execution_id": "ne-i1", "fraction": 0.5}
+    r1 = c.call("report_progress", dict(args))
+    r2 = c.call("report_progress", dict(args))
+    assert r1["duplicate"] is False and r2["duplicate"] is True
+    n = sum(1 for e in ledger.events(RUN) if e.topic == rs.TASK_PROGRESS
+            and e.payload["idempotency_key"] == args["idempotency_key"])
+    assert n == 1
+    with pytest.raises(DomeError) as ei:
+        c.call("report_progress", {**args, "fraction": 0.9})
+    assert ei.value.code == "IDEMPOTENCY_CONFLICT"
+    # put_artifact lands in the blob store, once
+    d = c.put_artifact(b"hello", "text/plain")
+    assert ledger.blobs.get(d) == b"hello"
+    assert c.put_artifact(b"hello", "text/plain") == d
+
+
+def test_closed_input_schemas_and_typed_errors(gateway):
+    gw, _, _, attempt, _ = gateway
+    c = client(gw, attempt("ne-s1"))
+    with pytest.raises(DomeError) as ei:
+        c.call("report_progress", {"idempotency_key": "ne-s1:x:1", "node_execution_id": "ne-s1",
+                                   "fraction": 0.1, "shell": "rm -rf /"})
+    assert ei.value.code == "INVALID_ARGUMENTS"
+
+
+def test_submit_patch_is_verified_and_complete_spends_the_grant(gateway):
+    gw, writer, _, attempt, ledger = gateway
+    g = attempt("ne-p1")
+    c = client(gw, g)
+    diff = b"not a diff"
+    ref = c.put_artifact(diff, "text/x-diff")
+    proposal = {"artifact_kind": "dome.patch_proposal/v1", "version": "1.0.0", "object_id": "pp-1",
+                "run_id": RUN, "created_at": "2026-01-01T00:00:00Z", "producer": "t", "proposal_id": "pp-1",
+                "base_ref": BASE, "base_tree_hash": TREE, "diff_canonicalization": "git-binary-full-index/v1",
+                "diff_digest": "sha256:" + "0" * 64, "diff_ref": ref, "touched_files": [".git/config"],
+                "intent_tags": [], "risk": {"class": "low"}, "declared_constraints": {},
+                "worker_run_meta": {"tool_profile_id": "tp", "run_id": RUN, "wave_id": "w0001"}}
+    with pytest.raises(DomeError) as ei:
+        c.submit_patch(proposal)
+    assert ei.value.code in ("PROPOSAL_INVALID", "DIFF_DIGEST_MISMATCH")
+    with pytest.raises(DomeError) as ei:
+        c.submit_patch({**proposal, "base_ref": "c" * 40})
+    assert ei.value.code == "BASE_MISMATCH"
+    c.complete_task("succeeded", summary={"ok": True})
+    with pytest.raises(DomeError):
+        c.report_progress(1.0, "after the end")
+    assert writer.state.node("n1").succeeded
