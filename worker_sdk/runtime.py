@@ -119,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client.report_progress(0.0, "started")
         handler = resolve(spawn["action_spec"]["intent"])
-        ctx = IntentContext(scratch=scratch, action=dict(spawn["action_spec"]), seed=int(spawn["determinism_seed"]),
+        action = dict(spawn["action_spec"])
+        if action["intent"] == "command":  # what a command may want to know about its attempt
+            action["env"] = {"DOME_RUN_ID": spawn["run_id"], "DOME_NODE_ID": spawn["node_id"],
+                             "DOME_ATTEMPT": str(spawn.get("attempt", 1)), "DOME_SEED": str(spawn["determinism_seed"]),
+                             **action.get("env", {})}
+        ctx = IntentContext(scratch=scratch, action=action, seed=int(spawn["determinism_seed"]),
                             token=token, progress=lambda f, m="": client.report_progress(f, m),
                             put_artifact=lambda data, mt="application/octet-stream": client.put_artifact(data, mt),
                             limits=constraints)

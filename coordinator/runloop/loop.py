@@ -195,6 +195,16 @@ class _Live:
     profile_id: str
 
 
+def make_decision(graph: Any, state: RunState, policy: SchedulerPolicy, seed: int, run_id: str,
+                  status: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The SchedulingDecision as recorded (pure): what a replay recomputes byte for byte."""
+    decision = decide(graph, state, policy, seed, state.waves + 1, status=status)
+    if decision is None:
+        return None
+    return {**decision, "run_id": run_id, "object_id": f"sd-{run_id}-{decision['wave_id']}",
+            "ledger_sequence": state.last_sequence, "policy_version": POLICY_VERSION}
+
+
 class RunLoop:
     def __init__(self, ctx: RunContext, wq: WorkQueue, run_id: str, repo: Path, base: tuple[str, str],
                  state: RunState, started: Mapping[str, Any]) -> None:
@@ -345,12 +355,10 @@ class RunLoop:
         with self.writer.lock:
             st = self.writer.state
             status = statuses(self.graph, st)
-            decision = decide(self.graph, st, self.policy, self.seed, st.waves + 1, status=status)
+            decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, status=status)
             if decision is None:
                 return 0
             wave_id = decision["wave_id"]
-            decision = {**decision, "run_id": self.run_id, "object_id": f"sd-{self.run_id}-{wave_id}",
-                        "ledger_sequence": st.last_sequence, "policy_version": POLICY_VERSION}
             drafts: list[tuple[str, dict, dict]] = [
                 (rs.SCHEDULING_DECISION, decision, {"wave_id": wave_id}),
                 (rs.WAVE_STARTED, {"wave_id": wave_id, "base_ref": self.base_sha, "base_tree_hash": self.base_tree,
