@@ -5,7 +5,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from .base import Canonicalization, Digest, Identifier, Kid, OpenModel, Signature, Timestamp
+from .base import ArtifactKind, Canonicalization, Digest, Identifier, Kid, OpenModel, Signature, Timestamp
 
 TOPIC_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 
@@ -14,7 +14,7 @@ class Envelope(OpenModel):
     nullable: ClassVar[frozenset[str]] = frozenset(
         {"wave_id", "node_id", "node_execution_id", "task_id", "prev_digest", "kid", "signature"})
 
-    schema_version: int = Field(ge=1)
+    schema_version: ArtifactKind
     sequence: int = Field(ge=1)
     event_id: Identifier
     ts: Timestamp
@@ -30,6 +30,8 @@ class Envelope(OpenModel):
     canonicalization: Canonicalization
     kid: Kid | None = None
     signature: Signature | None = None
+    record_digest: Digest | None = None
+    dsse: dict[str, Any] | None = None
 
 
 class ControlEvent(Envelope):

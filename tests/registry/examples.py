@@ -41,13 +41,13 @@ TASK = {
 EXAMPLES: dict[str, dict[str, Any]] = {
     "error_object": {"code": "BAD_THING", "message": "bad", "details": {}, "hints": [], "retry": "none"},
     "envelope": {
-        "schema_version": 1, "sequence": 1, "event_id": "ev-1", "ts": TS, "topic": "run.started",
+        "schema_version": "dome.control_event/v1", "sequence": 1, "event_id": "ev-1", "ts": TS, "topic": "run.started",
         "run_id": "run-1", "wave_id": None, "node_id": None, "node_execution_id": None, "task_id": None,
         "payload": {"seed": 7}, "payload_digest": D1, "prev_digest": None,
         "canonicalization": "rfc8785-jcs", "kid": None, "signature": None,
     },
     "control_event": {
-        "schema_version": 1, "sequence": 2, "event_id": "ev-2", "ts": TS, "topic": "task.dispatched",
+        "schema_version": "dome.control_event/v1", "sequence": 2, "event_id": "ev-2", "ts": TS, "topic": "task.dispatched",
         "run_id": "run-1", "wave_id": "wave-1", "node_id": "n1", "node_execution_id": "n1.1",
         "task_id": "n1", "payload": {"executor": "local"}, "payload_digest": D1, "prev_digest": D2,
         "canonicalization": "rfc8785-jcs", "kid": KID, "signature": SIG,
