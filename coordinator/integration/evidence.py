@@ -138,6 +138,13 @@ class ChainResult:
                 "stack_plan_id": self.stack_plan_id}
 
 
+def policy_from_record(artifact: Mapping[str, Any]) -> IntegrationPolicy:
+    """The IntegrationPolicy a run recorded (its `integration.policy` artifact)."""
+    return IntegrationPolicy(**{k: (tuple(v) if isinstance(v, list) else
+                                    ({kk: tuple(vv) for kk, vv in v.items()} if isinstance(v, dict) else v))
+                                for k, v in artifact["policy"].items()})
+
+
 def path_matches(path: str, glob: str) -> bool:
     """fnmatch, with a leading "**/" also matching at the top level."""
     return fnmatch.fnmatchcase(path, glob) or (glob.startswith("**/") and
@@ -178,9 +185,7 @@ def evaluate_chain(records: Sequence[Record], *, keyring: Keyring, facts: GitFac
     pol_recs = [r for r in by_topic.get(T_POLICY, []) if signed(r, "policy")]
     if policy is None:
         if pol_recs:
-            policy = IntegrationPolicy(**{k: (tuple(v) if isinstance(v, list) else
-                                              ({kk: tuple(vv) for kk, vv in v.items()} if isinstance(v, dict) else v))
-                                          for k, v in pol_recs[-1].artifact["policy"].items()})
+            policy = policy_from_record(pol_recs[-1].artifact)
             refs.append(_ref(pol_recs[-1]))
         else:
             links.append(Link("policy", "missing", "no signed policy record"))

@@ -274,6 +274,10 @@ def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, k
                      why: dict[str, Any] | None = None, rejected: list | None = None,
                      base_ref: str = "", issue_consent: bool = True) -> FinishResult:
     records = records_of(ledger, run_id)
+    if policy is None:
+        from .evidence import policy_from_record
+        pol = [r for r in records if r.topic == T_POLICY]
+        policy = policy_from_record(pol[-1].artifact) if pol else None
     facts = git_facts(repo, records)
     chain = evaluate_chain(records, keyring=keyring, facts=facts, run_id=run_id, policy=policy)
     gate = {"artifact_kind": "dome.gate.decision/v1", "decision_id": f"gate-{run_id}-{len(records)}",
