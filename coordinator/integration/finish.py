@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,19 @@ def default_diff_loader(ledger: Any) -> Callable[[Mapping[str, Any]], bytes | No
     return load
 
 
+def unwrap_proposal(p: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A PatchProposal from either the proposal itself or a `patch.submitted`
+    event payload that carries it under "proposal"."""
+    inner = p.get("proposal")
+    if isinstance(inner, Mapping) and "proposal_id" in inner:
+        out = dict(inner)
+        for k in ("diff_ref", "diff_digest"):
+            if k not in out and k in p:
+                out[k] = p[k]
+        return out
+    return p
+
+
 def run_dir(ops_root: Path, run_id: str) -> Path:
     return Path(ops_root) / "runs" / run_id
 
@@ -181,12 +195,13 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                           "validations": [dict(v) for v in ctx.validations]})
 
     # 1. verify every proposal ---------------------------------------------------
+    proposals = [unwrap_proposal(p) for p in ctx.proposals]
     checked = {}
     rejected = []
     reader = gitio.ObjectReader(ctx.repo)  # shared with the canvas (blob cache)
     if True:
         insp = BaseInspector(ctx.repo, reader)
-        for p in sorted(ctx.proposals, key=lambda p: (str(p.get("proposal_id")), str(p.get("created_at")))):
+        for p in sorted(proposals, key=lambda p: (str(p.get("proposal_id")), str(p.get("created_at")))):
             pid = str(p.get("proposal_id"))
             rej, cp = verify_proposal(p, load(p), wave_base=ctx.base_ref, policy=policy, inspector=insp)
             if cp is None or pid in checked:
@@ -292,6 +307,11 @@ def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, k
         ttl = (policy or IntegrationPolicy()).consent_ttl_seconds
         expires = (_dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=ttl)).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
+        token_file = run_dir(ops_root, run_id) / "gate" / "consent.token"
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:  # admin-only, like ops/keys; only its digest is in the ledger
+            fh.write(consent_token + "\n")
         emit(T_CONSENT_REQ, {"artifact_kind": "dome.consent_request/v1",
                              "consent_id": "consent-" + secrets.token_hex(8),
                              "head_ref": chain.head_ref, "to_ref": to_ref,

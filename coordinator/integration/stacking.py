@@ -23,6 +23,7 @@ from registry.diffs import DiffError, ParsedDiff
 from .planning import (ConflictDecision, OverlapIndex, StackPlan, bisect_culprit, conflict_fingerprint,
                        decide_conflict)
 from .policy import IntegrationPolicy
+from .validation import suite_name
 from .proposals import CheckedProposal
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -300,7 +301,7 @@ class Stacker:
             culprit_cp = cps[culprit_k - 1]
             culprits = [l.proposal_id for l in self.state.layers if l.checkpoint is culprit_cp]
             self.emit(T_BISECT, {"artifact_kind": "dome.bisect/v1", "run_id": self.canvas.run_id,
-                                 "failing_suites": [s.get("name") or s["suite"] for s in failing],
+                                 "failing_suites": [suite_name(s) for s in failing],
                                  "head_ref": head_cp.commit, "steps": steps,
                                  "culprit_checkpoint_id": culprit_cp.checkpoint_id,
                                  "culprit_proposal_ids": culprits})
@@ -315,7 +316,7 @@ class Stacker:
         for pid in culprits:
             self.state.apply_results.pop(pid, None)
             self.state.why_blocked[pid] = {"state": "ejected", "reason": "validation failed",
-                                           "failing_suites": [s.get("name") or s["suite"] for s in failing],
+                                           "failing_suites": [suite_name(s) for s in failing],
                                            "checkpoint_id": culprit_cp.checkpoint_id}
         self.emit(T_EJECT, {"artifact_kind": "dome.ejection/v1", "run_id": self.canvas.run_id,
                             "proposal_ids": culprits, "checkpoint_id": culprit_cp.checkpoint_id,

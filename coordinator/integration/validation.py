@@ -33,7 +33,11 @@ DOMAIN_SUITES = {"litho.resim": "worker_sdk.litho.intents:resimulate",
 
 
 def suite_name(suite: Mapping[str, Any]) -> str:
-    return str(suite.get("name") or suite["suite"])
+    """A suite's name: its `name`, else "tests" for a command suite (the
+    project's test command), else the domain suite kind."""
+    if suite.get("name"):
+        return str(suite["name"])
+    return "tests" if suite.get("suite") == "command" else str(suite["suite"])
 
 
 def _tool_version(argv: list[str]) -> str:

@@ -25,4 +25,6 @@ def integration_finish(fc: FinishContext) -> dict[str, Any]:
     return {"status": status, "head": res.head_ref, "promoted_ref": promotion.get("to_ref") if status == "promoted" else None,
             "included_proposals": res.included, "missing": res.missing,
             "awaiting_consent": res.consent_token is not None,
+            "consent_token_file": (str(fc.ops_root / "runs" / fc.run_id / "gate" / "consent.token")
+                                   if res.consent_token else None),
             "reason": None if status == "promoted" else "evidence chain incomplete or human gate"}

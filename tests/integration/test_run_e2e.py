@@ -1,0 +1,31 @@
+"""`dome run` ends promoted through the integration stage; `dome verify`
+re-checks it offline."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, dome_cli, git
+
+
+@pytest.mark.slow
+def test_dome_run_promotes_and_verify_accepts(git_repo: Path, tmp_path: Path) -> None:
+    queue = json.loads((REPO_ROOT / "examples" / "hello.queue.json").read_text())
+    queue["repo"] = str(git_repo)
+    qfile = tmp_path / "q.json"
+    qfile.write_text(json.dumps(queue))
+    ops = tmp_path / "ops"
+    run = dome_cli("run", str(qfile), "--ops-root", str(ops), "--json")
+    out = json.loads(run.stdout)
+    assert run.returncode == 0 and out["status"] == "promoted", run.stderr[-2000:]
+    assert git(git_repo, "rev-parse", queue["promote_to"]) == out["head"]
+    assert git(git_repo, "show", f"{out['head']}:HELLO.txt") == "hello"
+    ver = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json")
+    assert ver.returncode == 0, ver.stdout
+    assert json.loads(ver.stdout)["valid"] is True
+    run_dir = ops / "runs" / out["run_id"]
+    for rel in ("gate/gate.decision.json", "promotion/promotion.decision.json",
+                "promotion/evidence.intoto.jsonl"):
+        assert (run_dir / rel).is_file(), rel
