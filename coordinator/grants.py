@@ -64,7 +64,7 @@ REVOKED_TOPIC = "grant.revoked"
 
 @dataclass(frozen=True)
 class SignedGrant:
-    token: str  # the bearer token: "dgt1." + base64url(canonical DSSE envelope)
+    token: str  # the bearer token: compact DSSE "dgt1.<type>.<payload>.<kid>.<sig>"
     envelope: Mapping[str, Any]
     payload: Mapping[str, Any]
     scope: GrantScope
@@ -80,6 +80,19 @@ class SignedGrant:
     def artifact(self) -> dict[str, Any]:
         """The stored ToolProfile artifact (payload + payload_digest, kid, signature)."""
         return tp.signed_artifact(self.payload, self.envelope)
+
+
+_DOC_DIGESTS: dict[int, tuple[Any, str]] = {}
+
+
+def _doc_digest(doc: Any) -> str:
+    """digest_json of a registry document, memoized per object (registry data is read-only once loaded)."""
+    hit = _DOC_DIGESTS.get(id(doc))
+    if hit is not None and hit[0] is doc:
+        return hit[1]
+    d = digest_json(doc)
+    _DOC_DIGESTS[id(doc)] = (doc, d)
+    return d
 
 
 def _epoch(now: float | datetime | None) -> float:
@@ -120,15 +133,15 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
     card_doc = reg.card(card)
     issuer = f"coordinator:{key.kid}"
     identity = {"run_id": run_id, "wave_id": wave_id, "node_id": node_id, "node_execution_id": node_execution_id,
-                "worker_id": worker_id, "methods": list(scope.allowed_methods), "policy": digest_json(policy_doc),
+                "worker_id": worker_id, "methods": list(scope.allowed_methods), "policy": _doc_digest(policy_doc),
                 "contracts": [c["digest"] for c in contracts]}
     profile_id = "tp_" + hashlib.sha256(digest_json(identity).encode()).hexdigest()[:32]
     payload = tp.build_payload(
         profile_id=profile_id, contracts=contracts, primary_contract=reg.contracts[primary].ref,
         policy_version=f"{policy_id}@{reg.policy.get('version', '0.0.0')}",
-        policy_ref=f"{policy_id}@{digest_json(policy_doc)}",
-        card_ref=f"{card_doc['kind']}/{card_doc['card_id']}@{digest_json(card_doc)}",
-        resolver_ref=f"resolver_spec@{digest_json(reg.resolver)}",
+        policy_ref=f"{policy_id}@{_doc_digest(policy_doc)}",
+        card_ref=f"{card_doc['kind']}/{card_doc['card_id']}@{_doc_digest(card_doc)}",
+        resolver_ref=f"resolver_spec@{_doc_digest(reg.resolver)}",
         issued_at=issued, ttl_seconds=ttl, jti=jti or secrets.token_hex(16), audience=audience or scope.audience,
         run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id,
         worker_id=worker_id, single_use=scope.single_use, capabilities=list(scope.capabilities),
@@ -147,16 +160,16 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
 
 
 # ---------------------------------------------------------------- verification
-@dataclass(frozen=True)
+_REQUIRED_CLAIMS = frozenset({"jti", "profile_id", "run_id", "wave_id", "audience", "budgets", "single_use"})
+
+
 class _Verified:
     """What the cold path learns once per token (signature-dependent facts only)."""
 
-    payload: Mapping[str, Any]
-    kid: str
-    token_digest: str
-    nbf: float
-    exp: float
-    allowed: frozenset[str]
+    __slots__ = ("payload", "kid", "nbf", "exp", "allowed")
+
+    def __init__(self, payload: Mapping[str, Any], kid: str, nbf: float, exp: float, allowed: frozenset[str]) -> None:
+        self.payload, self.kid, self.nbf, self.exp, self.allowed = payload, kid, nbf, exp, allowed
 
 
 @dataclass(frozen=True)
@@ -166,9 +179,13 @@ class VerifiedGrant:
     jti: str
     kid: str
     method: Method
-    token_digest: str
+    token: str
     warm: bool
     proof_sig: bytes | None = None
+
+    @property
+    def token_digest(self) -> str:
+        return tp.token_digest(self.token)
 
     @property
     def single_use(self) -> bool:
@@ -214,15 +231,13 @@ class GrantVerifier:
 
     # ---- the cold path: signature and payload type, cached per token ------
     def _cold(self, token: str) -> _Verified:
-        envelope = tp.token_to_envelope(token)
-        signed = tp.verify_signature(envelope, self.keyring)
+        signed = tp.verify_token_signature(token, self.keyring)
         payload = tp.check_payload_type(signed)
         try:
-            v = _Verified(payload=payload, kid=signed.kid, token_digest=tp.token_digest(token),
-                          nbf=tp.epoch(payload["not_before"]), exp=tp.epoch(payload["expires_at"]),
-                          allowed=frozenset(payload["allowed_methods"]))
-            for k in ("jti", "profile_id", "run_id", "wave_id", "audience", "budgets"):
-                payload[k]  # noqa: B018 - presence check
+            v = _Verified(payload, signed.kid, tp.epoch(payload["not_before"]), tp.epoch(payload["expires_at"]),
+                          frozenset(payload["allowed_methods"]))
+            if not _REQUIRED_CLAIMS <= payload.keys():
+                raise KeyError(sorted(_REQUIRED_CLAIMS - payload.keys()))
         except (KeyError, TypeError, ValueError) as exc:
             raise GrantPayloadInvalid(f"grant payload lacks or garbles a required field: {exc}") from exc
         if len(self._cache) >= self._cache_size:
@@ -274,7 +289,7 @@ class GrantVerifier:
                                         details={"method": method, "allowed": sorted(v.allowed)})
         self._check_budget(p, m, t)
         return VerifiedGrant(payload=p, profile_id=profile_id, jti=jti, kid=v.kid, method=m,
-                             token_digest=v.token_digest, warm=warm, proof_sig=proof_sig)
+                             token=token, warm=warm, proof_sig=proof_sig)
 
     def _method(self, name: str) -> Method:
         try:

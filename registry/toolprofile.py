@@ -2,11 +2,16 @@
 
 Pure functions; the coordinator supplies keys, clocks and ledger state.
 
-Token: "dgt1." + base64url(no padding) of the canonical JSON of the DSSE
-envelope {payloadType, payload, signatures:[{keyid, sig}]}. The payload is
-the RFC 8785 canonical JSON of the ToolProfile; the Ed25519 signature is
-over the DSSE PAE of (PAYLOAD_TYPE, payload bytes). Verification checks the
-bytes as received and only then parses them.
+Token: the compact serialization of a one-signature DSSE envelope,
+
+    "dgt1." b64u(payloadType) "." b64u(payload) "." b64u(keyid) "." b64u(sig)
+
+(base64url without padding; every character is legal in an HTTP bearer
+token). `token_to_envelope` / `envelope_to_token` convert to and from the
+standard JSON DSSE envelope {payloadType, payload, signatures:[{keyid,
+sig}]}. The payload is the RFC 8785 canonical JSON of the ToolProfile; the
+Ed25519 signature is over the DSSE PAE of (PAYLOAD_TYPE, payload bytes).
+Verification checks the bytes as received and only then parses them.
 
 Sender-constrained grants carry `cnf` (the worker's Ed25519 public key).
 Every call must then carry a CallProof: a DSSE signature by that key, type
@@ -51,7 +56,9 @@ def rfc3339(dt: datetime) -> str:
 
 
 def parse_rfc3339(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    if not isinstance(text, str) or not text.endswith("Z"):
+        raise ValueError(f"not a UTC RFC 3339 timestamp: {text!r}")
+    return datetime.fromisoformat(text[:-1] + "+00:00")
 
 
 def epoch(text: str) -> float:
@@ -63,11 +70,15 @@ def b64u_encode(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+_URLSAFE = str.maketrans("-_", "+/")
+
+
 def b64u_decode(text: str) -> bytes:
-    pad = "=" * (-len(text) % 4)
+    """base64url without padding (a2b_base64 strict mode: no stray characters)."""
     try:
-        return base64.urlsafe_b64decode((text + pad).encode("ascii"))
-    except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
+        return binascii.a2b_base64((text.translate(_URLSAFE) + "=" * (-len(text) % 4)).encode("ascii"),
+                                   strict_mode=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError, AttributeError) as exc:
         raise GrantMalformed("token is not base64url") from exc
 
 
@@ -133,25 +144,64 @@ def sign_payload(payload: Mapping[str, Any], key: SigningKey, *, payload_type: s
 
 
 def envelope_to_token(envelope: Mapping[str, Any]) -> str:
-    return TOKEN_PREFIX + b64u_encode(canonical_json(envelope))
+    try:
+        sigs = envelope["signatures"]
+        if not isinstance(sigs, list) or len(sigs) != 1:
+            raise GrantMalformed("a grant carries exactly one signature")
+        parts = [envelope["payloadType"].encode("utf-8"), _b64d(envelope["payload"], "payload"),
+                 str(sigs[0]["keyid"]).encode("utf-8"), _b64d(sigs[0]["sig"], "signature")]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise GrantMalformed("not a DSSE envelope") from exc
+    return TOKEN_PREFIX + ".".join(b64u_encode(p) for p in parts)
 
 
-def token_to_envelope(token: str) -> dict[str, Any]:
+def parse_token(token: Any) -> tuple[str, bytes, str, bytes]:
+    """(payloadType, payload bytes, keyid, signature) of a compact token."""
     if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
         raise GrantMalformed(f"a grant token starts with {TOKEN_PREFIX!r}")
     if len(token) > MAX_TOKEN_BYTES:
         raise GrantMalformed("grant token too large", details={"limit": MAX_TOKEN_BYTES})
+    parts = token[len(TOKEN_PREFIX):].split(".")
+    if len(parts) != 4:
+        raise GrantMalformed("a grant token has four dot-separated parts")
     try:
-        env = json.loads(b64u_decode(token[len(TOKEN_PREFIX):]))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GrantMalformed("grant token is not a JSON DSSE envelope") from exc
-    if not isinstance(env, dict):
-        raise GrantMalformed("grant token is not a DSSE envelope")
-    return env
+        ptype, kid = _header(parts[0]), _header(parts[2])
+    except UnicodeDecodeError as exc:
+        raise GrantMalformed("grant token header is not UTF-8") from exc
+    return ptype, b64u_decode(parts[1]), kid, b64u_decode(parts[3])
+
+
+_HEADERS: dict[str, str] = {}
+
+
+def _header(part: str) -> str:
+    """Decode the small, highly repeated parts (payload type, key id) once."""
+    hit = _HEADERS.get(part)
+    if hit is None:
+        hit = b64u_decode(part).decode("utf-8")
+        if len(_HEADERS) < 1024:
+            _HEADERS[part] = hit
+    return hit
+
+
+def token_to_envelope(token: str) -> dict[str, Any]:
+    """The standard JSON DSSE envelope of a token (for export and inspection)."""
+    ptype, payload, kid, sig = parse_token(token)
+    return {"payloadType": ptype, "payload": b64e(payload), "signatures": [{"keyid": kid, "sig": b64e(sig)}]}
 
 
 def token_digest(token: str) -> str:
     return digest_bytes(token.encode("ascii", "replace"))
+
+
+_VERIFY_KEYS: dict[bytes, nacl.signing.VerifyKey] = {}
+
+
+def _verify_key(raw: bytes) -> nacl.signing.VerifyKey:
+    vk = _VERIFY_KEYS.get(raw)
+    if vk is None:
+        vk = _VERIFY_KEYS[raw] = nacl.signing.VerifyKey(raw)
+    return vk
 
 
 @dataclass(frozen=True)
@@ -161,27 +211,23 @@ class SignedEnvelope:
     kid: str
 
 
-def verify_signature(envelope: Mapping[str, Any], keyring: Keyring) -> SignedEnvelope:
+def verify_token_signature(token: Any, keyring: Keyring) -> SignedEnvelope:
     """Check 1: a known kid signed PAE(payloadType, payload). The payload type
     is authenticated here but judged by the next check."""
-    try:
-        ptype, payload_b64, sigs = envelope["payloadType"], envelope["payload"], envelope["signatures"]
-    except (KeyError, TypeError) as exc:
-        raise GrantMalformed("not a DSSE envelope") from exc
-    if not isinstance(ptype, str) or not isinstance(sigs, list) or len(sigs) != 1 or not isinstance(sigs[0], Mapping):
-        raise GrantMalformed("a grant carries exactly one signature")
-    payload = _b64d(payload_b64, "payload")
-    kid = sigs[0].get("keyid")
-    sig = _b64d(sigs[0].get("sig"), "signature")
-    if not isinstance(kid, str) or kid not in keyring:
+    ptype, payload, kid, sig = parse_token(token)
+    if kid not in keyring:
         raise GrantUnknownKid(f"grant signed by unknown key id {kid!r}", details={"kid": kid},
                               hints=["the issuing coordinator's public key must be in ops/keys/*.pub"])
-    key = keyring.get(kid)
     try:
-        nacl.signing.VerifyKey(key.raw).verify(pae(ptype, payload), sig)
-    except (nacl.exceptions.BadSignatureError, ValueError) as exc:
+        _verify_key(keyring.get(kid).raw).verify(pae(ptype, payload), sig)
+    except (nacl.exceptions.BadSignatureError, ValueError, TypeError) as exc:
         raise GrantSignatureInvalid("grant signature does not verify", details={"kid": kid}) from exc
     return SignedEnvelope(payload_type=ptype, payload=payload, kid=kid)
+
+
+def verify_signature(envelope: Mapping[str, Any], keyring: Keyring) -> SignedEnvelope:
+    """Check 1 for a JSON DSSE envelope."""
+    return verify_token_signature(envelope_to_token(envelope), keyring)
 
 
 def check_payload_type(signed: SignedEnvelope) -> dict[str, Any]:
