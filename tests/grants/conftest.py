@@ -18,11 +18,8 @@ T0 = 1_800_000_000.0  # a fixed "now" (2027-01-15T08:00:00Z)
 
 
 def open_ledger(ops_root: Path) -> Any:
-    try:
-        from ledger import Ledger  # the real SQLite ledger once it has landed
-    except ImportError:
-        from tests.grants.memledger import MemLedger
-        return MemLedger()
+    """The real SQLite ledger (ops_root/dome.db, migrated)."""
+    from ledger import Ledger
     return Ledger.open(None, ops_root)
 
 
