@@ -1,0 +1,383 @@
+"""Tool dispatch: the SDK-independent core of the MCP host.
+
+`ToolHost.call(name, arguments)` does, in order: resolve the tool name
+(aliases), normalize unambiguous slips, validate against the closed schema,
+check consent for destructive tools, run the tool (a host handler, or a
+worker call under a job with progress, cancellation, restart and replay per
+the tool's contract), stamp schema_version + provenance, bound the result
+and render the text. Every outcome is recorded in telemetry.
+
+The MCP server (server.py) and the run loop's worker gateway both sit on
+this class; `allowed` (the tool names a grant permits) filters tools/list
+and calls alike.
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Collection, Mapping
+
+import anyio
+import anyio.abc
+
+from registry.errors import DomeError
+from registry.provenance import stamp
+
+from . import render
+from .catalog import Replay, ToolSpec, default_specs
+from .consent import ConsentBook
+from .faults import Fault, FaultCategory, SessionNotFound, ToolInputError, UnknownTool, shape_unexpected
+from .jobs import Job, JobStore
+from .normalization import ToolNames, normalize_arguments
+from .supervisor import WorkerError, WorkerSupervisor
+from .telemetry import Telemetry
+from .validation import CompiledTool
+
+MAX_REPLAYS = 2
+CANCEL_CONFIRM_S = 1.0
+HOST_VERSIONS = {"dome-mcp-host": "1.0.0"}
+
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+Handler = Callable[[dict[str, Any], "CallContext"], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class CallContext:
+    host: "ToolHost"
+    spec: ToolSpec
+    progress: Progress | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CallResult:
+    structured: dict[str, Any]
+    is_error: bool
+    text: str
+    meta: dict[str, Any]
+
+
+@dataclass
+class _SessionPin:
+    opener: str
+    args: dict[str, Any]
+    sha256: str | None
+    generation: int
+    worker_id: str
+
+
+class ToolHost:
+    def __init__(self, *, ops_root: Path | str = "ops", specs: Mapping[str, ToolSpec] | None = None,
+                 consent_mode: str | None = None, telemetry_path: Path | None = None,
+                 worker_env: dict[str, str] | None = None, handlers: Mapping[str, Handler] | None = None,
+                 db_url: str | None = None) -> None:
+        self.ops_root = Path(ops_root).absolute()
+        self.db_url = db_url
+        self.specs: dict[str, ToolSpec] = dict(specs if specs is not None else default_specs())
+        self.names = ToolNames(self.specs)
+        self._compiled: dict[str, CompiledTool] = {}
+        state = self.ops_root / "mcp"
+        self.state_dir = state
+        self.telemetry = Telemetry(path=telemetry_path if telemetry_path is not None else state / "telemetry.jsonl")
+        self.jobs = JobStore(state / "jobs")
+        self.consent = ConsentBook(state, consent_mode or os.environ.get("CONSENT_MODE", "strict"))
+        self.supervisor = WorkerSupervisor(self.telemetry, env=worker_env)
+        self.sessions: dict[str, _SessionPin] = {}
+        self.handlers: dict[str, Handler] = {"health": _health, "telemetry": _telemetry, "poll": _poll,
+                                             "cancel": _cancel}
+        from .orchestration import HANDLERS as ORCH
+        self.handlers.update(ORCH)
+        self.handlers.update(handlers or {})
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._users = 0
+        self._lifespan_lock = anyio.Lock()
+        self._descriptors = {n: s.descriptor() for n, s in self.specs.items()}
+
+    # lifecycle -----------------------------------------------------------
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator["ToolHost"]:
+        """Enter once per serving context (re-entrant: nested entries share one supervisor)."""
+        async with self._lifespan_lock:
+            self._users += 1
+            first = self._users == 1
+        if not first:
+            try:
+                yield self
+            finally:
+                self._users -= 1
+            return
+        try:
+            async with self.supervisor, anyio.create_task_group() as tg:
+                self._tg = tg
+                self.telemetry.lifecycle_to("ready")
+                try:
+                    yield self
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._shutdown()
+                    tg.cancel_scope.cancel()
+        finally:
+            self._tg = None
+            self._users -= 1
+            self.telemetry.lifecycle_to("stopped")
+            self.telemetry.close()
+
+    async def _shutdown(self) -> None:
+        self.telemetry.lifecycle_to("stopping")
+        for job in self.jobs.running():
+            self.jobs.request_cancel(job, "host shutting down")
+        with anyio.move_on_after(CANCEL_CONFIRM_S + 0.5):
+            for job in self.jobs.running():
+                await job.done.wait()
+        for job in self.jobs.running():  # not confirmed: the worker is killed on exit
+            self.jobs.finish(job, "cancelled", error={"code": "CANCELLED", "message": "host shut down",
+                                                      "details": {}, "hints": [], "retry": "light"})
+
+    # discovery -----------------------------------------------------------
+    def list_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
+        return [d for n, d in self._descriptors.items() if allowed is None or n in allowed]
+
+    def compiled(self, name: str) -> CompiledTool:
+        c = self._compiled.get(name)
+        if c is None:
+            c = self._compiled[name] = CompiledTool(self.specs[name])
+        return c
+
+    def prepare(self, name: str, arguments: Mapping[str, Any] | None,
+                allowed: Collection[str] | None = None) -> tuple[ToolSpec, dict[str, Any], list[str]]:
+        """Resolve, normalize and validate: (spec, arguments, normalization notes). Raises typed errors."""
+        notes: list[str] = []
+        resolved = self.names.resolve(name)
+        if resolved is None or (allowed is not None and resolved not in allowed):
+            raise UnknownTool(f"no tool named {name!r}", details={"tool": name},
+                              hints=["call tools/list for the tools you may use"])
+        if resolved != name:
+            notes.append(f"tool {name} -> {resolved}")
+        spec = self.specs[resolved]
+        args, arg_notes = normalize_arguments(spec, arguments or {})
+        notes += arg_notes
+        self.compiled(resolved).validate(args)
+        return spec, args, notes
+
+    # calls ---------------------------------------------------------------
+    async def call(self, name: str, arguments: Mapping[str, Any] | None, *, progress: Progress | None = None,
+                   allowed: Collection[str] | None = None) -> CallResult:
+        t0 = time.perf_counter()
+        tool = name
+        notes: list[str] = []
+        render_mode = "porcelain"
+        retries = [0]
+        try:
+            spec, args, notes = self.prepare(name, arguments, allowed)
+            tool = spec.name
+            render_mode = args.pop("render", "porcelain")
+            wait = args.pop("wait", True)
+            ctx = CallContext(self, spec, progress, notes)
+            if spec.served_by == "host":
+                result = await self.handlers[spec.name](args, ctx)
+            else:
+                result = await self._worker_tool(spec, args, wait, ctx, retries)
+            structured = stamp(result, args, tool=spec.name, engine_versions=HOST_VERSIONS)
+            structured = render.bound_structured(structured, self.state_dir / "artifacts")
+            text = render.as_json_text(structured) if render_mode == "json" else \
+                render.porcelain(spec.name, structured, notes=notes)
+            self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
+            self.telemetry.success()
+            return CallResult(structured, False, text, {"dome/normalized": notes} if notes else {})
+        except anyio.get_cancelled_exc_class():
+            self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3,
+                                error={"code": "CANCELLED", "category": None, "message": "cancelled"})
+            raise
+        except Exception as exc:  # typed errors become isError results; anything else is an invariant breach
+            err = exc if isinstance(exc, DomeError) else shape_unexpected(exc)
+            if not isinstance(exc, DomeError):
+                import traceback
+                traceback.print_exc()
+            obj = err.to_object()
+            if isinstance(exc, WorkerError):
+                obj = exc.obj
+            self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3, error=obj,
+                                retries=retries[0])
+            text = render.as_json_text(obj) if render_mode == "json" else render.porcelain_error(obj, notes=notes)
+            return CallResult(obj, True, text, {"dome/normalized": notes} if notes else {})
+
+    # worker tools --------------------------------------------------------
+    async def _worker_tool(self, spec: ToolSpec, args: dict[str, Any], wait: bool, ctx: CallContext,
+                           retries: list[int]) -> dict[str, Any]:
+        if not spec.long_running:
+            result, _ = await self._execute(spec, args, None, ctx.progress, retries)
+            return result
+        job = self.jobs.new(spec.name)
+        if not wait:
+            if self._tg is None:
+                raise Fault(FaultCategory.INVARIANT_BREACH, "host is not running")
+            started = anyio.Event()
+            self._tg.start_soon(self._background, spec, args, job, started)
+            await started.wait()
+            return {"job_id": job.job_id, "status": job.status, "tool": spec.name}
+        result, _ = await self._execute(spec, args, job, ctx.progress, retries)
+        return {**result, "job_id": job.job_id} if "job_id" not in result else result
+
+    async def _background(self, spec: ToolSpec, args: dict[str, Any], job: Job, started: anyio.Event) -> None:
+        with anyio.CancelScope() as scope:
+            job.cancel_hook = lambda reason: scope.cancel()
+            self.jobs.start(job)
+            started.set()
+            try:
+                await self._execute(spec, args, job, None, [0])
+            except Exception:
+                pass  # recorded on the job by _execute
+        if scope.cancelled_caught and job.status not in ("succeeded", "failed", "cancelled"):
+            self.jobs.finish(job, "cancelled", error={"code": "CANCELLED", "message": job.cancel_requested or "cancelled",
+                                                      "details": {}, "hints": [], "retry": "none"})
+
+    async def _execute(self, spec: ToolSpec, args: dict[str, Any], job: Job | None, upstream: Progress | None,
+                       retries: list[int]) -> tuple[dict[str, Any], int]:
+        """Run on the worker with restart + replay per contract; job bookkeeping and cancellation."""
+        attempt = 0
+        generation = 0
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            frac = value / total if total else value
+            if job is not None and not self.jobs.progress(job, frac, message):
+                return  # not strictly increasing: dropped
+            if upstream is not None:
+                await upstream(frac, 1.0, message)
+
+        if job is not None and job.status == "queued":
+            self.jobs.start(job)
+        try:
+            while True:
+                attempt += 1
+                try:
+                    call_args, public_sid = await self._pin_session(spec, args)
+                    generation = self.supervisor.generation
+                    if job is not None:
+                        job.generation = generation
+                    result, generation = await self.supervisor.call(
+                        spec.name, call_args, job_id=job.job_id if job else None, progress=on_progress)
+                    result = self._after_session_call(spec, args, result, public_sid, generation)
+                    if attempt > 1:
+                        result = {**result}
+                    if job is not None:
+                        self.jobs.finish(job, "succeeded", result=result)
+                    return result, generation
+                except Fault as fault:
+                    self.telemetry.fault(fault, tool=spec.name, restarted=fault.restart)
+                    if fault.restart:
+                        self.supervisor.kill(fault.details.get("generation"))
+                    if not fault.restart:
+                        raise
+                    if spec.replay is Replay.NEVER_REPLAY:
+                        raise Fault(fault.category, f"{spec.name} was interrupted ({fault.message}); "
+                                    "its contract is NeverReplay, so it was not run again",
+                                    details={**fault.details, "replay": "NeverReplay", "replayed": False},
+                                    hints=["check whether it took effect (run_status / events) before calling again"],
+                                    retry="none") from None
+                    if attempt > MAX_REPLAYS:
+                        raise Fault(FaultCategory.REPLAY_EXHAUSTION,
+                                    f"{spec.name} failed {attempt} times ({fault.category.value}); giving up",
+                                    details={**fault.details, "attempts": attempt, "replay": spec.replay.value}) from None
+                    if spec.replay is Replay.PROBE_REQUIRED:
+                        probe = await self.supervisor.probe(spec.name, args)
+                        effect = probe.get("effect")
+                        if effect == "present" and isinstance(probe.get("result"), dict):
+                            retries[0] += 1
+                            result = dict(probe["result"])
+                            if job is not None:
+                                self.jobs.finish(job, "succeeded", result=result)
+                            return result, self.supervisor.generation
+                        if effect != "absent":
+                            raise Fault(FaultCategory.REPLAY_EXHAUSTION,
+                                        f"{spec.name} was interrupted and the probe could not prove it had no effect",
+                                        details={**fault.details, "replay": "ProbeRequired", "probe": effect},
+                                        retry="none") from None
+                    retries[0] += 1
+                    continue
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if job is not None:
+                    await self.supervisor.confirm_stopped(job.job_id, generation or self.supervisor.generation,
+                                                          CANCEL_CONFIRM_S)
+                    self.jobs.finish(job, "cancelled", error={"code": "CANCELLED",
+                                                              "message": job.cancel_requested or "cancelled by the client",
+                                                              "details": {}, "hints": [], "retry": "none"})
+            raise
+        except WorkerError as exc:
+            if job is not None:
+                status = "cancelled" if exc.obj.get("code") == "CANCELLED" else "failed"
+                self.jobs.finish(job, status, error=exc.obj)
+            raise
+        except DomeError as exc:
+            if job is not None:
+                self.jobs.finish(job, "failed", error=exc.to_object())
+            raise
+
+    # worker-held sessions ------------------------------------------------
+    async def _pin_session(self, spec: ToolSpec, args: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        sid = args.get("session_id")
+        if not isinstance(sid, str) or sid not in self.sessions:
+            return args, None
+        pin = self.sessions[sid]
+        current = await self.supervisor.ensure()
+        if pin.generation != current:
+            # the worker that held this session is gone: rebuild it from the pinned inputs
+            try:
+                rebuilt, gen = await self.supervisor.call(pin.opener, pin.args)
+            except WorkerError as exc:
+                self.sessions.pop(sid, None)
+                raise SessionNotFound(f"session {sid} was lost with its worker and could not be rebuilt",
+                                      details={"session_id": sid, "cause": exc.obj.get("code")},
+                                      hints=["open the layout again"]) from None
+            sha = (rebuilt.get("source") or {}).get("sha256")
+            if pin.sha256 is not None and sha != pin.sha256:
+                self.sessions.pop(sid, None)
+                raise SessionNotFound(f"session {sid} was lost with its worker and its input changed since",
+                                      details={"session_id": sid, "pinned_sha256": pin.sha256, "now_sha256": sha},
+                                      hints=["open the layout again"])
+            pin.worker_id = str(rebuilt["session_id"])
+            pin.generation = gen
+        return {**args, "session_id": pin.worker_id}, sid
+
+    def _after_session_call(self, spec: ToolSpec, args: dict[str, Any], result: dict[str, Any],
+                            public_sid: str | None, generation: int) -> dict[str, Any]:
+        if public_sid is not None:
+            if result.get("session_id") == self.sessions[public_sid].worker_id:
+                result = {**result, "session_id": public_sid}
+            if spec.name == "close_session":
+                self.sessions.pop(public_sid, None)
+            return result
+        if spec.side_effect == "session" and "session_id" not in args and isinstance(result.get("session_id"), str):
+            sha = (result.get("source") or {}).get("sha256")
+            self.sessions[result["session_id"]] = _SessionPin(spec.name, dict(args), sha, generation,
+                                                              result["session_id"])
+        return result
+
+
+# host tools ----------------------------------------------------------------
+async def _health(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+    h = ctx.host.telemetry.health()
+    h["worker_pid"] = ctx.host.supervisor.worker_pid
+    h["running_jobs"] = len(ctx.host.jobs.running())
+    return h
+
+
+async def _telemetry(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+    return ctx.host.telemetry.snapshot()
+
+
+async def _poll(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+    return ctx.host.jobs.get(args["job_id"]).to_json()
+
+
+async def _cancel(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+    job = ctx.host.jobs.get(args["job_id"])
+    if job.status in ("succeeded", "failed", "cancelled"):
+        return {**job.to_json(), "cancelled": False}
+    ctx.host.jobs.request_cancel(job, args.get("reason") or "cancelled by the client")
+    with anyio.move_on_after(CANCEL_CONFIRM_S + 1.0):
+        await job.done.wait()
+    return {**job.to_json(), "cancelled": job.status == "cancelled"}

@@ -1,0 +1,214 @@
+"""Orchestration tools: runs through the `dome` CLI, as supervised subprocesses.
+
+run_submit starts `dome run WORK_QUEUE --json` as a job (its own process
+group, killed on cancel) and returns as soon as the run has said its run_id.
+run_status, events, evidence, verify and promote call the matching `dome`
+commands with `--json`; their JSON output is the tool result, unmodified
+(the run loop and integration own those contracts). A command missing from
+this build is a typed DOWNSTREAM_UNAVAILABLE error, not a crash.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from registry.errors import DomeError
+
+from .faults import Fault, FaultCategory
+
+if TYPE_CHECKING:
+    from .dispatch import CallContext
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RUN_ID_WAIT_S = 20.0
+EXIT_OUTCOME = {0: "completed", 1: "invalid", 2: "bad_input", 3: "internal_error", 4: "blocked", 5: "failed",
+                6: "cancelled"}
+
+
+def _argv(ctx: "CallContext", *args: str) -> list[str]:
+    argv = [sys.executable, "-m", "coordinator.cli.main", *args, "--ops-root", str(ctx.host.ops_root), "--json"]
+    if ctx.host.db_url:
+        argv += ["--db", ctx.host.db_url]
+    return argv
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _parse_json_output(stdout: str) -> dict[str, Any] | None:
+    text = stdout.strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+        return value if isinstance(value, dict) else {"items": value}
+    except json.JSONDecodeError:
+        pass
+    last = None
+    for line in text.splitlines():  # JSON lines: the last object is the summary
+        with suppress(json.JSONDecodeError):
+            obj = json.loads(line)
+            if isinstance(obj, dict):
+                last = obj
+    return last
+
+
+async def _dome(ctx: "CallContext", *args: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    argv = _argv(ctx, *args)
+    with anyio.fail_after(timeout_s):
+        proc = await anyio.run_process(argv, check=False, env=_env(), stdin=subprocess.DEVNULL)
+    out = proc.stdout.decode(errors="replace")
+    err = proc.stderr.decode(errors="replace")
+    if proc.returncode == 2 and "not available in this build" in err:
+        raise DomeError(f"`dome {args[0]}` is not available in this build", code="DOWNSTREAM_UNAVAILABLE",
+                        details={"command": args[0]}, hints=["this dome build lacks that subsystem"], retry="none")
+    parsed = _parse_json_output(out)
+    if parsed is not None and isinstance(parsed.get("code"), str) and isinstance(parsed.get("message"), str) \
+            and proc.returncode not in (0, 1):
+        raise DomeError(parsed["message"], code=parsed["code"], details=parsed.get("details") or {},
+                        hints=parsed.get("hints") or [], retry=parsed.get("retry", "none"))
+    if parsed is None:
+        raise Fault(FaultCategory.DOWNSTREAM_RESPONSE, f"`dome {args[0]}` gave no JSON (exit {proc.returncode})",
+                    details={"command": args[0], "exit_code": proc.returncode})
+    return {**parsed, "exit_code": proc.returncode} if "exit_code" not in parsed else parsed
+
+
+async def run_status(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
+    return await _dome(ctx, "status", args["run_id"])
+
+
+async def events(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
+    since = int(args.get("since", 0))
+    limit = int(args.get("limit", 100))
+    out = await _dome(ctx, "events", args["run_id"])
+    items = out.get("events") if isinstance(out.get("events"), list) else out.get("items", [])
+    items = [e for e in items if isinstance(e, dict) and int(e.get("sequence", 0)) > since]
+    page = items[:limit]
+    return {"run_id": args["run_id"], "since": since, "events": page, "count": len(page),
+            "next_since": page[-1].get("sequence", since) if page else since, "more": len(items) > limit}
+
+
+async def evidence(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
+    run_dir = ctx.host.ops_root / "runs" / args["run_id"]
+    out: dict[str, Any] = {"run_id": args["run_id"], "artifacts": []}
+    if run_dir.is_dir():
+        from registry.canonical import digest_bytes
+        for p in sorted(run_dir.rglob("*.json")):
+            rel = p.relative_to(run_dir).as_posix()
+            if rel.startswith("events/"):
+                continue
+            out["artifacts"].append({"path": str(p), "name": rel, "digest": digest_bytes(p.read_bytes())})
+    ver = await _dome(ctx, "verify", args["run_id"])
+    out["verify"] = ver
+    return out
+
+
+async def verify(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
+    return await _dome(ctx, "verify", args["run_id"])
+
+
+async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
+    consent = ctx.host.consent.check_and_spend("promote", args["run_id"], args.get("consent_token"))
+    ctx.host.telemetry._emit({"event": "consent", "tool": "promote", "run_id": args["run_id"], **consent})
+    out = await _dome(ctx, "promote", args["run_id"], timeout_s=600)
+    return {**out, "consent": consent.get("mode")}
+
+
+async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
+    host = ctx.host
+    key = args.get("idempotency_key")
+    if key:  # ProbeRequired: a retried submit with the same key returns the first run
+        for job in host.jobs.jobs.values():
+            if job.tool == "run_submit" and job.idempotency_key == key:
+                return {"run_id": job.run_id, "job_id": job.job_id, "status": job.status, "deduplicated": True}
+    queue = Path(args["work_queue"])
+    if not queue.is_file():
+        raise DomeError(f"work queue not found: {queue}", code="FILE_NOT_FOUND", details={"path": str(queue)})
+    extra: list[str] = []
+    if "seed" in args:
+        extra += ["--seed", str(args["seed"])]
+    if "executor" in args:
+        extra += ["--executor", args["executor"]]
+    argv = _argv(ctx, "run", str(queue), *extra)
+    proc = await anyio.open_process(argv, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=None, start_new_session=True)
+    job = host.jobs.new("run_submit")
+    job.idempotency_key = key
+    host.jobs.start(job)
+    have_run_id = anyio.Event()
+    lines: list[dict[str, Any]] = []
+
+    def kill(reason: str) -> None:
+        job.cancel_requested = reason
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+
+    job.cancel_hook = kill
+
+    async def follow() -> None:
+        buf = b""
+        assert proc.stdout is not None
+        async for chunk in proc.stdout:
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                with suppress(json.JSONDecodeError, UnicodeDecodeError):
+                    obj = json.loads(line)
+                    if isinstance(obj, dict):
+                        lines.append(obj)
+                        if job.run_id is None and isinstance(obj.get("run_id"), str):
+                            job.run_id = obj["run_id"]
+                            host.jobs._touch(job)
+                            have_run_id.set()
+                        frac = obj.get("progress")
+                        if isinstance(frac, (int, float)):
+                            host.jobs.progress(job, float(frac), obj.get("message"))
+        if buf.strip():
+            with suppress(json.JSONDecodeError, UnicodeDecodeError):
+                obj = json.loads(buf)
+                if isinstance(obj, dict):
+                    lines.append(obj)
+                    job.run_id = job.run_id or obj.get("run_id")
+        code = await proc.wait()
+        if job.cancel_requested is not None:
+            with anyio.move_on_after(1.0):
+                await proc.wait()
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        summary = lines[-1] if lines else {}
+        outcome = EXIT_OUTCOME.get(code, "failed")
+        result = {"run_id": job.run_id, "exit_code": code, "outcome": outcome, "summary": summary}
+        if job.cancel_requested is not None or outcome == "cancelled":
+            host.jobs.finish(job, "cancelled", result=result, error={"code": "CANCELLED", "message": job.cancel_requested
+                                                                   or "run cancelled", "details": {}, "hints": [],
+                                                                   "retry": "none"})
+        elif code in (0, 4):  # completed, or held at a gate (blocked): the job itself succeeded
+            host.jobs.finish(job, "succeeded", result=result)
+        else:
+            host.jobs.finish(job, "failed", result=result,
+                             error={"code": "RUN_FAILED", "message": f"dome run exited {code} ({outcome})",
+                                    "details": {"exit_code": code}, "hints": ["see events for the run"],
+                                    "retry": "none"})
+        have_run_id.set()
+
+    if host._tg is None:
+        raise Fault(FaultCategory.INVARIANT_BREACH, "host is not running")
+    host._tg.start_soon(follow)
+    with anyio.move_on_after(RUN_ID_WAIT_S):
+        await have_run_id.wait()
+    return {"run_id": job.run_id, "job_id": job.job_id, "status": job.status}
+
+
+HANDLERS = {"run_submit": run_submit, "run_status": run_status, "events": events, "evidence": evidence,
+            "verify": verify, "promote": promote}

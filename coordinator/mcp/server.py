@@ -1,0 +1,133 @@
+"""The MCP front door: an SDK `Server` over a `ToolHost`, on stdio or HTTP.
+
+Both protocol eras the SDK speaks are served by the same handlers: the
+initialize handshake (2025 versions) and the stateless per-request envelope
+(2026-07-28). Handlers never write to stdout; the stdio path serves on the
+private descriptors taken by `registry.stdio_guard`.
+"""
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Collection
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+
+from .dispatch import ToolHost
+
+SERVER_NAME = "dome"
+INSTRUCTIONS = ("dome: lithography, layout (KLayout) and run orchestration tools. Long tools take wait=false "
+                "and return a job_id for poll/cancel. Text is porcelain; pass render=json for JSON text; "
+                "structuredContent always carries the full result.")
+
+
+def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> Server[Any]:
+    """An SDK low-level Server whose tools/list and tools/call go through `host`."""
+    tool_models = [types.Tool.model_validate(d, by_name=False) for d in host.list_tools(allowed)]
+    listing = types.ListToolsResult(tools=tool_models)
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return listing
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            await ctx.session.report_progress(value, total, message)
+
+        res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=res.text)],
+                                    structured_content=res.structured, is_error=res.is_error,
+                                    _meta=res.meta or None)
+
+    @asynccontextmanager
+    async def lifespan(_server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        async with host.running():
+            yield {}
+
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        ver = version("dome")
+    except PackageNotFoundError:  # pragma: no cover - running from a checkout
+        ver = "0.1.0"
+    server: Server[Any] = Server(SERVER_NAME, version=ver, instructions=INSTRUCTIONS, lifespan=lifespan,
+                                 on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+                                 get_tool_input_schema=lambda name: host.specs[name].input_schema
+                                 if name in host.specs else None)
+    server.middleware = []  # no per-message OTel span on the hot path; the host keeps its own telemetry
+    return server
+
+
+async def serve_stdio(host: ToolHost) -> None:
+    from .transport import host_stdio
+
+    server = build_server(host)
+    async with host_stdio() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def http_token(state_dir: Path) -> str:
+    """The bearer token: $DOME_MCP_TOKEN, else <ops>/mcp/http.token (created 0600 on first use)."""
+    env = os.environ.get("DOME_MCP_TOKEN")
+    if env:
+        return env
+    path = state_dir / "http.token"
+    if not path.exists():
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+class BearerAuth:
+    """ASGI middleware: every request needs `Authorization: Bearer <token>` (constant-time compare)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        auth = dict(scope.get("headers") or []).get(b"authorization", b"")
+        ok = auth[:7].lower() == b"bearer " and hmac.compare_digest(auth[7:].strip(), self.token)
+        if not ok:
+            body = b'{"code":"UNAUTHORIZED","message":"missing or wrong bearer token","retry":"none"}'
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"www-authenticate", b'Bearer realm="dome-mcp"')]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def build_http_app(host: ToolHost, token: str, *, bind_host: str = "127.0.0.1", stateless: bool = False) -> Any:
+    server = build_server(host)
+    app = server.streamable_http_app(stateless_http=stateless, host=bind_host, json_response=False)
+    inner_lifespan = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[None]:
+        async with host.running(), inner_lifespan(a):
+            yield
+
+    app.router.lifespan_context = lifespan
+    return BearerAuth(app, token)
+
+
+def serve_http(host: ToolHost, bind: str, *, stateless: bool = False) -> None:
+    import uvicorn
+
+    addr, _, port = bind.rpartition(":")
+    addr = addr.strip("[]") or "127.0.0.1"
+    token = http_token(host.state_dir)
+    app = build_http_app(host, token, bind_host=addr, stateless=stateless)
+    uvicorn.run(app, host=addr, port=int(port), log_level="warning", lifespan="on")
+
+
+def run_stdio(host: ToolHost) -> None:
+    anyio.run(serve_stdio, host)

@@ -1,0 +1,127 @@
+"""Health and telemetry of the host, and the append-only JSONL event file."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .faults import Fault
+
+
+@dataclass
+class MethodStats:
+    calls: int = 0
+    ok: int = 0
+    errors: int = 0
+    retries: int = 0
+    total_ms: float = 0.0
+    max_ms: float = 0.0
+    last_error: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calls": self.calls, "ok": self.ok, "errors": self.errors, "retries": self.retries,
+                "mean_ms": round(self.total_ms / self.calls, 3) if self.calls else 0.0,
+                "max_ms": round(self.max_ms, 3), "last_error": self.last_error}
+
+
+@dataclass
+class Telemetry:
+    path: Path | None = None
+    started: float = field(default_factory=time.monotonic)
+    requests: int = 0
+    successes: int = 0
+    errors: int = 0
+    retries: int = 0
+    methods: dict[str, MethodStats] = field(default_factory=dict)
+    last_method_error: dict[str, Any] | None = None
+    last_restart_fault: dict[str, Any] | None = None
+    # health
+    lifecycle: str = "starting"
+    rollout: str = "stable"
+    consecutive_failures: int = 0
+    restarts: int = 0
+    generation: int = 0
+    last_fault: dict[str, Any] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _fh: Any = None
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        with self._lock:
+            if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self.path, "a", buffering=1, encoding="utf-8")
+            event = {"ts": round(time.time(), 6), "pid": os.getpid(), **event}
+            self._fh.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
+
+    def call(self, tool: str, *, ok: bool, ms: float, error: dict[str, Any] | None = None,
+             retries: int = 0) -> None:
+        self.requests += 1
+        stats = self.methods.setdefault(tool, MethodStats())
+        stats.calls += 1
+        stats.total_ms += ms
+        stats.max_ms = max(stats.max_ms, ms)
+        stats.retries += retries
+        self.retries += retries
+        if ok:
+            self.successes += 1
+            stats.ok += 1
+        else:
+            self.errors += 1
+            stats.errors += 1
+            short = {"code": (error or {}).get("code"), "message": (error or {}).get("message"),
+                     "category": (error or {}).get("category")}
+            stats.last_error = short
+            self.last_method_error = {"tool": tool, **short}
+        self._emit({"event": "call", "tool": tool, "ok": ok, "ms": round(ms, 3), "retries": retries,
+                    "code": (error or {}).get("code"), "category": (error or {}).get("category")})
+
+    def fault(self, fault: Fault, *, tool: str | None, restarted: bool) -> None:
+        obj = {"tool": tool, "code": fault.code, "category": fault.category.value, "message": fault.message,
+               "generation": self.generation}
+        self.last_fault = obj
+        self.consecutive_failures += 1
+        if restarted:
+            self.last_restart_fault = obj
+        self._emit({"event": "fault", "restarted": restarted, **obj})
+
+    def success(self) -> None:
+        self.consecutive_failures = 0
+
+    def restart(self, generation: int, reason: str) -> None:
+        self.restarts += 1
+        self.generation = generation
+        self._emit({"event": "restart", "generation": generation, "reason": reason})
+
+    def worker_started(self, generation: int) -> None:
+        self.generation = generation
+        self._emit({"event": "worker_started", "generation": generation})
+
+    def lifecycle_to(self, state: str) -> None:
+        self.lifecycle = state
+        self._emit({"event": "lifecycle", "state": state})
+
+    def health(self) -> dict[str, Any]:
+        return {"lifecycle_state": self.lifecycle, "generation": self.generation,
+                "uptime_s": round(time.monotonic() - self.started, 3),
+                "consecutive_failures": self.consecutive_failures, "restart_count": self.restarts,
+                "rollout_state": self.rollout, "last_fault": self.last_fault}
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"requests": self.requests, "successes": self.successes, "errors": self.errors,
+                "retries": self.retries,
+                "methods": {k: v.to_json() for k, v in sorted(self.methods.items())},
+                "last_method_error": self.last_method_error,
+                "last_restart_fault": self.last_restart_fault,
+                "telemetry_path": str(self.path) if self.path else None}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None

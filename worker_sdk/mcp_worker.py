@@ -1,0 +1,227 @@
+"""A disposable MCP worker: the heavy tools, served over stdio pipes to the host.
+
+    python -m worker_sdk.mcp_worker
+
+The host (coordinator/mcp) owns the public MCP session and validates every
+request against the registry contracts; this process only runs the domain
+functions (`worker_sdk.litho.api`, `worker_sdk.klayout_tools.api`) in
+threads, each with a CancellationToken that the host's cancellation reaches,
+and reports progress. Its fd 1 is claimed before anything is imported, so
+prints, noisy imports and child processes never reach the protocol pipe.
+
+Hidden host-facing tools (not in any contract):
+  dome_job_state {job_id, wait_s}   wait up to wait_s for a cancelled job's thread to stop
+  dome_probe {tool, arguments}      the ProbeRequired probe: did an earlier attempt take effect?
+"""
+from __future__ import annotations
+
+if __name__ == "__main__":  # claim fd 1 before any other import can print
+    from registry.stdio_guard import claim_stdout
+
+    claim_stdout()
+
+import importlib
+import inspect
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+TEST_TOOLS_ENV = "DOME_MCP_TEST_TOOLS"
+
+# tool name -> "module:function" (imported on first use; the worker starts fast)
+TOOLS: dict[str, str] = {
+    "evaluate": "worker_sdk.litho.api:evaluate",
+    "optimize": "worker_sdk.litho.api:optimize",
+    "simulate": "worker_sdk.litho.api:simulate",
+    **{name: f"worker_sdk.klayout_tools.api:{name}" for name in (
+        "open_layout", "close_session", "list_cells", "describe_cell", "list_layers", "query_region",
+        "measure_geometry", "analyze_waveguide", "set_view", "render_view", "run_drc_script",
+        "extract_markers")},
+}
+TEST_TOOLS: dict[str, str] = {name: f"worker_sdk.mcp_testing:{name}" for name in (
+    "test_echo", "test_slow", "test_crash_convergent", "test_crash_probe", "test_crash_never", "test_noisy",
+    "test_session_open", "test_session_read", "test_crash_now")}
+# ProbeRequired tools: tool -> "module:probe_function" (probe(arguments) -> {"effect": "absent"|"present", ...})
+PROBES: dict[str, str] = {
+    "test_crash_probe": "worker_sdk.mcp_testing:probe_crash_probe",
+    "close_session": "worker_sdk.mcp_worker:_probe_close_session",
+}
+
+
+def _probe_close_session(arguments: dict[str, Any]) -> dict[str, Any]:
+    # A fresh worker holds no sessions, so a replayed close can only report the session missing.
+    return {"effect": "present", "result": {"session_id": arguments.get("session_id"), "closed": False,
+                                            "artifact_dir_deleted": False}}
+
+
+def _resolve(ref: str) -> Callable[..., Any]:
+    module, _, func = ref.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def _engine_versions() -> dict[str, str]:
+    out = {"python": ".".join(map(str, sys.version_info[:3]))}
+    for name in ("torch", "klayout"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "__version__", None):
+            out[name] = str(mod.__version__)
+    return out
+
+
+class _Progress:
+    """Thread-safe latest progress, forwarded to the host by an async task."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.message = ""
+        self.seq = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, fraction: float, message: str = "") -> None:
+        with self._lock:
+            if fraction > self.value:
+                self.value = float(fraction)
+                self.message = message
+                self.seq += 1
+
+
+def build_server():  # -> mcp.server.lowlevel.Server
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    from registry.errors import DomeError
+    from worker_sdk.cancel import Cancelled, CancellationToken
+
+    tools = dict(TOOLS)
+    if os.environ.get(TEST_TOOLS_ENV) == "1":
+        tools.update(TEST_TOOLS)
+    running: dict[str, threading.Event] = {}  # job_id -> set when its thread has stopped
+
+    def error_result(obj: dict[str, Any]) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"{obj['code']}: {obj['message']}")],
+                                    structured_content=obj, is_error=True)
+
+    def ok_result(obj: dict[str, Any]) -> types.CallToolResult:
+        return types.CallToolResult(content=[], structured_content=obj, is_error=False)
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        names = sorted(tools) + ["dome_job_state", "dome_probe"]
+        return types.ListToolsResult(tools=[types.Tool(name=n, input_schema={"type": "object"}) for n in names])
+
+    async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        name, args = params.name, dict(params.arguments or {})
+        if name == "dome_job_state":
+            ev = running.get(str(args.get("job_id")))
+            if ev is None:
+                return ok_result({"state": "unknown"})
+            stopped = await anyio.to_thread.run_sync(ev.wait, float(args.get("wait_s", 0.0)))
+            return ok_result({"state": "stopped" if stopped else "running"})
+        if name == "dome_probe":
+            ref = PROBES.get(str(args.get("tool")))
+            if ref is None:
+                return ok_result({"effect": "unknown"})
+            return ok_result(_resolve(ref)(dict(args.get("arguments") or {})))
+        ref = tools.get(name)
+        if ref is None:
+            return error_result({"code": "UNKNOWN_TOOL", "message": f"worker has no tool {name}", "details": {},
+                                 "hints": [], "retry": "none"})
+        try:
+            fn = _resolve(ref)
+        except ImportError as exc:
+            return error_result({"code": "TOOL_UNAVAILABLE", "message": f"{name} is not installed in this worker "
+                                 f"({type(exc).__name__}: {getattr(exc, 'name', '') or exc})", "details": {},
+                                 "hints": ["install the engine this tool needs"], "retry": "none"})
+        meta = params.meta or {}
+        job_id = str(meta.get("dome/job_id") or f"anon-{id(params)}")
+        token = CancellationToken()
+        progress = _Progress()
+        stopped = threading.Event()
+        running[job_id] = stopped
+        try:
+            sig = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            sig = {}
+        kwargs: dict[str, Any] = {}
+        if "token" in sig:
+            kwargs["token"] = token
+        if "progress" in sig:
+            kwargs["progress"] = progress
+
+        def run() -> Any:
+            try:
+                return fn(args, **kwargs)
+            finally:
+                stopped.set()
+
+        async def forward() -> None:
+            seen = 0
+            while True:
+                await anyio.sleep(0.05)
+                if progress.seq != seen:
+                    seen = progress.seq
+                    await ctx.session.report_progress(progress.value, 1.0, progress.message or None)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(forward)
+                try:
+                    result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+                finally:
+                    tg.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            token.cancel("cancelled by the host")
+            raise
+        except Cancelled as exc:
+            return error_result(exc.to_object())
+        except DomeError as exc:
+            return error_result(exc.to_object())
+        except MemoryError:
+            return error_result({"code": "RESOURCE_EXHAUSTED", "message": "out of memory", "details": {},
+                                 "hints": ["use a smaller layout or tile size"], "retry": "heavy"})
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            return error_result({"code": "ENGINE_ERROR", "message": f"{name} failed: {type(exc).__name__}",
+                                 "details": {}, "hints": ["see the worker's stderr log"], "retry": "none"})
+        finally:
+            if stopped.is_set():
+                running.pop(job_id, None)
+        if not isinstance(result, dict):
+            return error_result({"code": "ENGINE_ERROR", "message": f"{name} returned {type(result).__name__}",
+                                 "details": {}, "hints": [], "retry": "none"})
+        from registry.provenance import stamp
+        return ok_result(stamp(result, args, tool=name, engine_versions=_engine_versions()))
+
+    return Server("dome-worker", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def _serve() -> None:
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    from registry.stdio_guard import claim_stdout
+
+    claim = claim_stdout()
+    rd, wr = claim.text_streams()
+    server = build_server()
+    async with stdio_server(stdin=anyio.wrap_file(rd), stdout=anyio.wrap_file(wr)) as (r, w):
+        await server.run(r, w, server.create_initialization_options())
+
+
+def main() -> int:
+    import anyio
+
+    started = time.monotonic()
+    try:
+        anyio.run(_serve)
+    except KeyboardInterrupt:
+        pass
+    print(f"dome-worker {os.getpid()}: exit after {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
