@@ -45,11 +45,13 @@ class _Generation:
         self.ready = anyio.Event()
         self.ended = anyio.Event()
         self.start_error: BaseException | None = None
+        self.dead = False
 
     @property
     def alive(self) -> bool:
         p = self.pipes.process
-        return self.client is not None and not self.ended.is_set() and p is not None and p.returncode is None
+        return (not self.dead and self.client is not None and not self.ended.is_set() and p is not None
+                and p.returncode is None)
 
 
 class WorkerSupervisor:
@@ -156,10 +158,12 @@ class WorkerSupervisor:
             await gen.ended.wait()
 
     def kill(self, generation: int | None = None) -> None:
-        """Kill the current worker (only if it is still `generation`)."""
+        """Kill the current worker (only if it is still `generation`); the next call starts a new one."""
         gen = self._current
         if gen is not None and (generation is None or gen.number == generation):
+            gen.dead = True
             gen.pipes.kill()
+            gen.stop.set()
 
     @property
     def worker_pid(self) -> int | None:
@@ -181,9 +185,9 @@ class WorkerSupervisor:
             raise Fault(FaultCategory.TIMEOUT, f"{tool} did not finish in {timeout_s or self.call_timeout_s:.0f}s",
                         details={"generation": gen.number, "tool": tool}) from None
         except MCPError as exc:
-            raise self._classify(gen, tool, f"worker call failed ({exc.error.code})") from None
+            raise await self._classify(gen, tool, f"worker call failed ({exc.error.code})") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
-            raise self._classify(gen, tool, f"worker pipe failed ({type(exc).__name__})") from None
+            raise await self._classify(gen, tool, f"worker pipe failed ({type(exc).__name__})") from None
         if result.is_error:
             obj = result.structured_content or {"code": "ENGINE_ERROR", "message": "worker error", "details": {},
                                                 "hints": [], "retry": "none"}
@@ -194,8 +198,12 @@ class WorkerSupervisor:
                         details={"generation": gen.number, "tool": tool})
         return dict(result.structured_content), gen.number
 
-    def _classify(self, gen: _Generation, tool: str, message: str) -> Fault:
+    async def _classify(self, gen: _Generation, tool: str, message: str) -> Fault:
+        gen.dead = True
         p = gen.pipes.process
+        if p is not None and p.returncode is None:
+            with anyio.move_on_after(0.5):
+                await p.wait()
         if p is not None and p.returncode is not None:
             return Fault(FaultCategory.PROCESS, f"worker exited (code {p.returncode}) during {tool}",
                          details={"generation": gen.number, "tool": tool, "exit_code": p.returncode})

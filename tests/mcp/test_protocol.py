@@ -1,0 +1,108 @@
+"""tools/list, closed schemas, normalization, progress and stdout hygiene over every path and mode."""
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+
+from .conftest import MODES, PATHS, connect
+
+pytestmark = pytest.mark.anyio
+
+PRODUCTION_TOOLS = {
+    "run_submit", "run_status", "poll", "cancel", "events", "evidence", "verify", "promote",
+    "evaluate", "optimize", "simulate",
+    "open_layout", "close_session", "list_cells", "describe_cell", "list_layers", "query_region",
+    "measure_geometry", "analyze_waveguide", "set_view", "render_view", "run_drc_script", "extract_markers",
+    "health", "telemetry",
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", PATHS)
+async def test_every_tool_listed_with_schemas(path, mode, tmp_path):
+    async with connect(path, mode, tmp_path) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert PRODUCTION_TOOLS <= set(tools)
+    for name, tool in tools.items():
+        assert tool.input_schema["type"] == "object", name
+        assert tool.input_schema["additionalProperties"] is False, name
+        assert "render" in tool.input_schema["properties"], name
+        assert tool.output_schema is not None and "schema_version" in tool.output_schema["properties"], name
+        assert tool.meta["dome/replay"] in ("Convergent", "ProbeRequired", "NeverReplay"), name
+    caps = tools["evaluate"].meta["dome/capabilities"]
+    assert caps["report_levels"] == ["aggregate", "detailed"]
+    assert {v["detailed"] for v in caps["engine_paths"].values()} <= {"single_pass", "rerun_required", "conditional", "unsupported"}
+    assert tools["promote"].annotations.destructive_hint is True
+    assert "wait" in tools["optimize"].input_schema["properties"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", PATHS)
+async def test_unknown_field_rejected_naming_it(path, mode, tmp_path):
+    async with connect(path, mode, tmp_path) as client:
+        res = await client.call_tool("evaluate", {"layout": "/x.glp", "report_levle": "detailed"})
+        assert res.is_error
+        assert res.structured_content["code"] == "SCHEMA_VALIDATION_ERROR"
+        assert res.structured_content["details"]["unknown_fields"] == ["report_levle"]
+        assert "report_levle" in res.content[0].text
+        res = await client.call_tool("poll", {})
+        assert res.is_error and res.structured_content["details"]["field"] == "job_id"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", PATHS)
+async def test_normalization_reported_and_porcelain(path, mode, tmp_path):
+    async with connect(path, mode, tmp_path) as client:
+        res = await client.call_tool("testEcho", {"value": [1, 2], "n": "7"})
+        assert not res.is_error, res.content[0].text
+        sc = res.structured_content
+        assert sc["n"] == 7 and sc["schema_version"] and sc["provenance"]["inputs_hash"].startswith("sha256:")
+        notes = res.meta["dome/normalized"]
+        assert "tool testEcho -> test_echo" in notes and any("coerced '7' -> 7" in n for n in notes)
+        text = res.content[0].text
+        assert text.splitlines()[0] == "ok test_echo" and "note: n: coerced" in text
+        res = await client.call_tool("test_echo", {"value": 1, "render": "json"})
+        assert json.loads(res.content[0].text) == res.structured_content
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", PATHS)
+async def test_progress_strictly_increasing_and_job_polled(path, mode, tmp_path):
+    seen: list[float] = []
+
+    async def on_progress(progress, total, message):
+        seen.append(progress)
+
+    async with connect(path, mode, tmp_path) as client:
+        res = await client.call_tool("test_slow", {"steps": 8, "step_s": 0.06}, progress_callback=on_progress)
+        assert not res.is_error, res.content[0].text
+        job_id = res.structured_content["job_id"]
+        polled = await client.call_tool("poll", {"job_id": job_id})
+        assert polled.structured_content["status"] == "succeeded"
+        assert polled.structured_content["progress"] == 1.0
+        # wait=false: job_id at once, then poll until done
+        res = await client.call_tool("test_slow", {"steps": 4, "step_s": 0.05, "wait": False})
+        job2 = res.structured_content["job_id"]
+        assert res.structured_content["status"] == "running"
+        for _ in range(100):
+            st = (await client.call_tool("poll", {"job_id": job2})).structured_content
+            if st["status"] != "running":
+                break
+            await anyio.sleep(0.05)
+        assert st["status"] == "succeeded" and st["result"]["completed"] is True
+    assert len(seen) >= 2
+    assert all(b > a for a, b in zip(seen, seen[1:])), seen
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", PATHS)
+async def test_contamination_never_reaches_the_wire(path, mode, tmp_path):
+    # stdio: any stray byte on the host's stdout would break the SDK client's framing; the
+    # subprocess test below also reads the raw bytes.
+    async with connect(path, mode, tmp_path) as client:
+        res = await client.call_tool("test_noisy", {"lines": 5})
+        assert not res.is_error, res.content[0].text
+        res = await client.call_tool("health", {})
+        assert res.structured_content["lifecycle_state"] == "ready"
