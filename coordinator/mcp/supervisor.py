@@ -66,6 +66,7 @@ class WorkerSupervisor:
         self._lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
+        self._generations: list[_Generation] = []
 
     # lifecycle -----------------------------------------------------------
     async def __aenter__(self) -> "WorkerSupervisor":
@@ -74,15 +75,21 @@ class WorkerSupervisor:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        gen = self._current
-        if gen is not None:
+        gens = [g for g in self._generations if not g.ended.is_set()]
+        for gen in gens:
             gen.stop.set()
         if self._stack is not None:
+            ended = True
             with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(5) as scope:
-                    if gen is not None:
+                for gen in gens:
+                    with anyio.move_on_after(1.0):
                         await gen.ended.wait()
-            if scope.cancelled_caught and self._tg is not None:
+                    if not gen.ended.is_set():
+                        gen.pipes.kill()  # a disposable worker: no more grace than that
+                        with anyio.move_on_after(2.0):
+                            await gen.ended.wait()
+                    ended = ended and gen.ended.is_set()
+            if not ended and self._tg is not None:
                 self._tg.cancel_scope.cancel()
             await self._stack.aclose()
         self._tg = None
@@ -136,6 +143,7 @@ class WorkerSupervisor:
                 await self._retire(gen)
             number = self.generation + 1
             gen = _Generation(number, WorkerPipes(worker_argv(), self._env(), cwd=os.getcwd()))
+            self._generations.append(gen)
             self._tg.start_soon(self._run_generation, gen)
             with anyio.move_on_after(self.start_timeout_s):
                 await gen.ready.wait()
@@ -152,6 +160,7 @@ class WorkerSupervisor:
             return gen
 
     async def _retire(self, gen: _Generation) -> None:
+        self._generations = [g for g in self._generations if not g.ended.is_set() or g is gen]
         gen.stop.set()
         gen.pipes.kill()
         with anyio.CancelScope(shield=True), anyio.move_on_after(3):

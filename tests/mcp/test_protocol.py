@@ -19,11 +19,8 @@ PRODUCTION_TOOLS = {
 }
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("path", PATHS)
-async def test_every_tool_listed_with_schemas(path, mode, tmp_path):
-    async with connect(path, mode, tmp_path) as client:
-        tools = {t.name: t for t in (await client.list_tools()).tools}
+async def check_every_tool_listed_with_schemas(client, tmp_path):
+    tools = {t.name: t for t in (await client.list_tools()).tools}
     assert PRODUCTION_TOOLS <= set(tools)
     for name, tool in tools.items():
         assert tool.input_schema["type"] == "object", name
@@ -38,10 +35,8 @@ async def test_every_tool_listed_with_schemas(path, mode, tmp_path):
     assert "wait" in tools["optimize"].input_schema["properties"]
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("path", PATHS)
-async def test_unknown_field_rejected_naming_it(path, mode, tmp_path):
-    async with connect(path, mode, tmp_path) as client:
+async def check_unknown_field_rejected_naming_it(client, tmp_path):
+    if True:
         res = await client.call_tool("evaluate", {"layout": "/x.glp", "report_levle": "detailed"})
         assert res.is_error
         assert res.structured_content["code"] == "SCHEMA_VALIDATION_ERROR"
@@ -51,10 +46,8 @@ async def test_unknown_field_rejected_naming_it(path, mode, tmp_path):
         assert res.is_error and res.structured_content["details"]["field"] == "job_id"
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("path", PATHS)
-async def test_normalization_reported_and_porcelain(path, mode, tmp_path):
-    async with connect(path, mode, tmp_path) as client:
+async def check_normalization_reported_and_porcelain(client, tmp_path):
+    if True:
         res = await client.call_tool("testEcho", {"value": [1, 2], "n": "7"})
         assert not res.is_error, res.content[0].text
         sc = res.structured_content
@@ -67,15 +60,13 @@ async def test_normalization_reported_and_porcelain(path, mode, tmp_path):
         assert json.loads(res.content[0].text) == res.structured_content
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("path", PATHS)
-async def test_progress_strictly_increasing_and_job_polled(path, mode, tmp_path):
+async def check_progress_strictly_increasing_and_job_polled(client, tmp_path):
     seen: list[float] = []
 
     async def on_progress(progress, total, message):
         seen.append(progress)
 
-    async with connect(path, mode, tmp_path) as client:
+    if True:
         res = await client.call_tool("test_slow", {"steps": 8, "step_s": 0.06}, progress_callback=on_progress)
         assert not res.is_error, res.content[0].text
         job_id = res.structured_content["job_id"]
@@ -96,13 +87,22 @@ async def test_progress_strictly_increasing_and_job_polled(path, mode, tmp_path)
     assert all(b > a for a, b in zip(seen, seen[1:])), seen
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("path", PATHS)
-async def test_contamination_never_reaches_the_wire(path, mode, tmp_path):
-    # stdio: any stray byte on the host's stdout would break the SDK client's framing; the
-    # subprocess test below also reads the raw bytes.
-    async with connect(path, mode, tmp_path) as client:
+async def check_contamination_never_reaches_the_wire(client, tmp_path):
+    # stdio: a stray byte on the host's stdout breaks the SDK client's framing (see also test_stdio_raw)
+    if True:
         res = await client.call_tool("test_noisy", {"lines": 5})
         assert not res.is_error, res.content[0].text
         res = await client.call_tool("health", {})
         assert res.structured_content["lifecycle_state"] == "ready"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", PATHS)
+async def test_protocol_surface(path, mode, tmp_path):
+    """One session per path x mode: every check below runs on it."""
+    async with connect(path, mode, tmp_path) as client:
+        await check_every_tool_listed_with_schemas(client, tmp_path)
+        await check_unknown_field_rejected_naming_it(client, tmp_path)
+        await check_normalization_reported_and_porcelain(client, tmp_path)
+        await check_progress_strictly_increasing_and_job_polled(client, tmp_path)
+        await check_contamination_never_reaches_the_wire(client, tmp_path)
