@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+from urllib.parse import urljoin
 
-TOOLS_DIR = Path(__file__).resolve().parents[2] / "registry" / "tools"
+TEST_CONTRACT_PATH = Path(__file__).resolve().parent / "testing" / "contract.json"
 TEST_TOOLS_ENV = "DOME_MCP_TEST_TOOLS"
-TEST_CONTRACT = "dome.mcp_testing"
 SCHEMA_VERSION = "1.0.0"
 
 RENDER_FIELD = {"enum": ["porcelain", "json"], "default": "porcelain",
@@ -55,6 +55,8 @@ class ToolSpec:
     aliases: tuple[str, ...] = ()
     capabilities: dict[str, Any] | None = None
     input_schema: dict[str, Any] = field(default_factory=dict)  # request + host envelope
+    output_schema: dict[str, Any] = field(default_factory=dict)
+    method: str = ""  # the registry method name (MCP name may differ, e.g. promote -> run_promote)
 
     @property
     def fields(self) -> frozenset[str]:
@@ -79,10 +81,10 @@ class ToolSpec:
             "title": self.title,
             "description": desc,
             "inputSchema": self.input_schema,
-            "outputSchema": self.response,
+            "outputSchema": self.output_schema or self.response,
             "annotations": {
                 "title": self.title,
-                "readOnlyHint": self.capability == "read" and self.side_effect in ("none", "session"),
+                "readOnlyHint": self.capability == "read" and self.side_effect == "none",
                 "destructiveHint": self.destructive,
                 "idempotentHint": self.idempotent,
                 "openWorldHint": False,
@@ -102,49 +104,150 @@ def _input_schema(request: dict[str, Any], long_running: bool) -> dict[str, Any]
     return schema
 
 
-def _resolve_schema(value: Any) -> dict[str, Any]:
-    """A method's schema inline, or by name in the schema store (`{"$schema_name": "litho/evaluate_request"}`)."""
-    if isinstance(value, dict) and "$schema_name" in value:
-        from registry.schema_store import load_schema
-        try:
-            return load_schema(value["$schema_name"])
-        except Exception:
-            return value.get("fallback", {"type": "object"})
-    return value
+JOB_HANDLE = {"type": "object", "required": ["job_id", "status"],
+              "properties": {"job_id": {"type": "string"}, "status": {"type": "string"},
+                             "schema_version": {"type": "string"}, "provenance": {"type": "object"}},
+              "additionalProperties": True}
 
 
-def load_contracts(tools_dir: Path = TOOLS_DIR) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(tools_dir.glob("*.json"))]
+def _output_schema(response: dict[str, Any], long_running: bool) -> dict[str, Any]:
+    out = json.loads(json.dumps(response))
+    out["type"] = "object"
+    if long_running:  # wait=false returns a job handle instead of the result
+        return {"type": "object", "anyOf": [out, JOB_HANDLE]}
+    return out
 
 
-def specs_from_contracts(contracts: list[dict[str, Any]], *, include_test: bool) -> dict[str, ToolSpec]:
+def inline_refs(schema: Any, base_id: str, lookup: Callable[[str], dict[str, Any]], _depth: int = 0) -> Any:
+    """Return `schema` with every $ref replaced by its target, so MCP clients need no resolver."""
+    if _depth > 40:
+        raise ValueError("schema $ref nesting too deep")
+    if isinstance(schema, list):
+        return [inline_refs(x, base_id, lookup, _depth) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        url, _, pointer = ref.partition("#")
+        target_id = urljoin(base_id, url) if url else base_id
+        doc = lookup(target_id)
+        node: Any = doc
+        for part in [p for p in pointer.split("/") if p]:
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        merged = inline_refs(node, target_id, lookup, _depth + 1)
+        extra = {k: v for k, v in schema.items() if k != "$ref"}
+        return {**merged, **{k: inline_refs(v, base_id, lookup, _depth) for k, v in extra.items()}} if extra else merged
+    return {k: inline_refs(v, base_id, lookup, _depth) for k, v in schema.items()
+            if k not in ("$schema", "$id", "$defs")}
+
+
+# MCP-facing aliases for contract methods (the registry names stay canonical)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "evaluate": ("eval", "litho_evaluate", "litho.evaluate"),
+    "optimize": ("ilt", "opc", "litho_optimize", "litho.optimize"),
+    "simulate": ("sim", "litho_simulate", "litho.simulate"),
+    "open_layout": ("open", "load_layout"), "close_session": ("close",), "query_region": ("query",),
+    "measure_geometry": ("measure",), "render_view": ("render",), "run_drc_script": ("drc", "run_drc"),
+    "extract_markers": ("markers",),
+}
+SERVED_BY = {"mcp_front": "host", "litho": "worker", "klayout_observer": "worker"}
+# RFC 0006 section 3: the per-engine-path detail matrix, published on the litho tools' descriptors.
+# The litho engine's own data (registry/tools/litho/spec/capabilities.json) wins when present.
+LITHO_CAPABILITIES: dict[str, Any] = {
+    "report_levels": ["aggregate", "detailed"],
+    "engine_paths": {
+        "epe.gauge": {"detailed": "single_pass"},
+        "l2.raster": {"detailed": "unsupported"},
+        "pvband.3corner": {"detailed": "rerun_required"},
+        "tiled.canvas": {"detailed": "conditional", "precondition": {
+            "layout_area_nm2_max": 5e10, "violation_count_max": 50000, "on_exceeded": "degrade_to_aggregate",
+            "signaled_via": "degraded_to_aggregate: true on response"}},
+    },
+    "schema_version": "1.0.0",
+    "max_violations_per_response": 10000,
+}
+
+
+def _litho_capabilities(root: Path) -> dict[str, Any]:
+    path = root / "tools" / "litho" / "spec" / "capabilities.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    return LITHO_CAPABILITIES
+
+
+def specs_from_registry(reg: Any = None) -> dict[str, ToolSpec]:
+    """ToolSpecs for every method of the contracts the MCP host serves."""
+    from registry import schema_store
+    from registry.contracts import default_registry
+
+    reg = reg or default_registry()
+    by_id: dict[str, dict[str, Any]] = {}
+    for name in schema_store.schema_names():
+        doc = schema_store.load_schema(name)
+        by_id[doc.get("$id", schema_store.ID_PREFIX + name + ".json")] = doc
+    for name, doc in reg.schemas.items():
+        by_id[doc.get("$id", schema_store.ID_PREFIX + name + ".json")] = doc
+
+    def lookup(target: str) -> dict[str, Any]:
+        return by_id[target]
+
+    def resolved(name: str) -> dict[str, Any]:
+        doc = reg.schema(name)
+        return inline_refs(doc, doc.get("$id", schema_store.ID_PREFIX + name + ".json"), lookup)
+
     out: dict[str, ToolSpec] = {}
-    for c in contracts:
-        if c["contract_id"] == TEST_CONTRACT and not include_test:
+    for tool_id, served_by in SERVED_BY.items():
+        contract = reg.contracts.get(tool_id)
+        if contract is None:
             continue
-        if c.get("served_by") not in ("host", "worker"):
-            continue  # contracts served elsewhere (the worker gateway's own methods)
-        for m in c["methods"]:
-            request = _resolve_schema(m["request"])
-            lr = bool(m.get("long_running"))
-            spec = ToolSpec(
-                name=m["name"], contract_id=c["contract_id"], contract_version=c["version"],
-                title=m.get("title", m["name"]), description=m["description"], request=request,
-                response=_resolve_schema(m.get("response") or {"type": "object"}),
-                replay=Replay(m.get("replay", "NeverReplay")), served_by=c["served_by"],
-                capability=m.get("capability", "read"), side_effect=m.get("side_effect", "none"),
-                destructive=bool(m.get("destructive")), idempotent=bool(m.get("idempotent", True)),
-                long_running=lr, aliases=tuple(m.get("aliases", ())), capabilities=m.get("capabilities"),
-                input_schema=_input_schema(request, lr),
+        for mname, m in contract.methods.items():
+            tags = list(contract.doc["methods"][mname].get("tags") or ())
+            mcp_name = next((t.split(":", 1)[1] for t in tags if t.startswith("mcp_name:")), mname)
+            aliases = tuple(t.split(":", 1)[1] for t in tags if t.startswith("mcp_alias:")) + ALIASES.get(mname, ())
+            if mcp_name != mname:
+                aliases += (mname,)
+            request = resolved(m.input)
+            response = resolved(m.output)
+            lr = bool(m.long_running)
+            doc = contract.doc["methods"][mname]
+            out[mcp_name] = ToolSpec(
+                name=mcp_name, contract_id=contract.contract_id, contract_version=contract.version,
+                title=doc.get("summary", mname), description=doc.get("description") or doc.get("summary", mname),
+                request=request, response=response, replay=Replay(m.replay), served_by=served_by,
+                capability=m.capability_class, side_effect=m.side_effect,
+                destructive=bool(m.requires_consent), idempotent=m.replay != "NeverReplay",
+                long_running=lr, aliases=aliases,
+                capabilities=_litho_capabilities(reg.root) if tool_id == "litho" else None,
+                input_schema=_input_schema(request, lr), output_schema=_output_schema(response, lr),
+                method=mname,
             )
-            if spec.name in out:
-                raise ValueError(f"tool {spec.name!r} defined twice")
-            out[spec.name] = spec
+    return out
+
+
+def specs_from_flat_contract(c: dict[str, Any]) -> dict[str, ToolSpec]:
+    """The test-only contract (coordinator/mcp/testing/contract.json): a flat list of methods."""
+    out: dict[str, ToolSpec] = {}
+    for m in c["methods"]:
+        request = m["request"]
+        lr = bool(m.get("long_running"))
+        response = m.get("response") or {"type": "object"}
+        out[m["name"]] = ToolSpec(
+            name=m["name"], contract_id=c["contract_id"], contract_version=c["version"],
+            title=m.get("title", m["name"]), description=m["description"], request=request, response=response,
+            replay=Replay(m.get("replay", "NeverReplay")), served_by=c["served_by"],
+            capability=m.get("capability", "read"), side_effect=m.get("side_effect", "none"),
+            destructive=bool(m.get("destructive")), idempotent=bool(m.get("idempotent", True)),
+            long_running=lr, aliases=tuple(m.get("aliases", ())),
+            input_schema=_input_schema(request, lr), output_schema=_output_schema(response, lr), method=m["name"])
     return out
 
 
 @lru_cache(maxsize=2)
 def default_specs(include_test: bool | None = None) -> dict[str, ToolSpec]:
+    """Production tools from the registry; plus the test-only tools when asked (or DOME_MCP_TEST_TOOLS=1)."""
     if include_test is None:
         include_test = os.environ.get(TEST_TOOLS_ENV) == "1"
-    return specs_from_contracts(load_contracts(), include_test=include_test)
+    specs = specs_from_registry()
+    if include_test:
+        specs.update(specs_from_flat_contract(json.loads(TEST_CONTRACT_PATH.read_text())))
+    return specs

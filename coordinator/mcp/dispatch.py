@@ -281,7 +281,9 @@ class ToolHost:
                         raise Fault(FaultCategory.REPLAY_EXHAUSTION,
                                     f"{spec.name} failed {attempt} times ({fault.category.value}); giving up",
                                     details={**fault.details, "attempts": attempt, "replay": spec.replay.value}) from None
-                    if spec.replay is Replay.PROBE_REQUIRED:
+                    if spec.replay is Replay.PROBE_REQUIRED and spec.side_effect == "none":
+                        pass  # no effect to probe for: the probe is the state rebuild (_pin_session) before the replay
+                    elif spec.replay is Replay.PROBE_REQUIRED:
                         probe = await self.supervisor.probe(spec.name, args)
                         effect = probe.get("effect")
                         if effect == "present" and isinstance(probe.get("result"), dict):
@@ -350,7 +352,8 @@ class ToolHost:
             if spec.name == "close_session":
                 self.sessions.pop(public_sid, None)
             return result
-        if spec.side_effect == "session" and "session_id" not in args and isinstance(result.get("session_id"), str):
+        opener = "session_id" not in spec.request.get("properties", {})
+        if opener and isinstance(result.get("session_id"), str):
             sha = (result.get("source") or {}).get("sha256")
             self.sessions[result["session_id"]] = _SessionPin(spec.name, dict(args), sha, generation,
                                                               result["session_id"])

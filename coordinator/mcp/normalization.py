@@ -121,7 +121,7 @@ def normalize_arguments(spec: ToolSpec, args: Mapping[str, Any], *, cwd: str | N
             value, changed = _coerce(value, schema)
             if changed:
                 notes.append(f"{target}: coerced {args[key]!r} -> {value!r}")
-            if target in PATH_FIELDS and isinstance(value, str) and value:
+            if target in PATH_FIELDS and isinstance(value, str) and value and not value.startswith("sha256:"):
                 norm = normalize_path(value, cwd)
                 if norm != value:
                     notes.append(f"{target}: path {value} -> {norm}")
