@@ -18,6 +18,8 @@ def test_every_tool_of_the_issue_has_a_contract() -> None:
         "litho": {"simulate", "evaluate", "optimize"},
         "klayout_observer": set(KLAYOUT_TOOLS),
         "drc": {"run_drc"},
+        "mcp_front": {"run_submit", "run_status", "job_poll", "job_cancel", "run_events", "run_evidence",
+                      "run_verify", "run_promote", "host_health", "host_telemetry"},
     }
     assert {t: set(c.methods) for t, c in REG.contracts.items()} == expected
 
@@ -38,7 +40,8 @@ def test_write_methods_require_idempotency_key_and_node_execution_id() -> None:
 
 
 def test_admin_methods_are_exactly_the_integration_contract() -> None:
-    assert REG.admin_methods() == set(REG.contracts["repo_integration_admin"].methods)
+    # plus the MCP front door's run control (coordinator-side only, never in a worker grant)
+    assert REG.admin_methods() == set(REG.contracts["repo_integration_admin"].methods) | {"run_submit", "run_promote"}
 
 
 def test_method_lookup_by_bare_or_qualified_name() -> None:
