@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _enc_str  # C implementation when available
 from typing import Any
@@ -27,7 +28,7 @@ from registry.signing import SigningKey
 
 from .errors import InvalidEvent, PayloadTooLarge
 
-SCHEMA_VERSION = "dome.control_event/v1"
+SCHEMA_VERSION = 1  # registry/schemas/control_event.json: envelope format version
 PAYLOAD_TYPE = "application/vnd.dome.controlevent+json"
 #: Largest canonical payload the ledger accepts; bigger things go to the blob store.
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -38,6 +39,9 @@ RECORD_KEYS = (
     "payload_digest", "prev_digest", "run_id", "schema_version", "sequence", "task_id",
     "topic", "ts", "wave_id",
 )
+# registry/schemas/common.json identifier and control_event.json topic patterns
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}")
+_TOPIC = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 _KEY_PREFIX = {k: (_enc_str(k) + ":").encode("ascii") for k in RECORD_KEYS}
 
 
@@ -57,7 +61,7 @@ class EventDraft:
 class EventRecord:
     """One stored ControlEvent, exactly as the ledger holds it."""
 
-    schema_version: str
+    schema_version: int
     sequence: int
     event_id: str
     ts: str
@@ -130,10 +134,18 @@ def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
          kid: str | None = None) -> bytes:
     """The exact record bytes (RFC 8785) for these fields. The canonical payload
     is spliced in as given, so it is encoded once per event."""
-    if not run_id or type(run_id) is not str:
-        raise InvalidEvent("run_id must be a non-empty string")
-    if not topic or type(topic) is not str:
-        raise InvalidEvent("topic must be a non-empty string")
+    for name, value in (("run_id", run_id), ("wave_id", wave_id), ("node_id", node_id),
+                        ("node_execution_id", node_execution_id), ("task_id", task_id)):
+        if value is not None and (type(value) is not str or not _IDENTIFIER.fullmatch(value)):
+            raise InvalidEvent(f"{name} {value!r} is not an identifier",
+                               details={"field": name},
+                               hints=["ids are 1-200 of letters, digits and . _ : @ / + -, "
+                                      "starting with a letter or digit"])
+    if run_id is None:
+        raise InvalidEvent("run_id is required")
+    if type(topic) is not str or not _TOPIC.fullmatch(topic):
+        raise InvalidEvent(f"topic {topic!r} is not a dotted lowercase name such as task.progress",
+                           details={"field": "topic"})
     if type(sequence) is not int or sequence < 1:
         raise InvalidEvent("sequence must be a positive integer")
     p = _KEY_PREFIX
@@ -147,7 +159,7 @@ def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
         b",", p["payload_digest"], _enc(payload_digest, "payload_digest"),
         b",", p["prev_digest"], _enc(prev_digest, "prev_digest"),
         b",", p["run_id"], _enc(run_id, "run_id"),
-        b",", p["schema_version"], _enc(SCHEMA_VERSION, "schema_version"),
+        b",", p["schema_version"], str(SCHEMA_VERSION).encode("ascii"),
         b",", p["sequence"], str(sequence).encode("ascii"),
         b",", p["task_id"], _enc(task_id, "task_id"),
         b",", p["topic"], _enc(topic, "topic"),

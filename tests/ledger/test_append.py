@@ -31,6 +31,27 @@ def test_sequence_is_per_run_monotonic_and_chain_links_records(ledger) -> None:
     assert ledger.events("run-a", since=1) == [stored[1]]
 
 
+def test_records_conform_to_the_control_event_schema(ledger, signer) -> None:
+    from registry.schema_store import validate
+    recs = [ledger.append("run-1", "run.started", {"seed": 1}),
+            ledger.append("run-1", "gate.computed", {"passed": False}, wave_id="w-1", node_id="n.1",
+                          node_execution_id="n.1:x2", task_id="t/1", signer=signer)]
+    for rec in recs:
+        validate("control_event", rec.to_json())
+        validate("envelope", rec.to_json())
+
+
+@pytest.mark.parametrize("field,value", [("run_id", ""), ("run_id", "has space"), ("task_id", "-x"),
+                                         ("wave_id", "w" * 201), ("topic", "Task.Progress"),
+                                         ("topic", "progress")])
+def test_ids_and_topics_outside_the_schema_are_refused(ledger, field, value) -> None:
+    kwargs = {"run_id": "r", "topic": "task.progress", field: value}
+    run_id, topic = kwargs.pop("run_id"), kwargs.pop("topic")
+    with pytest.raises(InvalidEvent):
+        ledger.append(run_id, topic, {}, **kwargs)
+    assert ledger.run_ids() == []
+
+
 def test_expected_sequence_refuses_a_stale_writer(ledger) -> None:
     ledger.append("r", "run.started", {}, expected_sequence=0)
     ledger.append("r", "wave.started", {}, expected_sequence=1)
