@@ -1,0 +1,81 @@
+"""Mirror the ledger to files: OPS_ROOT/runs/<run_id>/events/event.<sequence>.json.
+
+The files are a projection: if they disagree with the ledger, the ledger
+wins and `export_run` rewrites them. Each file is the record's export form
+(EventRecord.to_json(): the envelope fields, record_digest, signature, and a
+DSSE envelope with the exact record bytes so a third party can check them
+without re-serializing anything). Writes are atomic (temp file + rename).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from .record import EventRecord
+
+
+def run_dir_name(run_id: str) -> str:
+    """A run id as one path segment (ids may contain '/')."""
+    return run_id.replace("%", "%25").replace("/", "%2F")
+
+
+def events_dir(ops_root: Path | str, run_id: str) -> Path:
+    return Path(ops_root) / "runs" / run_dir_name(run_id) / "events"
+
+
+def event_path(ops_root: Path | str, run_id: str, sequence: int) -> Path:
+    return events_dir(ops_root, run_id) / f"event.{sequence}.json"
+
+
+def render(rec: EventRecord) -> bytes:
+    return (json.dumps(rec.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def export_records(records: Iterable[EventRecord], ops_root: Path | str) -> list[Path]:
+    """Write these records' files (what the run loop calls after appending);
+    a file that already holds the same bytes is left alone."""
+    written = []
+    made: set[Path] = set()
+    for rec in records:
+        path = event_path(ops_root, rec.run_id, rec.sequence)
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
+        data = render(rec)
+        try:
+            if path.read_bytes() == data:
+                continue
+        except FileNotFoundError:
+            pass
+        _write_atomic(path, data)
+        written.append(path)
+    return written
+
+
+def export_run(ledger, run_id: str, ops_root: Path | str | None = None) -> list[Path]:
+    """Re-export a whole run from the ledger (ledger wins): rewrites files
+    that differ and removes event files the ledger does not have."""
+    root = Path(ops_root) if ops_root is not None else ledger.ops_root
+    records = ledger.events(run_id)
+    written = export_records(records, root)
+    keep = {f"event.{r.sequence}.json" for r in records}
+    d = events_dir(root, run_id)
+    if d.is_dir():
+        for stray in d.glob("event.*.json"):
+            if stray.name not in keep:
+                stray.unlink()
+    return written
