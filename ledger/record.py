@@ -20,7 +20,6 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring as _enc_str  # C implementation when available
 from typing import Any
 
 from registry.canonical import CANONICALIZATION, canonical_json, digest_bytes, sha256_hex
@@ -42,7 +41,6 @@ RECORD_KEYS = (
 # registry/schemas/common.json identifier and control_event.json topic patterns
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}")
 _TOPIC = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
-_KEY_PREFIX = {k: (_enc_str(k) + ":").encode("ascii") for k in RECORD_KEYS}
 
 
 @dataclass(frozen=True)
@@ -115,16 +113,33 @@ def payload_bytes(payload: Any) -> bytes:
     return data
 
 
-def _enc(value: Any, name: str) -> bytes:
-    if value is None:
-        return b"null"
-    if type(value) is str:
-        try:
-            return _enc_str(value).encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidEvent(f"{name} is not valid Unicode text", details={"field": name}) from None
-    raise InvalidEvent(f"{name} must be a string or null", details={"field": name,
-                                                                     "type": type(value).__name__})
+_VALID_IDS: dict[str, bool] = {}
+_VALID_TOPICS: dict[str, bool] = {}
+
+
+def _check_id(name: str, value: Any) -> None:
+    if value is None or _VALID_IDS.get(value) is True:
+        return
+    if type(value) is not str or not _IDENTIFIER.fullmatch(value):
+        raise InvalidEvent(f"{name} {value!r} is not an identifier", details={"field": name},
+                           hints=["ids are 1-200 of letters, digits and . _ : @ / + -, "
+                                  "starting with a letter or digit"])
+    if len(_VALID_IDS) > 100_000:
+        _VALID_IDS.clear()
+    _VALID_IDS[value] = True
+
+
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_KID = re.compile(r"ed25519:[0-9a-f]{32}")
+_LAST_TS: list[str] = [""]
+
+
+def _check(name: str, value: Any, pattern: re.Pattern[str], optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if type(value) is not str or not pattern.fullmatch(value):
+        raise InvalidEvent(f"{name} {value!r} is not well-formed", details={"field": name})
 
 
 def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
@@ -132,41 +147,44 @@ def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
          wave_id: str | None = None, node_id: str | None = None,
          node_execution_id: str | None = None, task_id: str | None = None,
          kid: str | None = None) -> bytes:
-    """The exact record bytes (RFC 8785) for these fields. The canonical payload
-    is spliced in as given, so it is encoded once per event."""
-    for name, value in (("run_id", run_id), ("wave_id", wave_id), ("node_id", node_id),
-                        ("node_execution_id", node_execution_id), ("task_id", task_id)):
-        if value is not None and (type(value) is not str or not _IDENTIFIER.fullmatch(value)):
-            raise InvalidEvent(f"{name} {value!r} is not an identifier",
-                               details={"field": name},
-                               hints=["ids are 1-200 of letters, digits and . _ : @ / + -, "
-                                      "starting with a letter or digit"])
+    """The exact record bytes (RFC 8785) for these fields.
+
+    Every field but the payload is checked against its schema pattern
+    (identifiers, topic, timestamp, digests, kid): those patterns admit only
+    ASCII characters that RFC 8785 writes unescaped, so the envelope is
+    formatted directly, keys in sorted order, and the canonical payload is
+    spliced in as given (encoded once per event)."""
     if run_id is None:
         raise InvalidEvent("run_id is required")
-    if type(topic) is not str or not _TOPIC.fullmatch(topic):
-        raise InvalidEvent(f"topic {topic!r} is not a dotted lowercase name such as task.progress",
-                           details={"field": "topic"})
+    _check_id("run_id", run_id)
+    _check_id("wave_id", wave_id)
+    _check_id("node_id", node_id)
+    _check_id("node_execution_id", node_execution_id)
+    _check_id("task_id", task_id)
+    if type(event_id) is not str or not _IDENTIFIER.fullmatch(event_id):
+        raise InvalidEvent(f"event_id {event_id!r} is not an identifier", details={"field": "event_id"})
+    if _VALID_TOPICS.get(topic) is not True:
+        if type(topic) is not str or not _TOPIC.fullmatch(topic):
+            raise InvalidEvent(f"topic {topic!r} is not a dotted lowercase name such as task.progress",
+                               details={"field": "topic"})
+        if len(_VALID_TOPICS) < 10_000:
+            _VALID_TOPICS[topic] = True
     if type(sequence) is not int or sequence < 1:
         raise InvalidEvent("sequence must be a positive integer")
-    p = _KEY_PREFIX
-    return b"".join((
-        b"{", p["canonicalization"], _enc(CANONICALIZATION, "canonicalization"),
-        b",", p["event_id"], _enc(event_id, "event_id"),
-        b",", p["kid"], _enc(kid, "kid"),
-        b",", p["node_execution_id"], _enc(node_execution_id, "node_execution_id"),
-        b",", p["node_id"], _enc(node_id, "node_id"),
-        b",", p["payload"], payload_canonical,
-        b",", p["payload_digest"], _enc(payload_digest, "payload_digest"),
-        b",", p["prev_digest"], _enc(prev_digest, "prev_digest"),
-        b",", p["run_id"], _enc(run_id, "run_id"),
-        b",", p["schema_version"], str(SCHEMA_VERSION).encode("ascii"),
-        b",", p["sequence"], str(sequence).encode("ascii"),
-        b",", p["task_id"], _enc(task_id, "task_id"),
-        b",", p["topic"], _enc(topic, "topic"),
-        b",", p["ts"], _enc(ts, "ts"),
-        b",", p["wave_id"], _enc(wave_id, "wave_id"),
-        b"}",
-    ))
+    if ts is not _LAST_TS[0]:
+        _check("ts", ts, _TIMESTAMP)
+        _LAST_TS[0] = ts
+    _check("payload_digest", payload_digest, _DIGEST)
+    _check("prev_digest", prev_digest, _DIGEST, optional=True)
+    _check("kid", kid, _KID, optional=True)
+    q = lambda v: "null" if v is None else f'"{v}"'  # noqa: E731 - values are checked ASCII
+    head = (f'{{"canonicalization":"{CANONICALIZATION}","event_id":"{event_id}",'
+            f'"kid":{q(kid)},"node_execution_id":{q(node_execution_id)},"node_id":{q(node_id)},'
+            f'"payload":')
+    tail = (f',"payload_digest":"{payload_digest}","prev_digest":{q(prev_digest)},'
+            f'"run_id":"{run_id}","schema_version":{SCHEMA_VERSION},"sequence":{sequence},'
+            f'"task_id":{q(task_id)},"topic":"{topic}","ts":"{ts}","wave_id":{q(wave_id)}}}')
+    return b"".join((head.encode("ascii"), payload_canonical, tail.encode("ascii")))
 
 
 def record_digest(data: bytes) -> str:
@@ -189,15 +207,23 @@ def build(*, run_id: str, sequence: int, event_id: str, ts: str, draft: EventDra
                 payload_canonical=pc, payload_digest=pd, prev_digest=prev_digest,
                 wave_id=draft.wave_id, node_id=draft.node_id,
                 node_execution_id=draft.node_execution_id, task_id=draft.task_id, kid=kid)
-    return EventRecord(
+    return make_record(
         schema_version=SCHEMA_VERSION, sequence=sequence, event_id=event_id, ts=ts,
         topic=draft.topic, run_id=run_id, wave_id=draft.wave_id, node_id=draft.node_id,
         node_execution_id=draft.node_execution_id, task_id=draft.task_id,
         payload=draft.payload, payload_digest=pd, prev_digest=prev_digest,
         canonicalization=CANONICALIZATION, kid=kid,
         signature=sign_record(data, signer) if signer is not None else None,
-        record_bytes=data, record_digest=record_digest(data),
+        record_bytes=data, record_digest="sha256:" + sha256_hex(data),
     )
+
+
+def make_record(**fields: Any) -> EventRecord:
+    """Construct an EventRecord without the frozen-dataclass __init__ cost
+    (hot paths: append and read). Every field must be given."""
+    rec = object.__new__(EventRecord)
+    rec.__dict__.update(fields)
+    return rec
 
 
 _SAFE_INT = 2**53 - 1
@@ -232,4 +258,4 @@ def from_record_bytes(data: bytes, *, signature: str | None, digest: str | None 
 
 __all__ = ["EventDraft", "EventRecord", "PAYLOAD_TYPE", "SCHEMA_VERSION", "MAX_PAYLOAD_BYTES",
            "RECORD_KEYS", "CORRELATION_KEYS", "build", "seal", "payload_bytes", "record_digest",
-           "sign_record", "from_record_bytes", "loads_record"]
+           "sign_record", "from_record_bytes", "loads_record", "make_record"]

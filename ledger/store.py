@@ -11,6 +11,8 @@ SequenceConflict instead of an interleaved chain.
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import threading
 import uuid
 from contextlib import contextmanager
@@ -30,7 +32,8 @@ from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerUnavailable,
                      SequenceConflict)
 from .models import events, idempotency_records, revocations, spent_grants
-from .record import EventDraft, EventRecord, build, from_record_bytes, payload_bytes
+from .record import (EventDraft, EventRecord, build, loads_record, make_record,
+                     payload_bytes)
 from .verify import VERIFY_COLUMNS, LedgerVerifyReport, verify_run
 
 Clock = Callable[[], str]
@@ -44,29 +47,47 @@ def new_event_id() -> str:
     return str(uuid.uuid4())
 
 
-def _row(rec: EventRecord) -> dict[str, Any]:
-    return {
-        "run_id": rec.run_id, "sequence": rec.sequence, "event_id": rec.event_id, "ts": rec.ts,
-        "topic": rec.topic, "wave_id": rec.wave_id, "node_id": rec.node_id,
-        "node_execution_id": rec.node_execution_id, "task_id": rec.task_id,
-        "payload": _payload_text(rec), "payload_digest": rec.payload_digest,
-        "canonicalization": rec.canonicalization, "schema_version": rec.schema_version,
-        "prev_digest": rec.prev_digest, "record_digest": rec.record_digest, "kid": rec.kid,
-        "signature": rec.signature, "record_bytes": rec.record_bytes,
-    }
+def new_event_ids(n: int) -> list[str]:
+    """n random (version 4) UUID strings from one urandom call."""
+    raw = bytearray(os.urandom(16 * n))
+    out = []
+    for k in range(0, 16 * n, 16):
+        raw[k + 6] = (raw[k + 6] & 0x0F) | 0x40
+        raw[k + 8] = (raw[k + 8] & 0x3F) | 0x80
+        h = raw[k:k + 16].hex()
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
 
 
-def _payload_text(rec: EventRecord) -> str:
-    # The payload's canonical bytes are a slice of the record bytes: find them
-    # without re-encoding (the key "payload" is followed by the canonical object
-    # and then ',"payload_digest":').
-    data = rec.record_bytes
-    start = data.index(b',"payload":') + len(b',"payload":')
-    # Keys before "payload" hold only strings/null, so the first match is the
-    # record's own; fields after payload_digest hold only strings/ints/null,
-    # so the last ',"payload_digest":' is the record's own too.
-    end = data.rindex(b',"payload_digest":"sha256:', start)
-    return data[start:end].decode("utf-8")
+# Insert column order (everything but the autoincrement id).
+ROW_COLUMNS = ("run_id", "sequence", "event_id", "ts", "topic", "wave_id", "node_id",
+               "node_execution_id", "task_id", "payload", "payload_digest", "canonicalization",
+               "schema_version", "prev_digest", "record_digest", "kid", "signature", "record_bytes")
+_SQLITE_INSERT = (f"INSERT INTO events ({', '.join(ROW_COLUMNS)}) "
+                  f"VALUES ({', '.join('?' * len(ROW_COLUMNS))})")
+_SQLITE_HEAD = ("SELECT sequence, record_digest FROM events WHERE run_id = ? "
+                "ORDER BY sequence DESC LIMIT 1")
+_READ_COLUMNS = ("sequence", "event_id", "ts", "topic", "wave_id", "node_id", "node_execution_id",
+                 "task_id", "payload", "payload_digest", "prev_digest", "canonicalization", "kid",
+                 "signature", "record_bytes", "record_digest", "schema_version")
+_SQLITE_READ = (f"SELECT {', '.join(_READ_COLUMNS)} FROM events WHERE run_id = ? AND sequence > ? "
+                "ORDER BY sequence")
+
+
+def _row(rec: EventRecord, payload_text: str) -> tuple:
+    return (rec.run_id, rec.sequence, rec.event_id, rec.ts, rec.topic, rec.wave_id, rec.node_id,
+            rec.node_execution_id, rec.task_id, payload_text, rec.payload_digest,
+            rec.canonicalization, rec.schema_version, rec.prev_digest, rec.record_digest, rec.kid,
+            rec.signature, rec.record_bytes)
+
+
+def _record_from_row(run_id: str, r: Sequence[Any]) -> EventRecord:
+    return make_record(
+        schema_version=r[16], sequence=r[0], event_id=r[1], ts=r[2], topic=r[3], run_id=run_id,
+        wave_id=r[4], node_id=r[5], node_execution_id=r[6], task_id=r[7],
+        payload=loads_record(r[8]), payload_digest=r[9], prev_digest=r[10],
+        canonicalization=r[11], kid=r[12], signature=r[13], record_bytes=bytes(r[14]),
+        record_digest=r[15])
 
 
 class LedgerTransaction:
@@ -76,6 +97,8 @@ class LedgerTransaction:
         self._ledger = ledger
         self._conn = conn
         self._heads: dict[str, tuple[int, str | None]] = {}
+        # SQLite hot path: the driver connection inside SQLAlchemy's transaction
+        self._raw = conn.connection.driver_connection if ledger.engines.dialect == "sqlite" else None
 
     # -- events ---------------------------------------------------------
     def head(self, run_id: str) -> tuple[int, str | None]:
@@ -83,10 +106,13 @@ class LedgerTransaction:
         cached = self._heads.get(run_id)
         if cached is not None:
             return cached
-        row = self._conn.execute(
-            select(events.c.sequence, events.c.record_digest)
-            .where(events.c.run_id == run_id).order_by(events.c.sequence.desc()).limit(1)
-        ).first()
+        if self._raw is not None:
+            row = self._raw.execute(_SQLITE_HEAD, (run_id,)).fetchone()
+        else:
+            row = self._conn.execute(
+                select(events.c.sequence, events.c.record_digest)
+                .where(events.c.run_id == run_id).order_by(events.c.sequence.desc()).limit(1)
+            ).first()
         head = (0, None) if row is None else (int(row[0]), str(row[1]))
         self._heads[run_id] = head
         return head
@@ -114,17 +140,23 @@ class LedgerTransaction:
                 details={"run_id": run_id, "expected_sequence": expected_sequence,
                          "actual_sequence": seq},
                 hints=["re-read the run's events, re-decide, and append again"])
-        clock, new_id = self._ledger._clock, self._ledger._new_id
+        ts = self._ledger._clock()  # one commit, one time
+        ids = self._ledger._new_ids(len(drafts))
         records: list[EventRecord] = []
-        for draft, pc in zip(drafts, payloads):
+        rows: list[tuple] = []
+        for draft, pc, event_id in zip(drafts, payloads, ids):
             seq += 1
-            rec = build(run_id=run_id, sequence=seq, event_id=new_id(), ts=clock(), draft=draft,
+            rec = build(run_id=run_id, sequence=seq, event_id=event_id, ts=ts, draft=draft,
                         prev_digest=prev, signer=signer, payload_canonical=pc)
             records.append(rec)
+            rows.append(_row(rec, pc.decode("utf-8")))
             prev = rec.record_digest
         try:
-            self._conn.execute(events.insert(), [_row(r) for r in records])
-        except IntegrityError as exc:
+            if self._raw is not None:
+                self._raw.executemany(_SQLITE_INSERT, rows)
+            else:
+                self._conn.execute(events.insert(), [dict(zip(ROW_COLUMNS, r)) for r in rows])
+        except (IntegrityError, sqlite3.IntegrityError) as exc:
             self._heads.pop(run_id, None)
             raise SequenceConflict(
                 f"another writer appended to run {run_id!r} concurrently",
@@ -210,13 +242,13 @@ class Ledger:
     connection per Ledger, any number of processes (writes serialize)."""
 
     def __init__(self, engines: Engines, ops_root: Path, *, clock: Clock = utc_now,
-                 new_id: Callable[[], str] = new_event_id) -> None:
+                 new_ids: Callable[[int], list[str]] = new_event_ids) -> None:
         self.engines = engines
         self.url = engines.url
         self.ops_root = Path(ops_root)
         self.blobs = BlobStore(self.ops_root / "blobs")
         self._clock = clock
-        self._new_id = new_id
+        self._new_ids = new_ids
         self._lock = threading.RLock()
         self._wconn: Connection | None = None
 
@@ -314,14 +346,18 @@ class Ledger:
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[EventRecord]:
         """A run's events with sequence > since, in sequence order."""
-        q = (select(events.c.record_bytes, events.c.signature, events.c.record_digest)
-             .where(events.c.run_id == run_id, events.c.sequence > since)
+        cols = [events.c[name] for name in _READ_COLUMNS]
+        q = (select(*cols).where(events.c.run_id == run_id, events.c.sequence > since)
              .order_by(events.c.sequence))
         if limit is not None:
             q = q.limit(limit)
         with self.engines.read.connect() as conn:
-            rows = conn.execute(q).all()
-        return [from_record_bytes(bytes(r[0]), signature=r[1], digest=r[2]) for r in rows]
+            if self.engines.dialect == "sqlite":
+                sql = _SQLITE_READ + (f" LIMIT {int(limit)}" if limit is not None else "")
+                rows = conn.connection.driver_connection.execute(sql, (run_id, since)).fetchall()
+            else:
+                rows = conn.execute(q).all()
+        return [_record_from_row(run_id, r) for r in rows]
 
     def head(self, run_id: str) -> int:
         """The run's last sequence (0 when it has no events)."""

@@ -1,0 +1,214 @@
+"""Ledger throughput, each figure beside a baseline measured in the same run.
+
+    python benchmarks/ledger.py [--durable N] [--batched N] [--batch-size B] [--json]
+
+- raw SQLite: INSERT of the same row shape (same columns, indexes, payload
+  and record sizes) into the same kind of file (WAL, synchronous=FULL), one
+  BEGIN IMMEDIATE/COMMIT per row, values precomputed: the floor the ledger
+  is compared with.
+- ledger durable: Ledger.append, one durable transaction per event (canonical
+  JSON, digests, chain, the insert, the commit).
+- ledger batched: Ledger.append_batch, B events per durable transaction.
+- ledger signed: Ledger.append with an Ed25519 signer (informative).
+- replay: ledger.replay.fold over a run's EventRecords, and load+fold
+  (Ledger.events then fold).
+Each figure is the best of --repeat runs (the machine is shared).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ledger import EventDraft, Ledger  # noqa: E402
+from ledger.models import Base  # noqa: E402
+from ledger.replay import fold, state_digest  # noqa: E402
+from registry.signing import SigningKey  # noqa: E402
+from sqlalchemy import create_engine  # noqa: E402
+from sqlalchemy.schema import CreateIndex, CreateTable  # noqa: E402
+
+
+def payload(i: int) -> dict:
+    return {"attempt": 1, "fraction": i % 100, "message": "tile 17/64 done", "tile": i,
+            "metrics": {"l2": 1234 + i, "pvb": 56}, "outputs": ["sha256:" + "ab" * 32]}
+
+
+def draft(i: int) -> EventDraft:
+    return EventDraft("task.progress", payload(i), wave_id="w-1", node_id=f"node-{i % 50}",
+                      node_execution_id=f"node-{i % 50}:1", task_id=f"node-{i % 50}")
+
+
+def _fresh(tmp: Path, name: str) -> Path:
+    root = tmp / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    return root
+
+
+def bench_raw(tmp: Path, n: int, sample_rows: list[tuple]) -> float:
+    db = _fresh(tmp, "raw") / "raw.db"
+    ddl_engine = create_engine("sqlite://")
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    table = Base.metadata.tables["events"]
+    con.execute(str(CreateTable(table).compile(ddl_engine)))
+    for ix in table.indexes:
+        con.execute(str(CreateIndex(ix).compile(ddl_engine)))
+    cols = [c.name for c in table.columns if c.name != "id"]
+    sql = f"INSERT INTO events ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    rows = [(r[0], i + 1, f"evt-{i}", *r[3:]) for i, r in
+            ((i, sample_rows[i % len(sample_rows)]) for i in range(n))]
+    t = time.perf_counter()
+    for row in rows:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(sql, row)
+        con.execute("COMMIT")
+    dt = time.perf_counter() - t
+    con.close()
+    return n / dt
+
+
+def sample_rows(tmp: Path) -> list[tuple]:
+    root = _fresh(tmp, "sample")
+    with Ledger.open(None, root) as led:
+        led.append_batch("run-bench", [draft(i) for i in range(50)])
+        with led.engines.read.connect() as conn:
+            cols = [c.name for c in Base.metadata.tables["events"].columns if c.name != "id"]
+            return [tuple(r) for r in conn.exec_driver_sql(f"SELECT {', '.join(cols)} FROM events")]
+
+
+def bench_durable(tmp: Path, n: int, signer: SigningKey | None = None) -> float:
+    root = _fresh(tmp, "durable")
+    drafts = [draft(i) for i in range(n)]
+    with Ledger.open(None, root) as led:
+        led.append("run-bench", "run.started", {"seed": 1})
+        t = time.perf_counter()
+        for d in drafts:
+            led.append("run-bench", d.topic, d.payload, wave_id=d.wave_id, node_id=d.node_id,
+                       node_execution_id=d.node_execution_id, task_id=d.task_id, signer=signer)
+        dt = time.perf_counter() - t
+        assert led.head("run-bench") == n + 1
+    return n / dt
+
+
+def bench_batched(tmp: Path, n: int, size: int) -> tuple[float, float]:
+    """(events/s by wall clock, events/s by this process's CPU time)."""
+    root = _fresh(tmp, "batched")
+    drafts = [draft(i) for i in range(n)]
+    with Ledger.open(None, root) as led:
+        t, c = time.perf_counter(), time.process_time()
+        for k in range(0, n, size):
+            led.append_batch("run-bench", drafts[k:k + size])
+        dt, dc = time.perf_counter() - t, time.process_time() - c
+        assert led.head("run-bench") == n
+    return n / dt, n / max(dc, 1e-9)
+
+
+def calibration_us() -> float:
+    """Microseconds for one json.dumps of a small dict: how fast (or how
+    shared) this machine is right now. About 3 us on the idle dev machine."""
+    obj = payload(1)
+    n = 20000
+    t = time.perf_counter()
+    for _ in range(n):
+        json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def bench_replay(tmp: Path, n: int) -> tuple[float, float, int]:
+    root = _fresh(tmp, "replay")
+    with Ledger.open(None, root) as led:
+        d = []
+        for i in range(n // 4):
+            node = f"node-{i}"
+            d += [EventDraft("task.dispatched", {"attempt": 1}, wave_id="w-1", node_id=node,
+                             task_id=node, node_execution_id=node + ":1"),
+                  EventDraft("task.progress", {"fraction": 0.5}, wave_id="w-1", node_id=node,
+                             task_id=node, node_execution_id=node + ":1"),
+                  EventDraft("task.completed", {"outcome": "succeeded", "outputs": ["patch:" + node]},
+                             wave_id="w-1", node_id=node, task_id=node, node_execution_id=node + ":1"),
+                  EventDraft("task.ack", {}, wave_id="w-1", node_id=node, task_id=node)]
+        for k in range(0, len(d), 5000):
+            led.append_batch("run-bench", d[k:k + 5000])
+        t = time.perf_counter()
+        events = led.events("run-bench")
+        state = fold(events)
+        load_fold = len(events) / (time.perf_counter() - t)
+        t, c = time.perf_counter(), time.process_time()
+        state2 = fold(events)
+        fold_only = len(events) / (time.perf_counter() - t)
+        fold_cpu = len(events) / max(time.process_time() - c, 1e-9)
+        assert state_digest(state) == state_digest(state2)
+    return fold_only, load_fold, len(events), fold_cpu
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--durable", type=int, default=2000, help="events for the durable runs")
+    ap.add_argument("--batched", type=int, default=50_000, help="events for the batched run")
+    ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--replay", type=int, default=100_000, help="events to replay")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dome-bench-", dir=os.environ.get("DOME_BENCH_DIR")))
+    try:
+        rows = sample_rows(tmp)
+        best = lambda f: max(f() for _ in range(args.repeat))  # noqa: E731
+        calib_before = calibration_us()
+        # raw and ledger alternate, so both see the same moments of a shared machine
+        raws, durables = [], []
+        for _ in range(args.repeat):
+            raws.append(bench_raw(tmp, args.durable, rows))
+            durables.append(bench_durable(tmp, args.durable))
+        raw, durable = max(raws), max(durables)
+        signed = best(lambda: bench_durable(tmp, args.durable // 2, SigningKey.generate()))
+        batches = [bench_batched(tmp, args.batched, args.batch_size) for _ in range(args.repeat)]
+        batched, batched_cpu = max(b[0] for b in batches), max(b[1] for b in batches)
+        replays = [bench_replay(tmp, args.replay) for _ in range(args.repeat)]
+        fold_only = max(r[0] for r in replays)
+        load_fold = max(r[1] for r in replays)
+        fold_cpu = max(r[3] for r in replays)
+        calib = min(calib_before, calibration_us())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result = {
+        "raw_sqlite_inserts_per_s": round(raw), "ledger_durable_appends_per_s": round(durable),
+        "durable_vs_raw": round(durable / raw, 3),
+        "ledger_signed_durable_appends_per_s": round(signed),
+        "ledger_batched_appends_per_s": round(batched), "batch_size": args.batch_size,
+        "ledger_batched_appends_per_cpu_s": round(batched_cpu),
+        "replay_fold_events_per_s": round(fold_only), "replay_fold_events_per_cpu_s": round(fold_cpu),
+        "replay_load_and_fold_events_per_s": round(load_fold),
+        "calibration_json_dumps_us": round(calib, 2),
+        "replay_events": replays[0][2], "durability": "WAL, synchronous=FULL",
+        "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"raw SQLite inserts (1 row/commit, WAL, sync=FULL): {raw:>10,.0f} /s")
+        print(f"ledger durable appends (1 event/commit):           {durable:>10,.0f} /s  "
+              f"({durable / raw:.2f} x raw; target >= 0.5)")
+        print(f"ledger signed durable appends (Ed25519):           {signed:>10,.0f} /s")
+        print(f"ledger batched appends ({args.batch_size}/commit):               {batched:>10,.0f} /s  "
+              f"(target >= 50,000; {batched_cpu:,.0f} per CPU-second)")
+        print(f"replay fold:                                        {fold_only:>10,.0f} events/s "
+              f"(target >= 200,000; {fold_cpu:,.0f} per CPU-second)")
+        print(f"replay load+fold (read from SQLite, parse, fold):   {load_fold:>10,.0f} events/s")
+        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (shared); "
+              f"calibration json.dumps {calib:.1f} us (about 3 us when idle)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
