@@ -39,7 +39,7 @@ class EventRow(Base):
     payload: Mapped[str] = mapped_column(Text, nullable=False)
     payload_digest: Mapped[str] = mapped_column(DIGEST, nullable=False)
     canonicalization: Mapped[str] = mapped_column(String(40), nullable=False)
-    schema_version: Mapped[int] = mapped_column(Integer, nullable=False)
+    schema_version: Mapped[str] = mapped_column(String(60), nullable=False)
     prev_digest: Mapped[str | None] = mapped_column(DIGEST)
     record_digest: Mapped[str] = mapped_column(DIGEST, nullable=False)
     kid: Mapped[str | None] = mapped_column(String(80))

@@ -27,7 +27,7 @@ from registry.signing import SigningKey
 
 from .errors import InvalidEvent, PayloadTooLarge
 
-SCHEMA_VERSION = 1  # registry/schemas/control_event.json: envelope format version
+SCHEMA_VERSION = "dome.control_event/v1"  # registry/schemas/control_event.json (an artifact kind)
 PAYLOAD_TYPE = "application/vnd.dome.controlevent+json"
 #: Largest canonical payload the ledger accepts; bigger things go to the blob store.
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -59,7 +59,7 @@ class EventDraft:
 class EventRecord:
     """One stored ControlEvent, exactly as the ledger holds it."""
 
-    schema_version: int
+    schema_version: str
     sequence: int
     event_id: str
     ts: str
@@ -182,7 +182,7 @@ def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
             f'"kid":{q(kid)},"node_execution_id":{q(node_execution_id)},"node_id":{q(node_id)},'
             f'"payload":')
     tail = (f',"payload_digest":"{payload_digest}","prev_digest":{q(prev_digest)},'
-            f'"run_id":"{run_id}","schema_version":{SCHEMA_VERSION},"sequence":{sequence},'
+            f'"run_id":"{run_id}","schema_version":"{SCHEMA_VERSION}","sequence":{sequence},'
             f'"task_id":{q(task_id)},"topic":"{topic}","ts":"{ts}","wave_id":{q(wave_id)}}}')
     return b"".join((head.encode("ascii"), payload_canonical, tail.encode("ascii")))
 

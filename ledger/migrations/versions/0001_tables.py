@@ -33,7 +33,7 @@ def upgrade() -> None:
         sa.Column("payload", sa.Text, nullable=False),
         sa.Column("payload_digest", DIGEST, nullable=False),
         sa.Column("canonicalization", sa.String(40), nullable=False),
-        sa.Column("schema_version", sa.Integer, nullable=False),
+        sa.Column("schema_version", sa.String(60), nullable=False),
         sa.Column("prev_digest", DIGEST),
         sa.Column("record_digest", DIGEST, nullable=False),
         sa.Column("kid", sa.String(80)),
