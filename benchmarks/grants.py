@@ -10,7 +10,10 @@ Rows (all in one process, same payload sizes):
   verify warm               the same token again: cached signature result, every state check
   authorize (ledger)        the full gateway path: verify + revocation re-check + charge event
                             in a real ledger transaction (SQLite when ledger/ has landed)
-Targets: warm <= 20 us; cold <= 2x raw verify.
+Targets: warm <= 20 us; cold <= 2x raw verify. The cold/raw ratio is also
+measured paired (each cold verification timed next to a raw verify, medians),
+which is what the target is judged on: on a shared, loaded machine the
+best-of-rounds rows drift independently.
 """
 from __future__ import annotations
 
@@ -115,6 +118,27 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(a.rounds):
         for k, (fn, count) in fns.items():
             rows[k] = min(rows[k], _per_op(fn, count, repeats=1) * 1e6)
+    # paired: each token's cold verification timed right after a raw verify of the same
+    # size, so load drift on a shared machine hits both alike; medians of the pairs
+    paired_raw, paired_cold = [], []
+    pv = GrantVerifier(ring, None, registry=reg)
+    pn = time.perf_counter_ns
+    gc.disable()
+    try:
+        for _ in range(3):
+            pv = GrantVerifier(ring, None, registry=reg)
+            for t in tokens:
+                t0 = pn()
+                vk.verify(msg, sig)
+                t1 = pn()
+                pv.verify(t, method="read_file", run_id=RUN, wave_id=WAVE, audience=AUD, now=now + 1)
+                t2 = pn()
+                paired_raw.append(t1 - t0)
+                paired_cold.append(t2 - t1)
+    finally:
+        gc.enable()
+    rows["paired_raw_verify_us"] = statistics.median(paired_raw) / 1e3
+    rows["paired_verify_cold_us"] = statistics.median(paired_cold) / 1e3
     with tempfile.TemporaryDirectory() as d:
         ledger, kind = _open_ledger(Path(d))
         big = issue_profile(node_execution_id="auth.1", **{**kw, "required_capabilities": ["read"]})
@@ -131,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     rows["token_bytes"] = len(sample.token)
     rows["cold_over_raw_verify"] = rows["verify_cold_us"] / rows["raw_verify_us"]
     rows["sigcheck_over_raw_verify"] = rows["sigcheck_cold_us"] / rows["raw_verify_us"]
+    rows["paired_cold_over_raw"] = rows["paired_verify_cold_us"] / rows["paired_raw_verify_us"]
     rows["targets"] = {"warm_le_20us": rows["verify_warm_us"] <= 20.0,
-                       "cold_le_2x_raw": rows["cold_over_raw_verify"] <= 2.0}
+                       "cold_le_2x_raw": rows["paired_cold_over_raw"] <= 2.0}
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -140,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             if k.endswith("_us"):
                 print(f"{k[:-3]:>22}: {v:9.1f} us  ({1e6 / v:10.0f} /s)")
         print(f"{'sigcheck / raw verify':>22}: {rows['sigcheck_over_raw_verify']:.2f}x")
+        print(f"{'paired cold / raw':>22}: {rows['paired_cold_over_raw']:.2f}x  (median of per-token pairs)")
         print(f"{'cold / raw verify':>22}: {rows['cold_over_raw_verify']:.2f}x   token {rows['token_bytes']} bytes, "
               f"ledger: {kind}")
         print(f"targets: warm <= 20 us: {rows['targets']['warm_le_20us']}; cold <= 2x raw: {rows['targets']['cold_le_2x_raw']}")

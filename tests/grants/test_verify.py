@@ -313,3 +313,21 @@ def test_stolen_sender_constrained_grant_is_useless_without_the_worker_key(world
     good = _proof(worker, g, "put_artifact", args, "k-000000001", now)
     assert _call(world, g, good, args=args) is None
     assert _call(world, g, good, args=args) == "GRANT_PROOF_REPLAYED"
+
+
+def test_issued_grant_is_a_schema_valid_dsse_signed_tool_profile(world: World) -> None:
+    from registry.schema_store import validate
+    from registry.signing import dsse_verify
+    worker = SigningKey.generate()
+    g = world.issue(worker_id="w-1", worker_public_key=worker.public.raw)
+    validate("tool_profile", dict(g.payload))
+    validate("tool_profile", g.artifact())  # the stored form: + payload_digest, kid, signature
+    payload, kid = dsse_verify(g.envelope, world.keyring, expected_type=tp.PAYLOAD_TYPE)  # standard DSSE
+    assert kid == world.key.kid and json.loads(payload) == g.payload
+    assert tp.token_to_envelope(g.token) == g.envelope
+    assert tp.envelope_to_token(g.envelope) == g.token
+    issued = [e for e in world.events() if e.topic == "grant.issued"][-1]
+    assert issued.payload["profile"] == g.payload and issued.kid == world.key.kid
+    assert g.envelope["signatures"][0]["sig"] not in json.dumps(issued.payload)  # no bearer token in the ledger
+    p = g.payload
+    assert p["expires_at"] > p["issued_at"] and len(p["jti"]) == 32 and p["audience"] == AUD
