@@ -76,8 +76,14 @@ def pair(tool_fn, raw_fn, repeat: int) -> dict:
     return {"tool_s": round(t, 4), "raw_s": round(r, 4), "overhead_pct": round((t / r - 1) * 100, 1)}
 
 
+KIND = {kdb.Shape.TBox: "box", kdb.Shape.TPath: "path", kdb.Shape.TText: "text"}
+
+
 def raw_query(layout: kdb.Layout, box: kdb.Box, max_shapes: int) -> list:
+    """What the tool answers, written directly on klayout.db: scan, sort, keep max_shapes, describe them
+    (kind, layer, bbox in um and dbu) - everything except the session's shape ids."""
     top = layout.top_cell()
+    dbu = layout.dbu
     hits = []
     for li in layout.layer_indexes():
         for it in top.begin_shapes_rec_touching(li, box).each():
@@ -85,7 +91,15 @@ def raw_query(layout: kdb.Layout, box: kdb.Box, max_shapes: int) -> list:
             bb = shape.bbox().transformed(it.trans())
             hits.append((li, shape.type(), bb.left, bb.bottom, bb.right, bb.top, shape))
     best = heapq.nsmallest(max_shapes, hits, key=lambda h: h[:6])
-    return [{"kind": h[1], "bbox": [h[2], h[3], h[4], h[5]], "width": None} for h in best]
+    out = []
+    for li, typ, left, bottom, right, top_, shape in best:
+        info = layout.get_info(li)
+        out.append({"kind": KIND.get(typ, "polygon"), "cell": shape.cell.name,
+                    "layer": {"layer": info.layer, "datatype": info.datatype},
+                    "bbox_um": {"left": round(left * dbu, 6), "bottom": round(bottom * dbu, 6),
+                                "right": round(right * dbu, 6), "top": round(top_ * dbu, 6)},
+                    "bbox_dbu": {"left": left, "bottom": bottom, "right": right, "top": top_}})
+    return out
 
 
 def main() -> int:
@@ -152,13 +166,19 @@ def main() -> int:
             else:
                 argv = [sys.executable, "-I", "-c", RAW_PY_DECK, str(drc), str(rpt), params["min_width"],
                         params["min_space"], params["min_area"]]
-            drc_repeat = max(1, repeat // 2) if script_type == "ruby" else repeat
+            drc_repeat = 3 if script_type == "ruby" else repeat
             res = pair(lambda d=deck, p=params, st=script_type: call("run_drc_script", {
                 "session_id": dsid, "script_path": str(d), "script_type": st, "params": p}),
                 lambda a=argv: subprocess.run(a, check=True, capture_output=True), drc_repeat)
             run = call("run_drc_script", {"session_id": dsid, "script_path": str(deck), "script_type": script_type,
                                           "params": params})
             res["markers"] = run["marker_count"]
+            t0 = time.perf_counter()
+            run = call("run_drc_script", {"session_id": dsid, "script_path": str(deck), "script_type": script_type,
+                                          "params": params})
+            total = time.perf_counter() - t0
+            res["tool_own_s"] = round(total - run["duration_s"], 4)  # export + report parse + violations
+            res["child_s"] = run["duration_s"]
             results[f"drc_{script_type}"] = res
     if args.json:
         print(json.dumps(results, indent=2))
@@ -169,7 +189,8 @@ def main() -> int:
         for k, v in results.items():
             if isinstance(v, dict):
                 print(f"{k:<20}{v['tool_s']:>10.4f}{v['raw_s']:>10.4f}{v['overhead_pct']:>9.1f}%"
-                      + (f"   markers={v['markers']}" if "markers" in v else ""))
+                      + (f"   markers={v['markers']} own={v['tool_own_s']:.3f}s child={v['child_s']:.3f}s"
+                         if "markers" in v else ""))
     return 0
 
 

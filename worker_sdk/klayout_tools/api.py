@@ -123,7 +123,7 @@ def query_region(request: dict[str, Any], store: SessionStore) -> dict[str, Any]
     s = _session(store, request)
     lim = store.config.limits
     with s.lock:
-        s._id_limit = lim.max_ids_per_session  # type: ignore[attr-defined]
+        s.id_limit = lim.max_ids_per_session
         return query.query_region(s, request, max_shapes_cap=lim.max_shapes_per_response,
                                   max_instances_cap=lim.max_instances_per_response, scan_limit=lim.query_scan_limit)
 

@@ -131,7 +131,7 @@ def _register(session: Session, frame: kdb.Cell, hit: tuple, hierarchy_mode: str
 
 
 def session_id_limit(session: Session) -> int:
-    return getattr(session, "_id_limit", 1_000_000)
+    return session.id_limit
 
 
 def shape_dict(rec: ShapeRecord, dbu: float) -> dict[str, Any]:

@@ -61,40 +61,49 @@ def _shape_dgeometry(rec: ShapeRecord, dbu: float) -> Any:
     return g.to_dtype(dbu)
 
 
+def _configure(view: klay.LayoutView, layout: kdb.Layout, cell: str, layer_indexes: list[int], style: str) -> None:
+    """Set every piece of view state a render depends on (done again whenever any of it changes)."""
+    bg, fg, dither, frame = STYLES[style]
+    view.set_config("background-color", f"#{bg:06x}")
+    view.set_config("grid-visible", "false")
+    view.set_config("text-visible", "true")
+    view.set_config("text-color", f"#{fg:06x}")
+    view.set_config("default-text-size", "0.1")
+    view.set_config("no-stipple", "false")
+    view.set_config("markers-visible", "true")
+    view.set_config("show-properties-as-text", "false")
+    view.set_config("bitmap-oversampling", "1")
+    cv = view.cellview(0)
+    cv.cell_name = cell
+    view.clear_layers()
+    for ordinal, li in enumerate(layer_indexes):
+        ref = layer_ref(layout, li)
+        node = klay.LayerPropertiesNode()
+        node.source = f"{ref['layer']}/{ref['datatype']}@1"
+        colour = 0x000000 if style == "mask" else PALETTE[ordinal % len(PALETTE)]
+        node.fill_color = colour
+        node.frame_color = colour if frame is None else frame
+        node.dither_pattern = dither
+        node.width = 1
+        node.visible = True
+        node.transparent = False
+        view.insert_layer(view.end_layers(), node)
+    view.min_hier_levels = 0
+    view.max_hier_levels = 1000
+
+
 def render_png(session: Session, *, cell: str, box: kdb.Box, layer_indexes: list[int], width: int, height: int,
                style: str, outlines: list[tuple[Any, int]], out_path: Path) -> None:
     """outlines: (micron geometry, 0xRRGGBB) drawn as markers over the layout."""
     layout = session.layout
     dbu = layout.dbu
-    bg, fg, dither, frame = STYLES[style]
     try:
         view = _view(session)
-        view.set_config("background-color", f"#{bg:06x}")
-        view.set_config("grid-visible", "false")
-        view.set_config("text-visible", "true")
-        view.set_config("text-color", f"#{fg:06x}")
-        view.set_config("default-text-size", "0.1")
-        view.set_config("no-stipple", "false")
-        view.set_config("markers-visible", "true")
-        view.set_config("show-properties-as-text", "false")
-        view.set_config("bitmap-oversampling", "1")
-        cv = view.cellview(0)
-        cv.cell_name = cell
-        view.clear_layers()
-        for ordinal, li in enumerate(layer_indexes):
-            ref = layer_ref(layout, li)
-            node = klay.LayerPropertiesNode()
-            node.source = f"{ref['layer']}/{ref['datatype']}@1"
-            colour = 0x000000 if style == "mask" else PALETTE[ordinal % len(PALETTE)]
-            node.fill_color = colour
-            node.frame_color = colour if frame is None else frame
-            node.dither_pattern = dither
-            node.width = 1
-            node.visible = True
-            node.transparent = False
-            view.insert_layer(view.end_layers(), node)
-        view.min_hier_levels = 0
-        view.max_hier_levels = 1000
+        signature = (cell, tuple(layer_indexes), style)
+        if session.render_signature != signature:
+            session.render_signature = None  # a failure half-way leaves the state unknown
+            _configure(view, layout, cell, layer_indexes, style)
+            session.render_signature = signature
         markers = []
         for geom, colour in outlines:
             m = klay.Marker(view)

@@ -65,6 +65,8 @@ class Session:
     shapes: dict[str, ShapeRecord] = field(default_factory=dict)
     runs: dict[str, RunRecord] = field(default_factory=dict)
     layout_view: Any = None  # klayout.lay.LayoutView, created by the first render; it then owns `layout`
+    render_signature: tuple | None = None  # (cell, layer indexes, style) the view is configured for
+    id_limit: int = 1_000_000
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     @property
