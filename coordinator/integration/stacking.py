@@ -169,7 +169,7 @@ class Stacker:
                "conflict_summary": {"files": sorted({c["path"] for c in conflicts}),
                                     "hunks": self._conflict_fingerprints(pid, conflicts),
                                     "conflicts": conflicts},
-               "checkpoint_id": None, "head_ref": self.canvas.head,
+               "head_ref": self.canvas.head,
                "stack_plan_id": self.plan.stack_plan_id, "decision": dec.action}
         self.state.apply_results[pid] = res
         self.emit(T_APPLY, res)

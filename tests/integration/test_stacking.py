@@ -162,3 +162,34 @@ def test_failing_validation_bisects_to_the_culprit(big_repo: Path) -> None:
         assert "BROKEN" not in git(big_repo, "ls-tree", "--name-only", canvas.head)
     finally:
         canvas.close()
+
+
+def test_no_worker_profile_ever_holds_an_integration_admin_tool() -> None:
+    """apply/commit/merge/promote/rollback/checkpoint exist only as admin
+    methods; no policy x card x capability combination grants one."""
+    import itertools
+
+    from registry.contracts import load_registry
+    from registry.grant_errors import AdminNotGrantable, EmptyGrant
+    from registry.grant_scope import derive_scope
+    reg = load_registry()
+    admin = reg.admin_methods()
+    assert {"apply_patch", "checkpoint", "rollback", "promote"} <= admin
+    forbidden = ("apply", "commit", "merge", "promote", "rollback", "checkpoint")
+    caps = sorted(reg.resolver["capabilities"])
+    granted = 0
+    for policy_id in sorted(reg.policy["policies"]):
+        for card in sorted(reg.cards):
+            for r in (1, 2):
+                for combo in itertools.combinations(caps, r):
+                    try:
+                        scope = derive_scope(reg, policy_id=policy_id, card_ref=card,
+                                             required_capabilities=combo)
+                    except (AdminNotGrantable, EmptyGrant):
+                        continue
+                    except Exception:  # noqa: BLE001 - other refusals are fine too
+                        continue
+                    granted += 1
+                    assert not set(scope.allowed_methods) & admin
+                    assert not any(f in m for m in scope.allowed_methods for f in forbidden), scope.allowed_methods
+    assert granted > 0
