@@ -66,7 +66,9 @@ def python_roots() -> list[Path]:
 def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
                extra_ro: Iterable[Path] = ()) -> list[str]:
     """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`."""
-    a: list[str] = [bwrap]
+    # /tmp is a fresh tmpfs; it is mounted first so that binds below it (a
+    # checkout or virtualenv living under /tmp) stay visible inside.
+    a: list[str] = [bwrap, "--tmpfs", "/tmp"]
     for d in SYSTEM_DIRS:
         a += ["--ro-bind-try", d, d]
     for name in ETC_FILES:
@@ -76,7 +78,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
     src = dome_source_roots()
     for pkg in src:
         a += ["--ro-bind", str(pkg), str(pkg)]
-    a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/dome",
+    a += ["--proc", "/proc", "--dev", "/dev", "--dir", "/dome",
           "--bind", str(files.scratch), IN_SCRATCH,
           "--ro-bind", str(files.base_git), IN_BASE,
           "--ro-bind", str(files.spawn_json), IN_SPAWN,
