@@ -116,6 +116,9 @@ def _message(err: ValidationError) -> str:
     """The error's message; for anyOf/oneOf, also the most relevant branch's."""
     if err.context:
         best = best_match(err.context)
+        if best is not None and err.validator in ("anyOf", "oneOf"):
+            # jsonschema's own message repeats the whole instance; name the closest miss instead
+            return f"matches none of the {err.validator} alternatives; closest: {best.message}"
         if best is not None and best.message != err.message:
             return f"{err.message} ({best.message})"
     return err.message

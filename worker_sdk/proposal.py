@@ -14,8 +14,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from registry.canonical import CANONICALIZATION, digest_json
+from registry.canonical import digest_json
 from registry.diffs import DIFF_GIT_ARGS, describe_diff
+from registry.sealing import seal
 
 LOCKFILES = ("package-lock.json", "poetry.lock", "Cargo.lock", "uv.lock", "requirements.txt",
              "pyproject.toml", "go.sum", "yarn.lock", "Pipfile.lock")
@@ -86,6 +87,5 @@ def build_proposal(scratch: Path, *, spawn: dict[str, Any], profile: dict[str, A
     proposal["object_id"] = pid
     if upload is not None:
         proposal["diff_ref"] = upload(canonical)
-    proposal["canonicalization"] = CANONICALIZATION
-    proposal["payload_digest"] = digest_json(proposal)
+    proposal = seal(proposal)  # payload_digest + canonicalization, the registry's one rule
     return proposal, canonical

@@ -27,3 +27,27 @@ def test_ledger_records_are_valid_envelopes_and_control_events(tmp_path: Path) -
         for name, model in (("envelope", Envelope), ("control_event", ControlEvent)):
             schema_store.validate(name, data)
             assert model.model_validate(data).to_json_obj() == data
+
+
+def test_worker_built_proposals_are_schema_valid_and_sealed_by_the_one_rule(git_repo: Path) -> None:
+    from registry.models import PatchProposal
+    from registry.sealing import check_seal
+    from tests.conftest import git
+    from worker_sdk.proposal import build_proposal
+
+    base = git(git_repo, "rev-parse", "HEAD")
+    tree = git(git_repo, "rev-parse", "HEAD^{tree}")
+    (git_repo / "README.md").write_text("hello\nworld\n")
+    (git_repo / "new.bin").write_bytes(bytes(range(256)))
+    spawn = {"run_id": "run-1", "wave_id": "w1", "node_id": "n1", "node_execution_id": "n1.1",
+             "base_ref": base, "base_tree_hash": tree, "determinism_seed": 7,
+             "inputs_hash": "sha256:" + "a" * 64, "action_spec": {"intent": "command", "argv": ["true"]}}
+    from registry.canonical import digest_bytes
+
+    built = build_proposal(git_repo, spawn=spawn, profile={"profile_id": "tp-1"}, intent_tags=["docs"],
+                           upload=digest_bytes)
+    assert built is not None
+    proposal, _diff = built
+    schema_store.validate("patch_proposal", proposal)
+    PatchProposal.model_validate(proposal)
+    assert check_seal(proposal, require_signature=False) is None
