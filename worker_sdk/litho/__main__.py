@@ -1,0 +1,178 @@
+"""`python -m worker_sdk.litho` — the process `dome litho ...` hands off to.
+
+stdout carries exactly one JSON document per command under --json (the
+stdio-hygiene gate); everything else (progress, library chatter, warnings)
+goes to stderr. File descriptor 1 is pointed at stderr while the engine runs,
+so even C-level prints cannot reach stdout. SIGINT/SIGTERM cancel the job
+(exit 6, {"status": "cancelled"}).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable
+
+EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_CANCELLED = 0, 2, 3, 6
+
+
+class _Stdout:
+    """Hold the real stdout aside; point fd 1 and sys.stdout at stderr until emit()."""
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        self.fd = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+
+    def emit(self, text: str) -> None:
+        os.write(self.fd, (text + "\n").encode())
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dome litho", description="lithography engine (SOCS, ILT, metrics)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--layout", required=True, help=".glp, .gds or .oas")
+        sp.add_argument("--layer", help="layer L/D for GDS/OASIS")
+        sp.add_argument("--fill", choices=["lithobench", "exact"], default="lithobench")
+        sp.add_argument("--kernels", help="ICCAD 2013 data folder (default $DOME_LITHO_KERNELS or ../shared/data/iccad13)")
+        sp.add_argument("--device", help="cpu or cuda[:n] (default: cuda when available)")
+        sp.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    e = sub.add_parser("eval", help="L2 / PVB / EPE of a mask against the layout's target")
+    common(e)
+    e.add_argument("--mask", help="2048x2048 grayscale PNG (threshold 127) or a layout; default: the target")
+    e.add_argument("--mask-layer")
+    e.add_argument("--report-level", choices=["aggregate", "detailed"], default="aggregate")
+    e.add_argument("--tile", choices=["auto", "always", "never"], default="auto")
+    e.add_argument("--session-id")
+    e.add_argument("--pin", action="store_true", help="pin the layout and return layout_artifact_id")
+    e.add_argument("--violation-count-max", type=int)
+
+    o = sub.add_parser("optimize", help="ILT: optimise a mask for the layout")
+    common(o)
+    o.add_argument("--out", required=True, help="mask file: .oas or .gds (plus a .png preview) or .png")
+    o.add_argument("--iterations", type=int)
+    o.add_argument("--seed", type=int, default=0)
+
+    s = sub.add_parser("simulate", help="printed areas per corner")
+    common(s)
+    s.add_argument("--mask")
+    s.add_argument("--out-dir")
+
+    c = sub.add_parser("capabilities", help="the capabilities matrix")
+    c.add_argument("--json", action="store_true")
+    t = sub.add_parser("selftest", help="run the FFT self-test")
+    t.add_argument("--json", action="store_true")
+    return p
+
+
+def _request(args: argparse.Namespace) -> dict[str, Any]:
+    req: dict[str, Any] = {"layout": args.layout, "fill": args.fill}
+    for key in ("layer", "kernels", "device"):
+        if getattr(args, key, None):
+            req[key] = getattr(args, key)
+    if args.cmd == "eval":
+        req["report_level"] = args.report_level
+        if args.mask:
+            req["mask"] = args.mask
+        if args.mask_layer:
+            req["mask_layer"] = args.mask_layer
+        if args.tile != "auto":
+            req["tile"] = args.tile
+        if args.session_id:
+            req["session_id"] = args.session_id
+        if args.pin:
+            req["pin"] = True
+        if args.violation_count_max is not None:
+            req["violation_count_max"] = args.violation_count_max
+    elif args.cmd == "optimize":
+        req["out"] = args.out
+        req["seed"] = args.seed
+        if args.iterations:
+            req["iterations"] = args.iterations
+    elif args.cmd == "simulate":
+        if args.mask:
+            req["mask"] = args.mask
+        if args.out_dir:
+            req["out_dir"] = args.out_dir
+    return req
+
+
+def _human(resp: dict[str, Any]) -> str:
+    m = resp.get("metrics")
+    if not m:
+        return str(resp)
+    return (f"L2 {m['l2_nm2']} nm2  PVB {m['pvb_nm2']} nm2  EPE {m['epe_violations']} "
+            f"(fill {m['fill']})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = _Stdout()
+    from registry.errors import DomeError
+    from worker_sdk.cancel import CancellationToken, Cancelled
+
+    from . import api
+
+    token = CancellationToken()
+
+    def on_signal(signum, frame) -> None:  # noqa: ARG001
+        token.cancel(f"signal {signum}")
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    t0 = time.perf_counter()
+
+    def progress(done: int, total: int, loss: float) -> None:
+        if done == 1 or done % 10 == 0 or done == total:
+            print(f"[litho] iteration {done}/{total} loss {loss:.1f} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
+
+    try:
+        if args.cmd == "capabilities":
+            resp = api.describe()
+        elif args.cmd == "selftest":
+            from . import fftsafe
+
+            fftsafe.self_test()
+            resp = {"schema_version": api.SCHEMA_VERSION, "fft_self_test": "passed",
+                    "torch_normalised_fft_bug_present": fftsafe.affected_by_known_bug()}
+        else:
+            req = _request(args)
+            fn: Callable[..., dict[str, Any]]
+            if args.cmd == "eval":
+                resp = api.evaluate(req, token)
+            elif args.cmd == "optimize":
+                resp = api.optimize(req, token, progress=progress)
+            else:
+                resp = api.simulate(req, token)
+        print(f"[litho] {args.cmd} done in {time.perf_counter() - t0:.2f}s", file=sys.stderr, flush=True)
+        out.emit(api.dumps(resp) if getattr(args, "json", False) else _human(resp))
+        return EXIT_OK
+    except Cancelled as exc:
+        out.emit(api.dumps({"schema_version": api.SCHEMA_VERSION, "status": "cancelled", "error": exc.to_object()})
+                 if getattr(args, "json", False) else "cancelled")
+        return EXIT_CANCELLED
+    except DomeError as exc:
+        print(f"dome litho: {exc.code}: {exc.message}", file=sys.stderr)
+        if getattr(args, "json", False):
+            out.emit(api.dumps({"schema_version": api.SCHEMA_VERSION, "status": "failed", "error": exc.to_object()}))
+        internal = exc.code in ("LITHO_FFT_SELFTEST",)
+        return EXIT_INTERNAL if internal else EXIT_USAGE
+    except Exception as exc:  # pragma: no cover - last resort, still JSON
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        if getattr(args, "json", False):
+            out.emit(api.dumps({"schema_version": api.SCHEMA_VERSION, "status": "failed",
+                                "error": {"code": "LITHO_INTERNAL", "message": str(exc), "details": {},
+                                          "hints": [], "retry": "none"}}))
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,475 @@
+"""Domain tools of the litho engine: evaluate, optimize, simulate (request dict -> response dict).
+
+The CLI (`python -m worker_sdk.litho`), the worker intents and the MCP servers
+all call these. Requests are validated against the closed JSON Schemas
+registry/schemas/litho/<tool>_request.json; responses carry schema_version and
+follow the open response schemas. `dumps` gives the exact bytes the CLI prints,
+so an aggregate response is byte-identical across paths.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from registry.canonical import digest_bytes
+from registry.schema_store import validate
+from worker_sdk.cancel import NEVER, CancellationToken, Cancelled
+
+from . import pins
+from .capabilities import LAYOUT_AREA_NM2_MAX, MAX_VIOLATIONS_PER_RESPONSE, VIOLATION_COUNT_MAX, capabilities
+from .errors import BadRequest, CacheEvicted, LayoutFormatError, ViolationNotFound
+from .layout import FILLS, Layout, load_layout, load_mask_png, rasterize
+from .violations import (RULE_DECK_NAME, RULES, SCHEMA_VERSION, RawRecord, decode_violation_id, dedup,
+                         encode_violation_id, rule_deck, rule_deck_hash)
+
+ENGINE = "dome.litho"
+ENGINE_VERSION = "0.1.0"
+MODEL = "socs-bandlimited-v1"
+
+
+def dumps(response: dict[str, Any]) -> str:
+    """The one serialisation of a response (sorted keys, compact, ASCII): what the CLI prints."""
+    return json.dumps(response, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def kernels_dir(request: dict[str, Any]) -> Path:
+    if request.get("kernels"):
+        return Path(request["kernels"])
+    if os.environ.get("DOME_LITHO_KERNELS"):
+        return Path(os.environ["DOME_LITHO_KERNELS"])
+    shared = os.environ.get("DOME_SHARED")
+    if shared:
+        return Path(shared) / "data" / "iccad13"
+    here = Path(__file__).resolve()
+    for parent in here.parents[2:]:  # the checkout's siblings: <dir>/shared/data/iccad13
+        cand = parent / "shared" / "data" / "iccad13"
+        if cand.is_dir():
+            return cand
+    return here.parents[3] / "shared" / "data" / "iccad13"
+
+
+def _model(request: dict[str, Any], dtype: str = "float64"):
+    import torch
+
+    from .forward import get_model
+
+    d = kernels_dir(request)
+    if not (d / "kernels_bin").is_dir() and not (d / "kernels_pt").is_dir():
+        raise BadRequest(f"no ICCAD 2013 kernels under {d}", code="LITHO_KERNELS_NOT_FOUND",
+                         hints=["pass kernels=<dir> or set DOME_LITHO_KERNELS"])
+    source = request.get("kernel_source", "bin")
+    device = request.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return get_model(d, 2048, device=device, dtype=getattr(torch, dtype), kernel_source=source)
+
+
+@dataclass
+class _Inputs:
+    layout: Layout
+    layout_path: str
+    mask: np.ndarray | None
+    mask_layout: Layout | None
+    mask_desc: dict[str, Any]
+    fill: str
+
+
+def _load_inputs(request: dict[str, Any]) -> _Inputs:
+    fill = request.get("fill", "lithobench")
+    if fill not in FILLS:
+        raise BadRequest(f"unknown fill {fill!r}", hints=["lithobench or exact"])
+    lpath = request["layout"]
+    layout = load_layout(lpath, request.get("layer"))
+    mask = None
+    mask_layout = None
+    desc: dict[str, Any] = {"kind": "target"}
+    mp = request.get("mask")
+    if mp:
+        p = Path(mp)
+        if p.suffix.lower() == ".png":
+            mask = load_mask_png(p)
+            desc = {"kind": "png", "path": str(mp), "digest": digest_bytes(p.read_bytes()), "threshold": 127}
+        else:
+            mask_layout = load_layout(p, request.get("mask_layer"))
+            desc = {"kind": "layout", "path": str(mp), "digest": digest_bytes(p.read_bytes()),
+                    "layer": mask_layout.layer}
+    return _Inputs(layout, str(lpath), mask, mask_layout, desc, fill)
+
+
+def _provenance(inp: _Inputs, ev, model, deck_hash: str, request: dict[str, Any]) -> dict[str, Any]:
+    from .forward import CORNERS, THRESHOLD
+
+    return {
+        "engine": ENGINE,
+        "engine_version": ENGINE_VERSION,
+        "model": MODEL,
+        "fill": inp.fill,
+        "canvas_px": [int(ev.canvas[0]), int(ev.canvas[1])],
+        "pixel_nm": 1,
+        "placement_shift_nm": [int(ev.shift[0]), int(ev.shift[1])],
+        "tiles": len(ev.tiles),
+        "tiled": len(ev.tiles) > 1 or ev.tiles[0].origin != (0, 0),
+        "threshold": THRESHOLD,
+        "corners": [{"name": c.name, "kernels": c.kernel, "dose": c.dose} for c in CORNERS],
+        "kernels": dict(sorted(model.digests.items())),
+        "layout": {"path": inp.layout_path, "digest": digest_bytes(Path(inp.layout_path).read_bytes()),
+                   "layer": inp.layout.layer, "polygons": len(inp.layout.polygons)},
+        "mask": inp.mask_desc,
+        "rule_deck": {"name": RULE_DECK_NAME, "hash": deck_hash},
+        "precision": "float64",
+    }
+
+
+def _metrics(ev) -> dict[str, Any]:
+    return {
+        "l2_nm2": ev.l2,
+        "pvb_nm2": ev.pvb,
+        "epe_violations": ev.epe,
+        "epe_samples": ev.epe_samples,
+        "score": 5000 * ev.epe + 4 * ev.pvb,
+        "fill": ev.fill,
+    }
+
+
+def _raw_records(ev) -> list[RawRecord]:
+    from .engine import region_records
+
+    recs: list[RawRecord] = []
+    for rule_id, metric in (("LITHO.L2.AREA", "l2"), ("LITHO.PVB.AREA", "pvb")):
+        for r in region_records(ev, metric):
+            t = r["tile"]
+            recs.append(RawRecord(rule_id, float(r["x"]), float(r["y"]), tuple(float(v) for v in r["bbox"]),
+                                  t.tile_id, t.origin, int(r["area"])))
+    for e in ev.epe_records:
+        t = ev.tile_of(e["x"], e["y"])
+        recs.append(RawRecord("LITHO.EPE.15NM", float(e["x"]), float(e["y"]),
+                              (e["x"], e["y"], e["x"], e["y"]), t.tile_id, t.origin, 0,
+                              {"kind": e["kind"], "normal": e["normal"]}))
+    return recs
+
+
+def _violations(ev, deck_hash: str, session: str, inp: _Inputs) -> list[dict[str, Any]]:
+    grouped = dedup(_raw_records(ev), deck_hash)
+    dx, dy = ev.shift
+    out = []
+    for g in grouped:
+        rec: RawRecord = g["record"]
+        rule = RULES[rec.rule_id]
+        loc = g["canonical_location"]
+        vid = encode_violation_id(deck_hash, g["group_id"], g["index"], loc, rec.rule_id,
+                                  offset=(rec.x - loc[0], rec.y - loc[1]))
+        ctx: dict[str, Any] = {
+            "tile_id": rec.tile_id,
+            "tile_origin_nm": [float(rec.tile_origin[0]), float(rec.tile_origin[1])],
+            "tile_local_nm": [rec.x - rec.tile_origin[0], rec.y - rec.tile_origin[1]],
+            "bbox_nm": [float(v) for v in rec.bbox],
+            "location_native_nm": [rec.x - dx, rec.y - dy],
+            "metric": rule["metric"],
+        }
+        if rec.area:
+            ctx["area_nm2"] = rec.area
+        if rec.extra:
+            ctx.update(rec.extra)
+        v = {
+            "violation_id": vid,
+            "violation_group_id": g["group_id"],
+            "rule_id": rec.rule_id,
+            "rule_deck": RULE_DECK_NAME,
+            "severity": rule["severity"],
+            "coordinate_frame": "post_transform_canvas",
+            "location_nm": [rec.x, rec.y],
+            "transforms": [
+                {"op": "translate", "params": {"from": "input_layout_native", "dx": dx, "dy": dy}},
+                {"op": "tile_stitch", "params": {"tile_id": rec.tile_id, "origin": [rec.tile_origin[0], rec.tile_origin[1]]}},
+            ],
+            "context": ctx,
+            "dedup_strategy": "canonical" if g["canonical"] else "shadow",
+            "dedup_provenance": {
+                "rule_deck_hash": deck_hash,
+                "radius_nm": g["radius"],
+                "rule_id": rec.rule_id,
+                "canonical_location_nm": [loc[0], loc[1]],
+                "record_index": g["index"],
+            },
+        }
+        out.append(v)
+        pins.CACHE.put(session, vid, {"violation": v, "layout": inp.layout_path, "layer": inp.layout.layer,
+                                       "fill": inp.fill, "canonical_location": list(loc)})
+    return out
+
+
+def evaluate(request: dict[str, Any], token: CancellationToken | None = None) -> dict[str, Any]:
+    """Evaluate a mask (default: the target itself) for a layout: L2, PVB, EPE, optionally violations[]."""
+    from .engine import evaluate as run_eval
+
+    validate("litho/evaluate_request", request)
+    token = token or NEVER
+    level = request.get("report_level", "aggregate")
+    inp = _load_inputs(request)
+    model = _model(request)
+    tile = {"auto": None, "always": True, "never": False}[request.get("tile", "auto")]
+    ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
+                  halo=int(request.get("halo_nm", 512)), token=token)
+    deck = rule_deck(inp.fill, model.digests)
+    deck_hash = rule_deck_hash(deck)
+    resp: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "evaluate",
+        "report_level": level,
+        "metrics": _metrics(ev),
+        "provenance": _provenance(inp, ev, model, deck_hash, request),
+    }
+    if request.get("pin"):
+        resp["layout_artifact_id"] = pins.pin_layout(inp.layout_path)
+    if level == "detailed":
+        token.check()
+        x0, y0, x1, y1 = inp.layout.bbox()
+        area = float(x1 - x0) * float(y1 - y0)
+        count_max = min(int(request.get("violation_count_max", VIOLATION_COUNT_MAX)), VIOLATION_COUNT_MAX)
+        session = request.get("session_id", "default")
+        reason = None
+        if area > LAYOUT_AREA_NM2_MAX:
+            reason = "layout_area_nm2_max"
+            viols = None
+        else:
+            viols = _violations(ev, deck_hash, session, inp)
+            if len(viols) > count_max:
+                reason = "violation_count_max"
+        resp["degraded_to_aggregate"] = reason is not None
+        if reason is None:
+            resp["violations"] = viols[:MAX_VIOLATIONS_PER_RESPONSE]
+            resp["violation_count"] = len(viols)
+            resp["rule_deck"] = {"name": RULE_DECK_NAME, "hash": deck_hash, "rules": deck["rules"]}
+        else:
+            resp["degraded_reason"] = reason
+            if viols is not None:
+                resp["violation_count"] = len(viols)
+    return resp
+
+
+# ----- optimize ------------------------------------------------------------------------------
+
+def _resolve_violation(request: dict[str, Any], model) -> dict[str, Any]:
+    vid = request["violation_id"]
+    scope = request.get("scope", "group")
+    session = request.get("session_id", "default")
+    dec = decode_violation_id(vid)
+    entry = pins.CACHE.get(session, vid)
+    if entry is not None:
+        layout_path, layer, fill, via = entry["layout"], entry["layer"], entry["fill"], "session_cache"
+    else:
+        path = pins.resolve_pin(request.get("layout_artifact_id"))  # raises LAYOUT_NOT_PINNED
+        fill = None
+        for f in FILLS:
+            if rule_deck_hash(rule_deck(f, model.digests)).split(":", 1)[1][:16] == dec.deck_prefix:
+                fill = f
+        if fill is None:
+            if pins.CACHE.was_evicted(session, vid):
+                raise CacheEvicted("violation was evicted from the session cache and its rule deck is not this engine's",
+                                   details={"violation_id": vid}, hints=["re-run evaluate(report_level=detailed)"])
+            raise ViolationNotFound("violation_id names a rule deck this engine does not have", details={"violation_id": vid})
+        layout_path, layer, via = str(path), None, "self_describing_id"
+    canon = dec.location
+    if scope == "group":
+        target_loc = canon
+        resolved_index = 0
+    else:
+        target_loc = (canon[0] + dec.offset[0], canon[1] + dec.offset[1])
+        resolved_index = dec.index
+    resolved_id = encode_violation_id_from(dec, resolved_index)
+    return {"violation_id": vid, "resolved_violation_id": resolved_id, "violation_group_id": dec.group_id,
+            "rule_id": dec.rule_id, "scope": scope, "resolved_via": via, "location_nm": [target_loc[0], target_loc[1]],
+            "coordinate_frame": dec.frame, "layout": layout_path, "layer": layer, "fill": fill,
+            "was_shadow": dec.index != 0}
+
+
+def encode_violation_id_from(dec, index: int) -> str:
+    from .violations import reencode
+
+    return reencode(dec, index)
+
+
+def optimize(request: dict[str, Any], token: CancellationToken | None = None,
+             progress: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
+    """ILT for a layout (or for the clip/tile around a violation); writes the mask; returns metrics."""
+    from .engine import evaluate as run_eval
+    from .engine import needs_tiling
+    from .ilt import ILTConfig, optimize_mask
+    from .layout import placement, save_mask_png, write_mask_layout
+
+    validate("litho/optimize_request", request)
+    token = token or NEVER
+    t0 = time.perf_counter()
+    model64 = _model(request, "float64")
+    model32 = _model(request, "float32")
+    resolved = None
+    req = dict(request)
+    if request.get("violation_id"):
+        resolved = _resolve_violation(request, model64)
+        req.setdefault("layout", resolved["layout"])
+        if resolved["fill"]:
+            req["fill"] = resolved["fill"]
+        if resolved["layer"] and not request.get("layer"):
+            req["layer"] = resolved["layer"]
+    if not req.get("layout"):
+        raise BadRequest("optimize needs a layout or a violation_id")
+    inp = _load_inputs({k: req[k] for k in ("layout", "layer", "fill") if k in req})
+    if needs_tiling(inp.layout, model64.size):
+        raise BadRequest("layout is larger than one clip; tiled ILT is not implemented yet",
+                         code="LITHO_TILED_ILT_UNSUPPORTED", hints=["optimize one clip (<= 1792 nm) at a time"])
+    shift = placement(inp.layout, inp.fill)
+    target = rasterize(inp.layout, inp.fill, model64.size, shift)
+    cfg = ILTConfig(seed=int(req.get("seed", 0))).scaled(req.get("iterations"))
+    before = run_eval(model64, inp.layout, fill=inp.fill, token=token)
+    result = optimize_mask(model32, target, cfg, token=token, progress=progress)
+    token.check()
+    after = run_eval(model64, inp.layout, mask=result.mask, fill=inp.fill, token=token)
+    out = Path(req["out"]) if req.get("out") else None
+    mask_info: dict[str, Any] = {"digest": digest_bytes(np.ascontiguousarray(result.mask).tobytes()),
+                                 "shape": list(result.mask.shape)}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix.lower() == ".png":
+            save_mask_png(result.mask, out)
+            mask_info.update({"path": str(out), "format": "png"})
+        else:
+            n = write_mask_layout(result.mask, out, shift)
+            mask_info.update({"path": str(out), "format": "oasis" if out.suffix.lower() == ".oas" else "gds",
+                              "polygons": n, "layer": "1/0", "frame": "input_layout_native"})
+            png = out.with_suffix(".png")
+            save_mask_png(result.mask, png)
+            mask_info["preview_png"] = str(png)
+        mask_info["file_digest"] = digest_bytes(out.read_bytes())
+    deck_hash = rule_deck_hash(rule_deck(inp.fill, model64.digests))
+    resp: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "optimize",
+        "status": "completed",
+        "metrics": _metrics(after),
+        "baseline_metrics": _metrics(before),
+        "mask": mask_info,
+        "ilt": {"iterations": result.iterations, "seed": cfg.seed,
+                "stages": [{"scale_nm": s.scale, "iterations": s.iterations, "lr": s.lr} for s in cfg.stages],
+                "gradient": "exact adjoint (autograd through the band-limited SOCS model)",
+                "final_loss": result.loss_history[-1] if result.loss_history else None},
+        "runtime_s": round(time.perf_counter() - t0, 3),
+        "provenance": _provenance(inp, after, model64, deck_hash, req),
+    }
+    if resolved is not None:
+        resp["resolved"] = {k: v for k, v in resolved.items() if k not in ("layout", "layer")}
+    return resp
+
+
+# ----- simulate ------------------------------------------------------------------------------
+
+def simulate(request: dict[str, Any], token: CancellationToken | None = None) -> dict[str, Any]:
+    """Printed areas and peak intensities per corner; optional PNGs of the prints."""
+    from .engine import evaluate as run_eval
+    from .layout import save_mask_png
+
+    validate("litho/simulate_request", request)
+    token = token or NEVER
+    inp = _load_inputs(request)
+    model = _model(request)
+    ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, token=token)
+    corners = {name: {"printed_area_nm2": int(np.count_nonzero(img))} for name, img in ev.printed.items()}
+    resp: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tool": "simulate", "corners": corners,
+                            "target_area_nm2": int(np.count_nonzero(ev.target)),
+                            "mask_area_nm2": int(np.count_nonzero(ev.mask))}
+    if request.get("out_dir"):
+        d = Path(request["out_dir"])
+        d.mkdir(parents=True, exist_ok=True)
+        for name, img in ev.printed.items():
+            save_mask_png(img, d / f"print_{name}.png")
+            corners[name]["png"] = str(d / f"print_{name}.png")
+    deck_hash = rule_deck_hash(rule_deck(inp.fill, model.digests))
+    resp["provenance"] = _provenance(inp, ev, model, deck_hash, request)
+    return resp
+
+
+def describe() -> dict[str, Any]:
+    """Tool descriptor data for tools/list: capabilities matrix and schema names."""
+    return {**capabilities(), "tools": {
+        t: {"request_schema": f"litho/{t}_request", "response_schema": f"litho/{t}_response"}
+        for t in ("evaluate", "optimize", "simulate")}}
+
+
+# ----- jobs (job_id + poll, RFC 0006 §1 G2 path B) -----------------------------------------------
+
+@dataclass
+class Job:
+    job_id: str
+    tool: str
+    status: str = "running"  # running | completed | cancelled | failed
+    progress: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    token: CancellationToken = field(default_factory=CancellationToken)
+    thread: threading.Thread | None = None
+
+    def poll(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "job_id": self.job_id, "status": self.status,
+                               "progress": dict(self.progress)}
+        if self.result is not None:
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    def cancel(self) -> None:
+        self.token.cancel("cancel requested")
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+
+JOBS: dict[str, Job] = {}
+
+
+def start_job(tool: str, request: dict[str, Any]) -> Job:
+    """Run evaluate/optimize/simulate on a thread; poll() the Job; cancel() stops it at the next check."""
+    fn = {"evaluate": evaluate, "optimize": optimize, "simulate": simulate}[tool]
+    job = Job(uuid.uuid4().hex, tool)
+
+    def progress(done: int, total: int, loss: float) -> None:
+        job.progress = {"iteration": done, "total": total, "loss": loss}
+
+    def body() -> None:
+        try:
+            if tool == "optimize":
+                job.result = fn(request, job.token, progress=progress)
+            else:
+                job.result = fn(request, job.token)
+            job.status = "completed"
+        except Cancelled:
+            job.status = "cancelled"
+        except Exception as exc:  # typed errors keep their code
+            job.error = exc.to_object() if hasattr(exc, "to_object") else {"code": "LITHO_INTERNAL", "message": str(exc),
+                                                                             "details": {}, "hints": [], "retry": "none"}
+            job.status = "failed"
+        finally:
+            release_memory()
+
+    job.thread = threading.Thread(target=body, name=f"litho-{tool}-{job.job_id[:8]}", daemon=True)
+    JOBS[job.job_id] = job
+    job.thread.start()
+    return job
+
+
+def release_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # pragma: no cover
+        pass
