@@ -1,0 +1,135 @@
+"""Worker intents of the litho engine (names in worker_sdk.intents): evaluate, optimize, resimulate.
+
+- litho.evaluate: action {layout, mask?, fill?, report_level?, out?}: writes the
+  metrics report (JSON) into the scratch checkout; the metrics are the evidence.
+- litho.optimize: action {layout, out?, iterations?, seed?, fill?}: writes the
+  mask (OASIS + PNG preview) and its metrics JSON into the scratch checkout;
+  those files become the PatchProposal, the metrics its evidence.
+- litho.resim (validation suite): re-simulates every committed mask named in
+  the repository's litho metrics files (`*.litho.json`) and checks that L2 and
+  PVB reproduce exactly; summary.passed says whether all did.
+Paths in an action are relative to the scratch checkout (absolute paths are
+allowed for read-only inputs such as the ICCAD data).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from worker_sdk.intents import IntentContext, IntentFailed, IntentResult
+
+from . import api
+
+METRICS_SUFFIX = ".litho.json"
+
+
+def _path(ctx: IntentContext, value: str) -> Path:
+    p = Path(value)
+    if p.is_absolute():
+        return p
+    full = (ctx.scratch / p).resolve()
+    if ctx.scratch.resolve() not in full.parents and full != ctx.scratch.resolve():
+        raise IntentFailed("path escapes the scratch checkout", details={"path": value})
+    return full
+
+
+def _rel(ctx: IntentContext, p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(ctx.scratch.resolve()))
+    except ValueError:
+        return str(p)
+
+
+def _evidence(kind: str, resp: dict[str, Any], files: dict[str, str]) -> dict[str, Any]:
+    return {"kind": f"litho.{kind}", "schema_version": resp["schema_version"], "metrics": resp["metrics"],
+            "files": files, "provenance": {k: resp["provenance"][k] for k in
+                                           ("engine", "engine_version", "model", "fill", "kernels", "rule_deck")}}
+
+
+def evaluate(ctx: IntentContext) -> IntentResult:
+    a = ctx.action
+    req: dict[str, Any] = {"layout": str(_path(ctx, a["layout"])), "fill": a.get("fill", "lithobench"),
+                           "report_level": a.get("report_level", "aggregate")}
+    if a.get("mask"):
+        req["mask"] = str(_path(ctx, a["mask"]))
+    if a.get("kernels"):
+        req["kernels"] = a["kernels"]
+    ctx.progress(0.05, "evaluating")
+    resp = api.evaluate(req, ctx.token)
+    out = _path(ctx, a.get("out", "litho/evaluate" + METRICS_SUFFIX))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(api.dumps(resp) + "\n")
+    ctx.progress(1.0, "evaluated")
+    files = {"metrics": _rel(ctx, out)}
+    return IntentResult(summary={"metrics": resp["metrics"], "files": files},
+                        evidence=[_evidence("evaluate", resp, files)], metrics=resp["metrics"])
+
+
+def optimize(ctx: IntentContext) -> IntentResult:
+    a = ctx.action
+    layout = _path(ctx, a["layout"])
+    out = _path(ctx, a.get("out", f"litho/{layout.stem}.mask.oas"))
+    req: dict[str, Any] = {"layout": str(layout), "out": str(out), "fill": a.get("fill", "lithobench"),
+                           "seed": int(a.get("seed", ctx.seed))}
+    for key in ("iterations", "kernels", "layer"):
+        if a.get(key):
+            req[key] = a[key]
+
+    def progress(done: int, total: int, loss: float) -> None:
+        ctx.progress(0.05 + 0.9 * done / max(total, 1), f"ILT iteration {done}/{total}")
+
+    resp = api.optimize(req, ctx.token, progress=progress)
+    report = {
+        "schema_version": resp["schema_version"],
+        "layout": _rel(ctx, layout),
+        "mask": _rel(ctx, out),
+        "fill": req["fill"],
+        "metrics": resp["metrics"],
+        "baseline_metrics": resp["baseline_metrics"],
+        "ilt": resp["ilt"],
+        "mask_file_digest": resp["mask"].get("file_digest"),
+    }
+    metrics_path = out.with_name(out.name.split(".")[0] + METRICS_SUFFIX)
+    metrics_path.write_text(json.dumps(report, sort_keys=True, indent=2) + "\n")
+    files = {"mask": _rel(ctx, out), "preview_png": _rel(ctx, Path(resp["mask"]["preview_png"])) if "preview_png" in resp["mask"] else "",
+             "metrics": _rel(ctx, metrics_path)}
+    ctx.progress(1.0, "optimized")
+    return IntentResult(summary={"metrics": resp["metrics"], "baseline_metrics": resp["baseline_metrics"], "files": files},
+                        evidence=[_evidence("optimize", resp, files)], metrics=resp["metrics"])
+
+
+def resimulate(ctx: IntentContext) -> IntentResult:
+    """Validation suite: every committed mask in a *.litho.json report must reproduce its L2 and PVB exactly."""
+    reports = sorted(p for p in ctx.scratch.rglob("*" + METRICS_SUFFIX) if ".git" not in p.parts)
+    checks: list[dict[str, Any]] = []
+    for i, rp in enumerate(reports):
+        ctx.token.check()
+        try:
+            rep = json.loads(rp.read_text())
+        except json.JSONDecodeError as exc:
+            checks.append({"report": _rel(ctx, rp), "passed": False, "reason": f"unreadable: {exc}"})
+            continue
+        if "mask" not in rep or "layout" not in rep:
+            continue  # an evaluate report without a committed mask
+        base = rp.parent
+        layout = (base / rep["layout"]) if not Path(rep["layout"]).is_absolute() else Path(rep["layout"])
+        mask = (base / rep["mask"]) if not Path(rep["mask"]).is_absolute() else Path(rep["mask"])
+        if not layout.exists():
+            layout = ctx.scratch / rep["layout"]
+        if not mask.exists():
+            mask = ctx.scratch / rep["mask"]
+        req = {"layout": str(layout), "mask": str(mask), "fill": rep.get("fill", "lithobench")}
+        if ctx.action.get("kernels"):
+            req["kernels"] = ctx.action["kernels"]
+        resp = api.evaluate(req, ctx.token)
+        want, got = rep["metrics"], resp["metrics"]
+        ok = want["l2_nm2"] == got["l2_nm2"] and want["pvb_nm2"] == got["pvb_nm2"]
+        checks.append({"report": _rel(ctx, rp), "mask": _rel(ctx, mask), "passed": ok,
+                       "expected": {"l2_nm2": want["l2_nm2"], "pvb_nm2": want["pvb_nm2"]},
+                       "got": {"l2_nm2": got["l2_nm2"], "pvb_nm2": got["pvb_nm2"]}})
+        ctx.progress((i + 1) / len(reports), f"resimulated {_rel(ctx, rp)}")
+    passed = all(c["passed"] for c in checks)
+    summary = {"passed": passed, "checked": len(checks), "failed": [c for c in checks if not c["passed"]]}
+    return IntentResult(summary=summary, evidence=[{"kind": "litho.resim", "checks": checks}],
+                        metrics={"masks_checked": len(checks), "masks_failed": len(summary["failed"])})
