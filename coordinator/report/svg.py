@@ -1,0 +1,107 @@
+"""Small, dependency-free SVG renderers for the report (pure functions)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+
+STATUS_COLORS = {
+    "ok": "#2e7d32", "completed": "#2e7d32", "applied": "#2e7d32", "passed": "#2e7d32",
+    "present": "#2e7d32", "promoted": "#2e7d32",
+    "failed": "#c62828", "missing": "#c62828", "invalid": "#c62828", "rejected": "#c62828",
+    "timeout": "#ef6c00", "cancelled": "#757575", "dropped": "#757575", "blocked": "#ef6c00",
+    "running": "#1565c0",
+}
+
+
+def color_for(status: str) -> str:
+    return STATUS_COLORS.get(status, "#546e7a")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    lane: str  # node id: one row per node
+    label: str  # node_execution_id (short)
+    start: float  # seconds since run start
+    end: float
+    status: str
+    wave: int
+
+
+def timeline_svg(attempts: list[Attempt], *, width: int = 960, row_h: int = 18) -> str:
+    """Gantt-style chart: one row per node, one bar per attempt, coloured by outcome."""
+    if not attempts:
+        return '<svg xmlns="http://www.w3.org/2000/svg" width="300" height="30"><text x="4" y="20">no attempts</text></svg>'
+    lanes = sorted({a.lane for a in attempts})
+    label_w = min(220, 8 * max(len(l) for l in lanes) + 12)
+    t_end = max(max(a.end for a in attempts), 1e-6)
+    plot_w = width - label_w - 20
+    height = row_h * len(lanes) + 40
+    scale = plot_w / t_end
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'font-family="sans-serif" font-size="11" role="img" aria-label="wave timeline">']
+    for i, lane in enumerate(lanes):
+        y = 10 + i * row_h
+        if i % 2 == 0:
+            parts.append(f'<rect x="0" y="{y}" width="{width}" height="{row_h}" fill="#f5f5f5"/>')
+        parts.append(f'<text x="4" y="{y + row_h - 5}">{escape(lane)}</text>')
+    for a in sorted(attempts, key=lambda a: (a.lane, a.start, a.label)):
+        y = 10 + lanes.index(a.lane) * row_h + 3
+        x = label_w + a.start * scale
+        w = max(2.0, (a.end - a.start) * scale)
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 6}" rx="2" '
+            f'fill="{color_for(a.status)}"><title>{escape(a.label)} wave {a.wave}: {escape(a.status)} '
+            f'({a.end - a.start:.2f} s)</title></rect>')
+    axis_y = height - 22
+    parts.append(f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + plot_w}" y2="{axis_y}" stroke="#999"/>')
+    for k in range(6):
+        t = t_end * k / 5
+        x = label_w + t * scale
+        parts.append(f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{t:.1f}s</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
+class ChainNode:
+    node_id: str
+    kind: str  # StackPlan, ApplyResult, ValidationReport, PromotionDecision, ...
+    label: str
+    status: str  # present | missing | failed | ...
+
+
+def evidence_graph_svg(nodes: list[ChainNode], edges: list[tuple[str, str]], *, width: int = 960) -> str:
+    """Layered left-to-right graph of the evidence chain; columns by artifact kind."""
+    order = ["WorkQueue", "PatchProposal", "StackPlan", "ApplyResult", "ValidationReport",
+             "GateDecision", "PromotionDecision"]
+    columns: dict[str, list[ChainNode]] = {}
+    for n in nodes:
+        columns.setdefault(n.kind, []).append(n)
+    kinds = [k for k in order if k in columns] + sorted(k for k in columns if k not in order)
+    box_w, box_h, gap_y = 150, 34, 10
+    col_w = max(box_w + 30, (width - 20) // max(1, len(kinds)))
+    tallest = max((len(v) for v in columns.values()), default=1)
+    height = 40 + tallest * (box_h + gap_y)
+    pos: dict[str, tuple[float, float]] = {}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(width, col_w * len(kinds) + 20)}" '
+             f'height="{height}" font-family="sans-serif" font-size="10" role="img" aria-label="evidence chain">']
+    for ci, kind in enumerate(kinds):
+        x = 10 + ci * col_w
+        parts.append(f'<text x="{x}" y="14" font-weight="bold">{escape(kind)}</text>')
+        for ri, n in enumerate(sorted(columns[kind], key=lambda n: n.node_id)):
+            y = 24 + ri * (box_h + gap_y)
+            pos[n.node_id] = (x, y)
+    for src, dst in edges:
+        if src in pos and dst in pos:
+            (x1, y1), (x2, y2) = pos[src], pos[dst]
+            parts.append(f'<line x1="{x1 + box_w}" y1="{y1 + box_h / 2}" x2="{x2}" y2="{y2 + box_h / 2}" '
+                         f'stroke="#90a4ae" stroke-width="1"/>')
+    for n in nodes:
+        x, y = pos[n.node_id]
+        c = color_for(n.status)
+        parts.append(f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="4" fill="white" '
+                     f'stroke="{c}" stroke-width="2"><title>{escape(n.node_id)}: {escape(n.status)}</title></rect>')
+        parts.append(f'<text x="{x + 5}" y="{y + 14}">{escape(n.label[:24])}</text>')
+        parts.append(f'<text x="{x + 5}" y="{y + 27}" fill="{c}">{escape(n.status)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
