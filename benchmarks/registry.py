@@ -25,7 +25,7 @@ from registry.canonical import canonical_json  # noqa: E402
 from registry.models import model_for  # noqa: E402
 from registry.signing import Keyring, SigningKey, dsse_sign, dsse_verify  # noqa: E402
 
-EVENT = {"schema_version": 1, "sequence": 12345, "event_id": "ev-000012345",
+EVENT = {"schema_version": "dome.control_event/v1", "sequence": 12345, "event_id": "ev-000012345",
          "ts": "2026-01-02T03:04:05.123456Z", "topic": "task.progress", "run_id": "run-abc",
          "wave_id": "w1", "node_id": "n17", "node_execution_id": "n17.2", "task_id": "n17",
          "payload": {"fraction": 0.375, "message": "tile 3/8 done", "metrics": {"l2": 1234, "pvb": 55}},
