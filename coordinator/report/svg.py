@@ -27,29 +27,54 @@ class Attempt:
     wave: int
 
 
-def timeline_svg(attempts: list[Attempt], *, width: int = 960, row_h: int = 18) -> str:
-    """Gantt-style chart: one row per node, one bar per attempt, coloured by outcome."""
+def _pack(attempts: list[Attempt]) -> dict[int, int]:
+    """Sub-row of each attempt within its lane, so overlapping attempts
+    (endgame duplicates, retries) sit side by side instead of on top."""
+    slot: dict[int, int] = {}
+    ends: dict[str, list[float]] = {}
+    for i, a in sorted(enumerate(attempts), key=lambda ia: (ia[1].lane, ia[1].start, ia[1].label)):
+        rows = ends.setdefault(a.lane, [])
+        for r, end in enumerate(rows):
+            if end <= a.start:
+                rows[r] = a.end
+                slot[i] = r
+                break
+        else:
+            rows.append(a.end)
+            slot[i] = len(rows) - 1
+    return slot
+
+
+def timeline_svg(attempts: list[Attempt], *, width: int = 960, bar_h: int = 12) -> str:
+    """Gantt-style chart: one band per node, one bar per attempt, coloured by outcome."""
     if not attempts:
         return '<svg xmlns="http://www.w3.org/2000/svg" width="300" height="30"><text x="4" y="20">no attempts</text></svg>'
     lanes = sorted({a.lane for a in attempts})
+    slot = _pack(attempts)
+    depth = {lane: 1 + max(slot[i] for i, a in enumerate(attempts) if a.lane == lane) for lane in lanes}
+    top: dict[str, int] = {}
+    y = 10
+    for lane in lanes:
+        top[lane] = y
+        y += depth[lane] * (bar_h + 4) + 4
     label_w = min(220, 8 * max(len(l) for l in lanes) + 12)
     t_end = max(max(a.end for a in attempts), 1e-6)
     plot_w = width - label_w - 20
-    height = row_h * len(lanes) + 40
+    height = y + 30
     scale = plot_w / t_end
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'font-family="sans-serif" font-size="11" role="img" aria-label="wave timeline">']
     for i, lane in enumerate(lanes):
-        y = 10 + i * row_h
+        band = depth[lane] * (bar_h + 4) + 4
         if i % 2 == 0:
-            parts.append(f'<rect x="0" y="{y}" width="{width}" height="{row_h}" fill="#f5f5f5"/>')
-        parts.append(f'<text x="4" y="{y + row_h - 5}">{escape(lane)}</text>')
-    for a in sorted(attempts, key=lambda a: (a.lane, a.start, a.label)):
-        y = 10 + lanes.index(a.lane) * row_h + 3
+            parts.append(f'<rect x="0" y="{top[lane]}" width="{width}" height="{band}" fill="#f5f5f5"/>')
+        parts.append(f'<text x="4" y="{top[lane] + bar_h}">{escape(lane)}</text>')
+    for i, a in enumerate(attempts):
+        by = top[a.lane] + 4 + slot[i] * (bar_h + 4)
         x = label_w + a.start * scale
         w = max(2.0, (a.end - a.start) * scale)
         parts.append(
-            f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 6}" rx="2" '
+            f'<rect x="{x:.1f}" y="{by}" width="{w:.1f}" height="{bar_h}" rx="2" '
             f'fill="{color_for(a.status)}"><title>{escape(a.label)} wave {a.wave}: {escape(a.status)} '
             f'({a.end - a.start:.2f} s)</title></rect>')
     axis_y = height - 22

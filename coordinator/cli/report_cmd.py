@@ -1,0 +1,60 @@
+"""`dome report RUN_ID [--html FILE]`: a human report of a run.
+
+Without --html it prints a short text summary. With --html it writes one
+self-contained page: summary and verdict, wave timeline, evidence chain, and
+for litho runs per-clip pictures beside the published numbers. Exit codes:
+0 written, 2 unknown run, 3 internal failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from registry.errors import DomeError
+
+from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
+    parser.add_argument("--no-pictures", action="store_true",
+                        help="skip litho pictures (they need the litho engine installed)")
+    add_common_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ledger import Ledger
+
+    from coordinator.report.build import build_report
+
+    ops_root = Path(args.ops_root)
+    try:
+        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+    except DomeError as exc:
+        print(f"dome report: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    try:
+        if args.run_id not in ledger.run_ids():
+            print(f"dome report: no run {args.run_id!r} in the ledger", file=sys.stderr)
+            return EXIT_USAGE
+        report = build_report(ledger, ops_root, args.run_id, pictures=not args.no_pictures)
+    except DomeError as exc:
+        print(f"dome report: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        ledger.close()
+    if args.html:
+        Path(args.html).write_text(report.html)
+    if args.json:
+        print(json.dumps({"run_id": args.run_id, "status": report.model.status, "html": args.html,
+                          "clips": [c.name for c in report.clips]}))
+    else:
+        m = report.model
+        print(f"run {m.run_id}: {m.status}; {m.waves} waves, {len(m.attempts)} attempts, "
+              f"{len(m.proposals)} proposals, {len(m.validations)} validations")
+        if args.html:
+            print(f"report written to {args.html}")
+    return EXIT_OK

@@ -1,0 +1,98 @@
+"""Assemble a run report: ledger events -> model, plus litho pictures.
+
+Pictures of litho clips need the litho engine (torch), which the coordinator
+never imports: they are rendered by `python -m worker_sdk.litho.pictures` in a
+child process, from the mask and layout files of the run's integration head.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .html import ClipSection, render_html
+from .model import ReportModel, build_model
+
+
+@dataclass
+class Report:
+    model: ReportModel
+    clips: list[ClipSection]
+    html: str
+
+
+def _git_show(repo: str, rev: str, path: str) -> bytes | None:
+    r = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+def published_rows(csv_path: Path | None, test_no: int | None) -> list[dict[str, Any]]:
+    """The best published row per method family for one ICCAD 2013 test case."""
+    if csv_path is None or test_no is None or not csv_path.is_file():
+        return []
+    with csv_path.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("test") == str(test_no)]
+    return sorted(rows, key=lambda r: int(r["L2_nm2"]) + int(r["PVB_nm2"]))[:4]
+
+
+def _published_csv() -> Path | None:
+    for cand in (os.environ.get("DOME_ICCAD13_DATA"),
+                 str(Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iccad13")):
+        if cand and (Path(cand) / "published_results.csv").is_file():
+            return Path(cand) / "published_results.csv"
+    return None
+
+
+def _render_pictures(layout: bytes, layout_name: str, mask: bytes, mask_name: str) -> dict[str, bytes]:
+    """Run the litho picture renderer in a child process; {} when it is unavailable."""
+    with tempfile.TemporaryDirectory(prefix="dome-report-") as tmp:
+        t = Path(tmp)
+        (t / layout_name).write_bytes(layout)
+        (t / mask_name).write_bytes(mask)
+        out = t / "out"
+        r = subprocess.run([sys.executable, "-m", "worker_sdk.litho.pictures", "--layout", str(t / layout_name),
+                            "--mask", str(t / mask_name), "--out", str(out)],
+                           capture_output=True, timeout=600)
+        if r.returncode != 0 or not out.is_dir():
+            return {}
+        return {p.stem: p.read_bytes() for p in sorted(out.glob("*.png"))}
+
+
+def _test_number(name: str) -> int | None:
+    digits = "".join(ch if ch.isdigit() else " " for ch in name).split()
+    return int(digits[-1]) if digits else None
+
+
+def litho_clips(model: ReportModel, *, pictures: bool) -> list[ClipSection]:
+    repo = model.manifest.get("repo")
+    head = model.finished.get("head")
+    csv_path = _published_csv()
+    clips: list[ClipSection] = []
+    for ev in model.evidence:
+        if ev.kind != "litho.optimize":
+            continue
+        files = ev.data.get("files") or {}
+        layout_path = ev.data.get("layout") or files.get("layout")
+        name = Path(layout_path).stem if layout_path else ev.node_id
+        clip = ClipSection(name=name, metrics=dict(ev.data.get("metrics") or {}),
+                           published=published_rows(csv_path, _test_number(name)))
+        if pictures and repo and head and layout_path and files.get("mask"):
+            layout = _git_show(repo, head, layout_path)
+            mask = _git_show(repo, head, files["mask"])
+            if layout is not None and mask is not None:
+                clip.images = _render_pictures(layout, Path(layout_path).name, mask, Path(files["mask"]).name)
+        clips.append(clip)
+    return sorted(clips, key=lambda c: (_test_number(c.name) or 0, c.name))
+
+
+def build_report(ledger: Any, ops_root: Path, run_id: str, *, pictures: bool = True) -> Report:
+    events = [json.loads(json.dumps(r.to_json())) for r in ledger.events(run_id)]
+    model = build_model(run_id, events)
+    clips = litho_clips(model, pictures=pictures)
+    return Report(model=model, clips=clips, html=render_html(model, clips))
