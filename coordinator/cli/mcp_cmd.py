@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -38,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
         from registry.stdio_guard import claim_stdout
 
         claim_stdout()  # before any further import can print
+        if os.environ.get("DOME_MCP_NO_FASTPATH") != "1":
+            from coordinator.mcp.fastpath import serve
+
+            return serve(args.ops_root, args.consent_mode, args.db)
     from coordinator.mcp.dispatch import ToolHost
 
     host = ToolHost(ops_root=args.ops_root, consent_mode=args.consent_mode, db_url=args.db)
