@@ -1,0 +1,173 @@
+"""MCP front door latency, beside a minimal MCP SDK server measured in the same run.
+
+    python benchmarks/mcp_latency.py [--runs 7] [--calls 300] [--json]
+
+1. cold start to tools/list: spawn -> initialize -> tools/list answered, over stdio
+   (dome mcp with its fast path and a warm answer cache; dome mcp without the fast
+   path; a minimal SDK low-level server with one tool).
+2. a trivial call over stdio (raw JSON-RPC over pipes, sequential): p50 / p99 of
+   `health` on dome, of an `echo` tool on the minimal SDK server.
+3. input validation: dome's compiled closed-schema check of an `evaluate` request,
+   beside the generic registry.schema_store.validate of the same request.
+
+Targets: cold start <= 300 ms, trivial call p50 <= 2 ms, validation <= 0.1 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+MINIMAL_SERVER = r'''
+import anyio, mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[types.Tool(name="echo", input_schema={"type": "object"})])
+async def call_tool(ctx, params):
+    return types.CallToolResult(content=[types.TextContent(type="text", text="ok")], structured_content={"ok": True})
+server = Server("minimal", on_list_tools=list_tools, on_call_tool=call_tool)
+async def main():
+    async with stdio_server() as (r, w):
+        await server.run(r, w, server.create_initialization_options())
+anyio.run(main)
+'''
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def _frame(obj: dict) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def _read_id(proc: subprocess.Popen, rid: int) -> dict:
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("server closed stdout")
+        msg = json.loads(line)
+        if msg.get("id") == rid:
+            return msg
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=env, cwd=REPO)
+
+
+def cold_start(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    proc = _spawn(argv, env)
+    proc.stdin.write(_frame(INIT) + _frame(INITIALIZED) + _frame({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+    proc.stdin.flush()
+    _read_id(proc, 2)
+    dt = time.perf_counter() - t0
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    return dt
+
+
+def call_latency(argv: list[str], env: dict[str, str], tool: str, calls: int) -> list[float]:
+    proc = _spawn(argv, env)
+    proc.stdin.write(_frame(INIT) + _frame(INITIALIZED))
+    proc.stdin.flush()
+    _read_id(proc, 1)
+    out = []
+    for i in range(calls + 20):
+        req = _frame({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call", "params": {"name": tool, "arguments": {}}})
+        t0 = time.perf_counter()
+        proc.stdin.write(req)
+        proc.stdin.flush()
+        _read_id(proc, 100 + i)
+        if i >= 20:  # warm-up excluded
+            out.append(time.perf_counter() - t0)
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def validation_times(n: int = 20000) -> tuple[float, float]:
+    from coordinator.mcp.catalog import default_specs
+    from coordinator.mcp.validation import CompiledTool
+    from registry import schema_store
+
+    spec = default_specs(include_test=False)["evaluate"]
+    tool = CompiledTool(spec)
+    req = {"layout": "/data/iccad13/M1_test1.glp", "report_level": "detailed", "seed": 7, "fill": "lithobench"} \
+        if "fill" in spec.fields else {"layout": "/data/iccad13/M1_test1.glp", "report_level": "detailed", "seed": 7}
+    tool.validate(req)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        tool.validate(req)
+    ours = (time.perf_counter() - t0) / n
+    schema_store.validate("litho/evaluate.request", req)
+    m = max(n // 10, 100)
+    t0 = time.perf_counter()
+    for _ in range(m):
+        schema_store.validate("litho/evaluate.request", req)
+    generic = (time.perf_counter() - t0) / m
+    return ours, generic
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dome-mcp-bench-"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DOME_MCP_CACHE_DIR": str(tmp / "cache")}
+    dome = [sys.executable, "-m", "coordinator.cli.main", "mcp", "--ops-root", str(tmp / "ops")]
+    minimal = [sys.executable, "-c", MINIMAL_SERVER]
+    cold_start(dome, env)  # fills the answer cache (as the first start after an install does)
+    res: dict[str, float] = {}
+    runs = {"dome_fast": [], "dome_sdk_only": [], "minimal_sdk": []}
+    for _ in range(a.runs):  # interleaved, so machine load hits all three alike
+        runs["dome_fast"].append(cold_start(dome, env))
+        runs["dome_sdk_only"].append(cold_start(dome, {**env, "DOME_MCP_NO_FASTPATH": "1"}))
+        runs["minimal_sdk"].append(cold_start(minimal, env))
+    for k, v in runs.items():
+        res[f"cold_start_ms_{k}"] = statistics.median(v) * 1e3
+    ours = call_latency(dome, env, "health", a.calls)
+    base = call_latency(minimal, env, "echo", a.calls)
+    res.update({"call_p50_ms_dome": pct(ours, 0.5) * 1e3, "call_p99_ms_dome": pct(ours, 0.99) * 1e3,
+                "call_p50_ms_minimal_sdk": pct(base, 0.5) * 1e3, "call_p99_ms_minimal_sdk": pct(base, 0.99) * 1e3})
+    v_ours, v_generic = validation_times()
+    res.update({"validation_ms_dome": v_ours * 1e3, "validation_ms_generic_jsonschema": v_generic * 1e3})
+    load = os.getloadavg()[0]
+    res["load_avg_1m"] = load
+    if a.json:
+        print(json.dumps({k: round(v, 4) for k, v in res.items()}))
+        return 0
+    print(f"machine: {os.cpu_count()} cores, load average {load:.1f}")
+    print(f"cold start to tools/list (median of {a.runs}):")
+    print(f"  dome mcp (fast path)        {res['cold_start_ms_dome_fast']:8.1f} ms   target <= 300")
+    print(f"  dome mcp (SDK only)         {res['cold_start_ms_dome_sdk_only']:8.1f} ms")
+    print(f"  minimal SDK server          {res['cold_start_ms_minimal_sdk']:8.1f} ms")
+    print(f"trivial call over stdio ({a.calls} sequential):")
+    print(f"  dome health                 p50 {res['call_p50_ms_dome']:6.2f} ms  p99 {res['call_p99_ms_dome']:6.2f} ms   target p50 <= 2")
+    print(f"  minimal SDK echo            p50 {res['call_p50_ms_minimal_sdk']:6.2f} ms  p99 {res['call_p99_ms_minimal_sdk']:6.2f} ms")
+    print("input validation (evaluate request):")
+    print(f"  dome compiled closed schema {res['validation_ms_dome'] * 1e3:8.1f} us   target <= 100")
+    print(f"  generic jsonschema validate {res['validation_ms_generic_jsonschema'] * 1e3:8.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
