@@ -181,6 +181,9 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
 
 
 def finish_run(ctx: FinishContext) -> FinishResult:
+    done = recorded_result(ctx.ledger, ctx.run_id)
+    if done is not None:  # resumed after the decision: nothing is applied or promoted twice
+        return done
     policy = ctx.policy or IntegrationPolicy.load()
     keyring = ctx.keyring or Keyring({ctx.signing_key.kid: ctx.signing_key.public})
     emit = Emitter(ctx.ledger, ctx.run_id, ctx.signing_key, ctx.clock, ctx.wave_id)
@@ -266,6 +269,26 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                             emit=emit, why=why, rejected=[{"proposal_id": p, **r.to_dict()}
                                                           for p, r in rejected],
                             base_ref=ctx.base_ref)
+
+
+def recorded_result(ledger: Any, run_id: str) -> FinishResult | None:
+    """The outcome already in the ledger (a promotion decision, or a run held
+    at the human gate), or None when the integration stage has not decided."""
+    records = records_of(ledger, run_id)
+    promos = [r for r in records if r.topic == T_PROMOTION]
+    gates = [r for r in records if r.topic == T_GATE]
+    gate = dict(gates[-1].artifact) if gates else {}
+    if promos:
+        d = dict(promos[-1].artifact)
+        return FinishResult(str(d["outcome"]), run_id, str(d.get("base_ref") or ""),
+                            d.get("from_head_ref"), list(d.get("included_proposals", [])),
+                            list(d.get("missing", [])), {}, gate, d)
+    waiting = [r for r in records if r.topic == T_CONSENT_REQ]
+    if waiting and gates and waiting[-1].sequence > gates[-1].sequence:
+        return FinishResult("awaiting_consent", run_id, str(gate.get("base_ref") or ""),
+                            gate.get("head_ref"), list(gate.get("included_proposals", [])),
+                            list(gate.get("missing", [])), {}, gate, None)
+    return None
 
 
 def _suites(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy, risks: set[str],

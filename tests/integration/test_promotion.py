@@ -261,3 +261,12 @@ def test_verify_fails_when_a_ledger_record_is_changed(verified_run, topic: str) 
     evs[k] = type(orig)(orig.sequence, orig.topic, orig.run_id, {**orig.payload, "created_at": "2000-01-01T00:00:00Z"})
     rep = verify_run(ledger, "run-1", keyring)
     assert not rep.valid, topic
+
+
+def test_finish_is_idempotent_on_resume(big_repo: Path, tmp_path: Path) -> None:
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"))]
+    res, ledger, key = _run(big_repo, props, tmp_path)
+    n = len(ledger.events("run-1"))
+    again, _, _ = _run(big_repo, props, tmp_path, ledger=ledger, key=key)
+    assert again.status == res.status == "promoted" and again.head_ref == res.head_ref
+    assert len(ledger.events("run-1")) == n  # nothing re-applied, re-signed or re-promoted

@@ -193,3 +193,55 @@ def test_no_worker_profile_ever_holds_an_integration_admin_tool() -> None:
                     assert not set(scope.allowed_methods) & admin
                     assert not any(f in m for m in scope.allowed_methods for f in forbidden), scope.allowed_methods
     assert granted > 0
+
+
+def test_canvas_handles_create_delete_mode_binary_and_rename(big_repo: Path) -> None:
+    import os
+    import subprocess
+
+    from tests.integration.conftest import git_bytes
+    base = head(big_repo)
+
+    def change(r: Path) -> None:
+        (r / "new dir").mkdir()
+        (r / "new dir" / "n.txt").write_text("new\n")
+        (r / "f01.txt").unlink()
+        os.chmod(r / "f02.txt", 0o755)
+        (r / "img.bin").write_bytes(bytes(range(256)) * 40)
+        (r / "f03.txt").rename(r / "moved.txt")
+    change(big_repo)
+    git(big_repo, "add", "-A")
+    raw = git_bytes(big_repo, "diff", "--binary", "--full-index", "-M", "--cached", "HEAD")
+    git(big_repo, "reset", "-q", "--hard")
+    git(big_repo, "clean", "-qfdx")
+    assert b"rename from f03.txt" in raw
+    from registry.diffs import describe_diff
+    d = describe_diff(raw, base)
+    prop = {"proposal_id": "mixed", "base_ref": base,
+            "base_tree_hash": git(big_repo, "rev-parse", base + "^{tree}"),
+            "diff_canonicalization": d["diff_canonicalization"], "diff_digest": d["diff_digest"],
+            "touched_files": d["touched_files"], "risk": "low", "declared_constraints": {}}
+    pol = IntegrationPolicy(allow_exec_bit=True)
+    canvas, stacker, events, plan = _stack(big_repo, [(prop, d["canonical"])], pol)
+    try:
+        assert canvas.included == ["mixed"]
+        git(big_repo, "checkout", "-q", "--detach", base)
+        subprocess.run(["git", "apply", "--index"], input=d["canonical"], cwd=big_repo, check=True)
+        assert git(big_repo, "write-tree") == canvas.checkpoints[-1].tree
+    finally:
+        canvas.close()
+
+
+def test_per_batch_checkpoints(big_repo: Path) -> None:
+    props = [make_proposal(big_repo, f"p{k}", edit_line(f"f{k:02d}.txt", 4, f"b{k}")) for k in range(5)]
+    pol = IntegrationPolicy(checkpoint_strategy="per_batch", batch_size=2)
+    canvas, stacker, events, plan = _stack(big_repo, props, pol)
+    try:
+        assert [cp.proposal_ids for cp in canvas.checkpoints] == [("p0", "p1"), ("p2", "p3"), ("p4",)]
+        trailers = git(big_repo, "log", "-1", "--format=%B", canvas.checkpoints[0].commit)
+        assert "Dome-Proposal: p0\nDome-Proposal: p1" in trailers
+        assert plan.to_dict()["checkpoint_strategy"] == "per_batch"
+        res = stacker.state.apply_results
+        assert res["p0"]["checkpoint_id"] == res["p1"]["checkpoint_id"] == canvas.checkpoints[0].checkpoint_id
+    finally:
+        canvas.close()
