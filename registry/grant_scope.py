@@ -12,6 +12,10 @@ Pure functions over registry data. The four sets:
 - card:     the methods the runtime card's capabilities (optionally
             narrowed by its `methods`) map to: the most it may ever get.
 
+A policy's `implicit_capabilities` (the attempt lifecycle: get_task,
+report_progress, complete_task) are added to every node's capabilities
+before the intersection; they are still bounded by the policy and the card.
+
 A node asking for an admin capability is refused outright
 (AdminNotGrantable), not silently trimmed: a planner bug should be loud.
 """
@@ -136,13 +140,13 @@ def _merge_budgets(per_class: list[Mapping[str, Any]], families: set[str],
 def derive_scope(registry: Registry, *, policy_id: str, card_ref: str,
                  required_capabilities: Iterable[str]) -> GrantScope:
     """policy ∩ resolver(required_capabilities) ∩ contracts ∩ card, for a worker."""
-    caps = tuple(sorted(set(required_capabilities)))
+    policy = policy_entry(registry.policy, policy_id)
+    caps = tuple(sorted(set(required_capabilities) | set(policy.get("implicit_capabilities") or ())))
     resolver = registry.resolver
     for cap in caps:
         if capability_class(resolver, cap) == "admin":
             raise AdminNotGrantable(f"capability {cap!r} is admin: coordinator-only, never granted to a worker",
                                     details={"capability": cap})
-    policy = policy_entry(registry.policy, policy_id)
     card = registry.card(card_ref)
     method_classes = {n: m.capability_class for n, m in registry.methods.items()}
     admin = registry.admin_methods()

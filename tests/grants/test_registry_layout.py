@@ -12,7 +12,8 @@ def test_every_tool_of_the_issue_has_a_contract() -> None:
     assert REG.load_problems == []
     expected = {
         "repo_read": {"read_file", "list_tree", "grep", "get_base_ref", "get_diff_stats"},
-        "patch_proposal": {"submit_patch", "submit_metadata", "put_artifact", "report_progress"},
+        "patch_proposal": {"get_task", "submit_patch", "submit_metadata", "put_artifact", "report_progress",
+                           "complete_task"},
         "repo_integration_admin": {"create_integration_worktree", "apply_patch", "checkpoint", "run_validation",
                                    "rollback", "promote"},
         "litho": {"simulate", "evaluate", "optimize"},
@@ -31,7 +32,7 @@ def test_klayout_tools_use_the_klayout_schemas_by_exact_name() -> None:
 
 
 def test_write_methods_require_idempotency_key_and_node_execution_id() -> None:
-    for name in ("submit_patch", "submit_metadata", "put_artifact", "report_progress"):
+    for name in ("submit_patch", "submit_metadata", "put_artifact", "report_progress", "complete_task"):
         m = REG.method(name)
         assert m.is_write and m.idempotency_key_required
         required = REG.schema(m.input)["required"]
@@ -48,3 +49,8 @@ def test_method_lookup_by_bare_or_qualified_name() -> None:
     assert REG.method("litho.evaluate").tool_id == "litho"
     assert REG.method("evaluate").replay == "Convergent"
     assert REG.method("promote").replay == "NeverReplay"
+
+
+def test_only_the_terminal_write_spends_a_single_use_grant() -> None:
+    spenders = sorted(n for n, m in REG.methods.items() if m.spends_single_use)
+    assert spenders == ["complete_task"]

@@ -20,8 +20,9 @@ WORKER_CAPS = [c for c in CAPS if REG.resolver["capabilities"][c]["class"] != "a
 
 def test_default_write_node_gets_proposal_methods_only() -> None:
     s = derive_scope(REG, policy_id="default", card_ref="agent_cli", required_capabilities=["write"])
-    assert s.allowed_methods == ("put_artifact", "report_progress", "submit_metadata", "submit_patch")
-    assert s.single_use is True and s.classes == ("write",)
+    assert s.allowed_methods == ("complete_task", "get_task", "put_artifact", "report_progress", "submit_metadata",
+                                 "submit_patch")
+    assert s.single_use is True and s.classes == ("read", "write")
     assert s.budgets["max_calls_by_family"]["proposal.write"] == 20
 
 
@@ -69,14 +70,18 @@ def test_unknown_names_fail_closed() -> None:
 
 
 def test_empty_intersection_is_an_error() -> None:
+    reg = _fresh()
+    reg.cards = {"runtime/bare": {"artifact_kind": "dome.agent_card/v1", "card_id": "bare", "version": "1.0.0",
+                                  "kind": "runtime", "capabilities": ["read:litho"]}}
     with pytest.raises(EmptyGrant) as info:
-        derive_scope(REG, policy_id="readonly", card_ref="agent_cli", required_capabilities=["write"])
+        derive_scope(reg, policy_id="readonly", card_ref="bare", required_capabilities=["write"])
     assert info.value.code == "GRANT_SCOPE_EMPTY"
 
 
-def test_readonly_scope_has_no_write_roots() -> None:
-    s = derive_scope(REG, policy_id="default", card_ref="validator", required_capabilities=["read"])
-    assert s.constraints["write_roots"] == [] and s.single_use is False
+def test_readonly_policy_still_lets_an_attempt_report_and_complete() -> None:
+    s = derive_scope(REG, policy_id="readonly", card_ref="validator", required_capabilities=["read"])
+    assert {"get_task", "report_progress", "complete_task"} <= set(s.allowed_methods)
+    assert not {"submit_patch", "put_artifact", "submit_metadata"} & set(s.allowed_methods)
 
 
 # ---- property: the issued profile never exceeds any of the four sets -------------
@@ -99,6 +104,8 @@ def worlds(draw: Any) -> tuple[dict, dict, list[str]]:
             "capabilities": draw(st.lists(st.sampled_from(CAPS), unique=True))}
     if draw(st.booleans()):
         card["methods"] = draw(st.lists(st.sampled_from(ALL_METHODS), unique=True))
+    if draw(st.booleans()):
+        policy["implicit_capabilities"] = draw(st.lists(st.sampled_from(WORKER_CAPS), unique=True, max_size=2))
     node = draw(st.lists(st.sampled_from(WORKER_CAPS), unique=True, min_size=1))
     return policy, card, node
 
@@ -117,7 +124,8 @@ def test_property_issued_scope_never_exceeds_any_of_the_four_sets(world: tuple[d
         return
     got = set(s.allowed_methods)
     assert got <= set(policy_methods(policy_entry(reg.policy, "p"), method_classes))  # policy
-    assert got <= set(resolve(reg.resolver, node))  # resolver(required_capabilities(node))
+    asked = set(node) | set(policy.get("implicit_capabilities", ()))
+    assert got <= set(resolve(reg.resolver, asked))  # resolver(required_capabilities(node))
     assert got <= set(reg.methods)  # contracts
     assert got <= set(card_methods(card, reg.resolver))  # card
     assert not got & reg.admin_methods()  # admin never

@@ -202,7 +202,8 @@ def test_single_use_grant_is_spent_by_its_first_successful_write(world: World) -
     assert g.payload["single_use"] is True
     assert _attempt(world, g.token, method="put_artifact") is None  # writes before the terminal one are fine
     assert _attempt(world, g.token, method="submit_patch") is None
-    for method in ("submit_patch", "read_file", "put_artifact"):
+    assert _attempt(world, g.token, method="complete_task") is None  # the terminal write spends it
+    for method in ("complete_task", "read_file", "put_artifact"):
         before = len(world.events())
         assert _attempt(world, g.token, method=method) == "GRANT_REPLAYED"
         assert [e.topic for e in world.events()[before:]] == ["grant.rejected"]
@@ -210,22 +211,22 @@ def test_single_use_grant_is_spent_by_its_first_successful_write(world: World) -
 
 def test_replay_is_refused_by_a_fresh_verifier_rebuilt_from_the_ledger(world: World) -> None:
     g = world.issue()
-    assert _attempt(world, g.token, method="submit_patch") is None
+    assert _attempt(world, g.token, method="complete_task") is None
     world.verifier = GrantVerifier(world.keyring, world.ledger, registry=world.registry)  # coordinator restart
-    assert _attempt(world, g.token, method="submit_patch") == "GRANT_REPLAYED"
+    assert _attempt(world, g.token, method="complete_task") == "GRANT_REPLAYED"
 
 
 def test_failed_action_spends_nothing_but_is_charged(world: World) -> None:
     g = world.issue()
     with pytest.raises(RuntimeError):
-        with world.verifier.authorize(g.token, method="submit_patch", idempotency_key="k-000000001", **CALL) as call:
-            call.tx.append(RUN, "patch.submitted", {"proposal_id": "p1"})
+        with world.verifier.authorize(g.token, method="complete_task", idempotency_key="k-000000001", **CALL) as call:
+            call.tx.append(RUN, "task.completed", {"outcome": "succeeded"})
             raise RuntimeError("tool crashed")
     topics = [e.topic for e in world.events()]
-    assert "patch.submitted" not in topics
+    assert "task.completed" not in topics
     assert world.events()[-1].payload["outcome"] == "failed"
     assert world.verifier.usage(g.profile_id)["calls_total"] == 1
-    assert _attempt(world, g.token, method="submit_patch") is None  # the retry may still spend it
+    assert _attempt(world, g.token, method="complete_task") is None  # the retry may still spend it
 
 
 def test_revocation_takes_effect_on_the_next_call(world: World) -> None:

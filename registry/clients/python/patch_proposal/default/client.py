@@ -1,9 +1,9 @@
-"""Typed client for dome.patch_proposal@1.0.0 (profile default). Generated; do not edit."""
+"""Typed client for dome.patch_proposal@1.1.0 (profile default). Generated; do not edit."""
 from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
-from .types import PutArtifactResponse, ReportProgressResponse, SubmitMetadataResponse, SubmitPatchResponse
+from .types import CompleteTaskResponse, GetTaskResponse, PutArtifactResponse, ReportProgressResponse, SubmitMetadataResponse, SubmitPatchResponse
 
 
 class Transport(Protocol):
@@ -11,16 +11,42 @@ class Transport(Protocol):
 
 
 class PatchProposalClient:
-    """PatchProposalSkill: Bounded writes of a worker: propose a patch, attach metadata, store artifacts, report progress. No git apply, commit, merge or promote. Every call carries an idempotency_key and the node_execution_id of the attempt; the gateway dedupes on (run_id, method, idempotency_key)."""
+    """PatchProposalSkill: The worker gateway: read the attempt's task, propose a patch, attach metadata, store artifacts, report progress and complete the attempt. No git apply, commit, merge or promote. Every write carries an idempotency_key and the node_execution_id of the attempt; the gateway dedupes on (run_id, method, idempotency_key). complete_task is the terminal write and spends a single-use grant."""
 
     TOOL_ID = "patch_proposal"
-    CONTRACT = "dome.patch_proposal@1.0.0"
+    CONTRACT = "dome.patch_proposal@1.1.0"
     PROFILE_ID = "default"
-    SPEC_DIGEST = "sha256:c4abfae05d0a99d8f41bebe586168d57e0ec7f722da9898617ad9930301cec35"
-    METHODS = ("put_artifact", "report_progress", "submit_metadata", "submit_patch", )
+    SPEC_DIGEST = "sha256:20f9c7ca700829677abc710d6a19078a6358f19e10b9bbb9ba938acc06803dcd"
+    METHODS = ("complete_task", "get_task", "put_artifact", "report_progress", "submit_metadata", "submit_patch", )
 
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
+
+    def complete_task(self, *, idempotency_key: str, node_execution_id: str, outcome: Literal["succeeded", "failed"], error: None | dict[str, Any] | None = None, evidence: list[dict[str, Any]] | None = None, metrics: dict[str, Any] | None = None, proposal_id: None | str | None = None, summary: dict[str, Any] | None = None) -> CompleteTaskResponse:
+        """Report the attempt's result (succeeded or failed); its terminal write: spends a single-use grant.
+
+        side effect: proposal_register; replay: Convergent; idempotency: dedupe_by_key; errors: ATTEMPT_NOT_LIVE, GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST, PROPOSAL_NOT_FOUND.
+        """
+        params: dict[str, Any] = {"idempotency_key": idempotency_key, "node_execution_id": node_execution_id, "outcome": outcome}
+        if error is not None:
+            params["error"] = error
+        if evidence is not None:
+            params["evidence"] = evidence
+        if metrics is not None:
+            params["metrics"] = metrics
+        if proposal_id is not None:
+            params["proposal_id"] = proposal_id
+        if summary is not None:
+            params["summary"] = summary
+        return self._transport.call("complete_task", params)  # type: ignore[return-value]
+
+    def get_task(self, *, node_execution_id: str) -> GetTaskResponse:
+        """The task spec slice and base of this attempt.
+
+        side effect: none; replay: Convergent; idempotency: pure; errors: ATTEMPT_NOT_LIVE, GRANT_REJECTED, INTERNAL_ERROR, INVALID_REQUEST.
+        """
+        params: dict[str, Any] = {"node_execution_id": node_execution_id}
+        return self._transport.call("get_task", params)  # type: ignore[return-value]
 
     def put_artifact(self, *, content_b64: str, idempotency_key: str, media_type: str, node_execution_id: str, expected_digest: str | None = None, name: str | None = None) -> PutArtifactResponse:
         """Store bytes in the content-addressed store.
@@ -45,7 +71,7 @@ class PatchProposalClient:
         return self._transport.call("report_progress", params)  # type: ignore[return-value]
 
     def submit_metadata(self, *, idempotency_key: str, meta: dict[str, Any], node_execution_id: str, proposal_id: str) -> SubmitMetadataResponse:
-        """Attach metadata to this attempt's proposal id (before submit_patch, which ends the attempt).
+        """Attach metadata to a proposal of this node attempt.
 
         side effect: proposal_register; replay: Convergent; idempotency: dedupe_by_key; errors: GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST, PROPOSAL_NOT_FOUND.
         """
@@ -53,7 +79,7 @@ class PatchProposalClient:
         return self._transport.call("submit_metadata", params)  # type: ignore[return-value]
 
     def submit_patch(self, *, idempotency_key: str, node_execution_id: str, proposal: dict[str, Any]) -> SubmitPatchResponse:
-        """Register the PatchProposal of this node attempt (its terminal write: spends a single-use grant).
+        """Register the PatchProposal of this node attempt (its diff uploaded first with put_artifact).
 
         side effect: proposal_register; replay: Convergent; idempotency: dedupe_by_key; errors: BASE_MISMATCH, GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST, PATH_DENIED, PROPOSAL_INVALID.
         """

@@ -1,8 +1,40 @@
-"""Request and response types of dome.patch_proposal@1.0.0 under profile default. Generated; do not edit."""
+"""Request and response types of dome.patch_proposal@1.1.0 under profile default. Generated; do not edit."""
 from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, Required, TypedDict
 
+
+CompleteTaskRequest = TypedDict("CompleteTaskRequest", {
+    "error": NotRequired[None | dict[str, Any]],
+    "evidence": NotRequired[list[dict[str, Any]]],
+    "idempotency_key": Required[str],
+    "metrics": NotRequired[dict[str, Any]],
+    "node_execution_id": Required[str],
+    "outcome": Required[Literal["succeeded", "failed"]],
+    "proposal_id": NotRequired[None | str],
+    "summary": NotRequired[dict[str, Any]],
+}, total=False)
+
+CompleteTaskResponse = TypedDict("CompleteTaskResponse", {
+    "duplicate": NotRequired[bool],
+    "event_sequence": NotRequired[int],
+    "recorded": Required[bool],
+    "schema_version": Required[str],
+}, total=False)
+
+GetTaskRequest = TypedDict("GetTaskRequest", {
+    "node_execution_id": Required[str],
+}, total=False)
+
+GetTaskResponse = TypedDict("GetTaskResponse", {
+    "base_ref": Required[str],
+    "base_tree_hash": NotRequired[str],
+    "node_execution_id": Required[str],
+    "node_id": NotRequired[str],
+    "schema_version": Required[str],
+    "task": Required[dict[str, Any]],
+    "wave_id": NotRequired[str],
+}, total=False)
 
 PutArtifactRequest = TypedDict("PutArtifactRequest", {
     "content_b64": Required[str],
@@ -61,4 +93,4 @@ SubmitPatchResponse = TypedDict("SubmitPatchResponse", {
     "schema_version": Required[str],
 }, total=False)
 
-__all__ = ["PutArtifactRequest", "PutArtifactResponse", "ReportProgressRequest", "ReportProgressResponse", "SubmitMetadataRequest", "SubmitMetadataResponse", "SubmitPatchRequest", "SubmitPatchResponse"]
+__all__ = ["CompleteTaskRequest", "CompleteTaskResponse", "GetTaskRequest", "GetTaskResponse", "PutArtifactRequest", "PutArtifactResponse", "ReportProgressRequest", "ReportProgressResponse", "SubmitMetadataRequest", "SubmitMetadataResponse", "SubmitPatchRequest", "SubmitPatchResponse"]
