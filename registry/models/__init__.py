@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .base import ArtifactHeader, DomeModel, OpenModel
 from .common import ActionSpec, Budgets, EvidenceRef
-from .decisions import (ConflictDecision, NodeScores, SchedulingCandidate, SchedulingDecision,
+from .decisions import (ConflictDecision, NodeScores, SchedulingDecision, SchedulingEntry, SchedulingTieBreak,
                         SelectionDecision, SelectionEntry)
 from .errors import ErrorObjectModel
 from .events import ControlEvent, Envelope
@@ -64,8 +64,9 @@ MODEL_SCHEMAS: dict[type[DomeModel], str] = {
     ConflictSummary: "apply_result#/properties/conflict_summary",
     Environment: "validation_report#/properties/environment",
     HumanApproval: "promotion_decision#/properties/human_approval",
-    SchedulingCandidate: "scheduling_decision#/properties/candidates/items",
-    NodeScores: "scheduling_decision#/properties/candidates/items/properties/scores",
+    SchedulingEntry: "scheduling_decision#/$defs/entry",
+    NodeScores: "scheduling_decision#/$defs/entry/properties/scores",
+    SchedulingTieBreak: "scheduling_decision#/$defs/entry/properties/tie_break",
     SelectionEntry: "selection_decision#/properties/entries/items",
 }
 

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from .base import ArtifactHeader, Digest, Identifier, NonNegInt, OpenModel, Seed, Timestamp, tie_break
 
-SCHEDULING_TIE_BREAK = ["node_priority_group", "node_id", "task_spec_digest"]
+SCHEDULING_ORDER = ["scores.total desc", "node_priority_group", "node_id", "task_spec_digest"]
 SELECTION_TIE_BREAK = ["proposal_id", "created_at", "diff_digest"]
 CONFLICT_TIE_BREAK = ["policy_precedence", "proposal_id", "conflict_fingerprint"]
 
@@ -18,17 +18,22 @@ class NodeScores(OpenModel):
     rarity: float
     confidence: float
     risk_penalty: float
-
-
-class SchedulingCandidate(OpenModel):
-    node_id: Identifier
-    node_priority_group: NonNegInt
-    task_spec_digest: Digest
-    scores: NodeScores
     total: float
-    rank: NonNegInt
-    selected: bool
-    duplicate: bool | None = None
+
+
+class SchedulingTieBreak(OpenModel):
+    node_priority_group: NonNegInt
+    node_id: Identifier
+    task_spec_digest: Digest
+
+
+class SchedulingEntry(OpenModel):
+    node_id: Identifier
+    kind: Literal["first", "retry", "endgame_duplicate"] | None = None
+    attempt: int | None = Field(default=None, ge=1)
+    scores: NodeScores
+    tie_break: SchedulingTieBreak
+    rank: NonNegInt | None = None
     reason: str | None = None
 
 
@@ -40,9 +45,14 @@ class SchedulingDecision(ArtifactHeader):
     policy_version: str | None = Field(default=None, min_length=1)
     ledger_sequence: NonNegInt | None = None
     endgame: bool | None = None
-    candidates: list[SchedulingCandidate]
-    selected: list[Identifier]
-    tie_break_order: tie_break(SCHEDULING_TIE_BREAK)
+    candidates: list[SchedulingEntry] | None = None
+    selected: list[SchedulingEntry]
+    tie_break_order: tie_break(SCHEDULING_ORDER)
+    graph_digest: Digest | None = None
+    policy: dict[str, Any] | None = None
+    state_basis: dict[str, Any] | None = None
+    free_slots: NonNegInt | None = None
+    deferred_count: NonNegInt | None = None
 
 
 class SelectionEntry(OpenModel):

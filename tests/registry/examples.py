@@ -119,10 +119,13 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "scheduling_decision": {
         **header("dome.scheduling_decision/v1"),
         "decision_id": "sd-1", "policy_version": "default@1", "ledger_sequence": 3, "endgame": False,
-        "candidates": [{"node_id": "n1", "node_priority_group": 0, "task_spec_digest": D1,
-                        "scores": {"blocking": 1.0, "rarity": 0.0, "confidence": 0.5, "risk_penalty": 0.0},
-                        "total": 1.5, "rank": 0, "selected": True}],
-        "selected": ["n1"], "tie_break_order": ["node_priority_group", "node_id", "task_spec_digest"],
+        "graph_digest": D2, "policy": {"max_parallel": 4}, "state_basis": {"last_sequence": 3},
+        "free_slots": 4, "deferred_count": 0,
+        "selected": [{"node_id": "n1", "kind": "first", "attempt": 1,
+                      "scores": {"blocking": 1000, "rarity": 500, "confidence": 1000, "risk_penalty": 0,
+                                 "total": 2500},
+                      "tie_break": {"node_priority_group": 0, "node_id": "n1", "task_spec_digest": D1}}],
+        "tie_break_order": ["scores.total desc", "node_priority_group", "node_id", "task_spec_digest"],
     },
     "selection_decision": {
         **header("dome.selection_decision/v1"),

@@ -51,3 +51,29 @@ def test_worker_built_proposals_are_schema_valid_and_sealed_by_the_one_rule(git_
     schema_store.validate("patch_proposal", proposal)
     PatchProposal.model_validate(proposal)
     assert check_seal(proposal, require_signature=False) is None
+
+
+def test_scheduler_decisions_have_the_contract_shape() -> None:
+    """The run loop's SchedulingDecision body (scores, tie-break fields, order)
+    matches the schema; the header fields a recorded artifact also needs
+    (version, created_at, producer) are stamped here as the emitter would."""
+    from coordinator.runloop.loop import make_decision
+    from coordinator.runstate import fold
+    from coordinator.scheduler import SchedulerPolicy
+    from coordinator.workqueue import parse_work_queue
+    from registry.models import SchedulingDecision
+
+    def task(nid: str, deps: list[str], **extra: object) -> dict:
+        return {"node_id": nid, "dependencies": deps, "containers": [], "required_capabilities": ["write"],
+                "required_outputs": ["patch_proposal"], "action_spec": {"intent": "command", "argv": ["true"]},
+                **extra}
+
+    graph = parse_work_queue({"artifact_kind": "dome.work.queue/v1", "repo": ".", "base_ref": "main",
+                              "determinism_seed": 3, "policy": "default", "promote_to": "refs/heads/out",
+                              "tasks": [task("a", []), task("b", ["a"]), task("c", [], risk="high"),
+                                        task("d", [], priority_group=1)]}).graph
+    decision = make_decision(graph, fold([]), SchedulerPolicy(max_parallel=2), 3, "run-1")
+    assert decision is not None
+    stamped = {"version": "1.0.0", "created_at": "2026-01-01T00:00:00Z", "producer": "coordinator", **decision}
+    schema_store.validate("scheduling_decision", stamped)
+    SchedulingDecision.model_validate(stamped)
