@@ -332,3 +332,39 @@ def test_issued_grant_is_a_schema_valid_dsse_signed_tool_profile(world: World) -
     assert g.envelope["signatures"][0]["sig"] not in json.dumps(issued.payload)  # no bearer token in the ledger
     p = g.payload
     assert p["expires_at"] > p["issued_at"] and len(p["jti"]) == 32 and p["audience"] == AUD
+
+
+def test_property_no_mutation_of_a_token_verifies_or_escapes_as_another_error(world: World) -> None:
+    """Fuzz: any change to any character of a genuine token is a GrantError, never acceptance
+    and never an unexpected exception type."""
+    from hypothesis import given, settings, strategies as st
+    g = world.issue()
+    v = world.verifier
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.=+/%"
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(0, len(g.token) - 1), st.sampled_from(alphabet), st.booleans())
+    def check(pos: int, ch: str, insert: bool) -> None:
+        if not insert and g.token[pos] == ch:
+            return
+        bad = g.token[:pos] + ch + g.token[pos + (0 if insert else 1):]
+        if bad == g.token:
+            return
+        with pytest.raises(GrantError):
+            v.verify(bad, method="read_file", **CALL)
+
+    check()
+    assert v.verify(g.token, method="read_file", **CALL).jti == g.jti
+
+
+def test_budget_counters_replay_identically_from_the_ledger(world: World) -> None:
+    g = world.issue()
+    for method in ("read_file", "grep", "report_progress", "put_artifact", "read_file"):
+        assert _attempt(world, g.token, method=method) is None
+    assert _attempt(world, g.token, method="report_progress") is None
+    assert _attempt(world, g.token, method="report_progress") == "GRANT_BUDGET_EXHAUSTED"
+    live = world.verifier.usage(g.profile_id)
+    fresh = GrantVerifier(world.keyring, world.ledger, registry=world.registry)
+    fresh.verify(g.token, method="read_file", **CALL)  # loads the run's grant.call events
+    assert fresh.usage(g.profile_id) == live
+    assert live["calls_total"] == 6 and live["by_family"] == {"repo.read": 3, "progress.write": 2, "artifact.write": 1}
