@@ -2,10 +2,13 @@
 and they accept the documented examples and refuse what the spec forbids."""
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any, Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from registry import schema_store
@@ -273,3 +276,23 @@ def test_bundled_validator_agrees_with_reference_resolution(name: str) -> None:
 def test_area_schemas_bundle_without_dangling_refs(name: str) -> None:
     v = schema_store.validator(name)
     Draft202012Validator.check_schema(v.schema)
+
+
+@given(st.datetimes(min_value=datetime.datetime(1970, 1, 1), timezones=st.just(datetime.timezone.utc)))
+def test_every_utc_instant_written_as_dome_writes_it_is_a_timestamp(dt: datetime.datetime) -> None:
+    import re
+    pattern = re.compile(schema_store.load_schema("common")["$defs"]["timestamp"]["pattern"])
+    assert pattern.match(dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    assert pattern.match(dt.isoformat())
+    assert pattern.match(dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+@pytest.mark.parametrize("bad", ["2026-13-01T00:00:00Z", "2026-00-10T00:00:00Z", "2026-01-32T00:00:00Z",
+                                 "2026-01-01T24:00:00Z", "2026-01-01T10:60:00Z", "2026-01-01T10:00:61Z",
+                                 "2026-01-01 10:00:00Z", "2026-01-01T10:00:00", "2026-01-01T10:00:00+2:00",
+                                 "2026-01-01T10:00:00.Z", "٢٠٢٦-01-01T10:00:00Z"])
+def test_malformed_timestamps_are_refused(bad: str) -> None:
+    ev = example("control_event")
+    ev["ts"] = bad
+    with pytest.raises(SchemaValidationError):
+        schema_store.validate("control_event", ev)
