@@ -10,7 +10,6 @@ worker process, not from an event loop.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any, Callable
 
 import klayout.db as kdb
@@ -21,7 +20,6 @@ from registry.errors import SchemaValidationError
 from . import drc, inspect_cells, loader, measure as measure_mod, query, render
 from .errors import InternalError, InvalidBox, InvalidLayer, InvalidTarget, KlayoutToolError, ToolLimitExceeded
 from .layers import layer_ref, resolve_layers
-from .markers import violations
 from .paths import resolve_allowed
 from .sessions import Session, SessionStore
 from .units import box_dbu, box_um, um
@@ -231,8 +229,7 @@ def extract_markers(request: dict[str, Any], store: SessionStore) -> dict[str, A
                 raise ToolLimitExceeded("too many markers to crop", details={
                     "limit": "max_crops", "max": lim.max_crops, "markers": len(markers)},
                     hints=["call with include_crops false, or raise KLAYOUT_MCP_MAX_CROPS"])
-        viol = violations(record.markers, deck_name=Path(record.script_path).name,
-                          deck_sha256=record.deck_sha256, run_id=record.run_id, dbu=s.dbu)
+        viol = record.violations
         out = []
         dbu = s.dbu
         layer_indexes = resolve_layers(s.layout, None)

@@ -156,12 +156,13 @@ def run_deck(session: Session, script: Path, script_type: str, params: dict[str,
     markers, rule_counts = read_report(report, session.dbu)
     deck_sha = hashlib.sha256(deck_bytes).hexdigest()
     viol = violations(markers, deck_name=script.name, deck_sha256=deck_sha, run_id=run_id, dbu=session.dbu)
+    # compact: pretty-printing ten thousand markers costs more than reading the report
     (run_dir / "markers.json").write_text(json.dumps(
         {"run_id": run_id, "deck": str(script), "deck_sha256": deck_sha, "marker_count": len(markers),
          "rule_counts": rule_counts, "markers": markers,
-         "schema_version": VIOLATIONS_SCHEMA_VERSION, "violations": viol}, indent=2, sort_keys=True) + "\n")
+         "schema_version": VIOLATIONS_SCHEMA_VERSION, "violations": viol}, separators=(",", ":")) + "\n")
     record = RunRecord(run_id=run_id, run_dir=run_dir, script_path=str(script), script_type=script_type,
-                       deck_sha256=deck_sha, report_path=report, markers=markers)
+                       deck_sha256=deck_sha, report_path=report, markers=markers, violations=viol)
     session.runs[run_id] = record
     return record, rc, rule_counts, duration
 

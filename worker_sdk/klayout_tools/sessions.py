@@ -50,6 +50,7 @@ class RunRecord:
     deck_sha256: str
     report_path: Path
     markers: list[dict[str, Any]]
+    violations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
