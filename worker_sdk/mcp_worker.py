@@ -80,7 +80,14 @@ class _Progress:
         self.seq = 0
         self._lock = threading.Lock()
 
-    def __call__(self, fraction: float, message: str = "") -> None:
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """progress(fraction[, message]) or the litho engine's progress(done, total, loss)."""
+        if len(args) == 3 and isinstance(args[0], int) and isinstance(args[1], int):
+            done, total, loss = args
+            fraction, message = (done / total if total else 0.0), f"iteration {done}/{total} loss {float(loss):.6g}"
+        else:
+            fraction = float(args[0]) if args else float(kwargs.get("fraction", 0.0))
+            message = str(args[1]) if len(args) > 1 else str(kwargs.get("message", ""))
         with self._lock:
             if fraction > self.value:
                 self.value = float(fraction)
@@ -151,9 +158,11 @@ def build_server():  # -> mcp.server.lowlevel.Server
         if "progress" in sig:
             kwargs["progress"] = progress
 
-        def run() -> Any:
+        def run() -> tuple[bool, Any]:
             try:
-                return fn(args, **kwargs)
+                return True, fn(args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the event loop, outside the task group
+                return False, exc
             finally:
                 stopped.set()
 
@@ -169,9 +178,11 @@ def build_server():  # -> mcp.server.lowlevel.Server
             async with anyio.create_task_group() as tg:
                 tg.start_soon(forward)
                 try:
-                    result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+                    ok, result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
                 finally:
                     tg.cancel_scope.cancel()
+            if not ok:
+                raise result
         except anyio.get_cancelled_exc_class():
             token.cancel("cancelled by the host")
             raise

@@ -180,25 +180,33 @@ class ToolHost:
                 result = await self.handlers[spec.name](args, ctx)
             else:
                 result = await self._worker_tool(spec, args, wait, ctx, retries)
+            # A result with its own schema_version + provenance (the litho engine's) passes through
+            # byte for byte (RFC 0006 G3); the host's standard provenance always rides in _meta.
             structured = stamp(result, args, tool=spec.name, engine_versions=HOST_VERSIONS)
+            meta: dict[str, Any] = {"dome/provenance": stamp({k: v for k, v in structured.items() if k != "provenance"},
+                                                             args, tool=spec.name,
+                                                             engine_versions=HOST_VERSIONS)["provenance"]}
+            if notes:
+                meta["dome/normalized"] = notes
             structured = render.bound_structured(structured, self.state_dir / "artifacts")
             text = render.as_json_text(structured) if render_mode == "json" else \
                 render.porcelain(spec.name, structured, notes=notes)
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
             self.telemetry.success()
-            return CallResult(structured, False, text, {"dome/normalized": notes} if notes else {})
+            return CallResult(structured, False, text, meta)
         except anyio.get_cancelled_exc_class():
             self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3,
                                 error={"code": "CANCELLED", "category": None, "message": "cancelled"})
             raise
         except Exception as exc:  # typed errors become isError results; anything else is an invariant breach
-            err = exc if isinstance(exc, DomeError) else shape_unexpected(exc)
-            if not isinstance(exc, DomeError):
-                import traceback
-                traceback.print_exc()
-            obj = err.to_object()
             if isinstance(exc, WorkerError):
                 obj = exc.obj
+            else:
+                err = exc if isinstance(exc, DomeError) else shape_unexpected(exc)
+                if not isinstance(exc, DomeError):
+                    import traceback
+                    traceback.print_exc()
+                obj = err.to_object()
             self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3, error=obj,
                                 retries=retries[0])
             text = render.as_json_text(obj) if render_mode == "json" else render.porcelain_error(obj, notes=notes)

@@ -27,12 +27,12 @@ def host_env(ops_root: Path, **extra: str) -> dict[str, str]:
             "CONSENT_MODE": extra.pop("CONSENT_MODE", "strict"), "PATH": os.environ.get("PATH", ""), **extra}
 
 
-def make_host(ops_root: Path, consent_mode: str = "strict"):
+def make_host(ops_root: Path, consent_mode: str = "strict", **worker_env: str):
     from coordinator.mcp.catalog import default_specs
     from coordinator.mcp.dispatch import ToolHost
 
     return ToolHost(ops_root=ops_root, specs=default_specs(include_test=True), consent_mode=consent_mode,
-                    worker_env={"DOME_MCP_TEST_TOOLS": "1"})
+                    worker_env={"DOME_MCP_TEST_TOOLS": "1", **worker_env})
 
 
 @asynccontextmanager

@@ -1,0 +1,113 @@
+"""Litho and KLayout tools through the MCP host: capabilities, byte identity, progress/cancel, session rebuild."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import anyio
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+from .conftest import connect, make_host
+
+pytestmark = pytest.mark.anyio
+
+
+def test_litho_capabilities_on_the_descriptor_are_the_engines():
+    from worker_sdk.litho.capabilities import capabilities
+
+    host = make_host(REPO_ROOT / "ops-unused")
+    by_name = {d["name"]: d for d in host.list_tools()}
+    for tool in ("evaluate", "optimize", "simulate"):
+        assert by_name[tool]["_meta"]["dome/capabilities"] == capabilities()
+
+
+def _gds(path):
+    import klayout.db as kdb
+
+    ly = kdb.Layout()
+    ly.dbu = 0.001
+    top = ly.create_cell("TOP")
+    l1 = ly.layer(1, 0)
+    top.shapes(l1).insert(kdb.Box(0, 0, 10000, 2000))
+    top.shapes(l1).insert(kdb.Box(0, 3000, 10000, 5000))
+    ly.write(str(path))
+
+
+async def test_klayout_session_survives_worker_crash(tmp_path):
+    gds = tmp_path / "two_bars.gds"
+    _gds(gds)
+    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path),
+                     KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp_path / "artifacts"))
+    async with connect("inproc", "legacy", tmp_path, host=host) as client:
+        opened = await client.call_tool("open_layout", {"path": f"file://{gds}"})
+        assert not opened.is_error, opened.content[0].text
+        sid = opened.structured_content["session_id"]
+        assert any("path" in n for n in opened.meta["dome/normalized"])
+        layers1 = (await client.call_tool("list_layers", {"session_id": sid})).structured_content
+        q = await client.call_tool("query_region", {"session_id": sid, "box": {"left": 0, "bottom": 0, "right": 20, "top": 10}})
+        assert q.structured_content["summary"]["shape_count"] == 2
+        await client.call_tool("test_crash_now", {})  # the worker holding the KLayout session dies
+        layers2 = await client.call_tool("list_layers", {"session_id": sid})
+        assert not layers2.is_error, layers2.content[0].text
+        assert layers2.structured_content["layers"] == layers1["layers"]
+        assert layers2.structured_content["session_id"] == sid
+        health = (await client.call_tool("health", {})).structured_content
+        assert health["restart_count"] >= 1
+        missing = await client.call_tool("list_layers", {"session_id": "ses_000000000000"})
+        assert missing.is_error and missing.structured_content["code"] == "SESSION_NOT_FOUND"
+
+
+@pytest.mark.slow
+async def test_byte_identity_cli_inproc_subprocess(tmp_path, iccad13):
+    layout = iccad13 / "layouts" / "M1_test1.glp"
+    direct = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "litho", "eval", "--layout", str(layout),
+                             "--report-level", "detailed", "--json"], capture_output=True, cwd=REPO_ROOT,
+                            env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=600)
+    assert direct.returncode == 0, direct.stderr.decode()[-2000:]
+    cli = json.loads(direct.stdout)
+    results = {}
+    for path in ("inproc", "stdio"):
+        async with connect(path, "legacy", tmp_path) as client:
+            res = await client.call_tool("evaluate", {"layout": str(layout), "report_level": "detailed"},
+                                         read_timeout_seconds=600)
+            assert not res.is_error, res.content[0].text
+            results[path] = {k: v for k, v in res.structured_content.items() if k != "job_id"}
+    canon = lambda o: json.dumps(o, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert canon(results["inproc"]) == canon(cli) == canon(results["stdio"])
+
+
+@pytest.mark.slow
+async def test_optimize_progress_then_cancel_stops_within_1s(tmp_path, iccad13):
+    layout = iccad13 / "layouts" / "M1_test1.glp"
+    seen = []
+    got_progress = anyio.Event()
+
+    async def on_progress(progress, total, message):
+        seen.append(progress)
+        got_progress.set()
+
+    async with connect("inproc", "legacy", tmp_path) as client:
+        gen0 = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: client.call_tool("optimize", {"layout": str(layout), "iterations": 400,
+                                                               "out": str(tmp_path / "mask.oas")},
+                                                   progress_callback=on_progress))
+            with anyio.fail_after(300):
+                await got_progress.wait()
+            gen0 = (await client.call_tool("health", {})).structured_content["generation"]
+            t0 = time.monotonic()
+            tg.cancel_scope.cancel()
+        jobs = [j for j in (await client.call_tool("telemetry", {})).structured_content["methods"]]
+        assert "optimize" in jobs
+        from .conftest import job_files
+        job = [j for j in job_files(tmp_path) if j["tool"] == "optimize"][0]
+        assert job["status"] == "cancelled"
+        assert time.monotonic() - t0 < 1.5
+        health = (await client.call_tool("health", {})).structured_content
+        # the engine honoured the token: the worker was not killed for ignoring it
+        assert health["generation"] == gen0 and health["restart_count"] == 0
+    assert all(b > a for a, b in zip(seen, seen[1:]))
