@@ -101,12 +101,11 @@ async def test_optimize_progress_then_cancel_stops_within_1s(tmp_path, iccad13):
             gen0 = (await client.call_tool("health", {})).structured_content["generation"]
             t0 = time.monotonic()
             tg.cancel_scope.cancel()
-        jobs = [j for j in (await client.call_tool("telemetry", {})).structured_content["methods"]]
-        assert "optimize" in jobs
         from .conftest import job_files
-        job = [j for j in job_files(tmp_path) if j["tool"] == "optimize"][0]
-        assert job["status"] == "cancelled"
-        assert time.monotonic() - t0 < 1.5
+        with anyio.fail_after(5):
+            while not [j for j in job_files(tmp_path) if j["tool"] == "optimize" and j["status"] == "cancelled"]:
+                await anyio.sleep(0.02)
+        assert time.monotonic() - t0 < 1.5  # cancelled and confirmed stopped by the worker
         health = (await client.call_tool("health", {})).structured_content
         # the engine honoured the token: the worker was not killed for ignoring it
         assert health["generation"] == gen0 and health["restart_count"] == 0
