@@ -32,6 +32,10 @@ DOMAIN_SUITES = {"litho.resim": "worker_sdk.litho.intents:resimulate",
                  "drc": "worker_sdk.klayout_tools.intents:drc_suite"}
 
 
+SUITE_META_KEYS = ("name", "required", "timeout_s", "seed")
+"""Work-queue keys that describe the suite to dome, not the handler's action."""
+
+
 def suite_name(suite: Mapping[str, Any]) -> str:
     """A suite's name: its `name`, else "tests" for a command suite (the
     project's test command), else the domain suite kind."""
@@ -141,8 +145,9 @@ class SuiteRunner:
     def _domain(self, cp: Checkpoint, suite: Mapping[str, Any]) -> tuple[str, dict, bytes]:
         with tempfile.TemporaryDirectory(prefix="dome-suite-") as tmp:
             ro = checkout_readonly(self.repo, cp.commit, Path(tmp) / "head")
+            action = {k: v for k, v in suite.items() if k not in SUITE_META_KEYS}
             request = {"handler": DOMAIN_SUITES[suite["suite"]], "scratch": str(ro),
-                       "action": dict(suite), "seed": int(suite.get("seed", 0))}
+                       "action": action, "seed": int(suite.get("seed", 0))}
             try:
                 proc = subprocess.run([self.python, "-m", "worker_sdk.suite_runner"],
                                       input=json.dumps(request).encode(), capture_output=True,
