@@ -12,7 +12,11 @@
 - ledger signed: Ledger.append with an Ed25519 signer (informative).
 - replay: ledger.replay.fold over a run's EventRecords, and load+fold
   (Ledger.events then fold).
-Each figure is the best of --repeat runs (the machine is shared).
+Raw, durable and signed writes alternate in 20 small chunks and are rated
+over their summed times (so all three see the same moments of a shared
+disk); batched and replay figures are the best of --repeat runs. A
+calibration figure (one json.dumps of a small dict) says how loaded the
+machine was; per-CPU-second rates are printed beside wall-clock rates.
 """
 from __future__ import annotations
 
@@ -53,28 +57,71 @@ def _fresh(tmp: Path, name: str) -> Path:
     return root
 
 
-def bench_raw(tmp: Path, n: int, sample_rows: list[tuple]) -> float:
-    db = _fresh(tmp, "raw") / "raw.db"
-    ddl_engine = create_engine("sqlite://")
-    con = sqlite3.connect(db, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=FULL")
-    table = Base.metadata.tables["events"]
-    con.execute(str(CreateTable(table).compile(ddl_engine)))
-    for ix in table.indexes:
-        con.execute(str(CreateIndex(ix).compile(ddl_engine)))
-    cols = [c.name for c in table.columns if c.name != "id"]
-    sql = f"INSERT INTO events ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-    rows = [(r[0], i + 1, f"evt-{i}", *r[3:]) for i, r in
-            ((i, sample_rows[i % len(sample_rows)]) for i in range(n))]
-    t = time.perf_counter()
-    for row in rows:
-        con.execute("BEGIN IMMEDIATE")
-        con.execute(sql, row)
-        con.execute("COMMIT")
-    dt = time.perf_counter() - t
-    con.close()
-    return n / dt
+class RawWriter:
+    """Plain sqlite3 inserts of the ledger's row shape into a table made from
+    the same model (same columns, constraints, indexes), WAL + synchronous=FULL,
+    one BEGIN IMMEDIATE/COMMIT per row, values precomputed."""
+
+    def __init__(self, tmp: Path, rows: list[tuple]) -> None:
+        db = _fresh(tmp, "raw") / "raw.db"
+        ddl_engine = create_engine("sqlite://")
+        self.con = sqlite3.connect(db, isolation_level=None)
+        self.con.execute("PRAGMA journal_mode=WAL")
+        self.con.execute("PRAGMA synchronous=FULL")
+        table = Base.metadata.tables["events"]
+        self.con.execute(str(CreateTable(table).compile(ddl_engine)))
+        for ix in table.indexes:
+            self.con.execute(str(CreateIndex(ix).compile(ddl_engine)))
+        cols = [c.name for c in table.columns if c.name != "id"]
+        self.sql = f"INSERT INTO events ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        self.rows, self.done = rows, 0
+
+    def write(self, n: int) -> float:
+        batch = [(r[0], self.done + i + 1, f"evt-{self.done + i}", *r[3:]) for i, r in
+                 ((i, self.rows[(self.done + i) % len(self.rows)]) for i in range(n))]
+        t = time.perf_counter()
+        for row in batch:
+            self.con.execute("BEGIN IMMEDIATE")
+            self.con.execute(self.sql, row)
+            self.con.execute("COMMIT")
+        self.done += n
+        return time.perf_counter() - t
+
+
+class DurableWriter:
+    """Ledger.append, one durable transaction per event."""
+
+    def __init__(self, tmp: Path, signer: SigningKey | None = None, name: str = "durable") -> None:
+        self.led = Ledger.open(None, _fresh(tmp, name))
+        self.signer, self.done = signer, 0
+
+    def write(self, n: int) -> float:
+        drafts = [draft(self.done + i) for i in range(n)]
+        t = time.perf_counter()
+        for d in drafts:
+            self.led.append("run-bench", d.topic, d.payload, wave_id=d.wave_id, node_id=d.node_id,
+                            node_execution_id=d.node_execution_id, task_id=d.task_id,
+                            signer=self.signer)
+        self.done += n
+        return time.perf_counter() - t
+
+
+def bench_durable_vs_raw(tmp: Path, n: int, rows: list[tuple], rounds: int) -> tuple[float, float, float]:
+    """Raw, ledger and signed-ledger writes in alternating small chunks, so all
+    three see the same moments of a shared disk; rates over the summed time."""
+    raw, led, signed = RawWriter(tmp, rows), DurableWriter(tmp), DurableWriter(tmp, SigningKey.generate(), "signed")
+    chunk = max(1, n // rounds)
+    t_raw = t_led = t_signed = 0.0
+    for _ in range(rounds):
+        t_raw += raw.write(chunk)
+        t_led += led.write(chunk)
+        t_signed += signed.write(chunk)
+    total = chunk * rounds
+    assert led.led.head("run-bench") == total
+    led.led.close()
+    signed.led.close()
+    raw.con.close()
+    return total / t_raw, total / t_led, total / t_signed
 
 
 def sample_rows(tmp: Path) -> list[tuple]:
@@ -84,20 +131,6 @@ def sample_rows(tmp: Path) -> list[tuple]:
         with led.engines.read.connect() as conn:
             cols = [c.name for c in Base.metadata.tables["events"].columns if c.name != "id"]
             return [tuple(r) for r in conn.exec_driver_sql(f"SELECT {', '.join(cols)} FROM events")]
-
-
-def bench_durable(tmp: Path, n: int, signer: SigningKey | None = None) -> float:
-    root = _fresh(tmp, "durable")
-    drafts = [draft(i) for i in range(n)]
-    with Ledger.open(None, root) as led:
-        led.append("run-bench", "run.started", {"seed": 1})
-        t = time.perf_counter()
-        for d in drafts:
-            led.append("run-bench", d.topic, d.payload, wave_id=d.wave_id, node_id=d.node_id,
-                       node_execution_id=d.node_execution_id, task_id=d.task_id, signer=signer)
-        dt = time.perf_counter() - t
-        assert led.head("run-bench") == n + 1
-    return n / dt
 
 
 def bench_batched(tmp: Path, n: int, size: int) -> tuple[float, float]:
@@ -163,15 +196,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dome-bench-", dir=os.environ.get("DOME_BENCH_DIR")))
     try:
         rows = sample_rows(tmp)
-        best = lambda f: max(f() for _ in range(args.repeat))  # noqa: E731
         calib_before = calibration_us()
-        # raw and ledger alternate, so both see the same moments of a shared machine
-        raws, durables = [], []
-        for _ in range(args.repeat):
-            raws.append(bench_raw(tmp, args.durable, rows))
-            durables.append(bench_durable(tmp, args.durable))
-        raw, durable = max(raws), max(durables)
-        signed = best(lambda: bench_durable(tmp, args.durable // 2, SigningKey.generate()))
+        raw, durable, signed = bench_durable_vs_raw(tmp, args.durable, rows, rounds=20)
         batches = [bench_batched(tmp, args.batched, args.batch_size) for _ in range(args.repeat)]
         batched, batched_cpu = max(b[0] for b in batches), max(b[1] for b in batches)
         replays = [bench_replay(tmp, args.replay) for _ in range(args.repeat)]

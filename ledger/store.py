@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from sqlalchemy import Connection, exists, func, select
+from sqlalchemy import Connection, exists, func, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from registry.canonical import canonical_json, digest_json
@@ -109,6 +109,10 @@ class LedgerTransaction:
         if self._raw is not None:
             row = self._raw.execute(_SQLITE_HEAD, (run_id,)).fetchone()
         else:
+            if self._conn.dialect.name == "postgresql":
+                # serialize writers of one run (released at commit/rollback)
+                self._conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:r, 0))"),
+                                   {"r": "dome.ledger:" + run_id})
             row = self._conn.execute(
                 select(events.c.sequence, events.c.record_digest)
                 .where(events.c.run_id == run_id).order_by(events.c.sequence.desc()).limit(1)

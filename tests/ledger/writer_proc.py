@@ -1,12 +1,13 @@
 """A separate writer process for the concurrency and crash tests.
 
 usage: writer_proc.py OPS_ROOT RUN_ID WRITER COUNT BATCH
-Appends COUNT events to RUN_ID in batches of BATCH (1 = one durable append
+Opens the ledger at $DOME_TEST_DB (default: OPS_ROOT/dome.db). Appends COUNT events to RUN_ID in batches of BATCH (1 = one durable append
 each), payload {"writer": WRITER, "i": i}; prints the number committed after
 each commit so a parent can kill it mid-stream.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from ledger import EventDraft, Ledger
 def main() -> None:
     ops_root, run_id, writer, count, batch = sys.argv[1:6]
     count_i, batch_i = int(count), int(batch)
-    ledger = Ledger.open(None, Path(ops_root))
+    ledger = Ledger.open(os.environ.get("DOME_TEST_DB"), Path(ops_root))
     done = 0
     print("ready", flush=True)
     while done < count_i:
