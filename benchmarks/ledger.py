@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ledger import EventDraft, Ledger  # noqa: E402
+from ledger.engine import PAGE_SIZE  # noqa: E402
 from ledger.models import Base  # noqa: E402
 from ledger.replay import fold, state_digest  # noqa: E402
 from registry.signing import SigningKey  # noqa: E402
@@ -59,13 +60,15 @@ def _fresh(tmp: Path, name: str) -> Path:
 
 class RawWriter:
     """Plain sqlite3 inserts of the ledger's row shape into a table made from
-    the same model (same columns, constraints, indexes), WAL + synchronous=FULL,
+    the same model (same columns, constraints, indexes), same page size,
+    WAL + synchronous=FULL,
     one BEGIN IMMEDIATE/COMMIT per row, values precomputed."""
 
     def __init__(self, tmp: Path, rows: list[tuple]) -> None:
         db = _fresh(tmp, "raw") / "raw.db"
         ddl_engine = create_engine("sqlite://")
         self.con = sqlite3.connect(db, isolation_level=None)
+        self.con.execute(f"PRAGMA page_size={PAGE_SIZE}")
         self.con.execute("PRAGMA journal_mode=WAL")
         self.con.execute("PRAGMA synchronous=FULL")
         table = Base.metadata.tables["events"]

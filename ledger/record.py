@@ -17,10 +17,11 @@ signature cannot be stripped without changing the chain.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from registry.canonical import CANONICALIZATION, canonical_json, digest_bytes, sha256_hex
 from registry.signing import SigningKey
@@ -133,6 +134,9 @@ _TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _KID = re.compile(r"ed25519:[0-9a-f]{32}")
 _LAST_TS: list[str] = [""]
+_VALID_KIDS: dict[str, bool] = {}
+# digests this module computed itself (the last few), which need no re-check
+_VALID_DIGESTS: dict[str, bool] = {}
 
 
 def _check(name: str, value: Any, pattern: re.Pattern[str], optional: bool = False) -> None:
@@ -174,9 +178,13 @@ def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
     if ts is not _LAST_TS[0]:
         _check("ts", ts, _TIMESTAMP)
         _LAST_TS[0] = ts
-    _check("payload_digest", payload_digest, _DIGEST)
-    _check("prev_digest", prev_digest, _DIGEST, optional=True)
-    _check("kid", kid, _KID, optional=True)
+    if _VALID_DIGESTS.get(payload_digest) is not True:
+        _check("payload_digest", payload_digest, _DIGEST)
+    if prev_digest is not None and _VALID_DIGESTS.get(prev_digest) is not True:
+        _check("prev_digest", prev_digest, _DIGEST)
+    if kid is not None and _VALID_KIDS.get(kid) is not True:
+        _check("kid", kid, _KID)
+        _VALID_KIDS[kid] = True
     q = lambda v: "null" if v is None else f'"{v}"'  # noqa: E731 - values are checked ASCII
     head = (f'{{"canonicalization":"{CANONICALIZATION}","event_id":"{event_id}",'
             f'"kid":{q(kid)},"node_execution_id":{q(node_execution_id)},"node_id":{q(node_id)},'
@@ -201,7 +209,10 @@ def build(*, run_id: str, sequence: int, event_id: str, ts: str, draft: EventDra
           payload_canonical: bytes | None = None) -> EventRecord:
     """A complete record for `draft` at `sequence` (pure apart from signing)."""
     pc = payload_canonical if payload_canonical is not None else payload_bytes(draft.payload)
-    pd = digest_bytes(pc)
+    pd = "sha256:" + sha256_hex(pc)
+    if len(_VALID_DIGESTS) > 64:
+        _VALID_DIGESTS.clear()
+    _VALID_DIGESTS[pd] = True
     kid = signer.kid if signer is not None else None
     data = seal(run_id=run_id, sequence=sequence, event_id=event_id, ts=ts, topic=draft.topic,
                 payload_canonical=pc, payload_digest=pd, prev_digest=prev_digest,
@@ -214,8 +225,13 @@ def build(*, run_id: str, sequence: int, event_id: str, ts: str, draft: EventDra
         payload=draft.payload, payload_digest=pd, prev_digest=prev_digest,
         canonicalization=CANONICALIZATION, kid=kid,
         signature=sign_record(data, signer) if signer is not None else None,
-        record_bytes=data, record_digest="sha256:" + sha256_hex(data),
+        record_bytes=data, record_digest=_remember("sha256:" + sha256_hex(data)),
     )
+
+
+def _remember(digest: str) -> str:
+    _VALID_DIGESTS[digest] = True  # the next record's prev_digest
+    return digest
 
 
 def make_record(**fields: Any) -> EventRecord:
@@ -224,6 +240,75 @@ def make_record(**fields: Any) -> EventRecord:
     rec = object.__new__(EventRecord)
     rec.__dict__.update(fields)
     return rec
+
+
+def build_batch(*, run_id: str, drafts: Sequence[EventDraft], payloads: Sequence[bytes],
+                first_sequence: int, prev_digest: str | None, ts: str, event_ids: Sequence[str],
+                signer: SigningKey | None) -> tuple[list[EventRecord], list[tuple]]:
+    """Records for consecutive drafts (the append hot path) and their storage
+    rows (ROW_COLUMNS order). Same bytes as `build` for each event; the fields
+    shared by the batch (run_id, ts, kid) are checked once."""
+    if run_id is None:
+        raise InvalidEvent("run_id is required")
+    _check_id("run_id", run_id)
+    _check("ts", ts, _TIMESTAMP)
+    if prev_digest is not None:
+        _check("prev_digest", prev_digest, _DIGEST)
+    kid = signer.kid if signer is not None else None
+    if kid is not None:
+        _check("kid", kid, _KID)
+    q = lambda v: "null" if v is None else f'"{v}"'  # noqa: E731 - values are checked ASCII
+    head0 = f'{{"canonicalization":"{CANONICALIZATION}","event_id":"'
+    kid_part = f'","kid":{q(kid)},"node_execution_id":'
+    tail_mid = f'","prev_digest":'
+    tail_run = f',"run_id":"{run_id}","schema_version":"{SCHEMA_VERSION}","sequence":'
+    ts_part = f',"ts":"{ts}","wave_id":'
+    valid_ids, valid_topics, ident, sha = _VALID_IDS, _VALID_TOPICS, _IDENTIFIER.fullmatch, hashlib.sha256
+    new = object.__new__
+    records: list[EventRecord] = []
+    rows: list[tuple] = []
+    seq = first_sequence - 1
+    for d, pc, event_id in zip(drafts, payloads, event_ids):
+        seq += 1
+        topic, wave_id, node_id, neid, task_id = d.topic, d.wave_id, d.node_id, d.node_execution_id, d.task_id
+        if valid_topics.get(topic) is not True:
+            seal_check_topic(topic)
+        for name, value in (("wave_id", wave_id), ("node_id", node_id),
+                            ("node_execution_id", neid), ("task_id", task_id)):
+            if value is not None and valid_ids.get(value) is not True:
+                _check_id(name, value)
+        if type(event_id) is not str or not ident(event_id):
+            raise InvalidEvent(f"event_id {event_id!r} is not an identifier", details={"field": "event_id"})
+        pd = "sha256:" + sha(pc).hexdigest()
+        data = b"".join((
+            (f'{head0}{event_id}{kid_part}{q(neid)},"node_id":{q(node_id)},"payload":').encode("ascii"),
+            pc,
+            (f',"payload_digest":"{pd}{tail_mid}{q(prev_digest)}{tail_run}{seq},'
+             f'"task_id":{q(task_id)},"topic":"{topic}"{ts_part}{q(wave_id)}}}').encode("ascii"),
+        ))
+        rd = "sha256:" + sha(data).hexdigest()
+        sig = sign_record(data, signer) if signer is not None else None
+        rec = new(EventRecord)
+        rec.__dict__.update(
+            schema_version=SCHEMA_VERSION, sequence=seq, event_id=event_id, ts=ts, topic=topic,
+            run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=neid,
+            task_id=task_id, payload=d.payload, payload_digest=pd, prev_digest=prev_digest,
+            canonicalization=CANONICALIZATION, kid=kid, signature=sig, record_bytes=data,
+            record_digest=rd)
+        records.append(rec)
+        rows.append((run_id, seq, event_id, ts, topic, wave_id, node_id, neid, task_id,
+                     pc.decode("utf-8"), pd, CANONICALIZATION, SCHEMA_VERSION, prev_digest, rd, kid,
+                     sig, data))
+        prev_digest = rd
+    return records, rows
+
+
+def seal_check_topic(topic: Any) -> None:
+    if type(topic) is not str or not _TOPIC.fullmatch(topic):
+        raise InvalidEvent(f"topic {topic!r} is not a dotted lowercase name such as task.progress",
+                           details={"field": "topic"})
+    if len(_VALID_TOPICS) < 10_000:
+        _VALID_TOPICS[topic] = True
 
 
 _SAFE_INT = 2**53 - 1
@@ -258,4 +343,4 @@ def from_record_bytes(data: bytes, *, signature: str | None, digest: str | None 
 
 __all__ = ["EventDraft", "EventRecord", "PAYLOAD_TYPE", "SCHEMA_VERSION", "MAX_PAYLOAD_BYTES",
            "RECORD_KEYS", "CORRELATION_KEYS", "build", "seal", "payload_bytes", "record_digest",
-           "sign_record", "from_record_bytes", "loads_record", "make_record"]
+           "sign_record", "from_record_bytes", "loads_record", "make_record", "build_batch"]

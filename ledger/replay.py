@@ -17,6 +17,7 @@ reference; revoked grants; the run's start and finish.
 """
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -302,7 +303,16 @@ class _MappingEvent:
 def fold(events: Iterable[Any], *, reducers: Mapping[str, Reducer] | None = None) -> RunState:
     """Fold events (EventRecords, or dicts with the same keys) in the order
     given -- the ledger's sequence order -- into a RunState."""
-    table = REDUCERS if reducers is None else {**REDUCERS, **reducers}
+    was_gc = gc.isenabled()
+    gc.disable()  # the fold allocates many small dicts and no cycles
+    try:
+        return _fold(events, REDUCERS if reducers is None else {**REDUCERS, **reducers})
+    finally:
+        if was_gc:
+            gc.enable()
+
+
+def _fold(events: Iterable[Any], table: Mapping[str, Reducer]) -> RunState:
     get = table.get
     w = Work()
     other = w.other_topics

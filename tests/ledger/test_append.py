@@ -146,3 +146,29 @@ def test_any_json_payload_round_trips_and_verifies(ledger, payload) -> None:
     assert ledger.events("prop", since=rec.sequence - 1)[0].record_bytes == rec.record_bytes
     assert canonical_json(loads_record(rec.record_bytes)["payload"]) == canonical_json(payload)
     assert ledger.verify().ok
+
+
+_ident = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,12}", fullmatch=True)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["task.progress", "gate.computed", "x.y_z.w"]),
+                          st.none() | _ident, st.none() | _ident,
+                          st.dictionaries(st.text(max_size=5), st.integers(-9, 9) | st.text(max_size=5),
+                                          max_size=3)), min_size=1, max_size=6),
+       st.booleans())
+def test_batch_builder_writes_the_same_bytes_as_the_reference_builder(items, signed) -> None:
+    from ledger.record import build, build_batch, payload_bytes
+    from registry.signing import SigningKey
+    signer = SigningKey(bytes(32)) if signed else None
+    drafts = [EventDraft(t, p, wave_id=w, node_id=n) for t, w, n, p in items]
+    prev = "sha256:" + "0" * 64
+    recs, rows = build_batch(run_id="run-x", drafts=drafts, payloads=[payload_bytes(d.payload) for d in drafts],
+                             first_sequence=4, prev_digest=prev, ts="2026-01-01T00:00:00.5Z",
+                             event_ids=[f"e-{i}" for i in range(len(drafts))], signer=signer)
+    for i, (draft, rec, row) in enumerate(zip(drafts, recs, rows)):
+        ref = build(run_id="run-x", sequence=4 + i, event_id=f"e-{i}", ts="2026-01-01T00:00:00.5Z",
+                    draft=draft, prev_digest=prev, signer=signer)
+        assert rec == ref and rec.record_bytes == ref.record_bytes
+        assert row[-1] == ref.record_bytes and row[9] == canonical_json(draft.payload).decode()
+        prev = ref.record_digest
