@@ -35,7 +35,6 @@ from .cancel import CancellationToken
 from .intents import IntentContext, resolve
 
 PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
-TOKEN_PREFIX = "dgt1."
 
 
 class WorkerStartError(DomeError):
@@ -43,7 +42,9 @@ class WorkerStartError(DomeError):
 
 
 def token_of(envelope: dict[str, Any]) -> str:
-    return TOKEN_PREFIX + base64.urlsafe_b64encode(canonical_json(envelope)).rstrip(b"=").decode("ascii")
+    """The bearer token of a grant envelope (the grants area's token format)."""
+    from registry.toolprofile import envelope_to_token
+    return envelope_to_token(envelope)
 
 
 def load_public_key(path: str) -> PublicKey:
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     timeout = float(spawn.get("timeout_s", 3600))
     token = CancellationToken(deadline=time.monotonic() + timeout)
     signal.signal(signal.SIGTERM, lambda *_: token.cancel("terminated by the coordinator"))
-    constraints = dict(profile.get("constraints", {}))
+    meta_path = os.environ.get("DOME_TASK_META")
+    constraints = json.loads(Path(meta_path).read_text()) if meta_path and Path(meta_path).is_file() else {}
     t0 = time.monotonic()
     try:
         client.report_progress(0.0, "started")
@@ -132,19 +134,21 @@ def main(argv: list[str] | None = None) -> int:
         from .proposal import build_proposal
         task = constraints.get("task", {})
         built = build_proposal(scratch, spawn=spawn, profile=profile, intent_tags=task.get("intent_tags"),
+                               result={"summary": result.summary, "metrics": result.metrics,
+                                       "evidence": result.evidence},
                                declared_constraints=task.get("declared_constraints"), risk=task.get("risk"),
                                budgets_used={"calls": client.used["calls"], "bytes": client.used["bytes"],
                                              "wall_seconds": round(time.monotonic() - t0, 3)},
                                upload=lambda data: client.put_artifact(data, "text/x-diff", "patch.diff"))
-        proposal_id = None
-        if built is not None:
+        if built is not None:  # submit_patch is the terminal write: it reports success too
             proposal, _canonical = built
-            proposal_id = client.submit_patch(proposal)["proposal_id"]
-        elif "patch_proposal" in constraints.get("required_outputs", []):
+            client.submit_patch(proposal)
+            return 0
+        if "patch_proposal" in constraints.get("required_outputs", []):
             raise DomeError("the action changed nothing but the node requires a patch_proposal",
                             code="REQUIRED_OUTPUT_MISSING", retry="light")
         client.complete_task("succeeded", summary=result.summary, metrics=result.metrics,
-                             evidence=result.evidence, proposal_id=proposal_id)
+                             evidence=result.evidence)
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure is reported through the gateway
         err = exc.to_object() if isinstance(exc, DomeError) else {

@@ -52,6 +52,7 @@ class AttemptFiles:
     gateway_socket: Path
     coordinator_pub: Path
     log_dir: Path
+    task_json: Path | None = None  # what the worker's runtime needs beyond the SpawnSpec (limits, outputs)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ IN_BASE = "/dome/base.git"
 IN_SPAWN = "/dome/spawn.json"
 IN_PUB = "/dome/coordinator.pub"
 IN_SOCKET = "/dome/gateway.sock"
+IN_TASK = "/dome/task.json"
 ETC_FILES = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "localtime", "alternatives",
              "ssl", "ca-certificates", "gitconfig", "resolv.conf", "ld.so.conf", "ld.so.conf.d")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -84,6 +85,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--ro-bind", str(files.spawn_json), IN_SPAWN,
           "--ro-bind", str(files.coordinator_pub), IN_PUB,
           "--bind", str(files.gateway_socket), IN_SOCKET,
+          *(["--ro-bind", str(files.task_json), IN_TASK] if files.task_json else []),
           "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
           "--die-with-parent", "--new-session", "--cap-drop", "ALL",
           "--chdir", IN_SCRATCH, "--clearenv",
@@ -93,6 +95,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
           "--setenv", "DOME_SCRATCH", IN_SCRATCH, "--setenv", "DOME_BASE_GIT", IN_BASE,
           "--setenv", "DOME_COORDINATOR_PUB", IN_PUB,
+          *(["--setenv", "DOME_TASK_META", IN_TASK] if files.task_json else []),
           "--", python or sys.executable, "-s", "-m", "worker_sdk", IN_SPAWN]
     return a
 
@@ -106,7 +109,8 @@ def direct_env(files: AttemptFiles) -> dict[str, str]:
     src = dome_source_roots()[0].parent
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(files.scratch),
             "PYTHONPATH": str(src), "DOME_SCRATCH": str(files.scratch), "DOME_BASE_GIT": str(files.base_git),
-            "DOME_COORDINATOR_PUB": str(files.coordinator_pub), "LANG": "C.UTF-8"}
+            "DOME_COORDINATOR_PUB": str(files.coordinator_pub), "LANG": "C.UTF-8",
+            **({"DOME_TASK_META": str(files.task_json)} if files.task_json else {})}
 
 
 @functools.lru_cache(maxsize=1)

@@ -21,7 +21,7 @@ log = logging.getLogger("dome.gateway")
 
 
 class ToolInputInvalid(DomeError):
-    code = "INVALID_ARGUMENTS"
+    code = "INVALID_REQUEST"
 
 
 class UnknownTool(DomeError):
@@ -56,7 +56,7 @@ def error_object(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, DomeError):
         return exc.to_object()
     log.exception("tool handler failed")
-    return {"code": "INTERNAL", "message": f"internal error: {type(exc).__name__}", "details": {},
+    return {"code": "INTERNAL_ERROR", "message": f"internal error: {type(exc).__name__}", "details": {},
             "hints": ["see the coordinator log"], "retry": "light"}
 
 
@@ -82,8 +82,13 @@ class ToolDispatcher:
         return spec
 
     def call(self, name: str, args: Any, call: Any = None) -> CallOutcome:
+        """Validate and run a tool with no authorization wrapper (the front door adds its own)."""
+        return self.guard(lambda: self.validate(name, args).handler(dict(args or {}), call))
+
+    @staticmethod
+    def guard(fn: Callable[[], dict[str, Any]]) -> CallOutcome:
+        """Run fn; any exception becomes an ErrorObject outcome."""
         try:
-            spec = self.validate(name, args)
-            return CallOutcome(True, spec.handler(dict(args or {}), call))
+            return CallOutcome(True, fn())
         except Exception as exc:  # noqa: BLE001 - shaped into an ErrorObject
             return CallOutcome(False, error_object(exc))

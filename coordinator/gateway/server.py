@@ -25,19 +25,25 @@ import uvicorn
 from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
-from .auth import GrantAuthority, GrantRejected
-from .dispatch import ToolDispatcher, error_object
-from .worker_tools import CallContext
+from registry.errors import DomeError
+
+from .auth import GrantVerifier, gateway_audience, verify_for_listing
+from .dispatch import ToolDispatcher
+from .worker_tools import AttemptNotLive, CallContext
 
 HOST_HEADER = "dome-gateway"
 log = logging.getLogger("dome.gateway")
+
+
+class GrantMissing(DomeError):
+    code = "GRANT_MISSING"
 
 
 def _bearer(ctx: Any) -> str:
     req = getattr(ctx, "request", None)
     header = req.headers.get("authorization", "") if req is not None else ""
     if not header.lower().startswith("bearer "):
-        raise GrantRejected("no bearer grant on the request", details={"code": "GRANT_MISSING"})
+        raise GrantMissing("no bearer grant on the request")
     return header[7:].strip()
 
 
@@ -47,10 +53,12 @@ def _result(payload: dict[str, Any], *, error: bool) -> types.CallToolResult:
 
 
 class WorkerGateway:
-    def __init__(self, *, run_id: str, authority: GrantAuthority, dispatcher: ToolDispatcher,
-                 socket_path: Path) -> None:
+    def __init__(self, *, run_id: str, verifier: GrantVerifier, dispatcher: ToolDispatcher,
+                 socket_path: Path, attempt: Any, audience: str | None = None) -> None:
         self.run_id = run_id
-        self.authority = authority
+        self.verifier = verifier
+        self.attempt = attempt
+        self.audience = audience or gateway_audience()
         self.dispatcher = dispatcher
         self.socket_path = Path(socket_path)
         self.calls = 0
@@ -59,7 +67,7 @@ class WorkerGateway:
         self._thread: threading.Thread | None = None
 
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-            profile = self.authority.verify(_bearer(ctx), method=None, run_id=self.run_id)
+            profile = verify_for_listing(self.verifier, _bearer(ctx), run_id=self.run_id, audience=self.audience)
             return types.ListToolsResult(tools=[
                 types.Tool(name=s.name, description=s.description, input_schema=dict(s.input_schema))
                 for s in self.dispatcher.visible(profile["allowed_methods"])])
@@ -68,12 +76,12 @@ class WorkerGateway:
             self.calls += 1
             name, args = params.name, dict(params.arguments or {})
             try:
-                profile = self.authority.verify(_bearer(ctx), method=name, run_id=self.run_id)
-            except GrantRejected as exc:
-                self.rejections.append({"method": name, **exc.to_object()})
+                token = _bearer(ctx)
+            except DomeError as exc:
                 return _result(exc.to_object(), error=True)
-            call = CallContext(profile=profile, method=name)
-            outcome = await anyio.to_thread.run_sync(self.dispatcher.call, name, args, call)
+            outcome = await anyio.to_thread.run_sync(self.dispatcher.guard, lambda: self._invoke(token, name, args))
+            if not outcome.ok and str(outcome.result.get("code", "")).startswith("GRANT_"):
+                self.rejections.append({"method": name, **outcome.result})
             return _result(outcome.result, error=not outcome.ok)
 
         self.mcp = Server("dome-worker-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
@@ -81,6 +89,18 @@ class WorkerGateway:
                                              allowed_hosts=[HOST_HEADER], allowed_origins=[])
         self.app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
                                                 transport_security=security, host=HOST_HEADER)
+
+    def _invoke(self, token: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Validate the arguments, then run the tool inside the verifier's authorize transaction."""
+        spec = self.dispatcher.validate(name, args)
+        neid = args.get("node_execution_id")
+        att = self.attempt(neid) if isinstance(neid, str) else None
+        if att is None:
+            raise AttemptNotLive("no live attempt with this node_execution_id", details={"node_execution_id": neid})
+        with self.verifier.authorize(token, method=name, run_id=self.run_id, wave_id=att["wave_id"],
+                                     audience=self.audience, args=args,
+                                     idempotency_key=args.get("idempotency_key")) as call:
+            return spec.handler(args, CallContext(profile=call.grant.payload, method=name, tx=call.tx))
 
     def start(self, timeout: float = 10.0) -> None:
         if self.socket_path.exists():

@@ -7,13 +7,17 @@ writes nothing; a repeat with different arguments is IDEMPOTENCY_CONFLICT.
 Each call must name the node_execution_id its grant is bound to, and the
 attempt must still be live (not ended, cancelled or timed out).
 
-| tool | side effect | events |
+Every call runs inside the grants verifier's `authorize` transaction
+(`CallContext.tx`), so the verifier's `grant.call` event, the jti spend of a
+single-use grant, the tool's events and the idempotency record commit
+together or not at all.
+
+| tool | contract | events |
 |---|---|---|
-| get_task | none | - |
-| report_progress | heartbeat | task.progress |
-| put_artifact | artifact_put (blob store) | artifact.put |
-| submit_patch | proposal_register (verified) | patch.submitted |
-| complete_task | task_result (spends the grant) | task.completed |
+| report_progress | dome.patch_proposal | task.progress (a heartbeat) |
+| put_artifact | dome.patch_proposal | artifact.put (bytes in the blob store) |
+| submit_patch | dome.patch_proposal, terminal | patch.submitted + task.completed (succeeded) |
+| complete_task | dome.worker_task, terminal | task.completed |
 """
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ class CallContext:
 
     profile: Mapping[str, Any]
     method: str
+    tx: Any = None  # the authorize() transaction the tool's writes join
 
 
 @dataclass
@@ -111,7 +116,8 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
         st = backend.writer.state
         return neid in st.ended or neid not in st.executions
 
-    def idempotent(method: str, args: dict[str, Any], work: Callable[[Any], tuple[dict, list]]) -> dict:
+    def idempotent(method: str, args: dict[str, Any], work: Callable[[Any], tuple[dict, list]],
+                   call: CallContext) -> dict:
         key = args["idempotency_key"]
         request_digest = digest_json(args)
 
@@ -128,17 +134,13 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
                                request_digest=request_digest)
             return {**result, "duplicate": False}, records
 
+        if call is not None and call.tx is not None:
+            return fn(call.tx)[0]  # records are applied by the WriterLedger when the transaction commits
         return backend.writer.transact(fn)
 
     def keys(att: Mapping[str, Any], neid: str) -> dict[str, Any]:
         return {"node_id": att["node_id"], "wave_id": att["wave_id"], "node_execution_id": neid,
                 "task_id": att["node_id"]}
-
-    # -- read ---------------------------------------------------------------
-    def get_task(args: dict, call: CallContext) -> dict:
-        att = live(args["node_execution_id"], call)
-        return {"schema_version": SCHEMA_VERSION, "node_id": att["node_id"], "task": att["task"],
-                "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
 
     # -- writes -------------------------------------------------------------
     def report_progress(args: dict, call: CallContext) -> dict:
@@ -154,7 +156,7 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
                              "idempotency_key": args["idempotency_key"]}, **keys(att, neid))
             return {"schema_version": SCHEMA_VERSION, "recorded": True}, [rec]
 
-        return idempotent("report_progress", args, work)
+        return idempotent("report_progress", args, work, call)
 
     def put_artifact(args: dict, call: CallContext) -> dict:
         neid = args["node_execution_id"]
@@ -162,7 +164,7 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
         try:
             data = base64.b64decode(args["content_b64"], validate=True)
         except (binascii.Error, ValueError):
-            raise DomeError("content_b64 is not base64", code="INVALID_ARGUMENTS") from None
+            raise DomeError("content_b64 is not base64", code="INVALID_REQUEST") from None
         if len(data) > backend.max_artifact_bytes:
             raise DomeError("artifact too large", code="ARTIFACT_TOO_LARGE",
                             details={"size": len(data), "limit": backend.max_artifact_bytes})
@@ -179,7 +181,7 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
                             **keys(att, neid))
             return {"schema_version": SCHEMA_VERSION, "digest": digest, "size": len(data)}, [rec]
 
-        return idempotent("put_artifact", args, work)
+        return idempotent("put_artifact", args, work, call)
 
     def submit_patch(args: dict, call: CallContext) -> dict:
         neid = args["node_execution_id"]
@@ -221,10 +223,17 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
                              "touched_files": desc["touched_files"], "proposal": proposal,
                              "method": "submit_patch", "idempotency_key": args["idempotency_key"]},
                             **keys(att, neid))
+            # submit_patch is the attempt's terminal write: its result travels in worker_run_meta
+            result = dict(proposal.get("worker_run_meta", {}).get("result") or {})
+            done = tx.append(run_id, rs.TASK_COMPLETED,
+                             {"node_execution_id": neid, "outcome": "succeeded",
+                              "summary": result.get("summary", {}), "metrics": result.get("metrics", {}),
+                              "evidence": result.get("evidence", []), "proposal_id": proposal["proposal_id"],
+                              "error": None, "via": "submit_patch"}, **keys(att, neid))
             return {"schema_version": SCHEMA_VERSION, "proposal_id": proposal["proposal_id"],
-                    "accepted": True, "event_sequence": rec.sequence}, [rec]
+                    "accepted": True, "event_sequence": rec.sequence}, [rec, done]
 
-        return idempotent("submit_patch", args, work)
+        return idempotent("submit_patch", args, work, call)
 
     def complete_task(args: dict, call: CallContext) -> dict:
         neid = args["node_execution_id"]
@@ -233,7 +242,6 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
         def work(tx: Any) -> tuple[dict, list]:
             if ended(neid):
                 raise AttemptNotLive("the attempt has ended", details={"node_execution_id": neid})
-            tx.spend_jti(call.profile["jti"], run_id, call.profile["profile_id"])
             payload = {"node_execution_id": neid, "outcome": args["outcome"],
                        "summary": args.get("summary", {}), "metrics": args.get("metrics", {}),
                        "evidence": args.get("evidence", []), "proposal_id": args.get("proposal_id"),
@@ -242,12 +250,10 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
             rec = tx.append(run_id, rs.TASK_COMPLETED, payload, **keys(att, neid))
             return {"schema_version": SCHEMA_VERSION, "recorded": True, "event_sequence": rec.sequence}, [rec]
 
-        return idempotent("complete_task", args, work)
+        return idempotent("complete_task", args, work, call)
 
     key, ne = _key_schema(), _neid_schema()
     return [
-        ToolSpec("get_task", "The task spec slice and base of this attempt.",
-                 _closed({"node_execution_id": ne}, ["node_execution_id"]), get_task, "none", "read"),
         ToolSpec("report_progress", "Heartbeat with progress (0..1) and a message.",
                  _closed({"idempotency_key": key, "node_execution_id": ne,
                           "fraction": {"type": "number", "minimum": 0, "maximum": 1},

@@ -39,14 +39,15 @@ from registry.errors import DomeError
 from .. import runstate as rs
 from ..executors.base import AttemptFiles, ExitInfo, Limits, validate_spawn_spec
 from ..executors.sandbox import IN_SOCKET
-from ..gateway.auth import GrantAuthority
+from ..gateway import auth as grants_io
+from ..grants import GrantVerifier
 from ..gateway.dispatch import ToolDispatcher
 from ..gateway.server import WorkerGateway
 from ..gateway.worker_tools import GatewayBackend, build_tools
 from ..runstate import RunState, fold
 from ..scheduler import SchedulerPolicy, decide, statuses
 from ..workqueue import WorkQueue, load_work_queue, parse_work_queue
-from .writer import LedgerWriter
+from .writer import LedgerWriter, WriterLedger
 
 POLICY_VERSION = "dome.policy/default@1"
 TICK_S = 0.02
@@ -237,7 +238,7 @@ class RunLoop:
         self.live: dict[str, _Live] = {}
         self.attempts: dict[str, dict[str, Any]] = {}
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
-        self.authority = GrantAuthority(ctx.signer, ctx.keyring, ctx.ledger)
+        self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
         self.work = Path(tempfile.mkdtemp(prefix="dome-run-"))
         self.base_git = self.work / "base.git"
         self.pub = self.work / "coordinator.pub"
@@ -317,8 +318,9 @@ class RunLoop:
         self.pub.write_text(f"{self.ctx.signer.kid} {base64.b64encode(self.ctx.signer.public.raw).decode()}\n")
         backend = GatewayBackend(run_id=self.run_id, writer=self.writer, blobs=self.ctx.ledger.blobs,
                                  attempt=self.attempts.get)
-        self.gateway = WorkerGateway(run_id=self.run_id, authority=self.authority,
-                                     dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket)
+        self.gateway = WorkerGateway(run_id=self.run_id, verifier=self.verifier,
+                                     dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket,
+                                     attempt=self.attempts.get)
         self.gateway.start()
 
     def _recover(self) -> None:
@@ -336,16 +338,22 @@ class RunLoop:
             self.writer.revoke(jti=ex.get("jti"), profile_id=ex.get("profile_id"), reason="attempt lost on restart")
 
     # -- dispatch ---------------------------------------------------------------
+    def _inputs(self, node_id: str) -> tuple[int, str]:
+        nseed = node_seed(self.seed, node_id)
+        return nseed, digest_json({"task": self.graph.nodes[node_id].task_spec_digest, "base": self.base_sha,
+                                   "seed": nseed})
+
     def _spawn_spec(self, node_id: str, neid: str, wave_id: str, attempt: int, grant: Any) -> dict[str, Any]:
         node = self.graph.nodes[node_id]
-        nseed = node_seed(self.seed, node_id)
+        nseed, inputs_hash = self._inputs(node_id)
         return {
             "artifact_kind": "dome.spawn_spec/v1", "version": "1.0.0",
             "run_id": self.run_id, "wave_id": wave_id, "node_id": node_id, "node_execution_id": neid,
-            "task_id": node_id, "task_spec_ref": node.task_spec_digest, "tool_profile_ref": grant.profile_ref,
+            "task_id": node_id, "task_spec_ref": node.task_spec_digest,
+            "tool_profile_ref": grants_io.profile_ref(grant),
             "container_ref": (node.task.get("containers") or [self.container_ref])[0],
             "action_spec": dict(node.action_spec), "determinism_seed": nseed,
-            "inputs_hash": digest_json({"task": node.task_spec_digest, "base": self.base_sha, "seed": nseed}),
+            "inputs_hash": inputs_hash,
             "base_ref": self.base_sha, "base_tree_hash": self.base_tree, "attempt": attempt,
             "created_at": utc_stamp(), "gateway": {"socket": IN_SOCKET if self.ctx.sandbox == "bwrap" else str(self.socket)},
             "grant": grant.envelope, "timeout_s": node.timeout_s,
@@ -370,23 +378,19 @@ class RunLoop:
                 nid = e["node_id"]
                 node = self.graph.nodes[nid]
                 neid = f"ne-{secrets.token_hex(8)}"
-                grant = self.authority.issue(
-                    run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
-                    capabilities=list(node.task.get("required_capabilities", [])) or ["write"],
-                    ttl_s=node.timeout_s + 120,
-                    budgets={k: v for k, v in self.wq.budgets.items()
-                             if k in ("max_calls", "max_calls_by_method", "max_bytes")},
-                    constraints={"max_processes": self.limits.max_processes, "landlock": True,
-                                 "required_outputs": list(node.task.get("required_outputs", [])),
-                                 "task": {k: node.task[k] for k in ("intent_tags", "declared_constraints", "risk")
-                                          if k in node.task}},
-                    policy_version=POLICY_VERSION)
+                nseed, inputs_hash = self._inputs(nid)
+                grant, issued = grants_io.issue(
+                    key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
+                    capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
+                    policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash)
                 spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant)
                 validate_spawn_spec(spec)
+                keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
+                drafts.append((grants_io.ISSUED_TOPIC, issued, keys))
                 drafts.append((rs.TASK_DISPATCHED, {
                     "node_execution_id": neid, "attempt": e["attempt"], "kind": e["kind"], "wave_id": wave_id,
-                    "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grant.profile_ref,
-                    "profile_id": grant.profile["profile_id"], "jti": grant.profile["jti"],
+                    "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grants_io.profile_ref(grant),
+                    "profile_id": grant.profile_id, "jti": grant.jti,
                     "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": self.base_sha,
                     "timeout_s": node.timeout_s}, {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id,
                                                    "task_id": nid}))
@@ -397,12 +401,17 @@ class RunLoop:
             adir = self.work / "attempts" / neid
             (adir / "scratch").mkdir(parents=True)
             (adir / "spawn.json").write_text(json.dumps(spec))
+            task = self.graph.nodes[nid].task
+            (adir / "task.json").write_text(json.dumps({
+                "max_processes": self.limits.max_processes, "landlock": True,
+                "required_outputs": list(task.get("required_outputs", [])),
+                "task": {k: task[k] for k in ("intent_tags", "declared_constraints", "risk") if k in task}}))
             files = AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=self.base_git,
-                                 gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs")
+                                 gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs",
+                                 task_json=adir / "task.json")
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": self.base_sha,
                                    "base_tree_hash": self.base_tree, "task": self.graph.nodes[nid].task}
-            self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.profile["jti"],
-                                    grant.profile["profile_id"])
+            self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
             try:
                 self.executor.dispatch(spec, files)
             except Exception as exc:  # noqa: BLE001 - recorded, the node is retried

@@ -67,3 +67,69 @@ class LedgerWriter:
     def wait(self, timeout: float) -> None:
         with self.lock:
             self.changed.wait(timeout)
+
+
+class _TxRecorder:
+    """A ledger transaction that remembers the records appended through it."""
+
+    def __init__(self, tx: Any, records: list) -> None:
+        self._tx = tx
+        self._records = records
+
+    def append(self, *a: Any, **k: Any) -> Any:
+        rec = self._tx.append(*a, **k)
+        self._records.append(rec)
+        return rec
+
+    def append_batch(self, *a: Any, **k: Any) -> list:
+        recs = self._tx.append_batch(*a, **k)
+        self._records.extend(recs)
+        return recs
+
+    def revoke(self, *a: Any, **k: Any) -> Any:
+        rec = self._tx.revoke(*a, **k)
+        self._records.append(rec)
+        return rec
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tx, name)
+
+
+class WriterLedger:
+    """A Ledger facade for components that write on their own (the grants
+    verifier): every write of this run goes through the LedgerWriter's lock
+    and is applied to the run state in sequence order."""
+
+    def __init__(self, writer: LedgerWriter) -> None:
+        self._w = writer
+        self._l = writer.ledger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._l, name)
+
+    def _apply(self, records: list) -> None:
+        self._w._applied([r for r in records if getattr(r, "run_id", None) == self._w.run_id])
+
+    def append(self, run_id: str, topic: str, payload: dict[str, Any], **kw: Any) -> Any:
+        with self._w.lock:
+            rec = self._l.append(run_id, topic, payload, **kw)
+            self._apply([rec])
+            return rec
+
+    def revoke(self, *a: Any, **kw: Any) -> Any:
+        with self._w.lock:
+            rec = self._l.revoke(*a, **kw)
+            self._apply([rec])
+            return rec
+
+    def transaction(self):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def _cm():
+            with self._w.lock:
+                records: list = []
+                with self._l.transaction() as tx:
+                    yield _TxRecorder(tx, records)
+                self._apply(records)
+        return _cm()

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from coordinator import runstate as rs
-from coordinator.gateway.auth import GrantAuthority
+from coordinator.gateway import auth as grants_io
+from coordinator.grants import GrantVerifier
 from coordinator.gateway.dispatch import ToolDispatcher
 from coordinator.gateway.server import WorkerGateway
 from coordinator.gateway.worker_tools import GatewayBackend, build_tools
-from coordinator.runloop.writer import LedgerWriter
+from coordinator.runloop.writer import LedgerWriter, WriterLedger
 from coordinator.runstate import RunState
 from registry.errors import DomeError
 from worker_sdk.client import BudgetExhausted, GatewayClient, OutOfProfile
@@ -31,21 +32,27 @@ def gateway(ledger_env, tmp_path: Path):
     writer = LedgerWriter(ledger, RUN, signer, RunState())
     writer.append(rs.RUN_STARTED, {"base_ref": BASE})
     attempts: dict[str, dict] = {}
-    authority = GrantAuthority(signer, keyring, ledger)
+    verifier = GrantVerifier(keyring, WriterLedger(writer))
     backend = GatewayBackend(run_id=RUN, writer=writer, blobs=ledger.blobs, attempt=attempts.get)
-    gw = WorkerGateway(run_id=RUN, authority=authority, dispatcher=ToolDispatcher(build_tools(backend)),
-                       socket_path=tmp_path / "gw.sock")
+    gw = WorkerGateway(run_id=RUN, verifier=verifier, dispatcher=ToolDispatcher(build_tools(backend)),
+                       socket_path=tmp_path / "gw.sock", attempt=attempts.get)
     gw.start()
 
-    def attempt(neid: str, caps=("write",), budgets=None):
+    class G:  # what the tests need of an issued grant
+        def __init__(self, g):
+            self.token, self.profile, self.envelope = g.token, dict(g.payload), g.envelope
+
+    def attempt(neid: str, caps=("write",)):
         attempts[neid] = {"node_id": "n1", "wave_id": "w0001", "base_ref": BASE, "base_tree_hash": TREE,
                           "task": {"node_id": "n1"}}
         writer.append(rs.TASK_DISPATCHED, {"node_execution_id": neid}, node_id="n1", node_execution_id=neid)
-        g = authority.issue(run_id=RUN, wave_id="w0001", node_id="n1", node_execution_id=neid,
-                            capabilities=list(caps), ttl_s=60, budgets=budgets or {})
-        return g
+        g, issued = grants_io.issue(key=signer, run_id=RUN, wave_id="w0001", node_id="n1", node_execution_id=neid,
+                                    capabilities=list(caps), ttl_s=60, policy_id="default", seed=1,
+                                    inputs_hash="sha256:" + "0" * 64)
+        writer.append("grant.issued", issued, node_id="n1", node_execution_id=neid)
+        return G(g)
 
-    yield gw, writer, authority, attempt, ledger
+    yield gw, writer, verifier, attempt, ledger
     gw.stop()
 
 
@@ -69,18 +76,19 @@ def test_tools_list_shows_only_what_the_grant_allows_sdk_client(gateway):
     write = asyncio.run(names(attempt("ne-w1").token))
     read = asyncio.run(names(attempt("ne-r1", caps=("read",)).token))
     assert write == ["complete_task", "put_artifact", "report_progress", "submit_patch"]
-    assert read == ["complete_task", "get_task", "report_progress"]
+    assert read == ["complete_task", "put_artifact", "report_progress"]  # read + write:evidence
     assert "submit_patch" not in read
 
 
 def test_out_of_profile_and_budget_refused_before_sending(gateway):
     gw, _, _, attempt, _ = gateway
-    c = client(gw, attempt("ne-r2", caps=("read",), budgets={}))
+    c = client(gw, attempt("ne-r2", caps=("read",)))
     before = gw.calls
     with pytest.raises(OutOfProfile):
-        c.put_artifact(b"x")
+        c.submit_patch({"diff_digest": "sha256:" + "0" * 64})
     assert gw.calls == before  # nothing reached the gateway
-    c2 = client(gw, attempt("ne-b1", budgets={"max_calls": 1}))
+    c2 = client(gw, attempt("ne-b1"))
+    c2.budgets = {"max_calls": 1}  # the client enforces what the grant says before sending
     c2.report_progress(0.1, "one")
     with pytest.raises(BudgetExhausted):
         c2.report_progress(0.2, "two")
@@ -91,20 +99,20 @@ def test_bad_grants_rejected_every_call(gateway):
     g = attempt("ne-x1")
     env = dict(g.envelope)
     env["payload"] = base64.b64encode(base64.b64decode(env["payload"]).replace(b"ne-x1", b"ne-x2")).decode()
-    from coordinator.gateway.auth import envelope_to_token
+    from registry.toolprofile import envelope_to_token
     forged = GatewayClient.__new__(GatewayClient)
     c = client(gw, g)
     c.token = envelope_to_token(env)
     with pytest.raises(DomeError) as ei:
         c.report_progress(0.5)
-    assert ei.value.code == "GRANT_REJECTED" and ei.value.details["code"] == "SIGNATURE_INVALID"
+    assert ei.value.code == "GRANT_SIGNATURE_INVALID"
     # revoked grant
     c = client(gw, g)
     c.report_progress(0.1)
     ledger.revoke(jti=g.profile["jti"], run_id=RUN, reason="test")
     with pytest.raises(DomeError) as ei:
         c.report_progress(0.2)
-    assert ei.value.details["code"] == "GRANT_REVOKED"
+    assert ei.value.code == "GRANT_REVOKED"
     # a grant for another attempt cannot write for this one
     g2 = attempt("ne-x3")
     c3 = client(gw, g2)
@@ -112,6 +120,9 @@ def test_bad_grants_rejected_every_call(gateway):
     with pytest.raises(DomeError) as ei:
         c3.report_progress(0.3)
     assert ei.value.code == "ATTEMPT_NOT_LIVE"
+    # a grant for another wave is refused by the verifier's binding check
+    ev = [e for e in ledger.events(RUN) if e.topic == "grant.rejected"]
+    assert ev  # every rejection is one grant.rejected event
     assert forged is not None
 
 
@@ -140,7 +151,7 @@ def test_closed_input_schemas_and_typed_errors(gateway):
     with pytest.raises(DomeError) as ei:
         c.call("report_progress", {"idempotency_key": "ne-s1:x:1", "node_execution_id": "ne-s1",
                                    "fraction": 0.1, "shell": "rm -rf /"})
-    assert ei.value.code == "INVALID_ARGUMENTS"
+    assert ei.value.code == "INVALID_REQUEST"
 
 
 def test_submit_patch_is_verified_and_complete_spends_the_grant(gateway):
@@ -162,6 +173,7 @@ def test_submit_patch_is_verified_and_complete_spends_the_grant(gateway):
         c.submit_patch({**proposal, "base_ref": "c" * 40})
     assert ei.value.code == "BASE_MISMATCH"
     c.complete_task("succeeded", summary={"ok": True})
-    with pytest.raises(DomeError):
+    with pytest.raises(DomeError) as ei:
         c.report_progress(1.0, "after the end")
+    assert ei.value.code == "GRANT_REPLAYED"  # the terminal write spent the single-use grant
     assert writer.state.node("n1").succeeded
