@@ -46,8 +46,7 @@ def _risk(touched: list[str], stats: dict[str, int], declared: str | None) -> di
 def build_proposal(scratch: Path, *, spawn: dict[str, Any], profile: dict[str, Any],
                    intent_tags: list[str] | None = None, declared_constraints: dict[str, Any] | None = None,
                    risk: str | None = None, budgets_used: dict[str, Any] | None = None,
-                   exit_code: int | None = None, result: dict[str, Any] | None = None,
-                   upload: Any = None) -> tuple[dict[str, Any], bytes] | None:
+                   exit_code: int | None = None, upload: Any = None) -> tuple[dict[str, Any], bytes] | None:
     """(proposal, canonical diff bytes), or None when the checkout is unchanged.
 
     `upload(canonical_bytes) -> digest` stores the diff (the gateway's
@@ -66,8 +65,6 @@ def build_proposal(scratch: Path, *, spawn: dict[str, Any], profile: dict[str, A
     }
     if exit_code is not None:
         meta["exit_code"] = exit_code
-    if result is not None:
-        meta["result"] = result  # the attempt's result: submit_patch is its terminal write
     proposal = {
         "artifact_kind": "dome.patch_proposal/v1", "version": "1.0.0",
         "run_id": spawn["run_id"], "wave_id": spawn["wave_id"], "node_id": spawn["node_id"],

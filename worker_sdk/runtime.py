@@ -128,27 +128,27 @@ def main(argv: list[str] | None = None) -> int:
                              **action.get("env", {})}
         ctx = IntentContext(scratch=scratch, action=action, seed=int(spawn["determinism_seed"]),
                             token=token, progress=lambda f, m="": client.report_progress(f, m),
-                            put_artifact=lambda data, mt="application/octet-stream": client.put_artifact(data, mt),
+                            put_artifact=lambda data, mt="application/octet-stream": (
+                                client.put_artifact(data, mt) if "put_artifact" in client.allowed else ""),
                             limits=constraints)
         result = handler(ctx)
         from .proposal import build_proposal
         task = constraints.get("task", {})
         built = build_proposal(scratch, spawn=spawn, profile=profile, intent_tags=task.get("intent_tags"),
-                               result={"summary": result.summary, "metrics": result.metrics,
-                                       "evidence": result.evidence},
                                declared_constraints=task.get("declared_constraints"), risk=task.get("risk"),
                                budgets_used={"calls": client.used["calls"], "bytes": client.used["bytes"],
                                              "wall_seconds": round(time.monotonic() - t0, 3)},
                                upload=lambda data: client.put_artifact(data, "text/x-diff", "patch.diff"))
-        if built is not None:  # submit_patch is the terminal write: it reports success too
+        proposal_id = None
+        if built is not None:
             proposal, _canonical = built
-            client.submit_patch(proposal)
-            return 0
-        if "patch_proposal" in constraints.get("required_outputs", []):
+            proposal_id = client.submit_patch(proposal)["proposal_id"]
+        elif "patch_proposal" in constraints.get("required_outputs", []):
             raise DomeError("the action changed nothing but the node requires a patch_proposal",
                             code="REQUIRED_OUTPUT_MISSING", retry="light")
+        # the terminal write: spends the single-use grant
         client.complete_task("succeeded", summary=result.summary, metrics=result.metrics,
-                             evidence=result.evidence)
+                             evidence=result.evidence, proposal_id=proposal_id)
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure is reported through the gateway
         err = exc.to_object() if isinstance(exc, DomeError) else {

@@ -21,7 +21,7 @@ from registry.grant_errors import GrantError, GrantRevoked
 
 from ..grants import ISSUED_TOPIC, GrantVerifier, SignedGrant, issue_profile
 
-EVIDENCE_CAPABILITY = "write:evidence"  # every attempt may report progress, artifacts and its result
+EVIDENCE_CAPABILITY = "write:evidence"  # every attempt may store evidence (logs); the policy adds the lifecycle
 CARD = "agent_cli"
 
 

@@ -12,12 +12,13 @@ Every call runs inside the grants verifier's `authorize` transaction
 single-use grant, the tool's events and the idempotency record commit
 together or not at all.
 
-| tool | contract | events |
-|---|---|---|
-| report_progress | dome.patch_proposal | task.progress (a heartbeat) |
-| put_artifact | dome.patch_proposal | artifact.put (bytes in the blob store) |
-| submit_patch | dome.patch_proposal, terminal | patch.submitted + task.completed (succeeded) |
-| complete_task | dome.worker_task, terminal | task.completed |
+| tool (dome.patch_proposal) | events |
+|---|---|
+| get_task (read) | - |
+| report_progress | task.progress (a heartbeat) |
+| put_artifact | artifact.put (bytes in the blob store) |
+| submit_patch | patch.submitted (verified: base, tree, recomputed digest, paths) |
+| complete_task (terminal: spends the single-use grant) | task.completed |
 """
 from __future__ import annotations
 
@@ -142,6 +143,12 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
         return {"node_id": att["node_id"], "wave_id": att["wave_id"], "node_execution_id": neid,
                 "task_id": att["node_id"]}
 
+    # -- read ---------------------------------------------------------------
+    def get_task(args: dict, call: CallContext) -> dict:
+        att = live(args["node_execution_id"], call)
+        return {"schema_version": SCHEMA_VERSION, "node_id": att["node_id"], "task": att["task"],
+                "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
+
     # -- writes -------------------------------------------------------------
     def report_progress(args: dict, call: CallContext) -> dict:
         neid = args["node_execution_id"]
@@ -223,15 +230,8 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
                              "touched_files": desc["touched_files"], "proposal": proposal,
                              "method": "submit_patch", "idempotency_key": args["idempotency_key"]},
                             **keys(att, neid))
-            # submit_patch is the attempt's terminal write: its result travels in worker_run_meta
-            result = dict(proposal.get("worker_run_meta", {}).get("result") or {})
-            done = tx.append(run_id, rs.TASK_COMPLETED,
-                             {"node_execution_id": neid, "outcome": "succeeded",
-                              "summary": result.get("summary", {}), "metrics": result.get("metrics", {}),
-                              "evidence": result.get("evidence", []), "proposal_id": proposal["proposal_id"],
-                              "error": None, "via": "submit_patch"}, **keys(att, neid))
             return {"schema_version": SCHEMA_VERSION, "proposal_id": proposal["proposal_id"],
-                    "accepted": True, "event_sequence": rec.sequence}, [rec, done]
+                    "accepted": True, "event_sequence": rec.sequence}, [rec]
 
         return idempotent("submit_patch", args, work, call)
 
@@ -254,6 +254,8 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
 
     key, ne = _key_schema(), _neid_schema()
     return [
+        ToolSpec("get_task", "The task spec slice and base of this attempt.",
+                 _closed({"node_execution_id": ne}, ["node_execution_id"]), get_task, "none", "read"),
         ToolSpec("report_progress", "Heartbeat with progress (0..1) and a message.",
                  _closed({"idempotency_key": key, "node_execution_id": ne,
                           "fraction": {"type": "number", "minimum": 0, "maximum": 1},

@@ -75,8 +75,8 @@ def test_tools_list_shows_only_what_the_grant_allows_sdk_client(gateway):
 
     write = asyncio.run(names(attempt("ne-w1").token))
     read = asyncio.run(names(attempt("ne-r1", caps=("read",)).token))
-    assert write == ["complete_task", "put_artifact", "report_progress", "submit_patch"]
-    assert read == ["complete_task", "put_artifact", "report_progress"]  # read + write:evidence
+    assert write == ["complete_task", "get_task", "put_artifact", "report_progress", "submit_patch"]
+    assert read == ["complete_task", "get_task", "put_artifact", "report_progress"]  # + evidence + lifecycle
     assert "submit_patch" not in read
 
 
