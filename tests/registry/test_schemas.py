@@ -296,3 +296,28 @@ def test_malformed_timestamps_are_refused(bad: str) -> None:
     ev["ts"] = bad
     with pytest.raises(SchemaValidationError):
         schema_store.validate("control_event", ev)
+
+
+def _tool_schema_files() -> list[tuple[str, dict]]:
+    root = schema_store.SCHEMA_DIR.parent
+    out = [(n, schema_store.load_schema(n)) for n in schema_store.schema_names()]
+    out += [(str(p.relative_to(root)), json.loads(p.read_text()))
+            for p in sorted(root.glob("tools/*/spec/schemas/*.json"))]
+    return out
+
+
+def test_every_tool_request_schema_is_closed_and_every_response_open() -> None:
+    """House rule (DESIGN.md, MCP front door): requests refuse unknown fields,
+    responses accept them, in every area's schemas."""
+    import re
+    closed_wrong, open_wrong = [], []
+    for name, schema in _tool_schema_files():
+        stem = name.rsplit("/", 1)[-1].removesuffix(".json")
+        if re.search(r"[._]request$", stem):
+            if schema.get("additionalProperties") is not False and schema.get("unevaluatedProperties") is not False:
+                closed_wrong.append(name)
+        elif re.search(r"[._]response$", stem):
+            if schema.get("additionalProperties") is False or schema.get("unevaluatedProperties") is False:
+                open_wrong.append(name)
+    assert not closed_wrong, f"request schemas that accept unknown fields: {closed_wrong}"
+    assert not open_wrong, f"response schemas that refuse unknown fields: {open_wrong}"
