@@ -110,12 +110,23 @@ JOB_HANDLE = {"type": "object", "required": ["job_id", "status"],
               "additionalProperties": True}
 
 
+ERROR_RESULT = {"type": "object", "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                               "details": {"type": "object"}, "hints": {"type": "array"},
+                               "retry": {"enum": ["none", "light", "heavy"]}, "category": {"type": "string"}},
+                "additionalProperties": True}
+
+
 def _output_schema(response: dict[str, Any], long_running: bool) -> dict[str, Any]:
+    """The contract response, or (wait=false) a job handle, or (isError) the ErrorObject.
+
+    Error results carry the ErrorObject as structuredContent (the KLayout contract's rule);
+    clients that validate every structured result against outputSchema accept it too.
+    """
     out = json.loads(json.dumps(response))
     out["type"] = "object"
-    if long_running:  # wait=false returns a job handle instead of the result
-        return {"type": "object", "anyOf": [out, JOB_HANDLE]}
-    return out
+    variants = [out, JOB_HANDLE, ERROR_RESULT] if long_running else [out, ERROR_RESULT]
+    return {"type": "object", "anyOf": variants}
 
 
 def inline_refs(schema: Any, base_id: str, lookup: Callable[[str], dict[str, Any]], _depth: int = 0) -> Any:
