@@ -1,17 +1,21 @@
-"""Single-use, scoped consent tokens for destructive tools (promote).
+"""Consent for destructive tools (promote): CONSENT_MODE strict | lenient | off.
 
-CONSENT_MODE (env, or `dome mcp --consent-mode`):
-  strict  (default) a token minted out of band by a person
-          (`dome mcp consent --run-id RUN`) is required; it is bound to the
-          tool and the run, expires, and is spent on first use.
-  lenient a call without a token is refused with CONSENT_REQUIRED carrying a
-          fresh token the client must show the user and send back; tokens
-          are still single-use and scoped.
-  off     no token (every destructive call is logged to telemetry).
+The token that moves a ref is the run's own single-use consent token: `dome run`
+writes it to ops/runs/RUN/gate/consent.token for a person to read when a run is
+held at the human gate; the integration layer verifies it (run-scoped,
+expiring) and spends it in the ledger. CONSENT_MODE decides who may supply it:
 
-Tokens: "dct1.<payload b64url>.<hmac-sha256 b64url>" over a host secret in
-<ops_root>/mcp/consent.key (0600). Spent token ids go to an append-only
-<ops_root>/mcp/consent.spent file.
+  strict  (default) only the caller: the user hands the token to the agent.
+  lenient the caller may instead echo back a host confirmation token: a call
+          without one is refused with CONSENT_REQUIRED carrying a fresh,
+          single-use, run-scoped "dct1.*" token (a client shows the user the
+          action; agreeing re-sends it). The host then reads the gate token.
+          `dome mcp consent --scope RUN` mints one at a terminal too.
+  off     the host reads the gate token without asking (logged to telemetry).
+
+Host confirmation tokens: "dct1.<payload b64url>.<hmac-sha256 b64url>" over a
+host secret in <ops_root>/mcp/consent.key (0600); spent ids are appended to
+<ops_root>/mcp/consent.spent.
 """
 from __future__ import annotations
 

@@ -86,6 +86,7 @@ class ToolHost:
         self.consent = ConsentBook(state, consent_mode or os.environ.get("CONSENT_MODE", "strict"))
         self.supervisor = WorkerSupervisor(self.telemetry, env=worker_env)
         self.sessions: dict[str, _SessionPin] = {}
+        self.idempotent: dict[tuple[str, str], dict[str, Any]] = {}  # (tool, idempotency_key) -> first result
         self.handlers: dict[str, Handler] = {"health": _health, "telemetry": _telemetry, "poll": _poll,
                                              "cancel": _cancel}
         from .orchestration import HANDLERS as ORCH

@@ -22,7 +22,7 @@ import anyio
 
 from registry.errors import DomeError
 
-from .faults import Fault, FaultCategory
+from .faults import ConsentRequired, Fault, FaultCategory
 
 if TYPE_CHECKING:
     from .dispatch import CallContext
@@ -118,11 +118,54 @@ async def verify(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     return await _dome(ctx, "verify", args["run_id"])
 
 
+def _gate_token_file(ctx: "CallContext", run_id: str) -> Path:
+    return ctx.host.ops_root / "runs" / run_id / "gate" / "consent.token"
+
+
 async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
-    consent = ctx.host.consent.check_and_spend("promote", args["run_id"], args.get("consent_token"))
-    ctx.host.telemetry._emit({"event": "consent", "tool": "promote", "run_id": args["run_id"], **consent})
-    out = await _dome(ctx, "promote", args["run_id"], timeout_s=600)
-    return {**out, "consent": consent.get("mode")}
+    """Promote a run held at the human gate.
+
+    The run's own single-use consent token (written by `dome run` to
+    ops/runs/RUN/gate/consent.token for a person to read, verified and spent
+    by the integration layer) is what moves the ref. CONSENT_MODE decides who
+    may supply it: strict -- only the caller, i.e. the user gave it to the
+    agent; lenient -- the caller may instead echo back a single-use host
+    confirmation token (dct1.*) returned by a first call, and the host reads
+    the gate token itself; off -- the host reads it without asking (logged).
+    """
+    host = ctx.host
+    run_id = args["run_id"]
+    key = ("promote", args["idempotency_key"])
+    if key in host.idempotent:
+        return {**host.idempotent[key], "deduplicated": True}
+    token = args.get("consent_token")
+    mode = host.consent.mode
+    gate_file = _gate_token_file(ctx, run_id)
+    if mode == "strict" or (token and not token.startswith("dct1.")):
+        if not token:
+            raise ConsentRequired("promote is destructive and needs the run's consent token",
+                                  details={"run_id": run_id, "mode": mode},
+                                  hints=["ask the user for the consent token of this run "
+                                         "(a person reads it from ops/runs/RUN/gate/consent.token)",
+                                         "then call promote again with consent_token"])
+        gate_token = token
+    else:
+        if mode == "lenient":
+            host.consent.check_and_spend("promote", run_id, token)  # raises CONSENT_REQUIRED with a token to echo
+        if not gate_file.is_file():
+            raise DomeError(f"run {run_id} is not waiting for consent", code="CONSENT_NOT_REQUESTED",
+                            details={"run_id": run_id}, hints=["run_status shows why the run is blocked"])
+        gate_token = gate_file.read_text().strip()
+    host.telemetry._emit({"event": "consent", "tool": "promote", "run_id": run_id, "mode": mode})
+    out = await _dome(ctx, "promote", run_id, "--consent", gate_token, "--approved-by", f"mcp:{mode}",
+                      timeout_s=600)
+    err = out.get("error")
+    if isinstance(err, dict) and isinstance(err.get("code"), str):
+        raise DomeError(str(err.get("message", "promote refused")), code=err["code"],
+                        details=err.get("details") or {}, hints=err.get("hints") or [], retry="none")
+    result = {**out, "consent_mode": mode}
+    host.idempotent[key] = result
+    return result
 
 
 async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
@@ -141,6 +184,8 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
     if "executor" in args:
         extra += ["--executor", args["executor"]]
     argv = _argv(ctx, "run", str(queue), *extra)
+    runs_dir = host.ops_root / "runs"
+    before = set(os.listdir(runs_dir)) if runs_dir.is_dir() else set()
     proc = await anyio.open_process(argv, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=None, start_new_session=True)
     job = host.jobs.new("run_submit")
@@ -204,7 +249,20 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
 
     if host._tg is None:
         raise Fault(FaultCategory.INVARIANT_BREACH, "host is not running")
+    async def watch_runs_dir() -> None:
+        # `dome run` creates ops/runs/<run_id>/ when it starts; its JSON summary comes only at the end
+        while not have_run_id.is_set():
+            if runs_dir.is_dir():
+                new = sorted(set(os.listdir(runs_dir)) - before)
+                if new and job.run_id is None:
+                    job.run_id = new[0]
+                    host.jobs._touch(job)
+                    have_run_id.set()
+                    return
+            await anyio.sleep(0.05)
+
     host._tg.start_soon(follow)
+    host._tg.start_soon(watch_runs_dir)
     with anyio.move_on_after(RUN_ID_WAIT_S):
         await have_run_id.wait()
     return {"run_id": job.run_id, "job_id": job.job_id, "status": job.status}

@@ -1,0 +1,66 @@
+"""run_submit -> poll -> run_status / events / verify -> promote behind consent, through the MCP host."""
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+from .conftest import connect
+
+pytestmark = pytest.mark.anyio
+
+
+def _queue(tmp_path, repo):
+    q = json.loads((REPO_ROOT / "examples" / "hello.queue.json").read_text())
+    q["repo"] = str(repo)
+    path = tmp_path / "work.queue.json"
+    path.write_text(json.dumps(q))
+    return path
+
+
+async def _poll_done(client, job_id, timeout=240):
+    with anyio.fail_after(timeout):
+        while True:
+            st = (await client.call_tool("poll", {"job_id": job_id})).structured_content
+            if st["status"] not in ("queued", "running"):
+                return st
+            await anyio.sleep(0.25)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("consent_mode", ["strict", "lenient"])
+async def test_run_submit_poll_promote(tmp_path, git_repo, consent_mode):
+    queue = _queue(tmp_path, git_repo)
+    async with connect("inproc", "legacy", tmp_path / "ops", consent_mode=consent_mode) as client:
+        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-hello-1"})
+        assert not sub.is_error, sub.content[0].text
+        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
+        assert run_id and job_id.startswith("job_")
+        again = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-hello-1"})
+        assert again.structured_content["job_id"] == job_id and again.structured_content["deduplicated"] is True
+        done = await _poll_done(client, job_id)
+        assert done["status"] == "succeeded", done
+        assert done["result"]["run_id"] == run_id
+        status = await client.call_tool("run_status", {"run_id": run_id})
+        assert not status.is_error and status.structured_content["run_id"] == run_id
+        events = await client.call_tool("events", {"run_id": run_id, "since": 0, "limit": 5})
+        assert not events.is_error and events.structured_content["count"] <= 5
+        res = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-1"})
+        assert res.is_error and res.structured_content["code"] == "CONSENT_REQUIRED"
+        if consent_mode == "lenient":
+            token = res.structured_content["details"]["consent_token"]
+            assert token.startswith("dct1.")
+            res = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-1",
+                                                     "consent_token": token})
+            # the confirmation was spent; this run is not held at a human gate
+            assert res.is_error and res.structured_content["code"] == "CONSENT_NOT_REQUESTED"
+            reuse = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-2",
+                                                       "consent_token": token})
+            assert reuse.is_error and reuse.structured_content["code"] == "CONSENT_INVALID"
+        else:
+            res = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-1",
+                                                     "consent_token": "not-the-runs-token"})
+            assert res.is_error and res.structured_content["code"].startswith("CONSENT_")
