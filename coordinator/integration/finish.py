@@ -34,6 +34,9 @@ from .stacking import Stacker, Validator
 from .validation import SuiteRunner, suite_name
 
 PRODUCER = "dome-coordinator"
+EXTERNALIZE_BYTES = 128 * 1024
+"""Artifacts larger than this (canonical bytes) live in the blob store; the
+ledger record keeps their digest, signature and `artifact_ref`."""
 EXIT_OK, EXIT_BLOCKED = 0, 4
 ZERO = "0" * 40
 
@@ -113,7 +116,19 @@ class Emitter:
         a.setdefault("producer", PRODUCER)
         a.setdefault("object_id", _object_id(a, self.count))
         signed = sign_artifact(a, self.key)
-        self.ledger.append(self.run_id, topic, signed, wave_id=self.wave_id, signer=self.key)
+        payload: dict[str, Any] = signed
+        blobs = getattr(self.ledger, "blobs", None)
+        if blobs is not None:
+            raw = canonical_json(signed)
+            if len(raw) > EXTERNALIZE_BYTES:
+                # too big for one ledger record: the signed artifact goes to the
+                # blob store, the record carries its digest and the signature
+                payload = {k: signed[k] for k in ("artifact_kind", "version", "run_id", "object_id",
+                                                  "created_at", "producer", "payload_digest",
+                                                  "canonicalization", "kid", "signature")
+                           if k in signed}
+                payload["artifact_ref"] = blobs.put(raw)
+        self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
         return signed
 
 
@@ -166,7 +181,23 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def records_of(ledger: Any, run_id: str) -> list[Record]:
-    return [Record.from_event(e) for e in ledger.events(run_id)]
+    """The run's records, with externalized artifacts loaded from the blob
+    store (a missing or changed blob leaves the stub, which fails its
+    signature check downstream)."""
+    out = []
+    for e in ledger.events(run_id):
+        rec = Record.from_event(e)
+        ref = rec.artifact.get("artifact_ref") if isinstance(rec.artifact, Mapping) else None
+        if ref and getattr(ledger, "blobs", None) is not None:
+            try:
+                full = json.loads(ledger.blobs.get(ref))
+            except Exception:  # noqa: BLE001 - treated as tampering
+                full = None
+            if isinstance(full, dict) and full.get("payload_digest") == rec.artifact.get("payload_digest") \
+                    and full.get("signature") == rec.artifact.get("signature"):
+                rec = Record(rec.sequence, rec.topic, full)
+        out.append(rec)
+    return out
 
 
 def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:

@@ -86,12 +86,14 @@ class OverlapIndex:
     def __init__(self, candidates: Iterable[Candidate]) -> None:
         self.candidates = {c.proposal_id: c for c in candidates}
         self.by_path: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-        self.by_context: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        self.by_context: dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]] = {}
         for c in self.candidates.values():
             for fp in c.fingerprints:
                 self.by_path.setdefault(fp["path"], []).append((c.proposal_id, fp))
-                self.by_context.setdefault(fp["base_context_digest"], []).append((c.proposal_id, fp))
+                self.by_context.setdefault((fp["path"], fp["base_context_digest"]), []).append(
+                    (c.proposal_id, fp))
         self.edges: dict[tuple[str, str], list[Overlap]] = {}
+        self._adj: dict[str, set[str]] = {}
         self.same_edits: dict[tuple[str, str], int] = {}
         for path, items in self.by_path.items():
             for (pa, fa), (pb, fb) in itertools.combinations(items, 2):
@@ -105,7 +107,7 @@ class OverlapIndex:
                     self._add(pa, pb, path, "range", fa, fb)
         for ctx, items in self.by_context.items():
             for (pa, fa), (pb, fb) in itertools.combinations(items, 2):
-                if pa != pb and fa["path"] == fb["path"] and fa["edit_digest"] != fb["edit_digest"]:
+                if pa != pb and fa["edit_digest"] != fb["edit_digest"]:
                     self._add(pa, pb, fa["path"], "context", fa, fb)
 
     def _add(self, pa: str, pb: str, path: str, kind: str, fa: Mapping[str, Any],
@@ -113,6 +115,8 @@ class OverlapIndex:
         a, b = sorted((pa, pb))
         fpr = digest_json(sorted([list(_fp_key(fa)), list(_fp_key(fb))]))
         edges = self.edges.setdefault((a, b), [])
+        self._adj.setdefault(a, set()).add(b)
+        self._adj.setdefault(b, set()).add(a)
         if not any(e.path == path and e.fingerprint == fpr for e in edges):
             edges.append(Overlap(a, b, path, kind, fpr))
 
@@ -120,16 +124,10 @@ class OverlapIndex:
         return self.edges.get(tuple(sorted((a, b))), [])  # type: ignore[arg-type]
 
     def neighbours(self, pid: str) -> list[str]:
-        out = set()
-        for a, b in self.edges:
-            if a == pid:
-                out.add(b)
-            elif b == pid:
-                out.add(a)
-        return sorted(out)
+        return sorted(self._adj.get(pid, ()))
 
     def degree(self, pid: str) -> int:
-        return len(self.neighbours(pid))
+        return len(self._adj.get(pid, ()))
 
     def files_shared(self, a: str, b: str) -> list[str]:
         ca, cb = self.candidates[a], self.candidates[b]
@@ -222,13 +220,30 @@ def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
     sel: list[dict[str, Any]] = []
     scores: list[dict[str, Any]] = []
     n = len(ranked)
+    keys_of = {c.proposal_id: {_fp_key(f) for f in c.fingerprints} for c in ranked}
+    by_digest: dict[str, str] = {}
+    by_key: dict[tuple[str, str, str], set[str]] = {}
+
+    def redundant_with(c: Candidate) -> str | None:
+        if c.diff_digest in by_digest:
+            return by_digest[c.diff_digest]
+        keys = keys_of[c.proposal_id]
+        if not keys:
+            return None
+        holders: set[str] | None = None
+        for k in keys:
+            holders = set(by_key.get(k, ())) if holders is None else holders & by_key.get(k, set())
+            if not holders:
+                return None
+        return min(holders, key=ordered.index) if holders else None
+
     for rank, c in enumerate(ranked):
         key = order_key(c, index)
         comp = {"deps_late": key[0], "critical_first": key[1], "risk": key[2], "overlaps": key[4]}
         score = {"proposal_id": c.proposal_id, "score": float(n - rank), "components": comp,
                  "rank": rank}
         scores.append(score)
-        dup_of = next((o for o in ordered if index.is_redundant_with(c.proposal_id, o)), None)
+        dup_of = redundant_with(c)
         entry = {"proposal_id": c.proposal_id, "created_at": c.created_at or created_at,
                  "diff_digest": c.diff_digest, "score": float(n - rank)}
         if dup_of is not None:
@@ -237,6 +252,9 @@ def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
             sel.append({**entry, "accepted": False, "reason": REDUNDANT, "redundant_with": dup_of})
             continue
         ordered.append(c.proposal_id)
+        by_digest.setdefault(c.diff_digest, c.proposal_id)
+        for k in keys_of[c.proposal_id]:
+            by_key.setdefault(k, set()).add(c.proposal_id)
         entries.append({"proposal_id": c.proposal_id, "diff_digest": c.diff_digest,
                         "atomicity": c.atomicity, "risk": c.risk, "position": len(entries)})
         sel.append({**entry, "accepted": True, "reason": "verified"})
@@ -245,7 +263,8 @@ def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
                     "diff_digest": r["details"].get("actual") if str(r["details"].get("actual", "")).startswith("sha256:") else "sha256:" + "0" * 64,
                     "accepted": False, "reason": r["reason"], "code": r["code"]})
     sel.sort(key=lambda e: (e["proposal_id"], e["created_at"], e["diff_digest"]))
-    risks = {c.risk for c in candidates if c.proposal_id in ordered}
+    in_plan = set(ordered)
+    risks = {c.risk for c in candidates if c.proposal_id in in_plan}
     plan_body = {"base_ref": base_ref, "ordered": ordered, "seed": seed, "run_id": run_id,
                  "revision": revision}
     plan = StackPlan(

@@ -103,3 +103,29 @@ def test_promote_cli_consumes_consent_once(big_repo: Path, tmp_path: Path) -> No
     assert again.returncode == 1 and json.loads(again.stdout)["error"]["code"] == "CONSENT_ALREADY_USED"
     rc, out = _verify(ops, "run-gate")
     assert rc == 0, out["reasons"]
+
+
+def test_large_artifacts_live_in_the_blob_store_and_still_verify(big_repo: Path, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    import coordinator.integration.finish as fin
+    from coordinator.integration.verify import verify_run
+    from coordinator.keys import load_keyring
+    monkeypatch.setattr(fin, "EXTERNALIZE_BYTES", 1500)
+    ops = tmp_path / "ops"
+    props = [make_proposal(big_repo, f"p{k}", edit_line(f"f{k:02d}.txt", 9, f"v{k}")) for k in range(3)]
+    res = _finish(big_repo, ops, props, POLICY, run_id="run-big")
+    assert res.status == "promoted", res.missing
+    ledger = Ledger.open(None, ops)
+    try:
+        stubs = [e for e in ledger.events("run-big") if "artifact_ref" in e.payload]
+        assert any(e.topic == "integration.stack_plan" for e in stubs)
+        keyring = load_keyring(ops)
+        assert verify_run(ledger, "run-big", keyring).valid
+        plan_ref = next(e.payload["artifact_ref"] for e in stubs if e.topic == "integration.stack_plan")
+        path = ledger.blobs.path(plan_ref)
+        import os
+        os.chmod(path, 0o644)
+        path.write_bytes(path.read_bytes().replace(b'"p1"', b'"p9"'))
+        assert not verify_run(ledger, "run-big", keyring).valid
+    finally:
+        ledger.close()
