@@ -71,15 +71,24 @@ def b64u_encode(data: bytes) -> str:
 
 
 _URLSAFE = str.maketrans("-_", "+/")
+_B64U_INDEX = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
 
 
 def b64u_decode(text: str) -> bytes:
-    """base64url without padding (a2b_base64 strict mode: no stray characters)."""
+    """Canonical base64url without padding. Non-canonical spellings (unused
+    trailing bits set, '+' or '/' or '=' in the text) are refused, so one
+    grant has exactly one token string."""
     try:
-        return binascii.a2b_base64((text.translate(_URLSAFE) + "=" * (-len(text) % 4)).encode("ascii"),
+        if "+" in text or "/" in text or "=" in text:
+            raise ValueError("not base64url")
+        data = binascii.a2b_base64((text.translate(_URLSAFE) + "=" * (-len(text) % 4)).encode("ascii"),
                                    strict_mode=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError, AttributeError) as exc:
+    except (binascii.Error, ValueError, UnicodeEncodeError, AttributeError, TypeError) as exc:
         raise GrantMalformed("token is not base64url") from exc
+    unused = (0, 0, 0xF, 0x3)[len(text) % 4]  # low bits of the last character that encode nothing
+    if unused and _B64U_INDEX[text[-1]] & unused:
+        raise GrantMalformed("token is not canonical base64url")
+    return data
 
 
 def _b64d(text: Any, what: str) -> bytes:
