@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from registry.canonical import CANONICALIZATION, canonical_json, digest_bytes, sha256_hex
+from registry.canonical import CANONICALIZATION, canonical_json, sha256_hex
 from registry.signing import SigningKey
 
 from .errors import InvalidEvent, PayloadTooLarge

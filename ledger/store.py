@@ -16,16 +16,15 @@ import os
 import sqlite3
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from sqlalchemy import Connection, exists, func, select, text
+from sqlalchemy import Connection, exists, func, or_, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
-from registry.canonical import canonical_json, digest_json
+from registry.canonical import canonical_json
 from registry.signing import Keyring, SigningKey
 
 
@@ -43,10 +42,6 @@ Clock = Callable[[], str]
 def utc_now() -> str:
     """RFC 3339 UTC timestamp with microseconds, e.g. 2026-01-02T03:04:05.000006Z."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def new_event_id() -> str:
-    return str(uuid.uuid4())
 
 
 _UUID7_LAST = [0, 0]  # (ms, counter) of the last id handed out by this process
@@ -102,13 +97,6 @@ _READ_COLUMNS = ("sequence", "event_id", "ts", "topic", "wave_id", "node_id", "n
                  "signature", "record_bytes", "record_digest", "schema_version")
 _SQLITE_READ = (f"SELECT {', '.join(_READ_COLUMNS)} FROM events WHERE run_id = ? AND sequence > ? "
                 "ORDER BY sequence")
-
-
-def _row(rec: EventRecord, payload_text: str) -> tuple:  # for tools that build rows one by one
-    return (rec.run_id, rec.sequence, rec.event_id, rec.ts, rec.topic, rec.wave_id, rec.node_id,
-            rec.node_execution_id, rec.task_id, payload_text, rec.payload_digest,
-            rec.canonicalization, rec.schema_version, rec.prev_digest, rec.record_digest, rec.kid,
-            rec.signature, rec.record_bytes)
 
 
 def _record_from_row(run_id: str, r: Sequence[Any]) -> EventRecord:
@@ -231,7 +219,6 @@ class LedgerTransaction:
             conds.append(revocations.c.profile_id == profile_id)
         if not conds:
             return False
-        from sqlalchemy import or_
         return bool(self._conn.execute(select(exists().where(or_(*conds)))).scalar())
 
     # -- idempotency ----------------------------------------------------
@@ -418,4 +405,4 @@ class Ledger:
         return report
 
 
-__all__ = ["Ledger", "LedgerTransaction", "utc_now", "new_event_id"]
+__all__ = ["Ledger", "LedgerTransaction", "utc_now", "new_event_ids"]

@@ -1,9 +1,14 @@
-"""`dome ledger verify`: check every digest, chain link and signature.
+"""`dome ledger verify` and `dome ledger export`.
 
-Signatures are checked against the keyring of OPS_ROOT/keys/*.pub
+`verify` checks every digest, chain link and signature. Signatures are checked against the keyring of OPS_ROOT/keys/*.pub
 (coordinator.keys.load_keyring); a signed record whose key is not there fails
 closed. Exit codes: 0 the ledger is valid, 1 a record is bad (the first one
 is named), 2 bad arguments, 3 the ledger or the keyring could not be opened.
+
+`export [RUN_ID ...]` rewrites the projections from the ledger (the ledger
+wins): OPS_ROOT/runs/<run_id>/events/event.<sequence>.json and
+OPS_ROOT/runs/<run_id>/otel/otlp.json, for the named runs or every run.
+Exit codes: 0 done, 2 unknown run, 3 the ledger could not be opened.
 """
 from __future__ import annotations
 
@@ -21,6 +26,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     verify = sub.add_parser("verify", help="check every digest, chain link and signature")
     add_common_arguments(verify)
+    export = sub.add_parser("export", help="rewrite ops/runs/<run_id>/events and otel from the ledger")
+    export.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="runs to export (default: all)")
+    add_common_arguments(export)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ledger import Ledger
+    from ledger.export import export_run
+    from ledger.otel import write_projection
+
+    ops_root = Path(args.ops_root)
+    try:
+        if args.db is None and not (ops_root / "dome.db").exists():
+            raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
+                            hints=["pass --ops-root or --db"])
+        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+    except DomeError as exc:
+        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome ledger export: {exc}",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+    with ledger:
+        known = ledger.run_ids()
+        wanted = args.run_ids or known
+        unknown = [r for r in wanted if r not in known]
+        if unknown:
+            print(f"dome ledger export: no run {unknown[0]!r} in the ledger", file=sys.stderr)
+            return EXIT_USAGE
+        out = []
+        for run_id in wanted:
+            written = export_run(ledger, run_id, ops_root)
+            otel = write_projection(ledger, run_id, ops_root)
+            out.append({"run_id": run_id, "events": ledger.head(run_id), "rewritten": len(written),
+                        "otel": str(otel)})
+    if args.json:
+        print(json.dumps({"ok": True, "runs": out}))
+    else:
+        for r in out:
+            print(f"{r['run_id']}: {r['events']} events ({r['rewritten']} files rewritten), otel {r['otel']}")
+    return EXIT_OK
 
 
 def _human(report) -> str:
@@ -37,8 +81,11 @@ def _human(report) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "export":
+        return _export(args)
     if args.action != "verify":
-        print("usage: dome ledger verify [--db URL] [--ops-root DIR] [--json]", file=sys.stderr)
+        print("usage: dome ledger verify|export [RUN_ID ...] [--db URL] [--ops-root DIR] [--json]",
+              file=sys.stderr)
         return EXIT_USAGE
     from ledger import Ledger
 

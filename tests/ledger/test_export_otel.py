@@ -57,3 +57,20 @@ def test_otel_projection_has_stable_ids_and_spans_per_attempt(ledger, ops_root: 
     out = write_projection(ledger, "run-1")
     assert out == ops_root / "runs" / "run-1" / "otel" / "otlp.json"
     assert json.loads(out.read_text())["resourceLogs"]
+
+
+def test_cli_export_rewrites_projections_on_demand(ledger, ops_root: Path) -> None:
+    from tests.conftest import dome_cli
+    append_sample_run(ledger)
+    ledger.append("run-2", "run.started", {})
+    out = dome_cli("ledger", "export", "--ops-root", str(ops_root), "--json")
+    assert out.returncode == 0, out.stderr
+    runs = {r["run_id"]: r for r in json.loads(out.stdout)["runs"]}
+    assert runs["run-1"]["events"] == 13 and runs["run-2"]["rewritten"] == 1
+    assert event_path(ops_root, "run-1", 13).is_file()
+    assert (ops_root / "runs" / "run-1" / "otel" / "otlp.json").is_file()
+    event_path(ops_root, "run-1", 5).write_text("tampered")
+    again = dome_cli("ledger", "export", "run-1", "--ops-root", str(ops_root), "--json")
+    assert json.loads(again.stdout)["runs"][0]["rewritten"] == 1
+    assert json.loads(event_path(ops_root, "run-1", 5).read_text())["sequence"] == 5
+    assert dome_cli("ledger", "export", "nope", "--ops-root", str(ops_root)).returncode == 2
