@@ -23,7 +23,7 @@ accepted and encoded as UTF-8 with surrogateescape). The canonical form is
    rename / copy lines, ``index``. Paths are emitted with git's default
    quoting (``core.quotePath=true``: control bytes, ``"``, ``\\`` and bytes
    >= 0x80 as C escapes) and a tab after ``---``/``+++`` names containing a
-   space, exactly as git writes them.
+   space (quoted or not), exactly as git writes them.
 5. Hunk headers are ``@@ -a[,b] +c[,d] @@`` with the ",1" count omitted (as
    git does) and the section heading after the second ``@@`` removed: it
    depends on the diff driver of whoever ran git, not on the change.
@@ -528,9 +528,9 @@ def _name_line(marker: bytes, prefix: bytes, path: str | None) -> bytes:
     if path is None:
         return marker + b"/dev/null"
     q = quote_path(path)
+    tab = b"\t" if " " in path and marker else b""  # git: a tab after names with a space
     if q.startswith(b'"'):
-        return marker + b'"' + prefix + q[1:]
-    tab = b"\t" if b" " in q else b""
+        return marker + b'"' + prefix + q[1:] + tab
     return marker + prefix + q + tab
 
 

@@ -197,3 +197,26 @@ def test_property_real_git_diffs_canonicalize_apply_and_digest_stably(
         git_bytes(repo, "apply", "--check", input=canon)
         fps = hunk_fingerprints(canon, base)
         assert fps == hunk_fingerprints(raw, base)
+
+
+_name_chars = st.sampled_from(list("ab_- .\"\\\t'é中") + ["\x7f"])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.text(alphabet=_name_chars, min_size=1, max_size=6).filter(
+    lambda s: s.strip(" .") == s and s not in (".", "..")), min_size=1, max_size=4, unique=True),
+       st.binary(max_size=64))
+def test_property_awkward_paths_and_bytes_round_trip_through_real_git(
+        tmp_path_factory: pytest.TempPathFactory, names: list[str], content: bytes) -> None:
+    repo = tmp_path_factory.mktemp("names")
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "keep").write_text("k\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "b")
+    for n in names:
+        (repo / n).write_bytes(content + n.encode())
+    raw = worktree_diff(repo)
+    canon = canonicalize_diff(raw)
+    assert canon == raw
+    assert sorted(touched_files(raw)) == sorted(names)
+    git_bytes(repo, "apply", "--check", input=canon)
