@@ -1,0 +1,62 @@
+"""Mask-rule cleanup: slivers and pinholes go, stray material goes, shapes stay."""
+from __future__ import annotations
+
+import klayout.db as kdb
+import torch
+from hypothesis import given, settings, strategies as st
+
+from worker_sdk.litho.mrc import MaskRules, clean_mask
+
+
+def _region(mask: torch.Tensor) -> kdb.Region:
+    reg = kdb.Region()
+    h = mask.shape[0]
+    for y in range(h):
+        row = mask[y]
+        x = 0
+        while x < row.numel():
+            if row[x] > 0.5:
+                x0 = x
+                while x < row.numel() and row[x] > 0.5:
+                    x += 1
+                reg.insert(kdb.Box(x0, h - y - 1, x, h - y))
+            x += 1
+    return reg.merged()
+
+
+def test_slivers_pinholes_and_far_material_are_removed() -> None:
+    t = torch.zeros(128, 128)
+    t[40:80, 40:80] = 1
+    m = t.clone()
+    m[60, 10:120] = 1          # a 1-px sliver through the shape and beyond
+    m[55:57, 55:57] = 0        # a pinhole
+    m[0:3, 0:3] = 1            # stray material at the canvas corner
+    out = clean_mask(m, t, MaskRules(min_feature_px=5, halo_px=16))
+    assert out[58:62, 100:120].sum() == 0 and out[0:3, 0:3].sum() == 0
+    assert out[55:57, 55:57].min() == 1
+    assert torch.equal(out[40:80, 40:80], t[40:80, 40:80])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(8, 50), st.integers(8, 50), st.integers(1, 14), st.integers(1, 14)),
+                min_size=1, max_size=6))
+def test_cleaned_masks_pass_projection_width_and_isolation_checks(boxes) -> None:
+    # closing makes every gap between shapes >= the element; opening keeps
+    # only unions of squares, so widths are >= the element too
+    m = torch.zeros(64, 64)
+    for x, y, w, h in boxes:
+        m[y:y + h, x:x + w] = 1
+    out = clean_mask(m, m, MaskRules(min_feature_px=5, halo_px=64))
+    reg = _region(out)
+    proj = kdb.Metrics.Projection
+    assert reg.width_check(4, False, proj).count() == 0
+    assert reg.isolated_check(4, False, proj).count() == 0
+
+
+def test_rules_reject_even_elements() -> None:
+    try:
+        MaskRules(min_feature_px=8)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("even element accepted")
