@@ -96,17 +96,17 @@ RANK_KIND = {v: k for k, v in KIND_RANK.items()}
 def _register(session: Session, frame: kdb.Cell, hit: tuple, hierarchy_mode: str,
               layer_cache: dict[int, dict[str, Any]]) -> ShapeRecord:
     layout = session.layout
-    (_rank, kind_rank, l, b, r, t, li, elements, shape, trans) = hit
+    (_rank, kind_rank, l, b, r, t, li, (cell_name, elements), shape, trans) = hit
     kind = RANK_KIND[kind_rank]
     geom = _geometry(shape, kind, trans)
-    cell_name = shape.cell.name
     if hierarchy_mode == "flattened":
         inst_path: tuple[str, ...] = (frame.name,)
         origin = frame.name
     else:
         inst_path = _path_names(layout, frame, elements)
         origin = cell_name
-    key = "|".join([session.source["sha256"], hierarchy_mode == "flattened" and "F" or "H", frame.name, cell_name, _path_key(elements), str(li), kind, str(geom)])
+    key = "|".join([session.source["sha256"], "F" if hierarchy_mode == "flattened" else "H", frame.name, cell_name,
+                     _path_key(elements) if elements else "", str(li), kind, str(geom)])
     digest = hashlib.sha256(key.encode()).hexdigest()
     sid = "shp_" + digest[:8]
     n = 8
@@ -244,16 +244,18 @@ def _dict_key(d: dict[str, Any]) -> tuple:
 
 
 def _with_path(frame: kdb.Cell, hit: tuple, box: kdb.Box, mode: str) -> tuple:
-    """Recover the instance path of a kept hit (only done for returned shapes)."""
+    """Recover the origin cell and instance path of a kept hit (only done for returned shapes).
+    Returns the hit with slot 7 set to (origin cell name, instance elements)."""
     shape = hit[8]
-    if mode == "top" or shape.cell.cell_index() == frame.cell_index():
-        return hit[:7] + ([],) + hit[8:]
+    origin = shape.cell
+    if mode == "top" or origin.cell_index() == frame.cell_index():
+        return hit[:7] + ((origin.name, []),) + hit[8:]
     it = frame.begin_shapes_rec_touching(hit[6], kdb.Box(hit[2], hit[3], hit[4], hit[5]))
     want = str(hit[9])
     for item in it.each():
         if item.shape() == shape and str(item.trans()) == want:
-            return hit[:7] + (list(item.path()),) + hit[8:]
-    return hit[:7] + ([],) + hit[8:]
+            return hit[:7] + ((origin.name, list(item.path())),) + hit[8:]
+    return hit[:7] + ((origin.name, []),) + hit[8:]
 
 
 def _instances(session: Session, frame: kdb.Cell, box: kdb.Box, mode: str, max_instances: int
