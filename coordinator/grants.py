@@ -291,6 +291,29 @@ class GrantVerifier:
         return VerifiedGrant(payload=p, profile_id=profile_id, jti=jti, kid=v.kid, method=m,
                              token=token, warm=warm, proof_sig=proof_sig)
 
+    def verify_listing(self, token: str, *, run_id: str, audience: str, now: float | datetime | None = None,
+                       wave_id: str | None = None, worker_id: str | None = None) -> Mapping[str, Any]:
+        """Checks 1-7 for a call that names no method (MCP `tools/list`): signature,
+        payload type, audience, run (and wave/worker when given) binding, time, jti
+        and revocation, the latter also against the ledger. Returns the payload."""
+        t = _epoch(now)
+        v = self._cache.get(token) if isinstance(token, str) else None
+        if v is None or v.kid not in self.keyring:
+            v = self._cold(token)
+        p = v.payload
+        tp.check_audience(p, audience)
+        tp.check_binding(p, run_id=run_id, wave_id=p["wave_id"] if wave_id is None else wave_id,
+                         worker_id=p.get("worker_id") if worker_id is None else worker_id)
+        if t + self.leeway < v.nbf or t - self.leeway >= v.exp:
+            tp.check_time(p, t, self.leeway)
+        self._ensure_run(run_id)
+        if p["jti"] in self._spent:
+            raise GrantReplayed("this single-use grant was already spent by a write", details={"jti": p["jti"]})
+        if (p["jti"] in self._revoked_jti or p["profile_id"] in self._revoked_profiles
+                or (self.ledger is not None and self.ledger.is_revoked(p["jti"], p["profile_id"]))):
+            raise GrantRevoked("grant was revoked", details={"jti": p["jti"], "profile_id": p["profile_id"]})
+        return p
+
     def _method(self, name: str) -> Method:
         try:
             return self.registry.method(name)

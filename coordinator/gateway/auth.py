@@ -11,13 +11,12 @@ type, audience, run binding, time, revocation) and lists the granted tools.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Mapping
 
 from registry import toolprofile as tp
 from registry.canonical import digest_json
 from registry.contracts import default_registry
-from registry.grant_errors import GrantError, GrantRevoked
+from registry.grant_errors import GrantError
 
 from ..grants import ISSUED_TOPIC, GrantVerifier, SignedGrant, issue_profile
 
@@ -53,15 +52,8 @@ def profile_ref(g: SignedGrant) -> str:
 
 def verify_for_listing(verifier: GrantVerifier, token: str, *, run_id: str, audience: str,
                        now: float | None = None) -> Mapping[str, Any]:
-    signed = tp.verify_token_signature(token, verifier.keyring)
-    payload = tp.check_payload_type(signed)
-    tp.check_audience(payload, audience)
-    if payload.get("run_id") != run_id:
-        tp.check_binding(payload, run_id=run_id, wave_id=payload.get("wave_id"), worker_id=None)
-    tp.check_time(payload, time.time() if now is None else now, verifier.leeway)
-    if verifier.ledger.is_revoked(payload["jti"], payload["profile_id"]):
-        raise GrantRevoked("grant was revoked", details={"jti": payload["jti"]})
-    return payload
+    """tools/list: every check that needs no method (GrantVerifier.verify_listing)."""
+    return verifier.verify_listing(token, run_id=run_id, audience=audience, now=now)
 
 
 __all__ = ["GrantError", "GrantVerifier", "ISSUED_TOPIC", "issue", "profile_ref", "verify_for_listing",

@@ -368,3 +368,21 @@ def test_budget_counters_replay_identically_from_the_ledger(world: World) -> Non
     fresh.verify(g.token, method="read_file", **CALL)  # loads the run's grant.call events
     assert fresh.usage(g.profile_id) == live
     assert live["calls_total"] == 6 and live["by_family"] == {"repo.read": 3, "progress.write": 2, "artifact.write": 1}
+
+
+def test_listing_check_runs_every_check_that_needs_no_method(world: World) -> None:
+    g = world.issue()
+    v = world.verifier
+    assert v.verify_listing(g.token, run_id=RUN, audience=AUD, now=T0 + 5)["jti"] == g.jti
+    for kw, code in ((dict(run_id="run-2"), "GRANT_WRONG_RUN"), (dict(audience="x"), "GRANT_WRONG_AUDIENCE"),
+                     (dict(now=T0 - 120), "GRANT_NOT_YET_VALID"), (dict(wave_id="w9"), "GRANT_WRONG_WAVE")):
+        with pytest.raises(GrantError) as info:
+            v.verify_listing(g.token, **{"run_id": RUN, "audience": AUD, "now": T0 + 5, **kw})
+        assert info.value.code == code
+    with pytest.raises(GrantError) as info:
+        v.verify_listing(_forged_signature(world, g)[0], run_id=RUN, audience=AUD, now=T0 + 5)
+    assert info.value.code == "GRANT_SIGNATURE_INVALID"
+    world.ledger.revoke(jti=g.jti, run_id=RUN, reason="other process")
+    with pytest.raises(GrantError) as info:
+        v.verify_listing(g.token, run_id=RUN, audience=AUD, now=T0 + 5)
+    assert info.value.code == "GRANT_REVOKED"
