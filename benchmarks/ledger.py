@@ -11,7 +11,7 @@
 - ledger batched: Ledger.append_batch, B events per durable transaction.
 - ledger signed: Ledger.append with an Ed25519 signer (informative).
 - replay: ledger.replay.fold over a run's EventRecords, and load+fold
-  (Ledger.events then fold).
+  (Ledger.events then fold); and Ledger.verify over the same run.
 Raw, durable and signed writes alternate in 20 small chunks and are rated
 over their summed times (so all three see the same moments of a shared
 disk); batched and replay figures are the best of --repeat runs. A
@@ -184,7 +184,10 @@ def bench_replay(tmp: Path, n: int) -> tuple[float, float, int]:
         fold_only = len(events) / (time.perf_counter() - t)
         fold_cpu = len(events) / max(time.process_time() - c, 1e-9)
         assert state_digest(state) == state_digest(state2)
-    return fold_only, load_fold, len(events), fold_cpu
+        t = time.perf_counter()
+        assert led.verify().ok
+        verify_rate = len(events) / (time.perf_counter() - t)
+    return fold_only, load_fold, len(events), fold_cpu, verify_rate
 
 
 def main() -> int:
@@ -207,6 +210,7 @@ def main() -> int:
         fold_only = max(r[0] for r in replays)
         load_fold = max(r[1] for r in replays)
         fold_cpu = max(r[3] for r in replays)
+        verify_rate = max(r[4] for r in replays)
         calib = min(calib_before, calibration_us())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -218,6 +222,7 @@ def main() -> int:
         "ledger_batched_appends_per_cpu_s": round(batched_cpu),
         "replay_fold_events_per_s": round(fold_only), "replay_fold_events_per_cpu_s": round(fold_cpu),
         "replay_load_and_fold_events_per_s": round(load_fold),
+        "verify_events_per_s": round(verify_rate),
         "calibration_json_dumps_us": round(calib, 2),
         "replay_events": replays[0][2], "durability": "WAL, synchronous=FULL",
         "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
@@ -234,6 +239,7 @@ def main() -> int:
         print(f"replay fold:                                        {fold_only:>10,.0f} events/s "
               f"(target >= 200,000; {fold_cpu:,.0f} per CPU-second)")
         print(f"replay load+fold (read from SQLite, parse, fold):   {load_fold:>10,.0f} events/s")
+        print(f"ledger verify (digest, chain, canonical form):      {verify_rate:>10,.0f} events/s")
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (shared); "
               f"calibration json.dumps {calib:.1f} us (about 3 us when idle)")
     return 0

@@ -84,19 +84,25 @@ def test_cli_exit_codes_and_human_view(ops_root: Path, signer) -> None:
     assert missing.returncode == 3 and "LEDGER_NOT_FOUND" in missing.stdout
 
 
-def test_every_byte_of_every_stored_field_is_covered(ops_root: Path, signer, keyring) -> None:
-    """Exhaustive: every byte position of every column of the signed record."""
+@pytest.mark.parametrize("sequence", [TARGET_SEQ, 4])
+def test_every_byte_of_every_stored_field_is_covered(ops_root: Path, signer, keyring,
+                                                     sequence: int) -> None:
+    """Exhaustive: every byte position of every column of a signed record in
+    the middle of the chain and of the unsigned last record of the run."""
     _populate(ops_root, signer)
     db = sqlite3.connect(ops_root / "dome.db", isolation_level=None)
     _drop_triggers(db)
     with Ledger.open(None, ops_root) as led:
         assert led.verify(keyring).ok
         row = db.execute(f"SELECT id, record_bytes, {', '.join(TEXT_COLUMNS)} FROM events "
-                         f"WHERE run_id='run-main' AND sequence={TARGET_SEQ}").fetchone()
+                         f"WHERE run_id='run-main' AND sequence={sequence}").fetchone()
         row_id, columns = row[0], dict(zip(["record_bytes", *TEXT_COLUMNS], row[1:]))
         checked = 0
         for column, value in columns.items():
-            assert value is not None, column
+            if value is None:  # an unsigned record has no kid/signature bytes to change
+                assert sequence != TARGET_SEQ and column in ("kid", "signature", "wave_id",
+                                                            "node_id", "node_execution_id"), column
+                continue
             for index in range(len(value)):
                 db.execute(f"UPDATE events SET {column} = ? WHERE id = ?", (_flip(value, index), row_id))
                 report = led.verify(keyring)
@@ -105,7 +111,7 @@ def test_every_byte_of_every_stored_field_is_covered(ops_root: Path, signer, key
                 db.execute(f"UPDATE events SET {column} = ? WHERE id = ?", (value, row_id))
                 checked += 1
         assert led.verify(keyring).ok
-    assert checked > 600
+    assert checked > 500
 
 
 def test_deleted_or_reordered_records_break_the_chain(ops_root: Path, signer, keyring) -> None:
