@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.exceptions import best_match
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
@@ -98,13 +98,57 @@ def _inline_refs(node: Any, resolver: Any, depth: int = 0) -> Any:
     return out
 
 
+def ecma_regex(pattern: str) -> re.Pattern[str]:
+    r"""Compile a JSON Schema (ECMA-262) pattern with ECMA meaning in Python.
+
+    Two differences matter: Python's `$` also matches before a final newline
+    ("run-1\n" would pass `^[a-z0-9-]+$`), ECMA's only at the very end; and
+    Python's \d, \w, \s match non-ASCII characters. So `$` outside a
+    character class becomes `\Z`, and the pattern is compiled ASCII-only."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            if ch == "]":
+                in_class = False
+        elif ch == "[":
+            in_class = True
+        elif ch == "$":
+            ch = "\\Z"
+        out.append(ch)
+        i += 1
+    return re.compile("".join(out), re.ASCII)
+
+
+_compiled_patterns: dict[str, re.Pattern[str]] = {}
+
+
+def _pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "string"):
+        return
+    compiled = _compiled_patterns.get(pattern)
+    if compiled is None:
+        compiled = _compiled_patterns[pattern] = ecma_regex(pattern)
+    if not compiled.search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator = validators.extend(Draft202012Validator, {"pattern": _pattern_keyword})
+
+
 @lru_cache(maxsize=None)
 def validator(name: str) -> Draft202012Validator:
     schema = _load(name)
     Draft202012Validator.check_schema(schema)
     resolver = _registry().resolver(base_uri=schema.get("$id", ID_PREFIX + name + ".json"))
     bundled = _inline_refs(schema, resolver)
-    return Draft202012Validator(bundled, registry=_registry())
+    return _Validator(bundled, registry=_registry())
 
 
 def _path_key(err: ValidationError) -> list[tuple[int, int | str]]:

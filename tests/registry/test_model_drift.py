@@ -198,6 +198,14 @@ def _mutations(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
                 target = target[step]
             del target[key]
             yield f"{path}-{key}", dropped
+            if isinstance(parent[key], str):
+                for suffix in ("\n", "\u0661", " "):
+                    changed = copy.deepcopy(data)
+                    target = changed
+                    for step in path:
+                        target = target[step]
+                    target[key] = target[key] + suffix
+                    yield f"{path}.{key}+={suffix!r}", changed
             for value in MUTANTS:
                 changed = copy.deepcopy(data)
                 target = changed
