@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     common(o)
     o.add_argument("--out", required=True, help="mask file: .oas or .gds (plus a .png preview) or .png")
     o.add_argument("--iterations", type=int)
+    o.add_argument("--min-feature", type=int, metavar="NM",
+                   help="mask-rule cleanup: minimum feature and gap in nm (odd); off by default")
     o.add_argument("--seed", type=int, default=0)
 
     s = sub.add_parser("simulate", help="printed areas per corner")
@@ -95,6 +97,8 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
         req["seed"] = args.seed
         if args.iterations:
             req["iterations"] = args.iterations
+        if args.min_feature:
+            req["mrc"] = {"min_feature_nm": args.min_feature}
     elif args.cmd == "simulate":
         if args.mask:
             req["mask"] = args.mask

@@ -296,6 +296,20 @@ def encode_violation_id_from(dec, index: int) -> str:
     return reencode(dec, index)
 
 
+def _apply_mask_rules(mask: np.ndarray, target: np.ndarray, mrc: dict[str, Any] | None) -> np.ndarray:
+    """The ILT mask after mask-rule cleanup (1 pixel = 1 nm), or unchanged without rules."""
+    if not mrc:
+        return mask
+    import torch
+
+    from .mrc import MaskRules, clean_mask
+
+    rules = MaskRules(min_feature_px=int(mrc.get("min_feature_nm", 9)), halo_px=int(mrc.get("halo_nm", 256)))
+    cleaned = clean_mask(torch.from_numpy(np.asarray(mask, dtype=np.float32)),
+                         torch.from_numpy(np.asarray(target, dtype=np.float32)), rules)
+    return cleaned.numpy().astype(np.asarray(mask).dtype)
+
+
 def optimize(request: dict[str, Any], token: CancellationToken | None = None,
              progress: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
     """ILT for a layout (or for the clip/tile around a violation); writes the mask; returns metrics."""
@@ -330,21 +344,24 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     before = run_eval(model64, inp.layout, fill=inp.fill, token=token)
     result = optimize_mask(model32, target, cfg, token=token, progress=progress)
     token.check()
-    after = run_eval(model64, inp.layout, mask=result.mask, fill=inp.fill, token=token)
+    final_mask = _apply_mask_rules(result.mask, target, req.get("mrc"))
+    after = run_eval(model64, inp.layout, mask=final_mask, fill=inp.fill, token=token)
     out = Path(req["out"]) if req.get("out") else None
-    mask_info: dict[str, Any] = {"digest": digest_bytes(np.ascontiguousarray(result.mask).tobytes()),
-                                 "shape": list(result.mask.shape)}
+    mask_info: dict[str, Any] = {"digest": digest_bytes(np.ascontiguousarray(final_mask).tobytes()),
+                                 "shape": list(final_mask.shape)}
+    if req.get("mrc"):
+        mask_info["mask_rules"] = dict(req["mrc"])
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix.lower() == ".png":
-            save_mask_png(result.mask, out)
+            save_mask_png(final_mask, out)
             mask_info.update({"path": str(out), "format": "png"})
         else:
-            n = write_mask_layout(result.mask, out, shift)
+            n = write_mask_layout(final_mask, out, shift)
             mask_info.update({"path": str(out), "format": "oasis" if out.suffix.lower() == ".oas" else "gds",
                               "polygons": n, "layer": "1/0", "frame": "input_layout_native"})
             png = out.with_suffix(".png")
-            save_mask_png(result.mask, png)
+            save_mask_png(final_mask, png)
             mask_info["preview_png"] = str(png)
         mask_info["file_digest"] = digest_bytes(out.read_bytes())
     deck_hash = rule_deck_hash(rule_deck(inp.fill, model64.digests))

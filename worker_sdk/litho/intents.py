@@ -2,7 +2,7 @@
 
 - litho.evaluate: action {layout, mask?, fill?, report_level?, out?}: writes the
   metrics report (JSON) into the scratch checkout; the metrics are the evidence.
-- litho.optimize: action {layout, out?, iterations?, seed?, fill?}: writes the
+- litho.optimize: action {layout, out?, iterations?, seed?, fill?, kernels?, mrc?}: writes the
   mask (OASIS + PNG preview) and its metrics JSON into the scratch checkout;
   those files become the PatchProposal, the metrics its evidence.
 - litho.resim (validation suite): re-simulates every committed mask named in
@@ -72,7 +72,7 @@ def optimize(ctx: IntentContext) -> IntentResult:
     out = _path(ctx, a.get("out", f"litho/{layout.stem}.mask.oas"))
     req: dict[str, Any] = {"layout": str(layout), "out": str(out), "fill": a.get("fill", "lithobench"),
                            "seed": int(a.get("seed", ctx.seed))}
-    for key in ("iterations", "kernels", "layer"):
+    for key in ("iterations", "kernels", "layer", "mrc"):
         if a.get(key):
             req[key] = a[key]
 
