@@ -79,3 +79,81 @@ def export_run(ledger, run_id: str, ops_root: Path | str | None = None) -> list[
             if stray.name not in keep:
                 stray.unlink()
     return written
+
+
+def exported_sequences(ops_root: Path | str, run_id: str) -> list[int]:
+    d = events_dir(ops_root, run_id)
+    out = []
+    if d.is_dir():
+        for f in d.glob("event.*.json"):
+            middle = f.name[len("event."):-len(".json")]
+            if middle.isdigit():
+                out.append(int(middle))
+    return sorted(out)
+
+
+def _exported_bytes(path: Path) -> bytes | None:
+    import base64
+    import binascii
+    try:
+        data = json.loads(path.read_bytes())
+        return base64.b64decode(data["dsse"]["payload"], validate=True)
+    except (OSError, ValueError, KeyError, TypeError, binascii.Error):
+        return None
+
+
+def check_against_exports(ledger, ops_root: Path | str | None = None):
+    """Cross-check the ledger against its exported copies, which the run loop
+    writes as it appends: the one thing a hash chain alone cannot show is that
+    records were cut off the end of a run. Returns (problems, warnings):
+
+    - LEDGER_TRUNCATED (problem): the export holds the run's next record --
+      its exact bytes chain onto the ledger's last record -- but the ledger
+      does not;
+    - EXPORT_DIFFERS (warning): an exported file's bytes are not the ledger's
+      record at that sequence (stale or edited copy; the ledger wins, and
+      `dome ledger export` rewrites it).
+    """
+    import hashlib
+
+    from .record import loads_record
+    from .verify import Problem
+
+    root = Path(ops_root) if ops_root is not None else ledger.ops_root
+    runs_dir = root / "runs"
+    problems: list = []
+    warnings: list[str] = []
+    if not runs_dir.is_dir():
+        return problems, warnings
+    known = set(ledger.run_ids())
+    for run_id in sorted(known):
+        seqs = exported_sequences(root, run_id)
+        if not seqs:
+            continue
+        records = {r.sequence: r for r in ledger.events(run_id)}
+        head = max(records) if records else 0
+        for seq in seqs:
+            raw = _exported_bytes(event_path(root, run_id, seq))
+            if seq <= head:
+                if raw != records[seq].record_bytes:
+                    warnings.append(f"EXPORT_DIFFERS: run {run_id} sequence {seq}: "
+                                    f"{event_path(root, run_id, seq)} is not the ledger's record")
+                continue
+            if seq == head + 1 and raw is not None:
+                try:
+                    env = loads_record(raw)
+                    chains = (isinstance(env, dict) and env.get("sequence") == seq
+                              and env.get("prev_digest") == (records[head].record_digest if head else None))
+                except ValueError:
+                    chains = False
+                if chains:
+                    problems.append(Problem(
+                        code="LEDGER_TRUNCATED",
+                        message=f"the ledger ends at sequence {head} but the exported record "
+                                f"{seq} chains onto it: records were removed from the end of the run",
+                        run_id=run_id, sequence=seq, event_id=env.get("event_id"), row_id=None,
+                        details={"export": str(event_path(root, run_id, seq)),
+                                 "export_record_digest": "sha256:" + hashlib.sha256(raw).hexdigest()}))
+                    break
+            warnings.append(f"EXPORT_DIFFERS: run {run_id} sequence {seq}: exported but not in the ledger")
+    return problems, warnings

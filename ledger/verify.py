@@ -71,7 +71,7 @@ class LedgerVerifyReport:
         """The earliest bad record in storage order."""
         if not self.problems:
             return None
-        return min(self.problems, key=lambda p: (p.row_id if p.row_id is not None else -1,
+        return min(self.problems, key=lambda p: (p.row_id if p.row_id is not None else float("inf"),
                                                  p.sequence or 0))
 
     def to_json(self) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """`dome ledger verify` and `dome ledger export`.
 
-`verify` checks every digest, chain link and signature. Signatures are checked against the keyring of OPS_ROOT/keys/*.pub
+`verify` checks every digest, chain link and signature, and cross-checks
+the exported copies under OPS_ROOT/runs/ (records cut off the end of a run
+show up there as LEDGER_TRUNCATED; stale copies are warnings). Signatures are checked against the keyring of OPS_ROOT/keys/*.pub
 (coordinator.keys.load_keyring); a signed record whose key is not there fails
 closed. Exit codes: 0 the ledger is valid, 1 a record is bad (the first one
 is named), 2 bad arguments, 3 the ledger or the keyring could not be opened.
@@ -96,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
                             hints=["pass --ops-root or --db"])
         with Ledger.open(args.db, ops_root, migrate_schema=False) as ledger:
             from coordinator.keys import load_keyring
+            from ledger.export import check_against_exports
             report = ledger.verify(load_keyring(ops_root))
+            problems, warnings = check_against_exports(ledger, ops_root)
+            report.problems.extend(problems)
     except DomeError as exc:
         if args.json:
             print(json.dumps({"ok": False, "error": exc.to_object()}))
@@ -109,5 +114,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"ok": False, "error": err}) if args.json
               else f"dome ledger verify: INVALID: ledger unreadable: {exc}")
         return EXIT_INVALID
-    print(json.dumps(report.to_json(), indent=None if args.json else 2) if args.json else _human(report))
+    if args.json:
+        print(json.dumps({**report.to_json(), "warnings": warnings}))
+    else:
+        print(_human(report))
+        for w in warnings[:10]:
+            print(f"  warning: {w}")
     return EXIT_OK if report.ok else EXIT_INVALID

@@ -134,3 +134,23 @@ def test_stripping_a_signature_is_caught(ops_root: Path, signer, keyring) -> Non
                "AND run_id='run-main'")
     with Ledger.open(None, ops_root) as led:
         assert led.verify(keyring).first_bad.code == "SIGNATURE_MISSING"
+
+
+def test_records_cut_off_the_end_are_caught_through_the_exported_copies(ops_root: Path, signer) -> None:
+    from ledger.export import event_path, export_run
+    _populate(ops_root, signer)
+    with Ledger.open(None, ops_root) as led:
+        export_run(led, "run-main")
+    event_path(ops_root, "run-main", 1).write_text("{}")  # a damaged copy is only a warning
+    ok = dome_cli("ledger", "verify", "--ops-root", str(ops_root), "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert any("EXPORT_DIFFERS" in w for w in json.loads(ok.stdout)["warnings"])
+    db = sqlite3.connect(ops_root / "dome.db", isolation_level=None)
+    _drop_triggers(db)
+    db.execute("DELETE FROM events WHERE run_id='run-main' AND sequence >= 3")
+    with Ledger.open(None, ops_root) as led:
+        assert led.verify().ok  # the chain alone cannot see a cut-off tail
+    bad = dome_cli("ledger", "verify", "--ops-root", str(ops_root), "--json")
+    assert bad.returncode == 1
+    first = json.loads(bad.stdout)["first_bad"]
+    assert first["code"] == "LEDGER_TRUNCATED" and first["sequence"] == 3
