@@ -386,3 +386,33 @@ def test_listing_check_runs_every_check_that_needs_no_method(world: World) -> No
     with pytest.raises(GrantError) as info:
         v.verify_listing(g.token, run_id=RUN, audience=AUD, now=T0 + 5)
     assert info.value.code == "GRANT_REVOKED"
+
+
+def test_concurrent_terminal_writes_spend_a_single_use_grant_exactly_once(world: World) -> None:
+    import threading
+    g = world.issue()
+    results: list[str | None] = []
+    barrier = threading.Barrier(6)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        try:
+            with world.verifier.authorize(g.token, method="complete_task", idempotency_key=f"k-00000000{i}",
+                                          args={"outcome": "succeeded", "i": i}, **CALL) as call:
+                call.tx.append(RUN, "task.completed", {"i": i})
+            results.append(None)
+        except GrantError as err:
+            results.append(err.code)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # exactly one wins; the others lose on the spent jti, or earlier on the family budget
+    # (task.complete allows 3 calls: concurrent calls can never overdraw it)
+    assert results.count(None) == 1
+    assert set(results) - {None} <= {"GRANT_REPLAYED", "GRANT_BUDGET_EXHAUSTED"}
+    assert sum(1 for e in world.events() if e.topic == "task.completed") == 1
+    limit = g.payload["budgets"]["max_calls_by_family"]["task.complete"]
+    assert world.verifier.usage(g.profile_id)["by_family"].get("task.complete", 0) <= limit
