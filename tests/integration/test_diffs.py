@@ -197,6 +197,10 @@ def test_property_real_git_diffs_canonicalize_apply_and_digest_stably(
         git_bytes(repo, "apply", "--check", input=canon)
         fps = hunk_fingerprints(canon, base)
         assert fps == hunk_fingerprints(raw, base)
+        # the in-process applier gives exactly the postimage git would write
+        fp = parse_diff(canon).files[0]
+        before_b, after_b = "\n".join(before).encode(), "\n".join(after).encode()
+        assert diffs.apply_text(fp, before_b) == after_b
 
 
 _name_chars = st.sampled_from(list("ab_- .\"\\\t'é中") + ["\x7f"])
