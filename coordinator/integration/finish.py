@@ -28,7 +28,7 @@ from .evidence import (T_CONSENT, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PRO
                        T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, GitFacts, Record,
                        evaluate_chain, sign_artifact)
 from .planning import Candidate, final_plan, plan_stack
-from .policy import IntegrationPolicy
+from .policy import IntegrationPolicy, risk_level
 from .proposals import BaseInspector, verify_proposal
 from .stacking import Stacker, Validator
 from .validation import SuiteRunner, suite_name
@@ -70,6 +70,9 @@ class FinishContext:
     validator: Validator | None = None
     clock: Callable[[], str] = utc_now
     wave_id: str | None = None
+    task_meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """node_id -> {"risk", "atomicity"} from the (admin-authored) work queue: a
+    task's risk is a floor a worker cannot talk down, its atomicity wins."""
 
 
 @dataclass
@@ -169,6 +172,23 @@ def unwrap_proposal(p: Mapping[str, Any]) -> Mapping[str, Any]:
     return p
 
 
+def apply_task_meta(p: Mapping[str, Any], task_meta: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+    meta = task_meta.get(str(p.get("node_id") or (p.get("worker_run_meta") or {}).get("node_id") or ""))
+    if not meta:
+        return p
+    out = dict(p)
+    from .planning import RISK_SCORE
+    task_risk = risk_level(meta.get("risk")) if meta.get("risk") is not None else None
+    if task_risk is not None and RISK_SCORE[task_risk] > RISK_SCORE[risk_level(p.get("risk"))]:
+        risk = dict(p["risk"]) if isinstance(p.get("risk"), Mapping) else {}
+        risk["class"] = task_risk
+        risk.pop("level", None)
+        out["risk"] = risk
+    if meta.get("atomicity"):
+        out["atomicity"] = meta["atomicity"]
+    return out
+
+
 def run_dir(ops_root: Path, run_id: str) -> Path:
     return Path(ops_root) / "runs" / run_id
 
@@ -229,7 +249,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                           "validations": [dict(v) for v in ctx.validations]})
 
     # 1. verify every proposal ---------------------------------------------------
-    proposals = [unwrap_proposal(p) for p in ctx.proposals]
+    proposals = [apply_task_meta(unwrap_proposal(p), ctx.task_meta) for p in ctx.proposals]
     checked = {}
     rejected = []
     reader = gitio.ObjectReader(ctx.repo)  # shared with the canvas (blob cache)

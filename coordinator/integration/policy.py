@@ -89,6 +89,10 @@ class IntegrationPolicy:
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], name: str = "default") -> "IntegrationPolicy":
         """Build from a `dome.policy_spec/v1` document and a policy name."""
+        if name not in spec.get("policies", {}):
+            from registry.errors import DomeError
+            raise DomeError(f"no policy named {name!r}", code="POLICY_UNKNOWN",
+                            details={"policy": name, "known": sorted(spec.get("policies", {}))})
         pol = spec["policies"][name]
         val = pol.get("validation", {})
         gate = pol.get("human_gate", {})

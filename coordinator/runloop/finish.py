@@ -15,11 +15,18 @@ from .loop import FinishContext
 def integration_finish(fc: FinishContext) -> dict[str, Any]:
     from coordinator.integration.finish import FinishContext as IntegrationContext
     from coordinator.integration.finish import finish_run
+    from coordinator.integration.policy import IntegrationPolicy
+
+    graph = fc.work_queue.graph
+    task_meta = {nid: {"risk": n.task.get("risk"), "atomicity": n.task.get("atomicity")}
+                 for nid, n in graph.nodes.items()}
+    critical = frozenset(nid for nid, d in graph.descendants.items() if d > 0)
 
     res = finish_run(IntegrationContext(
         run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=list(fc.proposals), ledger=fc.ledger,
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
-        seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox))
+        seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
+        policy=IntegrationPolicy.load(fc.work_queue.policy), task_meta=task_meta, critical_ids=critical))
     status = "promoted" if res.status == "promoted" else "blocked"
     promotion = res.promotion or {}
     return {"status": status, "head": res.head_ref, "promoted_ref": promotion.get("to_ref") if status == "promoted" else None,

@@ -270,3 +270,19 @@ def test_finish_is_idempotent_on_resume(big_repo: Path, tmp_path: Path) -> None:
     again, _, _ = _run(big_repo, props, tmp_path, ledger=ledger, key=key)
     assert again.status == res.status == "promoted" and again.head_ref == res.head_ref
     assert len(ledger.events("run-1")) == n  # nothing re-applied, re-signed or re-promoted
+
+
+def test_task_risk_is_a_floor_the_worker_cannot_talk_down(big_repo: Path, tmp_path: Path) -> None:
+    prop, diff = make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"), risk={"class": "low"},
+                               node_id="n1")
+    ledger = MemLedger()
+    key = SigningKey(b"\x01" * 32)
+    pol = _policy(suites_by_risk={"low": ("unit",), "high": ("unit",)})
+    ctx = FinishContext(run_id="run-t", repo=big_repo, base_ref=head(big_repo), proposals=[prop],
+                        ledger=ledger, signing_key=key, ops_root=tmp_path / "ops",
+                        validations=[SUITE], policy=pol, diff_loader=lambda p: diff,
+                        task_meta={"n1": {"risk": "high", "atomicity": "hunk_ok"}})
+    res = finish_run(ctx)
+    assert res.status == "awaiting_consent"  # the task says high: human gate
+    verified = next(e.payload for e in ledger.events("run-t") if e.topic == "integration.proposal_verified")
+    assert verified["risk"] == "high" and verified["atomicity"] == "hunk_ok"
