@@ -325,7 +325,10 @@ def test_every_tool_request_schema_is_closed_and_every_response_open() -> None:
     assert not open_wrong, f"response schemas that refuse unknown fields: {open_wrong}"
 
 
-def _all_patterns() -> list[str]:
+def _model_patterns() -> list[str]:
+    """Patterns of the contract schemas (the ones registry.models mirror).
+    Area schemas may use \\d, which ECMA reads as ASCII and pydantic's Rust
+    engine as Unicode; models only use patterns written with [0-9]."""
     found: set[str] = set()
 
     def walk(node: Any) -> None:
@@ -339,8 +342,9 @@ def _all_patterns() -> list[str]:
             for v in node:
                 walk(v)
 
-    for _, schema in _tool_schema_files():
-        walk(schema)
+    for name in schema_store.schema_names():
+        if "/" not in name:
+            walk(schema_store.load_schema(name))
     return sorted(found)
 
 
@@ -359,11 +363,11 @@ def test_patterns_end_at_the_end_of_the_string_as_in_ecma_262() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(_all_patterns()),
+@given(st.sampled_from(_model_patterns()),
        st.text(alphabet=st.sampled_from(list("aZ09._:@/+-$ \n\t\u0661\u00e9=")), max_size=12))
 def test_schema_patterns_agree_with_pydantic_regex(pattern: str, text: str) -> None:
     """Models (pydantic, Rust regex) and schemas (jsonschema + ecma_regex) read
-    every pattern in the registry the same way."""
+    every contract pattern the same way."""
     from pydantic import StringConstraints, TypeAdapter, ValidationError
     from typing import Annotated
 
