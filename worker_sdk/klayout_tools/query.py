@@ -94,18 +94,18 @@ RANK_KIND = {v: k for k, v in KIND_RANK.items()}
 
 
 def _register(session: Session, frame: kdb.Cell, hit: tuple, hierarchy_mode: str,
-              layer_cache: dict[int, dict[str, Any]]) -> ShapeRecord:
+              layer_cache: dict[int, dict[str, Any]], frame_name: str) -> ShapeRecord:
     layout = session.layout
     (_rank, kind_rank, l, b, r, t, li, (cell_name, elements), shape, trans) = hit
     kind = RANK_KIND[kind_rank]
     geom = _geometry(shape, kind, trans)
     if hierarchy_mode == "flattened":
-        inst_path: tuple[str, ...] = (frame.name,)
-        origin = frame.name
+        inst_path: tuple[str, ...] = (frame_name,)
+        origin = frame_name
     else:
-        inst_path = _path_names(layout, frame, elements)
+        inst_path = _path_names(layout, frame, elements) if elements else (frame_name,)
         origin = cell_name
-    key = "|".join([session.source["sha256"], "F" if hierarchy_mode == "flattened" else "H", frame.name, cell_name,
+    key = "|".join([session.source["sha256"], "F" if hierarchy_mode == "flattened" else "H", frame_name, cell_name,
                      _path_key(elements) if elements else "", str(li), kind, str(geom)])
     digest = hashlib.sha256(key.encode()).hexdigest()
     sid = "shp_" + digest[:8]
@@ -123,7 +123,7 @@ def _register(session: Session, frame: kdb.Cell, hit: tuple, hierarchy_mode: str
     lref = layer_cache.get(li)
     if lref is None:
         lref = layer_cache[li] = layer_ref(layout, li)
-    rec = ShapeRecord(id=sid, kind=kind, frame_cell=frame.name, cell=origin, instance_path=inst_path,
+    rec = ShapeRecord(id=sid, kind=kind, frame_cell=frame_name, cell=origin, instance_path=inst_path,
                       layer=lref, geometry=geom, bbox=kdb.Box(l, b, r, t),
                       text=geom.string if kind == "text" else None)
     session.shapes[sid] = rec
@@ -207,9 +207,10 @@ def query_region(session: Session, request: dict[str, Any], *, max_shapes_cap: i
     best_shapes = heapq.nsmallest(max_shapes, shape_hits, key=_sort_key)
     best_texts = heapq.nsmallest(max_shapes, text_hits, key=_sort_key)
     lc: dict[int, dict[str, Any]] = {}
-    shapes = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode), mode, lc), dbu)
+    fi, fn = frame.cell_index(), frame.name
+    shapes = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode, fi, fn), mode, lc, fn), dbu)
               for h in best_shapes]
-    texts = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode), mode, lc), dbu)
+    texts = [shape_dict(_register(session, frame, _with_path(frame, h, box, mode, fi, fn), mode, lc, fn), dbu)
              for h in best_texts]
     shapes.sort(key=_dict_key)
     texts.sort(key=_dict_key)
@@ -243,13 +244,16 @@ def _dict_key(d: dict[str, Any]) -> tuple:
             b["top"], d["cell"], d["instance_path"], d["id"])
 
 
-def _with_path(frame: kdb.Cell, hit: tuple, box: kdb.Box, mode: str) -> tuple:
+def _with_path(frame: kdb.Cell, hit: tuple, box: kdb.Box, mode: str, frame_index: int = -1,
+               frame_name: str = "") -> tuple:
     """Recover the origin cell and instance path of a kept hit (only done for returned shapes).
     Returns the hit with slot 7 set to (origin cell name, instance elements)."""
     shape = hit[8]
+    if mode == "top":
+        return hit[:7] + ((frame_name or frame.name, []),) + hit[8:]
     origin = shape.cell
-    if mode == "top" or origin.cell_index() == frame.cell_index():
-        return hit[:7] + ((origin.name, []),) + hit[8:]
+    if origin.cell_index() == (frame_index if frame_index >= 0 else frame.cell_index()):
+        return hit[:7] + ((frame_name or frame.name, []),) + hit[8:]
     it = frame.begin_shapes_rec_touching(hit[6], kdb.Box(hit[2], hit[3], hit[4], hit[5]))
     want = str(hit[9])
     for item in it.each():
