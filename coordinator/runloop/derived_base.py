@@ -50,7 +50,7 @@ class DerivedBase:
 
 def transitive_dependencies(node_id: str, deps: Mapping[str, Sequence[str]]) -> list[str]:
     """Every ancestor of node_id, in a deterministic topological order."""
-    seen: set[str] = set()
+    seen: set[str] = {node_id}  # a cycle never makes a node its own ancestor
     order: list[str] = []
 
     def visit(n: str) -> None:

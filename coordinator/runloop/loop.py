@@ -47,7 +47,10 @@ from ..gateway.worker_tools import GatewayBackend, build_tools
 from ..runstate import RunState, fold
 from ..scheduler import SchedulerPolicy, decide, statuses
 from ..workqueue import WorkQueue, load_work_queue, parse_work_queue
+from .derived_base import DerivedBase, build_derived_base, plan_derived_base
 from .writer import LedgerWriter, WriterLedger
+
+TASK_BASE_DERIVED = "task.base_derived"
 
 POLICY_VERSION = "dome.policy/default@1"
 TICK_S = 0.02
@@ -237,6 +240,7 @@ class RunLoop:
         self.heartbeat_s = wq.scheduling.get("heartbeat_timeout_s")
         self.live: dict[str, _Live] = {}
         self.attempts: dict[str, dict[str, Any]] = {}
+        self._derived: dict[tuple[str, ...], DerivedBase] = {}
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
         self.work = Path(tempfile.mkdtemp(prefix="dome-run-"))
@@ -338,14 +342,37 @@ class RunLoop:
             self.writer.revoke(jti=ex.get("jti"), profile_id=ex.get("profile_id"), reason="attempt lost on restart")
 
     # -- dispatch ---------------------------------------------------------------
-    def _inputs(self, node_id: str) -> tuple[int, str]:
+    def _inputs(self, node_id: str, base: str | None = None) -> tuple[int, str]:
         nseed = node_seed(self.seed, node_id)
-        return nseed, digest_json({"task": self.graph.nodes[node_id].task_spec_digest, "base": self.base_sha,
-                                   "seed": nseed})
+        return nseed, digest_json({"task": self.graph.nodes[node_id].task_spec_digest,
+                                   "base": base or self.base_sha, "seed": nseed})
 
-    def _spawn_spec(self, node_id: str, neid: str, wave_id: str, attempt: int, grant: Any) -> dict[str, Any]:
+    def _base_for(self, node_id: str) -> tuple[str, str, dict[str, Any] | None]:
+        """The commit an attempt of node_id starts from: the run base, or a derived
+        base holding the winning proposals of its ancestors (see derived_base.py)."""
+        st = self.writer.state
+        by_neid = {p.get("node_execution_id"): p for p in st.proposals}
+        winners = {n: by_neid[st.node(n).succeeded_by] for n in self.graph.nodes
+                   if st.node(n).succeeded and st.node(n).succeeded_by in by_neid}
+        deps = {n: list(node.dependencies) for n, node in self.graph.nodes.items()}
+        plan = plan_derived_base(node_id, deps, winners)
+        if not plan:
+            return self.base_sha, self.base_tree, None
+        key = tuple(str(p.get("proposal_id")) for p in plan)
+        derived = self._derived.get(key)
+        if derived is None:
+            from coordinator.integration.finish import default_diff_loader
+
+            derived = build_derived_base(self.base_git, self.base_sha, plan, default_diff_loader(self.ctx.ledger),
+                                         ref_name=f"refs/dome/bases/{digest_json(list(key))[7:23]}")
+            self._derived[key] = derived
+        return derived.base_ref, derived.base_tree_hash, derived.to_event(node_id)
+
+    def _spawn_spec(self, node_id: str, neid: str, wave_id: str, attempt: int, grant: Any,
+                    base: tuple[str, str] | None = None) -> dict[str, Any]:
         node = self.graph.nodes[node_id]
-        nseed, inputs_hash = self._inputs(node_id)
+        base_sha, base_tree = base or (self.base_sha, self.base_tree)
+        nseed, inputs_hash = self._inputs(node_id, base_sha)
         return {
             "artifact_kind": "dome.spawn_spec/v1", "version": "1.0.0",
             "run_id": self.run_id, "wave_id": wave_id, "node_id": node_id, "node_execution_id": neid,
@@ -354,7 +381,7 @@ class RunLoop:
             "container_ref": (node.task.get("containers") or [self.container_ref])[0],
             "action_spec": dict(node.action_spec), "determinism_seed": nseed,
             "inputs_hash": inputs_hash,
-            "base_ref": self.base_sha, "base_tree_hash": self.base_tree, "attempt": attempt,
+            "base_ref": base_sha, "base_tree_hash": base_tree, "attempt": attempt,
             "created_at": utc_stamp(), "gateway": {"socket": IN_SOCKET if self.ctx.sandbox == "bwrap" else str(self.socket)},
             "grant": grant.envelope, "timeout_s": node.timeout_s,
         }
@@ -378,20 +405,23 @@ class RunLoop:
                 nid = e["node_id"]
                 node = self.graph.nodes[nid]
                 neid = f"ne-{secrets.token_hex(8)}"
-                nseed, inputs_hash = self._inputs(nid)
+                base_sha, base_tree, derivation = self._base_for(nid)
+                nseed, inputs_hash = self._inputs(nid, base_sha)
                 grant, issued = grants_io.issue(
                     key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
                     capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
                     policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash)
-                spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant)
+                spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant, (base_sha, base_tree))
                 validate_spawn_spec(spec)
                 keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
+                if derivation is not None:
+                    drafts.append((TASK_BASE_DERIVED, {**derivation, "node_execution_id": neid}, keys))
                 drafts.append((grants_io.ISSUED_TOPIC, issued, keys))
                 drafts.append((rs.TASK_DISPATCHED, {
                     "node_execution_id": neid, "attempt": e["attempt"], "kind": e["kind"], "wave_id": wave_id,
                     "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grants_io.profile_ref(grant),
                     "profile_id": grant.profile_id, "jti": grant.jti,
-                    "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": self.base_sha,
+                    "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": base_sha,
                     "timeout_s": node.timeout_s}, {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id,
                                                    "task_id": nid}))
                 launches.append((nid, neid, spec, grant))
@@ -409,8 +439,8 @@ class RunLoop:
             files = AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=self.base_git,
                                  gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs",
                                  task_json=adir / "task.json")
-            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": self.base_sha,
-                                   "base_tree_hash": self.base_tree, "task": self.graph.nodes[nid].task}
+            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": spec["base_ref"],
+                                   "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
             self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
             try:
                 self.executor.dispatch(spec, files)

@@ -78,3 +78,35 @@ def test_ancestors_come_before_their_descendants(raw: dict) -> None:
         assert node not in order and len(order) == len(set(order))
         for i, n in enumerate(order):
             assert all(d in order[:i] for d in deps.get(n, []))
+
+
+def test_a_dependent_task_sees_its_dependency_output_in_a_real_run(git_repo: Path, tmp_path: Path) -> None:
+    """`use` fails unless the file `make` proposed is in its checkout."""
+    import json
+
+    from tests.conftest import dome_cli
+
+    queue = {
+        "artifact_kind": "dome.work.queue/v1", "name": "dep", "repo": str(git_repo), "base_ref": "HEAD",
+        "determinism_seed": 3, "policy": "default", "promote_to": "refs/heads/out",
+        "tasks": [
+            {"node_id": "make", "required_capabilities": ["write"], "required_outputs": ["patch_proposal"],
+             "containers": [], "dependencies": [],
+             "action_spec": {"intent": "command", "argv": ["sh", "-c", "echo made > made.txt"]}},
+            {"node_id": "use", "required_capabilities": ["read"], "required_outputs": [], "containers": [],
+             "dependencies": ["make"], "action_spec": {"intent": "command", "argv": ["test", "-f", "made.txt"]}},
+        ],
+        "validations": [{"suite": "command", "argv": ["test", "-f", "made.txt"], "required": True}],
+    }
+    qfile = tmp_path / "q.json"
+    qfile.write_text(json.dumps(queue))
+    ops = tmp_path / "ops"
+    r = dome_cli("run", str(qfile), "--ops-root", str(ops), "--json", timeout=240)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["status"] == "promoted", r.stderr[-2000:]
+    ev = dome_cli("events", out["run_id"], "--ops-root", str(ops), "--json").stdout.splitlines()
+    derived = [json.loads(line) for line in ev if '"task.base_derived"' in line]
+    assert derived and all(d["node_id"] == "use" for d in derived)
+    p = derived[0]["payload"]
+    assert p["parent"] == git(git_repo, "rev-parse", "HEAD") and p["applied"][0]["proposal_id"]
+    assert dome_cli("verify", out["run_id"], "--ops-root", str(ops)).returncode == 0
