@@ -65,14 +65,38 @@ def environment() -> dict[str, Any]:
     return dict(_ENV_CACHE)
 
 
-def bwrap_argv(checkout: Path, argv: list[str], *, network: bool = False) -> list[str]:
-    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-           "--tmpfs", "/tmp", "--ro-bind", str(checkout), "/tmp/head", "--chdir", "/tmp/head",
-           "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-           "--new-session", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
-    if not network:
-        cmd.append("--unshare-net")
-    return cmd + ["--", *argv]
+IN_HEAD = "/dome/head"
+
+
+def bwrap_argv(checkout: Path, argv: list[str], *, env: Mapping[str, str] | None = None,
+               with_dome: bool = False) -> list[str]:
+    """A read-only validation worker: the same minimal host view as the worker
+    sandbox (system dirs, a few /etc files, the Python installation; never
+    OPS_ROOT, keys, ledger, the real repository or home directories), the
+    checkout read-only at /dome/head, a private /tmp, no network, own PID/IPC/
+    UTS namespaces, no capabilities, a new session, dies with the coordinator."""
+    from coordinator.executors.sandbox import ETC_FILES, SYSTEM_DIRS, dome_source_roots, python_roots
+    a: list[str] = ["bwrap", "--tmpfs", "/tmp"]
+    for d in SYSTEM_DIRS:
+        a += ["--ro-bind-try", d, d]
+    for name in ETC_FILES:
+        a += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for root in python_roots():
+        a += ["--ro-bind", str(root), str(root)]
+    src = dome_source_roots() if with_dome else []
+    for pkg in src:
+        a += ["--ro-bind", str(pkg), str(pkg)]
+    a += ["--proc", "/proc", "--dev", "/dev", "--dir", "/dome", "--ro-bind", str(checkout), IN_HEAD,
+          "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+          "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", IN_HEAD, "--clearenv",
+          "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+          "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
+          "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
+    if src:
+        a += ["--setenv", "PYTHONPATH", str(src[0].parent)]
+    for k, v in sorted((env or {}).items()):
+        a += ["--setenv", k, v]
+    return a + ["--", *argv]
 
 
 class SuiteRunner:
@@ -124,9 +148,10 @@ class SuiteRunner:
         with tempfile.TemporaryDirectory(prefix="dome-suite-") as tmp:
             ro = checkout_readonly(self.repo, cp.commit, Path(tmp) / "head")
             argv = list(suite["argv"])
+            suite_env = {str(k): str(v) for k, v in dict(suite.get("env") or {}).items()}
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8",
-                   "PYTHONDONTWRITEBYTECODE": "1", **dict(suite.get("env") or {})}
-            cmd = bwrap_argv(ro, argv) if self.sandbox == "bwrap" else argv
+                   "PYTHONDONTWRITEBYTECODE": "1", **suite_env}
+            cmd = bwrap_argv(ro, argv, env=suite_env) if self.sandbox == "bwrap" else argv
             try:
                 proc = subprocess.run(cmd, cwd=ro, env=env, capture_output=True,
                                       timeout=float(suite.get("timeout_s") or self.timeout_s))
@@ -146,10 +171,14 @@ class SuiteRunner:
         with tempfile.TemporaryDirectory(prefix="dome-suite-") as tmp:
             ro = checkout_readonly(self.repo, cp.commit, Path(tmp) / "head")
             action = {k: v for k, v in suite.items() if k not in SUITE_META_KEYS}
-            request = {"handler": DOMAIN_SUITES[suite["suite"]], "scratch": str(ro),
+            sandboxed = self.sandbox == "bwrap"
+            request = {"handler": DOMAIN_SUITES[suite["suite"]],
+                       "scratch": IN_HEAD if sandboxed else str(ro),
                        "action": action, "seed": int(suite.get("seed", 0))}
+            argv = [self.python, "-s", "-m", "worker_sdk.suite_runner"]
+            cmd = bwrap_argv(ro, argv, with_dome=True) if sandboxed else argv
             try:
-                proc = subprocess.run([self.python, "-m", "worker_sdk.suite_runner"],
+                proc = subprocess.run(cmd, cwd=ro,
                                       input=json.dumps(request).encode(), capture_output=True,
                                       timeout=float(suite.get("timeout_s") or self.timeout_s),
                                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
