@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
             return serve(args.ops_root, args.consent_mode, args.db)
     from coordinator.mcp.dispatch import ToolHost
 
-    host = ToolHost(ops_root=args.ops_root, consent_mode=args.consent_mode, db_url=args.db)
+    host = ToolHost(ops_root=args.ops_root, consent_mode=args.consent_mode, db_url=args.db,
+                    rollout_signal=args.action == "serve")
     if args.action == "consent":
         if not args.scope:
             print("dome mcp consent: --scope RUN_ID is required", file=sys.stderr)

@@ -73,7 +73,8 @@ class ToolHost:
     def __init__(self, *, ops_root: Path | str = "ops", specs: Mapping[str, ToolSpec] | None = None,
                  consent_mode: str | None = None, telemetry_path: Path | None = None,
                  worker_env: dict[str, str] | None = None, handlers: Mapping[str, Handler] | None = None,
-                 db_url: str | None = None) -> None:
+                 db_url: str | None = None, rollout_signal: bool = False) -> None:
+        self.rollout_signal = rollout_signal  # SIGHUP -> hot worker reinstall (rollout)
         self.ops_root = Path(ops_root).absolute()
         self.db_url = db_url
         self.specs: dict[str, ToolSpec] = dict(specs if specs is not None else default_specs())
@@ -113,6 +114,8 @@ class ToolHost:
         try:
             async with self.supervisor, anyio.create_task_group() as tg:
                 self._tg = tg
+                if self.rollout_signal:
+                    tg.start_soon(self._rollout_on_sighup)
                 self.telemetry.lifecycle_to("ready")
                 try:
                     yield self
@@ -125,6 +128,17 @@ class ToolHost:
             self._users -= 1
             self.telemetry.lifecycle_to("stopped")
             self.telemetry.close()
+
+    async def _rollout_on_sighup(self) -> None:
+        import signal
+
+        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            async for _ in signals:
+                await self.rollout()
+
+    async def rollout(self) -> dict[str, Any]:
+        """Hot reinstall of the worker (new code, new engines): drain the old generation, serve from a new one."""
+        return await self.supervisor.rollout()
 
     async def _shutdown(self) -> None:
         self.telemetry.lifecycle_to("stopping")

@@ -221,7 +221,7 @@ def serve(ops_root: str, consent_mode: str | None, db_url: str | None) -> int:
             from coordinator.mcp.dispatch import ToolHost
             from coordinator.mcp.server import build_server
 
-            host = ToolHost(ops_root=ops_root, consent_mode=consent_mode, db_url=db_url)
+            host = ToolHost(ops_root=ops_root, consent_mode=consent_mode, db_url=db_url, rollout_signal=True)
             loaded["host"] = host
             loaded["server"] = build_server(host)
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread

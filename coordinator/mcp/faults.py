@@ -37,7 +37,7 @@ POLICY: dict[FaultCategory, tuple[str, RetryHint, bool]] = {
     FaultCategory.DOWNSTREAM_RESPONSE: ("DOWNSTREAM_RESPONSE_FAULT", "none", False),
     FaultCategory.RESOURCE_EXHAUSTION: ("RESOURCE_EXHAUSTED", "heavy", True),
     FaultCategory.REPLAY_EXHAUSTION: ("REPLAY_EXHAUSTED", "heavy", False),
-    FaultCategory.ROLLOUT_DISRUPTION: ("ROLLOUT_DISRUPTED", "light", False),
+    FaultCategory.ROLLOUT_DISRUPTION: ("ROLLOUT_DISRUPTED", "light", True),
     FaultCategory.INVARIANT_BREACH: ("INVARIANT_BREACH", "none", False),
 }
 

@@ -46,12 +46,15 @@ class _Generation:
         self.ended = anyio.Event()
         self.start_error: BaseException | None = None
         self.dead = False
+        self.inflight = 0
+        self.draining = False
+        self.idle = anyio.Event()
 
     @property
     def alive(self) -> bool:
         p = self.pipes.process
-        return (not self.dead and self.client is not None and not self.ended.is_set() and p is not None
-                and p.returncode is None)
+        return (not self.dead and not self.draining and self.client is not None and not self.ended.is_set()
+                and p is not None and p.returncode is None)
 
 
 class WorkerSupervisor:
@@ -125,6 +128,34 @@ class WorkerSupervisor:
             gen.ended.set()
             gen.ready.set()
 
+    async def rollout(self, drain_timeout_s: float = 300.0) -> dict[str, Any]:
+        """Hot reinstall: new calls go to a fresh generation while the old one drains, then retires.
+
+        In-flight calls on the old worker finish normally (no replay needed); after
+        `drain_timeout_s` the old worker is killed and its calls fail as rollout disruption.
+        """
+        old = self._current
+        self.telemetry.rollout = "rolling"
+        self.telemetry._emit({"event": "rollout", "state": "rolling", "from_generation": old.number if old else None})
+        disrupted = 0
+        if old is not None and old.alive:
+            old.draining = True  # _ensure now starts a new generation
+            await self._ensure()
+            if old.inflight:
+                old.idle = anyio.Event()
+                with anyio.move_on_after(drain_timeout_s):
+                    await old.idle.wait()
+            disrupted = old.inflight
+            if disrupted:
+                old.rollout_killed = True  # type: ignore[attr-defined]
+            await self._retire(old)
+        else:
+            await self._ensure()
+        self.telemetry.rollout = "stable"
+        self.telemetry._emit({"event": "rollout", "state": "stable", "generation": self.generation,
+                              "disrupted_calls": disrupted})
+        return {"generation": self.generation, "disrupted_calls": disrupted}
+
     async def ensure(self) -> int:
         """Start a worker if none is alive; return the current generation."""
         return (await self._ensure()).number
@@ -139,7 +170,7 @@ class WorkerSupervisor:
                 return gen
             if self._tg is None:
                 raise Fault(FaultCategory.INVARIANT_BREACH, "worker supervisor is not running")
-            if gen is not None:
+            if gen is not None and not gen.draining:
                 await self._retire(gen)
             number = self.generation + 1
             gen = _Generation(number, WorkerPipes(worker_argv(), self._env(), cwd=os.getcwd()))
@@ -186,6 +217,7 @@ class WorkerSupervisor:
         gen = await self._ensure()
         assert gen.client is not None
         meta: dict[str, Any] = {"dome/job_id": job_id} if job_id else {}
+        gen.inflight += 1
         try:
             with anyio.fail_after(timeout_s or self.call_timeout_s):
                 result = await gen.client.call_tool(tool, arguments, progress_callback=progress,
@@ -197,6 +229,10 @@ class WorkerSupervisor:
             raise await self._classify(gen, tool, f"worker call failed ({exc.error.code})") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
             raise await self._classify(gen, tool, f"worker pipe failed ({type(exc).__name__})") from None
+        finally:
+            gen.inflight -= 1
+            if gen.inflight == 0:
+                gen.idle.set()
         if result.is_error:
             obj = result.structured_content or {"code": "ENGINE_ERROR", "message": "worker error", "details": {},
                                                 "hints": [], "retry": "none"}
@@ -208,6 +244,9 @@ class WorkerSupervisor:
         return dict(result.structured_content), gen.number
 
     async def _classify(self, gen: _Generation, tool: str, message: str) -> Fault:
+        if getattr(gen, "rollout_killed", False):
+            return Fault(FaultCategory.ROLLOUT_DISRUPTION, f"{tool} was cut off by a worker rollout",
+                         details={"generation": gen.number, "tool": tool})
         gen.dead = True
         p = gen.pipes.process
         if p is not None and p.returncode is None:

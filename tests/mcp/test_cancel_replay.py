@@ -146,3 +146,26 @@ async def test_worker_session_rebuilt_after_restart_or_not_found(tmp_path):
         await client.call_tool("test_crash_now", {})
         r3 = await client.call_tool("test_session_read", {"session_id": sid})
         assert r3.is_error and r3.structured_content["code"] == "SESSION_NOT_FOUND"
+
+
+async def test_rollout_drains_inflight_calls_then_switches_generation(tmp_path):
+    from .conftest import make_host
+
+    host = make_host(tmp_path)
+    async with connect("inproc", "legacy", tmp_path, host=host) as client:
+        await client.call_tool("test_echo", {"value": 0})
+        gen0 = (await client.call_tool("health", {})).structured_content["generation"]
+        results = {}
+
+        async def slow():
+            results["slow"] = await client.call_tool("test_slow", {"steps": 20, "step_s": 0.05})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            await anyio.sleep(0.3)
+            rolled = await host.rollout()
+        assert not results["slow"].is_error  # the in-flight call finished on the draining worker
+        assert rolled == {"generation": gen0 + 1, "disrupted_calls": 0}
+        health = (await client.call_tool("health", {})).structured_content
+        assert health["generation"] == gen0 + 1 and health["rollout_state"] == "stable"
+        assert not (await client.call_tool("test_echo", {"value": 1})).is_error
