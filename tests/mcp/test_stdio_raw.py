@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+
+import pytest
 import sys
 
 from tests.conftest import REPO_ROOT
@@ -81,6 +83,7 @@ def _session_bytes(tmp_path, cache_dir, mode: str) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 def test_fast_cold_start_answers_are_the_sdks_own_bytes(tmp_path):
     """A cache miss (the SDK answers and is recorded) and a hit (the fast path answers) give the same frames."""
     cache = tmp_path / "cache"
