@@ -89,14 +89,31 @@ async def run_status(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
 
 
 async def events(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
+    """A bounded page of a run's ledger events (sequence > since), read from the ledger itself."""
+    run_id = args["run_id"]
     since = int(args.get("since", 0))
     limit = int(args.get("limit", 100))
-    out = await _dome(ctx, "events", args["run_id"])
-    items = out.get("events") if isinstance(out.get("events"), list) else out.get("items", [])
-    items = [e for e in items if isinstance(e, dict) and int(e.get("sequence", 0)) > since]
+
+    def read() -> list[dict[str, Any]]:
+        from ledger import Ledger
+
+        led = Ledger.open(ctx.host.db_url, ctx.host.ops_root)
+        try:
+            return [{**r.envelope(), "record_digest": r.record_digest}
+                    for r in led.events(run_id, since=since, limit=limit + 1)]
+        finally:
+            led.close()
+
+    try:
+        items = await anyio.to_thread.run_sync(read)
+    except DomeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the ledger is downstream of the host
+        raise Fault(FaultCategory.DOWNSTREAM_RESPONSE, f"ledger read failed ({type(exc).__name__})",
+                    details={"run_id": run_id}) from None
     page = items[:limit]
-    return {"run_id": args["run_id"], "since": since, "events": page, "count": len(page),
-            "next_since": page[-1].get("sequence", since) if page else since, "more": len(items) > limit}
+    return {"run_id": run_id, "since": since, "events": page, "count": len(page),
+            "next_since": page[-1]["sequence"] if page else since, "more": len(items) > limit}
 
 
 async def evidence(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:

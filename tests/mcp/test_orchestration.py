@@ -47,7 +47,11 @@ async def test_run_submit_poll_promote(tmp_path, git_repo, consent_mode):
         status = await client.call_tool("run_status", {"run_id": run_id})
         assert not status.is_error and status.structured_content["run_id"] == run_id
         events = await client.call_tool("events", {"run_id": run_id, "since": 0, "limit": 5})
-        assert not events.is_error and events.structured_content["count"] <= 5
+        ev = events.structured_content
+        assert not events.is_error and ev["count"] == 5 and ev["more"] is True
+        assert [e["sequence"] for e in ev["events"]] == [1, 2, 3, 4, 5] and ev["next_since"] == 5
+        nxt = (await client.call_tool("events", {"run_id": run_id, "since": 5, "limit": 2})).structured_content
+        assert [e["sequence"] for e in nxt["events"]] == [6, 7]
         res = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-1"})
         assert res.is_error and res.structured_content["code"] == "CONSENT_REQUIRED"
         if consent_mode == "lenient":
