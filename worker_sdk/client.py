@@ -2,8 +2,10 @@
 
 The client speaks MCP (JSON-RPC 2.0 over streamable HTTP, JSON responses)
 to the coordinator's gateway over its Unix socket (or a loopback URL) with
-the grant as bearer token: `initialize`, `notifications/initialized`, then
-`tools/list` / `tools/call`. The wire layer is a few lines of http.client so
+the grant as bearer token, in the sessionless protocol revision 2026-07-28:
+every request carries its protocol version and client capabilities in
+`params._meta` and the `mcp-method`/`mcp-name` routing headers, so there is
+no initialize round trip. The wire layer is a few lines of http.client so
 a worker starts in a fraction of a second; the gateway itself is the
 official MCP SDK server, and tests/runloop/test_gateway.py drives it with
 the official SDK client as well.
@@ -28,7 +30,7 @@ from urllib.parse import urlparse
 from registry.canonical import digest_bytes
 from registry.errors import DomeError, ErrorObject
 
-PROTOCOL_VERSION = "2025-06-18"
+PROTOCOL_VERSION = "2026-07-28"  # the sessionless MCP revision: no initialize round trip per worker
 
 
 class OutOfProfile(DomeError):
@@ -58,9 +60,6 @@ class GatewayClient:
         self._rpc_id = 0
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
-        self.server_info = self._rpc("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-                                                    "clientInfo": {"name": "dome-worker", "version": "1"}})
-        self._rpc("notifications/initialized", None, notify=True)
 
     # -- wire -----------------------------------------------------------------
     def _connection(self) -> http.client.HTTPConnection:
@@ -86,14 +85,17 @@ class GatewayClient:
 
     def _rpc(self, method: str, params: Any, *, notify: bool = False) -> Any:
         with self._lock:
-            msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-            if params is not None:
-                msg["params"] = params
+            params = {**(params or {}), "_meta": {"io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+                                                  "io.modelcontextprotocol/clientCapabilities": {}}}
+            msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
             if not notify:
                 self._rpc_id += 1
                 msg["id"] = self._rpc_id
             headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-                       "Authorization": f"Bearer {self.token}", "mcp-protocol-version": PROTOCOL_VERSION}
+                       "Authorization": f"Bearer {self.token}", "mcp-protocol-version": PROTOCOL_VERSION,
+                       "mcp-method": method}
+            if "name" in params:
+                headers["mcp-name"] = str(params["name"])
             body = json.dumps(msg).encode()
             for attempt in range(3):
                 try:

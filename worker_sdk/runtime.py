@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     constraints = json.loads(Path(meta_path).read_text()) if meta_path and Path(meta_path).is_file() else {}
     t0 = time.monotonic()
     try:
-        client.report_progress(0.0, "started")
+        # liveness starts at dispatch; heartbeats come from the intent (every ~2 s while a command runs)
         handler = resolve(spawn["action_spec"]["intent"])
         action = dict(spawn["action_spec"])
         if action["intent"] == "command":  # what a command may want to know about its attempt

@@ -55,6 +55,7 @@ TASK_BASE_DERIVED = "task.base_derived"
 POLICY_VERSION = "dome.policy/default@1"
 TICK_S = 0.02
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
+SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
 
 
 class RunError(DomeError):
@@ -425,7 +426,7 @@ class RunLoop:
                     "timeout_s": node.timeout_s}, {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id,
                                                    "task_id": nid}))
                 launches.append((nid, neid, spec, grant))
-            self.writer.append_many(drafts, signed=True)
+            self.writer.append_many(drafts, signed=SIGNED_TOPICS)
         now = time.monotonic()
         for nid, neid, spec, grant in launches:
             adir = self.work / "attempts" / neid
@@ -531,12 +532,14 @@ class RunLoop:
                 self._recover()
             while True:
                 t0 = time.perf_counter()
+                c0 = time.thread_time()
                 self._reap()
                 self._supervise()
                 if self.cancel_reason is not None:
                     return self._cancel_all()
                 launched = self._schedule()
                 self.timings["coordinator_s"] += time.perf_counter() - t0
+                self.timings["coordinator_cpu_s"] = self.timings.get("coordinator_cpu_s", 0.0) + time.thread_time() - c0
                 self.timings["ticks"] += 1
                 if self._done():
                     return self._finish()

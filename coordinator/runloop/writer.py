@@ -42,12 +42,17 @@ class LedgerWriter:
             self._applied([rec])
             return rec
 
-    def append_many(self, drafts: list[tuple[str, dict[str, Any], dict[str, Any]]], *, signed: bool = False) -> list[Any]:
-        """Append several (topic, payload, keys) in one transaction."""
+    def append_many(self, drafts: list[tuple[str, dict[str, Any], dict[str, Any]]], *,
+                    signed: bool | frozenset[str] = False) -> list[Any]:
+        """Append several (topic, payload, keys) in one transaction. `signed`: all, none,
+        or the set of topics to sign (decisions and grants)."""
+        def signer_for(topic: str) -> Any:
+            ok = signed if isinstance(signed, bool) else topic in signed
+            return self.signer if ok else None
+
         with self.lock:
             with self.ledger.transaction() as tx:
-                recs = [tx.append(self.run_id, t, p, signer=self.signer if signed else None, **k)
-                        for t, p, k in drafts]
+                recs = [tx.append(self.run_id, t, p, signer=signer_for(t), **k) for t, p, k in drafts]
             self._applied(recs)
             return recs
 
