@@ -150,6 +150,8 @@ class RunContext:
     finish: Callable[["FinishContext"], dict[str, Any]] | None = None
     view: Any = None
     executor: Any = None  # injected executor (tests, benchmarks)
+    # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
+    wave_base: Callable[[Any], tuple[str, str] | None] | None = None
 
 
 @dataclass
@@ -218,6 +220,7 @@ class RunLoop:
         self.run_id = run_id
         self.repo = repo
         self.base_sha, self.base_tree = base
+        self.wave_sha, self.wave_tree = base  # the current wave's base (run base, or the integration head)
         self.started = dict(started)
         self.ops_dir = Path(ctx.ops_root) / "runs" / run_id
         self.ops_dir.mkdir(parents=True, exist_ok=True)
@@ -343,10 +346,26 @@ class RunLoop:
             self.writer.revoke(jti=ex.get("jti"), profile_id=ex.get("profile_id"), reason="attempt lost on restart")
 
     # -- dispatch ---------------------------------------------------------------
+    def _wave_base(self) -> str:
+        """Pick the new wave's base: the run base, or (when the queue asks for it and the
+        integration stage offers one) the current integration head. Returns its source."""
+        if not self.wq.scheduling.get("rebase_waves_on_integration_head") or self.ctx.wave_base is None:
+            return "run_base" if self.wave_sha == self.base_sha else "integration_head"
+        head = self.ctx.wave_base(self)
+        if head is None:
+            return "run_base" if self.wave_sha == self.base_sha else "integration_head"
+        sha, tree = head
+        if subprocess.run(["git", "--git-dir", str(self.base_git), "cat-file", "-e", f"{sha}^{{commit}}"],
+                          capture_output=True).returncode != 0:
+            subprocess.run(["git", "--git-dir", str(self.base_git), "fetch", "--quiet", str(self.repo), sha],
+                           capture_output=True, check=True)
+        self.wave_sha, self.wave_tree = sha, tree
+        return "run_base" if sha == self.base_sha else "integration_head"
+
     def _inputs(self, node_id: str, base: str | None = None) -> tuple[int, str]:
         nseed = node_seed(self.seed, node_id)
         return nseed, digest_json({"task": self.graph.nodes[node_id].task_spec_digest,
-                                   "base": base or self.base_sha, "seed": nseed})
+                                   "base": base or self.wave_sha, "seed": nseed})
 
     def _base_for(self, node_id: str) -> tuple[str, str, dict[str, Any] | None]:
         """The commit an attempt of node_id starts from: the run base, or a derived
@@ -357,8 +376,8 @@ class RunLoop:
                    if st.node(n).succeeded and st.node(n).succeeded_by in by_neid}
         deps = {n: list(node.dependencies) for n, node in self.graph.nodes.items()}
         plan = plan_derived_base(node_id, deps, winners)
-        if not plan:
-            return self.base_sha, self.base_tree, None
+        if not plan or self.wave_sha != self.base_sha:  # a wave on the integration head has its ancestors in it
+            return self.wave_sha, self.wave_tree, None
         key = tuple(str(p.get("proposal_id")) for p in plan)
         derived = self._derived.get(key)
         if derived is None:
@@ -372,7 +391,7 @@ class RunLoop:
     def _spawn_spec(self, node_id: str, neid: str, wave_id: str, attempt: int, grant: Any,
                     base: tuple[str, str] | None = None) -> dict[str, Any]:
         node = self.graph.nodes[node_id]
-        base_sha, base_tree = base or (self.base_sha, self.base_tree)
+        base_sha, base_tree = base or (self.wave_sha, self.wave_tree)
         nseed, inputs_hash = self._inputs(node_id, base_sha)
         return {
             "artifact_kind": "dome.spawn_spec/v1", "version": "1.0.0",
@@ -395,10 +414,11 @@ class RunLoop:
             if decision is None:
                 return 0
             wave_id = decision["wave_id"]
+            base_source = self._wave_base()
             drafts: list[tuple[str, dict, dict]] = [
                 (rs.SCHEDULING_DECISION, decision, {"wave_id": wave_id}),
-                (rs.WAVE_STARTED, {"wave_id": wave_id, "base_ref": self.base_sha, "base_tree_hash": self.base_tree,
-                                   "base_source": "run_base", "nodes": [e["node_id"] for e in decision["selected"]]},
+                (rs.WAVE_STARTED, {"wave_id": wave_id, "base_ref": self.wave_sha, "base_tree_hash": self.wave_tree,
+                                   "base_source": base_source, "nodes": [e["node_id"] for e in decision["selected"]]},
                  {"wave_id": wave_id}),
             ]
             launches = []

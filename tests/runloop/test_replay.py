@@ -33,3 +33,28 @@ def test_recorded_ledger_replays_to_identical_decisions(git_repo, ops_root, ledg
     first = decisions[0]
     assert make_decision(graph, fold([events[0]]), SchedulerPolicy(**first.payload["policy"]), seed + 1,
                          out.run_id) != first.payload
+
+
+def test_new_wave_may_take_the_integration_head_as_base(git_repo, ops_root, ledger_env, tmp_path):
+    from tests.conftest import git
+    (git_repo / "canvas.txt").write_text("integrated layer\n")
+    git(git_repo, "checkout", "-q", "-b", "canvas")
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-q", "-m", "integration head")
+    head = git(git_repo, "rev-parse", "HEAD"), git(git_repo, "rev-parse", "HEAD^{tree}")
+    git(git_repo, "checkout", "-q", "main")
+    calls = []
+
+    def wave_base(loop):
+        calls.append(loop.writer.state.waves)
+        return head if loop.writer.state.node("first").succeeded else None
+
+    tasks = [cmd_task("first", "echo 1 > one.txt"), cmd_task("second", "test -f canvas.txt && echo 2 > two.txt",
+                                                             ["first"])]
+    q = write_queue(tmp_path, git_repo, tasks, scheduling={"rebase_waves_on_integration_head": True,
+                                                           "endgame_max_duplicates": 0})
+    _, out = run_queue(q, ops_root, ledger_env, sandbox="none", wave_base=wave_base)
+    assert out.status == "completed" and calls
+    waves = [e.payload for e in ledger_env[0].events(out.run_id) if e.topic == rs.WAVE_STARTED]
+    assert waves[0]["base_source"] == "run_base" and waves[-1]["base_source"] == "integration_head"
+    assert waves[-1]["base_ref"] == head[0]
