@@ -27,7 +27,9 @@ def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
                            "base_ref": started.get("base_ref"), "seed": started.get("determinism_seed"),
                            "events": len(events), "waves": st.waves, "attempts": st.total_attempts,
                            "active_attempts": st.active_executions(), "proposals": len(st.proposals)}
-    qpath = Path(started.get("work_queue_path", ""))
+    qpath = Path(getattr(ledger, "ops_root", Path("ops"))) / "runs" / run_id / "work.queue.json"
+    if not qpath.is_file():
+        qpath = Path(started.get("work_queue_path", ""))
     try:
         raw = json.loads(qpath.read_text())
         wq = parse_work_queue(raw)
