@@ -45,6 +45,13 @@ class LocalExecutor:
         self.max_concurrency = max_concurrency
         self.limits = limits or Limits()
         self.cgroup_parent = pids_cgroup_parent() if sandbox == "bwrap" else None
+        if self.cgroup_parent is not None:  # groups left behind by a killed coordinator (empty ones only)
+            for child in self.cgroup_parent.iterdir():
+                if child.is_dir() and child.name.startswith("ne-"):
+                    try:
+                        child.rmdir()
+                    except OSError:
+                        pass
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.Lock()
 
