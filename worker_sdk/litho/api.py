@@ -99,7 +99,7 @@ def _load_inputs(request: dict[str, Any]) -> _Inputs:
         else:
             mask_layout = load_layout(p, request.get("mask_layer"))
             desc = {"kind": "layout", "path": str(mp), "digest": digest_bytes(p.read_bytes()),
-                    "layer": mask_layout.layer}
+                    "layer": mask_layout.layer, "mask_fill": "exact"}
     return _Inputs(layout, str(lpath), mask, mask_layout, desc, fill)
 
 
@@ -146,7 +146,8 @@ def _raw_records(ev) -> list[RawRecord]:
         for r in region_records(ev, metric):
             t = r["tile"]
             recs.append(RawRecord(rule_id, float(r["x"]), float(r["y"]), tuple(float(v) for v in r["bbox"]),
-                                  t.tile_id, t.origin, int(r["area"])))
+                                  t.tile_id, t.origin, int(r["area"]),
+                                  group_bbox=tuple(float(v) for v in r["group_bbox"])))
     for e in ev.epe_records:
         t = ev.tile_of(e["x"], e["y"])
         recs.append(RawRecord("LITHO.EPE.15NM", float(e["x"]), float(e["y"]),
@@ -163,14 +164,17 @@ def _violations(ev, deck_hash: str, session: str, inp: _Inputs) -> list[dict[str
         rec: RawRecord = g["record"]
         rule = RULES[rec.rule_id]
         loc = g["canonical_location"]
+        # the canonical record stands for its group: it sits at the group's canonical location (the
+        # centre of the union of the pieces); a shadow keeps its own piece's location
+        x, y = (loc[0], loc[1]) if g["canonical"] else (rec.x, rec.y)
         vid = encode_violation_id(deck_hash, g["group_id"], g["index"], loc, rec.rule_id,
-                                  offset=(rec.x - loc[0], rec.y - loc[1]))
+                                  offset=(x - loc[0], y - loc[1]))
         ctx: dict[str, Any] = {
             "tile_id": rec.tile_id,
             "tile_origin_nm": [float(rec.tile_origin[0]), float(rec.tile_origin[1])],
-            "tile_local_nm": [rec.x - rec.tile_origin[0], rec.y - rec.tile_origin[1]],
+            "tile_local_nm": [x - rec.tile_origin[0], y - rec.tile_origin[1]],
             "bbox_nm": [float(v) for v in rec.bbox],
-            "location_native_nm": [rec.x - dx, rec.y - dy],
+            "location_native_nm": [x - dx, y - dy],
             "metric": rule["metric"],
         }
         if rec.area:
@@ -184,7 +188,7 @@ def _violations(ev, deck_hash: str, session: str, inp: _Inputs) -> list[dict[str
             "rule_deck": RULE_DECK_NAME,
             "severity": rule["severity"],
             "coordinate_frame": "post_transform_canvas",
-            "location_nm": [rec.x, rec.y],
+            "location_nm": [x, y],
             "transforms": [
                 {"op": "translate", "params": {"from": "input_layout_native", "dx": dx, "dy": dy}},
                 {"op": "tile_stitch", "params": {"tile_id": rec.tile_id, "origin": [rec.tile_origin[0], rec.tile_origin[1]]}},
@@ -256,7 +260,9 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None) ->
 
 # ----- optimize ------------------------------------------------------------------------------
 
-def _resolve_violation(request: dict[str, Any], model) -> dict[str, Any]:
+def resolve_violation(request: dict[str, Any], model=None) -> dict[str, Any]:
+    """Resolve optimize's violation_id: session cache first, else from the id itself with a pinned layout."""
+    model = model or _model(request)
     vid = request["violation_id"]
     scope = request.get("scope", "group")
     session = request.get("session_id", "default")
@@ -326,7 +332,7 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     resolved = None
     req = dict(request)
     if request.get("violation_id"):
-        resolved = _resolve_violation(request, model64)
+        resolved = resolve_violation(request, model64)
         req.setdefault("layout", resolved["layout"])
         if resolved["fill"]:
             req["fill"] = resolved["fill"]
@@ -430,6 +436,8 @@ class Job:
     error: dict[str, Any] | None = None
     token: CancellationToken = field(default_factory=CancellationToken)
     thread: threading.Thread | None = None
+    cancel_requested_at: float | None = None  # time.monotonic()
+    stopped_at: float | None = None  # when the engine stopped working (before memory release)
 
     def poll(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "job_id": self.job_id, "status": self.status,
@@ -441,6 +449,7 @@ class Job:
         return out
 
     def cancel(self) -> None:
+        self.cancel_requested_at = time.monotonic()
         self.token.cancel("cancel requested")
 
     def join(self, timeout: float | None = None) -> None:
@@ -467,6 +476,7 @@ def start_job(tool: str, request: dict[str, Any]) -> Job:
                 job.result = fn(request, job.token)
             job.status = "completed"
         except Cancelled:
+            job.stopped_at = time.monotonic()
             job.status = "cancelled"
         except Exception as exc:  # typed errors keep their code
             job.error = exc.to_object() if hasattr(exc, "to_object") else {"code": "LITHO_INTERNAL", "message": str(exc),

@@ -102,7 +102,9 @@ def evaluate(model: SOCSModel, layout: Layout, *, mask: np.ndarray | None = None
         shift = placement(layout, fill, clip)
         target = rasterize(layout, fill, clip, shift)
         if mask is None:
-            mask = rasterize(mask_layout, fill, clip, shift) if mask_layout is not None else target
+            # mask geometry is the manufactured shape: its cells are rasterized exactly, whatever the
+            # target's fill convention (which only says how the *target* polygons become pixels)
+            mask = rasterize(mask_layout, "exact", clip, shift) if mask_layout is not None else target
         token.check()
         printed = print_mask(model, mask, token=token)
         tiles = [Tile("T_0_0", 0, 0, (0, 0), (0, 0, clip, clip))]
@@ -122,8 +124,12 @@ def _evaluate_tiled(model: SOCSModel, layout: Layout, mask_layout: Layout | None
                     token: CancellationToken) -> Evaluation:
     clip = model.size
     x0, y0, x1, y1 = layout.bbox()
-    shift = (halo - x0, halo - y0)
-    width, height = (x1 - x0) + 2 * halo, (y1 - y0) + 2 * halo
+    if needs_tiling(layout, clip):
+        shift = (halo - x0, halo - y0)
+        width, height = (x1 - x0) + 2 * halo, (y1 - y0) + 2 * halo
+    else:  # a clip-sized layout keeps the single-clip canvas frame, whichever way it is evaluated
+        shift = placement(layout, fill, clip)
+        width = height = clip
     tiles = plan_tiles(width, height, clip, halo)
     core = clip - 2 * halo
     hh = math.ceil(height / core) * core
@@ -135,7 +141,7 @@ def _evaluate_tiled(model: SOCSModel, layout: Layout, mask_layout: Layout | None
     for t in tiles:
         token.check()  # boundary 1: per tile
         ox, oy = t.origin
-        win = rasterize(mlay, fill, size=clip, shift=(shift[0] - ox, shift[1] - oy))
+        win = rasterize(mlay, fill if mask_layout is None else "exact", size=clip, shift=(shift[0] - ox, shift[1] - oy))
         z = print_mask(model, win, token=token)  # boundary 2 (per corner) inside
         cx0, cy0, cx1, cy1 = t.core
         sl = (slice(cy0 - oy, cy1 - oy), slice(cx0 - ox, cx1 - ox))
@@ -146,21 +152,46 @@ def _evaluate_tiled(model: SOCSModel, layout: Layout, mask_layout: Layout | None
 
 
 def region_records(ev: Evaluation, rule: str) -> list[dict[str, Any]]:
-    """Per-tile connected error regions for L2 (nominal vs target) or PVB (max xor min), canvas px."""
+    """Per-tile connected error regions for L2 (nominal vs target) or PVB (max xor min), canvas px.
+
+    Each piece also carries `group_bbox`: the bounding box of the connected region of the whole
+    stitched canvas that contains it, so grouping does not depend on where tiles cut.
+    """
+    import klayout.db as kdb
+
+    from .layout import raster_to_region
+
     if rule == "l2":
         err = ev.printed["nominal"] != ev.target.astype(bool)
     elif rule == "pvb":
         err = ev.printed["max"] != ev.printed["min"]
     else:
         raise ValueError(rule)
+    labels = np.full(err.shape, -1, dtype=np.int32)
+    boxes: list[list[int]] = []
+    for k, poly in enumerate(raster_to_region(err).each()):
+        b = poly.bbox()
+        boxes.append([b.left, b.bottom, b.right, b.top])
+        for piece in kdb.Region(poly).decompose_trapezoids():
+            pb = piece.bbox()
+            labels[pb.bottom:pb.top, pb.left:pb.right] = np.where(
+                err[pb.bottom:pb.top, pb.left:pb.right], k, labels[pb.bottom:pb.top, pb.left:pb.right])
     out = []
     for t in ev.tiles:
         x0, y0, x1, y1 = t.core
         x1, y1 = min(x1, ev.canvas[1]), min(y1, ev.canvas[0])
         sub = err[y0:y1, x0:x1]
-        for comp in components(sub):
-            bx0, by0, bx1, by1 = comp["bbox"]
-            out.append({"tile": t, "area": comp["area"], "bbox": [bx0 + x0, by0 + y0, bx1 + x0, by1 + y0],
-                        "x": comp["x"] + x0, "y": comp["y"] + y0,
-                        "tile_local": [comp["x"] + x0 - t.origin[0], comp["y"] + y0 - t.origin[1]]})
+        if not sub.any():
+            continue
+        for poly in raster_to_region(sub).each():
+            box = poly.bbox()
+            # a pixel of this piece: the lowest row's first set pixel inside its bbox
+            rows = sub[box.bottom:box.top, box.left:box.right]
+            ry, rx = np.argwhere(rows)[0]
+            label = int(labels[y0 + box.bottom + ry, x0 + box.left + rx])
+            out.append({"tile": t, "area": int(poly.area()),
+                        "bbox": [box.left + x0, box.bottom + y0, box.right + x0, box.top + y0],
+                        "x": (box.left + box.right) / 2.0 + x0, "y": (box.bottom + box.top) / 2.0 + y0,
+                        "group_bbox": boxes[label]})
+    out.sort(key=lambda r: (r["y"], r["x"], r["tile"].tile_id))
     return out

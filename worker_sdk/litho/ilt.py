@@ -36,10 +36,10 @@ class Stage:
 
 @dataclass(frozen=True)
 class ILTConfig:
-    stages: tuple[Stage, ...] = (Stage(8, 60, 0.2), Stage(4, 60, 0.1), Stage(2, 30, 0.05))
+    stages: tuple[Stage, ...] = (Stage(8, 80, 0.2), Stage(4, 60, 0.1))
     mask_steepness: float = 4.0
-    pvb_weight: float = 0.6
-    band_weight: float = 0.0  # weight of sum (Z_max - Z_min)^2
+    pvb_weight: float = 0.3  # weight of the max/min corner L2 terms
+    band_weight: float = 4.0  # weight of sum (Z_max - Z_min)^2, the smooth PV band
     min_feature_nm: int = 4  # open/close width of the clean-up
     min_area_nm2: int = 64  # islands / holes smaller than this are removed
     seed: int = 0
@@ -129,6 +129,7 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
                 loss = loss + wgt * ((z - t_s) ** 2).sum() * area
             if config.band_weight:
                 loss = loss + config.band_weight * ((zs["max"] - zs["min"]) ** 2).sum() * area
+            token.check()  # again between the forward and the backward pass
             loss.backward()
             opt.step()
             done += 1
@@ -148,8 +149,8 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
 def _morph(img: torch.Tensor, k: int, op: str) -> torch.Tensor:
     x = img[None, None].float()
     pad = k // 2
-    if op == "dilate":
-        y = F.max_pool2d(F.pad(x, (pad, k - 1 - pad, pad, k - 1 - pad), value=0.0), k, 1)
+    if op == "dilate":  # the reflected window of erode, so open/close do not shift edges
+        y = F.max_pool2d(F.pad(x, (k - 1 - pad, pad, k - 1 - pad, pad), value=0.0), k, 1)
     else:
         y = -F.max_pool2d(F.pad(-x, (pad, k - 1 - pad, pad, k - 1 - pad), value=-1.0), k, 1)
     return y[0, 0]

@@ -8,11 +8,14 @@ violation_group_id (§2b), bytes hashed with blake2b (digest_size 64), hex, firs
     + struct.pack(">d", canonical_location_nm[1])
     + rule_id (utf-8)
 
-The canonical location of a group is the centre of the union of its records'
-bounding boxes (for point rules, the point), rounded to 0.5 nm, so the id does
-not depend on how tiles cut a defect. Records of one rule whose locations lie
-within dedup_radius_nm of each other (transitively) form a group; the record
-with the largest area (then lowest y, x, tile id) is `canonical`, others `shadow`.
+Dedup runs after stitching, in the canvas frame. A per-tile region record
+carries the bounding box of the stitched connected region it is a piece of
+(`group_bbox`); records of one rule whose (group) boxes lie within
+dedup_radius_nm of each other (transitively) form a group, so the grouping is
+the same however tiles cut. The canonical location of a group is the centre of
+the union of those boxes (for point rules, the point), rounded to 0.5 nm. The
+record with the largest area (then lowest y, x, tile id) is `canonical`, the
+others `shadow`.
 
 violation_id (§5) is "v" + base32 (lowercase, unpadded) of 35 bytes (57 chars):
     major, minor, patch of schema_version (3 bytes)
@@ -95,6 +98,11 @@ class RawRecord:
     tile_origin: tuple[int, int]
     area: int = 0
     extra: dict[str, Any] | None = None
+    group_bbox: tuple[float, float, float, float] | None = None  # the stitched region this piece belongs to
+
+    @property
+    def gbox(self) -> tuple[float, float, float, float]:
+        return self.group_bbox if self.group_bbox is not None else self.bbox
 
 
 def dedup(records: list[RawRecord], deck_hash: str) -> list[dict[str, Any]]:
@@ -114,13 +122,13 @@ def dedup(records: list[RawRecord], deck_hash: str) -> list[dict[str, Any]]:
     for rule_id, idx in by_rule.items():
         r = RULES[rule_id]["dedup_radius_nm"]
         # bbox-aware proximity: boxes closer than r (gap) join, which also joins a defect cut by a tile edge
-        idx_sorted = sorted(idx, key=lambda i: records[i].bbox[1])
+        idx_sorted = sorted(idx, key=lambda i: records[i].gbox[1])
         active: list[int] = []
         for i in idx_sorted:
-            bi = records[i].bbox
-            active = [j for j in active if records[j].bbox[3] + r >= bi[1]]
+            bi = records[i].gbox
+            active = [j for j in active if records[j].gbox[3] + r >= bi[1]]
             for j in active:
-                bj = records[j].bbox
+                bj = records[j].gbox
                 gx = max(bi[0] - bj[2], bj[0] - bi[2], 0.0)
                 gy = max(bi[1] - bj[3], bj[1] - bi[3], 0.0)
                 if (gx * gx + gy * gy) <= r * r:
@@ -133,10 +141,10 @@ def dedup(records: list[RawRecord], deck_hash: str) -> list[dict[str, Any]]:
     for members in groups.values():
         rule_id = records[members[0]].rule_id
         radius = RULES[rule_id]["dedup_radius_nm"]
-        bx0 = min(records[i].bbox[0] for i in members)
-        by0 = min(records[i].bbox[1] for i in members)
-        bx1 = max(records[i].bbox[2] for i in members)
-        by1 = max(records[i].bbox[3] for i in members)
+        bx0 = min(records[i].gbox[0] for i in members)
+        by0 = min(records[i].gbox[1] for i in members)
+        bx1 = max(records[i].gbox[2] for i in members)
+        by1 = max(records[i].gbox[3] for i in members)
         loc = (_half_nm((bx0 + bx1) / 2.0), _half_nm((by0 + by1) / 2.0))
         gid = group_id(deck_hash, radius, loc, rule_id)
         ranked = sorted(members, key=lambda i: (-records[i].area, records[i].y, records[i].x, records[i].tile_id))
