@@ -250,6 +250,8 @@ def finish_run(ctx: FinishContext) -> FinishResult:
 
     # 1. verify every proposal ---------------------------------------------------
     proposals = [apply_task_meta(unwrap_proposal(p), ctx.task_meta) for p in ctx.proposals]
+    derived = derived_bases(ctx.ledger, ctx.run_id, ctx.base_ref)
+    derived_trees: dict[str, str] = {}
     checked = {}
     rejected = []
     reader = gitio.ObjectReader(ctx.repo)  # shared with the canvas (blob cache)
@@ -257,7 +259,24 @@ def finish_run(ctx: FinishContext) -> FinishResult:
         insp = BaseInspector(ctx.repo, reader)
         for p in sorted(proposals, key=lambda p: (str(p.get("proposal_id")), str(p.get("created_at")))):
             pid = str(p.get("proposal_id"))
-            rej, cp = verify_proposal(p, load(p), wave_base=ctx.base_ref, policy=policy, inspector=insp)
+            wave_base = ctx.base_ref
+            pbase = str(p.get("base_ref", ""))
+            if pbase != ctx.base_ref and pbase in derived:
+                err = _rebuild_derived_base(ctx, derived[pbase], proposals, load, reader, insp,
+                                            derived_trees, pbase)
+                if err is None:
+                    wave_base = pbase
+                    p = {**p, "_requires": [a["proposal_id"] for a in derived[pbase]["applied"]]}
+                else:
+                    from .proposals import INTEGRITY, Rejection
+                    rej = [Rejection("PROPOSAL_DERIVED_BASE_MISMATCH", err, INTEGRITY,
+                                     {"base_ref": pbase})]
+                    emit(T_REJECTED, {"artifact_kind": "dome.proposal_rejection/v1", "proposal_id": pid,
+                                      "diff_digest": p.get("diff_digest"),
+                                      "rejections": [r.to_dict() for r in rej]})
+                    rejected.extend((pid, r) for r in rej)
+                    continue
+            rej, cp = verify_proposal(p, load(p), wave_base=wave_base, policy=policy, inspector=insp)
             if cp is None or pid in checked:
                 if pid in checked:
                     from .proposals import REDUNDANT, Rejection
@@ -272,6 +291,8 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                               "diff_digest": cp.diff_digest, "diff_blob": blob,
                               "diff_canonicalization": diffs.DIFF_CANONICALIZATION,
                               "base_ref": ctx.base_ref, "base_tree_hash": p.get("base_tree_hash"),
+                              "proposal_base_ref": p.get("base_ref"),
+                              "requires": list(p.get("_requires", [])),
                               "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                               "atomicity": p.get("atomicity", "atomic_proposal"),
                               "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints)})
@@ -291,7 +312,8 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                     max_binary_bytes=policy.max_binary_bytes, reader=reader)
     try:
         stacker = Stacker(canvas, checked, plan, index, policy, emit=emit,
-                          resolver_hook=ctx.resolver_hook)
+                          resolver_hook=ctx.resolver_hook,
+                          requires={pid: tuple(c.proposal.get("_requires", ())) for pid, c in checked.items()})
         state = stacker.run()
         risks = {checked[l.proposal_id.split(":split-")[0]].risk for l in state.layers}
         suites = _suites(ctx.validations, policy, risks, bool(state.derived))
@@ -320,6 +342,61 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                             emit=emit, why=why, rejected=[{"proposal_id": p, **r.to_dict()}
                                                           for p, r in rejected],
                             base_ref=ctx.base_ref)
+
+
+T_BASE_DERIVED = "task.base_derived"
+
+
+def derived_bases(ledger: Any, run_id: str, run_base: str) -> dict[str, dict[str, Any]]:
+    """Derived bases the run loop built for dependent tasks (`task.base_derived`):
+    run base + the listed proposals applied in order."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        events = ledger.events(run_id)
+    except Exception:  # noqa: BLE001
+        return out
+    for e in events:
+        r = Record.from_event(e)
+        a = r.artifact
+        if r.topic == T_BASE_DERIVED and a.get("parent") == run_base and a.get("base_ref"):
+            out[str(a["base_ref"])] = dict(a)
+    return out
+
+
+def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: Sequence[Mapping[str, Any]],
+                          load: Callable[[Mapping[str, Any]], bytes | None], reader: Any,
+                          insp: BaseInspector, cache: dict[str, str], base_ref: str) -> str | None:
+    """Rebuild a derived base from the run base and the proposals it names;
+    its tree must be the one the proposal (and the event) claim. None = ok."""
+    if base_ref in cache:
+        return None
+    by_id = {str(p.get("proposal_id")): p for p in proposals}
+    canvas = Canvas(ctx.repo, ctx.base_ref, run_id=f"{ctx.run_id}-derive", create_worktree=False,
+                    reader=reader)
+    try:
+        for a in d.get("applied", []):
+            src = by_id.get(str(a.get("proposal_id")))
+            raw = load(src) if src is not None else None
+            if raw is None:
+                return f"proposal {a.get('proposal_id')} of the derived base is not available"
+            parsed = diffs.parse_diff(raw)
+            if diffs.diff_digest(raw) != a.get("diff_digest"):
+                return f"proposal {a.get('proposal_id')} digest differs from the derivation"
+            att = canvas.try_apply(parsed)
+            if not att.clean:
+                return f"proposal {a.get('proposal_id')} does not apply while rebuilding the base"
+            canvas.commit(att, [str(a.get("proposal_id"))])
+        tree = canvas.tree.write()
+        canvas.store.flush()
+    except diffs.DiffError as exc:
+        return exc.message
+    finally:
+        canvas.close()
+    if tree != d.get("base_tree_hash"):
+        return "rebuilt derived base tree differs from the recorded one"
+    cache[base_ref] = tree
+    insp.register_virtual_base(base_ref, tree)
+    return None
 
 
 def recorded_result(ledger: Any, run_id: str) -> FinishResult | None:

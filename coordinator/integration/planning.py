@@ -37,6 +37,7 @@ class Candidate:
     critical: bool = False
     atomicity: str = "atomic_proposal"
     deps: bool = False
+    requires: tuple[str, ...] = ()  # proposals its (derived) base already holds
 
     @classmethod
     def from_proposal(cls, proposal: Mapping[str, Any], fingerprints: Sequence[Mapping[str, Any]],
@@ -50,7 +51,8 @@ class Candidate:
                    risk=risk_level(proposal.get("risk")), touched_files=tuple(sorted(touched)),
                    fingerprints=tuple(fingerprints), critical=crit,
                    atomicity=str(proposal.get("atomicity", "atomic_proposal")),
-                   deps=any(is_dependency_file(p, policy) for p in touched))
+                   deps=any(is_dependency_file(p, policy) for p in touched),
+                   requires=tuple(str(x) for x in proposal.get("_requires", ())))
 
     @property
     def tie_break(self) -> tuple[str, str, str]:
@@ -208,12 +210,36 @@ def order_key(c: Candidate, index: OverlapIndex) -> tuple:
             1 if deg else 0, deg, *c.tie_break)
 
 
+def _respect_requirements(ranked: list[Candidate]) -> list[Candidate]:
+    """Stable topological fix-up: a proposal built on a derived base comes
+    after the proposals that base holds (ranking order otherwise kept)."""
+    if not any(c.requires for c in ranked):
+        return ranked
+    ids = {c.proposal_id for c in ranked}
+    out: list[Candidate] = []
+    done: set[str] = set()
+    waiting = list(ranked)
+    while waiting:
+        progressed = False
+        for c in list(waiting):
+            if all(r in done or r not in ids for r in c.requires):
+                out.append(c)
+                done.add(c.proposal_id)
+                waiting.remove(c)
+                progressed = True
+                break
+        if not progressed:  # a cycle cannot happen (bases only hold ancestors); keep order
+            out.extend(waiting)
+            break
+    return out
+
+
 def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
                policy: IntegrationPolicy, rejected: Sequence[tuple[str, Rejection]] = (),
                run_id: str = "", revision: int = 1, created_at: str = "") -> tuple[StackPlan, OverlapIndex]:
     """Order verified candidates, drop redundant ones, record why (pure)."""
     index = OverlapIndex(candidates)
-    ranked = sorted(candidates, key=lambda c: order_key(c, index))
+    ranked = _respect_requirements(sorted(candidates, key=lambda c: order_key(c, index)))
     ordered: list[str] = []
     entries: list[dict[str, Any]] = []
     rej: list[dict[str, Any]] = [rejected_entry(pid, r) for pid, r in rejected]
@@ -238,6 +264,16 @@ def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
         return min(holders, key=ordered.index) if holders else None
 
     for rank, c in enumerate(ranked):
+        missing_req = [r for r in c.requires if r not in ordered]
+        if missing_req:
+            rej.append({"proposal_id": c.proposal_id, "reason": "invalid",
+                        "code": "PLAN_DEPENDENCY_MISSING",
+                        "detail": "its base holds proposals that are not in the stack",
+                        "details": {"requires": list(c.requires), "missing": missing_req}})
+            sel.append({"proposal_id": c.proposal_id, "created_at": c.created_at or created_at,
+                        "diff_digest": c.diff_digest, "accepted": False, "reason": "invalid",
+                        "code": "PLAN_DEPENDENCY_MISSING"})
+            continue
         key = order_key(c, index)
         comp = {"deps_late": key[0], "critical_first": key[1], "risk": key[2], "overlaps": key[4]}
         score = {"proposal_id": c.proposal_id, "score": float(n - rank), "components": comp,

@@ -366,6 +366,24 @@ class BaseInspector:
                 self._cache[base_ref] = (True, tree, oids, frozenset(links))
         return self._cache[base_ref]
 
+    def register_virtual_base(self, base_ref: str, tree: str) -> None:
+        """A base known by its tree only (a derived base the coordinator rebuilt
+        itself): blob ids and symlinks come from the tree."""
+        g = self._gitio
+        oids: dict[str, str] = {}
+        links: set[str] = set()
+        out = g.git(self.repo, "ls-tree", "-r", "-z", "--full-tree", tree).stdout
+        for rec in out.split(b"\x00"):
+            if not rec:
+                continue
+            meta, _, path = rec.partition(b"\t")
+            mode, _typ, oid = meta.decode().split(" ")
+            p = path.decode("utf-8", "surrogateescape")
+            oids[p] = oid
+            if mode == "120000":
+                links.add(p)
+        self._cache[base_ref] = (True, tree, oids, frozenset(links))
+
     def apply_check(self, base_ref: str, parsed: ParsedDiff) -> tuple[bool, str]:
         """Does the diff apply to exactly `base_ref`? In process when every
         file is a plain edit of a base blob, else `git apply --check --cached`
@@ -398,7 +416,7 @@ class BaseInspector:
         with tempfile.TemporaryDirectory(prefix="dome-check-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             g = self._gitio
-            g.git(self.repo, "read-tree", base_ref, env=env)
+            g.git(self.repo, "read-tree", _tree or base_ref, env=env)
             proc = g.git(self.repo, "apply", "--check", "--cached", "-", env=env,
                          input=diffs.serialize_diff(parsed), check=False)
             return proc.returncode == 0, proc.stderr.decode("utf-8", "replace")

@@ -64,7 +64,8 @@ class StackState:
 class Stacker:
     def __init__(self, canvas: Canvas, checked: Mapping[str, CheckedProposal], plan: StackPlan,
                  index: OverlapIndex, policy: IntegrationPolicy, *, emit: Emit,
-                 resolver_hook: ResolverHook | None = None) -> None:
+                 resolver_hook: ResolverHook | None = None,
+                 requires: Mapping[str, Sequence[str]] | None = None) -> None:
         self.canvas = canvas
         self.checked = dict(checked)
         self.plan = plan
@@ -72,6 +73,7 @@ class Stacker:
         self.policy = policy
         self.emit = emit
         self.resolver_hook = resolver_hook
+        self.requires = {k: tuple(v) for k, v in (requires or {}).items()}
         self.state = StackState()
         self._unflushed: list[Layer] = []
 
@@ -86,6 +88,8 @@ class Stacker:
         while queue:
             pid = queue.popleft()
             cp = self.checked[pid]
+            if self._missing_requirements(pid, cp.diff_digest):
+                continue
             att = self.canvas.try_apply(cp.parsed)
             if att.clean:
                 self._accept(pid, cp.diff_digest, cp.parsed, att)
@@ -186,6 +190,23 @@ class Stacker:
         else:
             self.state.why_blocked[pid] = {"state": "dropped", "reason": "conflict",
                                            "conflicts": conflicts}
+
+    def _missing_requirements(self, pid: str, digest: str) -> bool:
+        """A proposal built on a derived base needs every proposal that base
+        holds on the canvas already; otherwise it is dropped, not half-applied."""
+        root = pid.split(":split-")[0]
+        need = [r for r in self.requires.get(root, ()) if r not in self.canvas.included]
+        if not need:
+            return False
+        self._flush()
+        cs = [{"path": "*", "hunk": None, "reason": f"requires {r}, not in the stack"} for r in need]
+        dec = ConflictDecision(pid, "drop", conflict_fingerprint(pid, self.canvas.head, cs), tuple(cs),
+                               "its base holds proposals that are not in the stack")
+        self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id, "head_ref": self.canvas.head})
+        self._not_applied(pid, digest, cs, dec)
+        self.state.why_blocked[pid] = {"state": "dropped", "reason": "dependency not in stack",
+                                       "requires": need}
+        return True
 
     def _conflict_fingerprints(self, pid: str, conflicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         cp = self.checked.get(pid)
@@ -324,6 +345,8 @@ class Stacker:
                             "reapplied": [l.proposal_id for l in later]})
         batch = 1 if self.policy.checkpoint_strategy == "per_layer" else max(1, self.policy.batch_size)
         for layer in later:
+            if self._missing_requirements(layer.proposal_id, layer.diff_digest):
+                continue
             att = self.canvas.try_apply(layer.parsed)
             if att.clean:
                 self._accept(layer.proposal_id, layer.diff_digest, layer.parsed, att,

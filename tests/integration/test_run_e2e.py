@@ -22,6 +22,8 @@ def test_dome_run_promotes_and_verify_accepts(git_repo: Path, tmp_path: Path) ->
     assert run.returncode == 0 and out["status"] == "promoted", run.stderr[-2000:]
     assert git(git_repo, "rev-parse", queue["promote_to"]) == out["head"]
     assert git(git_repo, "show", f"{out['head']}:HELLO.txt") == "hello"
+    # `count` depends on `greet`: it ran on a derived base and is stacked after it
+    assert git(git_repo, "show", f"{out['head']}:COUNT.txt").strip().isdigit()
     ver = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json")
     assert ver.returncode == 0, ver.stdout
     assert json.loads(ver.stdout)["valid"] is True
