@@ -114,11 +114,16 @@ class JobStore:
     def _persist(self, job: Job) -> None:
         if self.root is None:
             return
-        self.root.mkdir(parents=True, exist_ok=True)
         data = {**job.to_json(), "created": job.created, "updated": job.updated, "generation": job.generation}
-        tmp = self.root / f".{job.job_id}.tmp"
-        tmp.write_text(json.dumps(data, separators=(",", ":"), default=str))
-        os.replace(tmp, self.root / f"{job.job_id}.json")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / f".{job.job_id}.tmp"
+            tmp.write_text(json.dumps(data, separators=(",", ":"), default=str))
+            os.replace(tmp, self.root / f"{job.job_id}.json")
+        except OSError as exc:  # jobs still work in memory; only the read-back after exit is lost
+            import sys
+            print(f"dome mcp: job files disabled ({self.root}: {exc})", file=sys.stderr)
+            self.root = None
 
     def _load(self, job_id: str) -> Job | None:
         if self.root is None or not job_id.startswith("job_") or "/" in job_id:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -53,11 +54,15 @@ class Telemetry:
         if self.path is None:
             return
         with self._lock:
-            if self._fh is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fh = open(self.path, "a", buffering=1, encoding="utf-8")
-            event = {"ts": round(time.time(), 6), "pid": os.getpid(), **event}
-            self._fh.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
+            try:
+                if self._fh is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._fh = open(self.path, "a", buffering=1, encoding="utf-8")
+                event = {"ts": round(time.time(), 6), "pid": os.getpid(), **event}
+                self._fh.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
+            except OSError as exc:  # an unwritable ops root must not break the tools; say so once
+                print(f"dome mcp: telemetry file disabled ({self.path}: {exc})", file=sys.stderr)
+                self.path = None
 
     def call(self, tool: str, *, ok: bool, ms: float, error: dict[str, Any] | None = None,
              retries: int = 0) -> None:
