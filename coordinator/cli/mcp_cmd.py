@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stateless", action="store_true", help="HTTP: stateless mode (no session ids)")
     parser.add_argument("--consent-mode", choices=["strict", "lenient", "off"], default=None,
                         help="destructive-tool consent (default: $CONSENT_MODE or strict)")
+    parser.add_argument("--allow", default=os.environ.get("DOME_MCP_ALLOW", ""),
+                        help="comma-separated allow-list of tools and/or capability classes (read, write, admin); "
+                             "tools/list and calls see only these (default: all; $DOME_MCP_ALLOW)")
     parser.add_argument("--tool", default="promote", help="consent: the tool the token allows")
     parser.add_argument("--scope", "--run-id", dest="scope", help="consent: the run id the token is bound to")
     parser.add_argument("--ttl", type=int, default=900, help="consent: token lifetime in seconds")
@@ -42,11 +45,11 @@ def run(args: argparse.Namespace) -> int:
         if os.environ.get("DOME_MCP_NO_FASTPATH") != "1":
             from coordinator.mcp.fastpath import serve
 
-            return serve(args.ops_root, args.consent_mode, args.db)
+            return serve(args.ops_root, args.consent_mode, args.db, allow=_allow(args))
     from coordinator.mcp.dispatch import ToolHost
 
     host = ToolHost(ops_root=args.ops_root, consent_mode=args.consent_mode, db_url=args.db,
-                    rollout_signal=args.action == "serve")
+                    rollout_signal=args.action == "serve", allow=_allow(args))
     if args.action == "consent":
         if not args.scope:
             print("dome mcp consent: --scope RUN_ID is required", file=sys.stderr)
@@ -69,6 +72,11 @@ def run(args: argparse.Namespace) -> int:
 
     run_stdio(host)
     return 0
+
+
+def _allow(args: argparse.Namespace) -> list[str] | None:
+    items = [x.strip() for x in (args.allow or "").split(",") if x.strip()]
+    return items or None
 
 
 def _call(host, args: argparse.Namespace) -> int:

@@ -73,7 +73,8 @@ class ToolHost:
     def __init__(self, *, ops_root: Path | str = "ops", specs: Mapping[str, ToolSpec] | None = None,
                  consent_mode: str | None = None, telemetry_path: Path | None = None,
                  worker_env: dict[str, str] | None = None, handlers: Mapping[str, Handler] | None = None,
-                 db_url: str | None = None, rollout_signal: bool = False) -> None:
+                 db_url: str | None = None, rollout_signal: bool = False,
+                 allow: Collection[str] | None = None) -> None:
         self.rollout_signal = rollout_signal  # SIGHUP -> hot worker reinstall (rollout)
         self.ops_root = Path(ops_root).absolute()
         self.db_url = db_url
@@ -97,6 +98,21 @@ class ToolHost:
         self._users = 0
         self._lifespan_lock = anyio.Lock()
         self._descriptors = {n: s.descriptor() for n, s in self.specs.items()}
+        self.allowed = self.resolve_allow(allow) if allow else None  # None: every tool
+
+    def resolve_allow(self, allow: Collection[str]) -> frozenset[str]:
+        """An allow-list of tool names (aliases too) and capability classes (read | write | admin)."""
+        out: set[str] = set()
+        for item in allow:
+            item = item.strip()
+            if item in ("read", "write", "admin"):
+                out |= {n for n, sp in self.specs.items() if sp.capability == item}
+            elif item:
+                name = self.names.resolve(item)
+                if name is None:
+                    raise ValueError(f"--allow: no tool or capability class {item!r}")
+                out.add(name)
+        return frozenset(out)
 
     # lifecycle -----------------------------------------------------------
     @asynccontextmanager
@@ -153,7 +169,13 @@ class ToolHost:
 
     # discovery -----------------------------------------------------------
     def list_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
+        allowed = self._effective(allowed)
         return [d for n, d in self._descriptors.items() if allowed is None or n in allowed]
+
+    def _effective(self, allowed: Collection[str] | None) -> Collection[str] | None:
+        if self.allowed is None:
+            return allowed
+        return self.allowed if allowed is None else self.allowed & frozenset(allowed)
 
     def compiled(self, name: str) -> CompiledTool:
         c = self._compiled.get(name)
@@ -165,6 +187,7 @@ class ToolHost:
                 allowed: Collection[str] | None = None) -> tuple[ToolSpec, dict[str, Any], list[str]]:
         """Resolve, normalize and validate: (spec, arguments, normalization notes). Raises typed errors."""
         notes: list[str] = []
+        allowed = self._effective(allowed)
         resolved = self.names.resolve(name)
         if resolved is None or (allowed is not None and resolved not in allowed):
             raise UnknownTool(f"no tool named {name!r}", details={"tool": name},

@@ -40,9 +40,10 @@ def cache_path() -> Path | None:
     return root / "dome" if not os.environ.get("DOME_MCP_CACHE_DIR") else root
 
 
-def cache_key() -> str:
+def cache_key(extra: str = "") -> str:
     h = hashlib.sha256()
     h.update(sys.executable.encode())
+    h.update(extra.encode())
     h.update(os.environ.get("DOME_MCP_TEST_TOOLS", "").encode())
     import importlib.util
 
@@ -62,8 +63,8 @@ def cache_key() -> str:
 
 
 class AnswerCache:
-    def __init__(self) -> None:
-        self.key = cache_key()
+    def __init__(self, extra: str = "") -> None:
+        self.key = cache_key(extra)
         d = cache_path()
         self.path = d / f"mcp-fastpath-{self.key}.json" if d else None
         self.data: dict[str, Any] = {}
@@ -115,10 +116,10 @@ def _slot(msg: dict[str, Any]) -> str | None:
 class FastFront:
     """Reads frames until the SDK is ready or a frame needs it."""
 
-    def __init__(self, rd: BinaryIO, wr: BinaryIO) -> None:
+    def __init__(self, rd: BinaryIO, wr: BinaryIO, cache_extra: str = "") -> None:
         self.rd = rd
         self.wr = wr
-        self.cache = AnswerCache()
+        self.cache = AnswerCache(cache_extra)
         self.replay: list[bytes] = []  # frames the SDK must see first
         self.pending: list[bytes] = []  # frames read but not answered
         self.suppress: set[Any] = set()  # ids whose SDK answers are dropped
@@ -206,13 +207,13 @@ class FastFront:
         return True
 
 
-def serve(ops_root: str, consent_mode: str | None, db_url: str | None) -> int:
+def serve(ops_root: str, consent_mode: str | None, db_url: str | None, *, allow: list[str] | None = None) -> int:
     from registry.stdio_guard import claim_stdout
 
     claim = claim_stdout()
     rd = os.fdopen(claim.stdin_fd, "rb", closefd=False)
     wr = os.fdopen(claim.protocol_fd, "wb", closefd=False)
-    front = FastFront(rd, wr)
+    front = FastFront(rd, wr, cache_extra=",".join(sorted(allow or [])))
     ready = threading.Event()
     loaded: dict[str, Any] = {}
 
@@ -221,7 +222,8 @@ def serve(ops_root: str, consent_mode: str | None, db_url: str | None) -> int:
             from coordinator.mcp.dispatch import ToolHost
             from coordinator.mcp.server import build_server
 
-            host = ToolHost(ops_root=ops_root, consent_mode=consent_mode, db_url=db_url, rollout_signal=True)
+            host = ToolHost(ops_root=ops_root, consent_mode=consent_mode, db_url=db_url, rollout_signal=True,
+                            allow=allow)
             loaded["host"] = host
             loaded["server"] = build_server(host)
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread

@@ -106,3 +106,16 @@ async def test_protocol_surface(path, mode, tmp_path):
         await check_normalization_reported_and_porcelain(client, tmp_path)
         await check_progress_strictly_increasing_and_job_polled(client, tmp_path)
         await check_contamination_never_reaches_the_wire(client, tmp_path)
+
+
+async def test_allow_list_filters_tools_list_and_calls(tmp_path):
+    from coordinator.mcp.catalog import default_specs
+    from coordinator.mcp.dispatch import ToolHost
+
+    host = ToolHost(ops_root=tmp_path, specs=default_specs(include_test=True), allow=["read", "test_echo"])
+    async with connect("inproc", "legacy", tmp_path, host=host) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "evaluate" in names and "test_echo" in names
+        assert not names & {"run_submit", "promote", "cancel", "test_slow"}
+        res = await client.call_tool("promote", {"run_id": "r", "idempotency_key": "promote-k1"})
+        assert res.is_error and res.structured_content["code"] == "UNKNOWN_TOOL"
