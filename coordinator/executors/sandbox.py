@@ -64,6 +64,25 @@ def python_roots() -> list[Path]:
     return sorted(r for r in roots if not any(str(r).startswith(s + "/") or str(r) == s for s in SYSTEM_DIRS))
 
 
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def sandbox_path() -> str:
+    """PATH inside a sandbox (worker or validation suite): the `bin` directory of
+    the Python installation dome runs on first, then the system directories.
+
+    That installation is bound read-only into every sandbox anyway; putting its
+    `bin` first makes `python3` in a command or a suite (`python3 -m pytest`)
+    the interpreter with the project's packages (a virtualenv's, pyenv's), not
+    a bare system Python that happens to be first on the system PATH."""
+    bindir = Path(sys.prefix).resolve() / "bin"
+    if not (bindir / "python3").exists() and not (bindir / "python").exists():
+        return SYSTEM_PATH
+    if str(bindir) in SYSTEM_PATH.split(":"):
+        return SYSTEM_PATH
+    return f"{bindir}:{SYSTEM_PATH}"
+
+
 def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
                extra_ro: Iterable[Path] = ()) -> list[str]:
     """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`."""
@@ -89,7 +108,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
           "--die-with-parent", "--new-session", "--cap-drop", "ALL",
           "--chdir", IN_SCRATCH, "--clearenv",
-          "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+          "--setenv", "PATH", sandbox_path(),
           "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
           "--setenv", "PYTHONPATH", str(src[0].parent),
           "--setenv", "PYTHONDONTWRITEBYTECODE", "1",

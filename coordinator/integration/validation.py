@@ -75,7 +75,8 @@ def bwrap_argv(checkout: Path, argv: list[str], *, env: Mapping[str, str] | None
     OPS_ROOT, keys, ledger, the real repository or home directories), the
     checkout read-only at /dome/head, a private /tmp, no network, own PID/IPC/
     UTS namespaces, no capabilities, a new session, dies with the coordinator."""
-    from coordinator.executors.sandbox import ETC_FILES, SYSTEM_DIRS, dome_source_roots, python_roots
+    from coordinator.executors.sandbox import (ETC_FILES, SYSTEM_DIRS, dome_source_roots, python_roots,
+                                               sandbox_path)
     a: list[str] = ["bwrap", "--tmpfs", "/tmp"]
     for d in SYSTEM_DIRS:
         a += ["--ro-bind-try", d, d]
@@ -89,7 +90,7 @@ def bwrap_argv(checkout: Path, argv: list[str], *, env: Mapping[str, str] | None
     a += ["--proc", "/proc", "--dev", "/dev", "--dir", "/dome", "--ro-bind", str(checkout), IN_HEAD,
           "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
           "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", IN_HEAD, "--clearenv",
-          "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+          "--setenv", "PATH", sandbox_path(), "--setenv", "HOME", "/tmp",
           "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
           "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
     if src:
