@@ -1,0 +1,104 @@
+"""The agent-swarm example end to end through the real CLI: seven scripted
+coding agents edit one repository; their overlapping edits are reordered,
+split and dropped, the one that breaks the tests is bisected out, the rest
+is promoted and `dome verify` accepts the run."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, dome_cli, git
+
+EXAMPLE = REPO_ROOT / "examples" / "agent-swarm"
+
+
+def _make_repo(out: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("agent_swarm_make_repo", EXAMPLE / "make_repo.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod.make_repo(out)
+
+
+def test_scripted_agent_edits_are_deterministic(tmp_path: Path) -> None:
+    """Each instruction, run twice on fresh repos, makes the same edit; the
+    bug-introducing one breaks the repository's own tests, the others do not."""
+    diffs = {}
+    steps = {"refactor": ["refactor", "slugify", "textkit/core.py"],
+             "docstrings": ["docstrings", "textkit/core.py"],
+             "median": ["add-function", "median", "textkit/numbers.py", "tests/test_numbers.py"],
+             "bug": ["optimize", "clamp", "textkit/numbers.py"]}
+    for round_ in (1, 2):
+        for name, argv in steps.items():
+            repo = _make_repo(tmp_path / f"r{round_}-{name}")
+            subprocess.run([sys.executable, "tools/agent.py", *argv], cwd=repo, check=True,
+                           capture_output=True)
+            diffs.setdefault(name, set()).add(git(repo, "diff"))
+            tests = subprocess.run([sys.executable, "-m", "pytest", "-q"], cwd=repo, capture_output=True)
+            assert (tests.returncode != 0) == (name == "bug"), (name, tests.stdout[-800:])
+    assert all(len(d) == 1 and next(iter(d)) for d in diffs.values())
+
+
+@pytest.mark.slow
+def test_agent_swarm_run_reorders_splits_drops_bisects_and_promotes(tmp_path: Path) -> None:
+    repo = _make_repo(tmp_path / "repo")
+    base = git(repo, "rev-parse", "main")
+    queue = json.loads((EXAMPLE / "work.queue.json").read_text())
+    queue["repo"] = str(repo)
+    qfile = tmp_path / "work.queue.json"
+    qfile.write_text(json.dumps(queue))
+    ops = tmp_path / "ops"
+
+    run = dome_cli("run", str(qfile), "--ops-root", str(ops), "--json", timeout=240)
+    out = json.loads(run.stdout)
+    assert run.returncode == 0 and out["status"] == "promoted", run.stderr[-3000:]
+    run_id = out["run_id"]
+
+    ev = dome_cli("events", run_id, "--ops-root", str(ops), "--json")
+    assert ev.returncode == 0, ev.stderr
+    events = [json.loads(line) for line in ev.stdout.splitlines() if line.strip()]
+    node_of = {e["payload"]["proposal_id"]: e["payload"]["node_id"] for e in events
+               if e["topic"] == "integration.proposal_verified"}
+
+    def node(pid: str) -> str:
+        return node_of[pid.split(":split-")[0]]
+
+    decisions = [(node(e["payload"]["proposal_id"]), e["payload"]["action"]) for e in events
+                 if e["topic"] == "integration.conflict_decision"]
+    assert {a for _, a in decisions} >= {"reorder", "split", "drop"}, decisions
+    assert ("docstrings", "split") in decisions and ("fix-typo-core", "drop") in decisions
+    assert sorted(decisions) == sorted([("fix-typo-core", "reorder"), ("docstrings", "reorder"),
+                                        ("fix-typo-core", "drop"), ("docstrings", "split"),
+                                        ("docstrings", "drop")])  # the split's remainder
+
+    bisect = [e["payload"] for e in events if e["topic"] == "integration.bisect"]
+    ejected = [e["payload"] for e in events if e["topic"] == "integration.ejected"]
+    assert len(bisect) == 1 and [node(p) for p in bisect[0]["culprit_proposal_ids"]] == ["optimize-clamp"]
+    assert bisect[0]["failing_suites"] == ["tests"]
+    assert len(ejected) == 1 and [node(p) for p in ejected[0]["proposal_ids"]] == ["optimize-clamp"]
+    assert not any(node(p) == "optimize-clamp" for p in out.get("included_proposals") or [])
+
+    head = out["head"]
+    assert git(repo, "rev-parse", queue["promote_to"]) == head
+    included = git(repo, "log", "--format=%(trailers:key=Dome-Proposal,valueonly)", f"{base}..{head}").split()
+    assert sorted(node(p) for p in included) == ["add-median", "docstrings", "fix-typo-readme",
+                                                 "refactor-slugify"]
+    # the promoted tree: the refactor, part of the docstrings, the new function; no bug
+    core = git(repo, "show", f"{head}:textkit/core.py")
+    numbers = git(repo, "show", f"{head}:textkit/numbers.py")
+    assert "def slugify(text: str) -> str:" in core and "puncutation" not in core
+    assert '"""Count the words of TEXT' in core and '"""Lowercase TEXT' not in core
+    assert "def median(values):" in numbers and "max(hi, min(lo, value))" not in numbers
+    assert "receive a review" in git(repo, "show", f"{head}:README.md")
+    tree = tmp_path / "promoted"
+    git(repo, "worktree", "add", "-q", "--detach", str(tree), head)
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q"], cwd=tree, capture_output=True, text=True)
+    assert tests.returncode == 0 and "7 passed" in tests.stdout, tests.stdout[-1500:]
+
+    ver = dome_cli("verify", run_id, "--ops-root", str(ops), "--json")
+    assert ver.returncode == 0 and json.loads(ver.stdout)["valid"] is True, ver.stdout[-2000:]
