@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": args.run_id, "error": exc.to_object()}))
         else:
             print(f"dome promote: {exc.code}: {exc.message}", file=sys.stderr)
-        return 1
+        return 2 if exc.code == "LEDGER_NOT_FOUND" else 1
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:

@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": args.run_id, "valid": False, "error": exc.to_object()}))
         else:
             print(f"dome verify: {exc.code}: {exc.message}", file=sys.stderr)
+        if exc.code == "LEDGER_NOT_FOUND":
+            return 2
         return 3 if exc.code in ("LEDGER_UNAVAILABLE",) else 1
     if args.json:
         print(json.dumps(rep.to_dict(), sort_keys=True))

@@ -129,3 +129,11 @@ def test_large_artifacts_live_in_the_blob_store_and_still_verify(big_repo: Path,
         assert not verify_run(ledger, "run-big", keyring).valid
     finally:
         ledger.close()
+
+
+def test_verify_cli_without_a_ledger_is_bad_input_and_creates_nothing(tmp_path: Path) -> None:
+    ops = tmp_path / "nowhere"
+    proc = dome_cli("verify", "run-x", "--ops-root", str(ops), "--json")
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout)["error"]["code"] == "LEDGER_NOT_FOUND"
+    assert not ops.exists()
