@@ -32,7 +32,7 @@ from registry.schema_store import validate
 from registry.signing import Keyring, PublicKey, SignatureError, dsse_verify
 
 from .cancel import CancellationToken
-from .intents import IntentContext, resolve
+from .intents import IntentContext, handler_action, resolve
 
 PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # liveness starts at dispatch; heartbeats come from the intent (every ~2 s while a command runs)
         handler = resolve(spawn["action_spec"]["intent"])
-        action = dict(spawn["action_spec"])
+        action = handler_action(dict(spawn["action_spec"]))
         if action["intent"] == "command":  # what a command may want to know about its attempt
             action["env"] = {"DOME_RUN_ID": spawn["run_id"], "DOME_NODE_ID": spawn["node_id"],
                              "DOME_ATTEMPT": str(spawn.get("attempt", 1)), "DOME_SEED": str(spawn["determinism_seed"]),

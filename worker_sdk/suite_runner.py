@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from worker_sdk.cancel import CancellationToken
+from worker_sdk.intents import handler_action
 
 
 def _context(scratch: Path, action: dict, seed: int) -> Any:
@@ -40,7 +41,7 @@ def main() -> int:
     req = json.loads(sys.stdin.read())
     module, _, func = req["handler"].partition(":")
     handler = getattr(importlib.import_module(module), func)
-    result = handler(_context(Path(req["scratch"]), dict(req.get("action") or {}),
+    result = handler(_context(Path(req["scratch"]), handler_action(dict(req.get("action") or {})),
                               int(req.get("seed", 0))))
     out = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
     print(json.dumps(out, sort_keys=True, default=str))

@@ -163,12 +163,76 @@ def make_repo(out: Path, data: Path, *, force: bool = False) -> Path:
     return out
 
 
+QUICK_CLIPS = (1, 4)
+QUICK_ITERATIONS = 40
+MIN_FEATURE_NM = 9
+
+
+def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str) -> dict:
+    """One litho.optimize task per clip, a DRC task per mask after it, and the
+    validations that gate promotion: re-simulation, the mask rules, the repo's tests."""
+    tasks = []
+    for n in clips:
+        params = {"layout": f"layouts/M1_test{n}.oas", "out": f"masks/M1_test{n}.oas",
+                  "kernels": "kernels/iccad13", "fill": "lithobench", "mrc": {"min_feature_nm": MIN_FEATURE_NM}}
+        if iterations:
+            params["iterations"] = iterations
+        tasks.append({"node_id": f"optimize-t{n}", "description": f"ILT mask for ICCAD 2013 clip {n}",
+                      "required_capabilities": ["write"], "required_outputs": ["patch_proposal", "evidence:litho"],
+                      "containers": [], "dependencies": [], "risk": "low", "timeout_s": 1800,
+                      "action_spec": {"intent": "litho.optimize", "params": params}})
+        tasks.append({"node_id": f"drc-t{n}", "description": f"mask rules on the clip {n} mask (Ruby deck)",
+                      "required_capabilities": ["read"], "required_outputs": ["evidence:drc"], "containers": [],
+                      "dependencies": [f"optimize-t{n}"], "timeout_s": 600,
+                      "action_spec": {"intent": "drc.run", "params": {
+                          "deck": "rules/mask_rules.drc", "script_type": "ruby", "layout": f"masks/M1_test{n}.oas"}}})
+    return {
+        "artifact_kind": "dome.work.queue/v1",
+        "name": name,
+        "description": "Inverse lithography masks for the ICCAD 2013 M1 clips, checked and promoted with evidence.",
+        "repo": "repo",
+        "base_ref": "main",
+        "determinism_seed": 2013,
+        "policy": "default",
+        "promote_to": "refs/heads/masks",
+        "scheduling": {"max_parallel": 2, "endgame_max_duplicates": 0, "default_max_attempts": 2},
+        "tasks": tasks,
+        "validations": [
+            {"suite": "litho.resim", "name": "litho_resim", "params": {"kernels": "kernels/iccad13"},
+             "required": True, "timeout_s": 1800},
+            {"suite": "drc", "name": "mask_rules", "required": True, "timeout_s": 900,
+             "params": {"deck": "rules/mask_rules.py", "script_type": "python",
+                        "layouts": [f"masks/M1_test{n}.oas" for n in clips]}},
+            {"suite": "command", "name": "repo_tests", "argv": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+             "required": True, "timeout_s": 600},
+        ],
+    }
+
+
+def write_queues(directory: Path = HERE) -> list[Path]:
+    import json
+
+    out = []
+    for fname, clips, iters, name in (("work.queue.json", tuple(range(1, 11)), None, "iccad13-ilt"),
+                                      ("work.quick.json", QUICK_CLIPS, QUICK_ITERATIONS, "iccad13-ilt-quick")):
+        path = directory / fname
+        path.write_text(json.dumps(work_queue(clips, iters, name=name), indent=2) + "\n")
+        out.append(path)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=HERE / "repo")
     ap.add_argument("--data", type=Path, default=None, help="the ICCAD 2013 data folder (SOURCE.md beside it)")
     ap.add_argument("--force", action="store_true", help="recreate the repository if it exists")
+    ap.add_argument("--write-queues", action="store_true",
+                    help="(maintainers) regenerate work.queue.json and work.quick.json beside this script")
     args = ap.parse_args(argv)
+    if args.write_queues:
+        for p in write_queues():
+            print(p)
+        return 0
     data = args.data or default_data()
     if not (data / "layouts" / "M1_test1.glp").is_file():
         print(f"make_repo: no ICCAD 2013 data at {data}; pass --data or set DOME_ICCAD13_DATA", file=sys.stderr)

@@ -75,6 +75,28 @@ def _load(table: dict[str, str], name: str, kind: str) -> Callable[[IntentContex
                             code="INTENT_UNAVAILABLE", details={"name": name, "target": target}) from exc
 
 
+WORK_QUEUE_ACTION_KEYS = frozenset({"intent", "suite", "params", "argv", "env"})
+
+
+def handler_action(action: dict[str, Any]) -> dict[str, Any]:
+    """What a handler reads. A work queue nests an intent's or a domain suite's
+    own inputs under `params` (the action_spec and suite schemas are closed);
+    handlers see them flattened beside `intent`, `argv` and `env`. An action
+    that already carries handler fields at the top level is passed through, so
+    a handler field that is itself named `params` (a DRC deck's parameters)
+    keeps its meaning. The suite's name is dome's business and is dropped."""
+    if not set(action) <= WORK_QUEUE_ACTION_KEYS:
+        return {k: v for k, v in action.items() if k != "suite"}
+    out = {k: v for k, v in action.items() if k not in ("params", "suite")}
+    params = action.get("params") or {}
+    clash = sorted(set(out) & set(params))
+    if clash:
+        raise IntentFailed("a parameter is given both in params and beside it", code="INTENT_PARAMS_CLASH",
+                           details={"fields": clash})
+    out.update(params)
+    return out
+
+
 def resolve(intent: str) -> Callable[[IntentContext], IntentResult]:
     return _load(INTENTS, intent, "intent")
 
