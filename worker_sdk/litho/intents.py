@@ -8,8 +8,8 @@
 - litho.resim (validation suite): re-simulates every committed mask named in
   the repository's litho metrics files (`*.litho.json`) and checks that L2 and
   PVB reproduce exactly; summary.passed says whether all did.
-Paths in an action are relative to the scratch checkout (absolute paths are
-allowed for read-only inputs such as the ICCAD data).
+Paths in an action (layout, mask, out, kernels) are relative to the scratch
+checkout (absolute paths are allowed for read-only inputs such as the ICCAD data).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def evaluate(ctx: IntentContext) -> IntentResult:
     if a.get("mask"):
         req["mask"] = str(_path(ctx, a["mask"]))
     if a.get("kernels"):
-        req["kernels"] = a["kernels"]
+        req["kernels"] = str(_path(ctx, a["kernels"]))
     ctx.progress(0.05, "evaluating")
     resp = api.evaluate(req, ctx.token)
     out = _path(ctx, a.get("out", "litho/evaluate" + METRICS_SUFFIX))
@@ -72,9 +72,11 @@ def optimize(ctx: IntentContext) -> IntentResult:
     out = _path(ctx, a.get("out", f"litho/{layout.stem}.mask.oas"))
     req: dict[str, Any] = {"layout": str(layout), "out": str(out), "fill": a.get("fill", "lithobench"),
                            "seed": int(a.get("seed", ctx.seed))}
-    for key in ("iterations", "kernels", "layer", "mrc"):
+    for key in ("iterations", "layer", "mrc"):
         if a.get(key):
             req[key] = a[key]
+    if a.get("kernels"):
+        req["kernels"] = str(_path(ctx, a["kernels"]))
 
     def progress(done: int, total: int, loss: float) -> None:
         ctx.progress(0.05 + 0.9 * done / max(total, 1), f"ILT iteration {done}/{total}")
@@ -121,7 +123,7 @@ def resimulate(ctx: IntentContext) -> IntentResult:
             mask = ctx.scratch / rep["mask"]
         req = {"layout": str(layout), "mask": str(mask), "fill": rep.get("fill", "lithobench")}
         if ctx.action.get("kernels"):
-            req["kernels"] = ctx.action["kernels"]
+            req["kernels"] = str(_path(ctx, ctx.action["kernels"]))
         resp = api.evaluate(req, ctx.token)
         want, got = rep["metrics"], resp["metrics"]
         ok = want["l2_nm2"] == got["l2_nm2"] and want["pvb_nm2"] == got["pvb_nm2"]
