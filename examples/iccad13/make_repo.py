@@ -36,9 +36,9 @@ MIN_AREA_NM2 = 200
 
 RUBY_DECK = f"""# dome mask-rule deck: minimum width, space and area on the mask layer (1/0).
 # Manhattan data, projection metrics; values at wafer scale (1x).
-# Run: klayout -b -r mask_rules.drc -rd input=MASK.oas -rd report=out.lyrdb
+# Run: klayout -b -r mask_rules.drc -rd input=MASK.oas -rd output=out.lyrdb
 source($input)
-report("mask rules", $report)
+report("mask rules", $output)
 mask = input(1, 0).merged
 mask.width({MIN_WIDTH_NM / 1000.0}.um, projection).output("min_width", "width below {MIN_WIDTH_NM} nm")
 mask.space({MIN_SPACE_NM / 1000.0}.um, projection).output("min_space", "space below {MIN_SPACE_NM} nm")
