@@ -42,23 +42,32 @@ def published_rows(csv_path: Path | None, test_no: int | None) -> list[dict[str,
 
 
 def _published_csv() -> Path | None:
-    for cand in (os.environ.get("DOME_ICCAD13_DATA"),
+    shared = os.environ.get("DOME_SHARED")
+    for cand in (os.environ.get("DOME_ICCAD13_DATA"), shared and str(Path(shared) / "data" / "iccad13"),
                  str(Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iccad13")):
         if cand and (Path(cand) / "published_results.csv").is_file():
             return Path(cand) / "published_results.csv"
     return None
 
 
-def _render_pictures(layout: bytes, layout_name: str, mask: bytes, mask_name: str) -> dict[str, bytes]:
-    """Run the litho picture renderer in a child process; {} when it is unavailable."""
+def _render_pictures(repo: str, rev: str, layout_path: str, mask_path: str,
+                     kernels: str | None) -> dict[str, bytes]:
+    """Run the litho picture renderer in a child process on files of `rev`;
+    {} when the engine is unavailable. The kernels are the repository's own
+    when it pins them (the optics the masks were made for)."""
     with tempfile.TemporaryDirectory(prefix="dome-report-") as tmp:
         t = Path(tmp)
-        (t / layout_name).write_bytes(layout)
-        (t / mask_name).write_bytes(mask)
+        paths = [layout_path, mask_path] + ([kernels] if kernels else [])
+        arch = subprocess.run(["git", "archive", "--format=tar", rev, "--", *paths], cwd=repo, capture_output=True)
+        if arch.returncode != 0:
+            return {}
+        subprocess.run(["tar", "-x", "-C", str(t)], input=arch.stdout, check=True)
         out = t / "out"
-        r = subprocess.run([sys.executable, "-m", "worker_sdk.litho.pictures", "--layout", str(t / layout_name),
-                            "--mask", str(t / mask_name), "--out", str(out)],
-                           capture_output=True, timeout=600)
+        argv = [sys.executable, "-m", "worker_sdk.litho.pictures", "--layout", str(t / layout_path),
+                "--mask", str(t / mask_path), "--out", str(out)]
+        if kernels:
+            argv += ["--kernels", str(t / kernels)]
+        r = subprocess.run(argv, capture_output=True, timeout=600)
         if r.returncode != 0 or not out.is_dir():
             return {}
         return {p.stem: p.read_bytes() for p in sorted(out.glob("*.png"))}
@@ -70,6 +79,8 @@ def _test_number(name: str) -> int | None:
 
 
 def litho_clips(model: ReportModel, *, pictures: bool) -> list[ClipSection]:
+    """One section per optimized clip: metrics from the task's evidence, the
+    layout named by its committed metrics report, pictures from the head."""
     repo = model.manifest.get("repo")
     head = model.finished.get("head")
     csv_path = _published_csv()
@@ -78,17 +89,26 @@ def litho_clips(model: ReportModel, *, pictures: bool) -> list[ClipSection]:
         if ev.kind != "litho.optimize":
             continue
         files = ev.data.get("files") or {}
-        layout_path = ev.data.get("layout") or files.get("layout")
+        report = {}
+        if repo and head and files.get("metrics"):
+            raw = _git_show(repo, head, files["metrics"])
+            report = json.loads(raw) if raw else {}
+        layout_path = report.get("layout") or files.get("layout")
         name = Path(layout_path).stem if layout_path else ev.node_id
         clip = ClipSection(name=name, metrics=dict(ev.data.get("metrics") or {}),
                            published=published_rows(csv_path, _test_number(name)))
-        if pictures and repo and head and layout_path and files.get("mask"):
-            layout = _git_show(repo, head, layout_path)
-            mask = _git_show(repo, head, files["mask"])
-            if layout is not None and mask is not None:
-                clip.images = _render_pictures(layout, Path(layout_path).name, mask, Path(files["mask"]).name)
+        kernels = (ev.data.get("provenance") or {}).get("kernels")
+        kernels = kernels if isinstance(kernels, str) and not Path(kernels).is_absolute() else None
+        if pictures and repo and head and layout_path and files.get("mask") and report:
+            clip.images = _render_pictures(repo, head, layout_path, files["mask"], kernels or _pinned_kernels(repo, head))
         clips.append(clip)
     return sorted(clips, key=lambda c: (_test_number(c.name) or 0, c.name))
+
+
+def _pinned_kernels(repo: str, rev: str) -> str | None:
+    r = subprocess.run(["git", "ls-tree", "-d", "--name-only", rev, "kernels/iccad13"], cwd=repo,
+                       capture_output=True, text=True)
+    return "kernels/iccad13" if r.returncode == 0 and r.stdout.strip() else None
 
 
 def build_report(ledger: Any, ops_root: Path, run_id: str, *, pictures: bool = True) -> Report:
