@@ -174,7 +174,7 @@ def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str) -> 
     tasks = []
     for n in clips:
         params = {"layout": f"layouts/M1_test{n}.oas", "out": f"masks/M1_test{n}.oas",
-                  "kernels": "kernels/iccad13", "fill": "lithobench", "mrc": {"min_feature_nm": MIN_FEATURE_NM}}
+                  "kernels": "kernels/iccad13", "fill": "lithobench", "mrc": {"min_feature_nm": MIN_FEATURE_NM, "min_area_nm2": 2 * MIN_AREA_NM2}}
         if iterations:
             params["iterations"] = iterations
         tasks.append({"node_id": f"optimize-t{n}", "description": f"ILT mask for ICCAD 2013 clip {n}",
@@ -202,7 +202,7 @@ def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str) -> 
              "required": True, "timeout_s": 1800},
             {"suite": "drc", "name": "mask_rules", "required": True, "timeout_s": 900,
              "params": {"deck": "rules/mask_rules.py", "script_type": "python",
-                        "layouts": [f"masks/M1_test{n}.oas" for n in clips]}},
+                        "layouts": ["masks/*.oas"]}},
             {"suite": "command", "name": "repo_tests", "argv": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
              "required": True, "timeout_s": 600},
         ],

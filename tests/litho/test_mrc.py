@@ -58,3 +58,17 @@ def test_rules_reject_even_elements() -> None:
         pass
     else:
         raise AssertionError("even element accepted")
+
+
+def test_small_islands_go_and_small_holes_fill() -> None:
+    t = torch.zeros(96, 96)
+    t[20:70, 20:70] = 1
+    m = t.clone()
+    m[40:44, 40:44] = 0          # a 16 px hole: filled
+    m[30:45, 55:65] = 0          # a 150 px hole: kept
+    m[80:83, 80:83] = 1          # a 9 px island: removed
+    m[2:14, 2:14] = 1            # a 144 px island: kept
+    out = clean_mask(m, t, MaskRules(min_feature_px=1, halo_px=96, min_area_px=100))
+    assert out[40:44, 40:44].min() == 1 and out[30:45, 55:65].max() == 0
+    assert out[80:83, 80:83].max() == 0 and out[2:14, 2:14].min() == 1
+    assert int(out.sum()) == int(t.sum()) - 150 + 144

@@ -170,6 +170,22 @@ def run_drc(ctx: Any) -> Any:
                                  "wall_seconds": round(time.monotonic() - started, 6)})
 
 
+def expand_layouts(scratch: Path, entries: list[str]) -> list[str]:
+    """Layout paths of a suite; an entry with * ? or [ is a glob in the checkout
+    (sorted, so the order is stable), e.g. "masks/*.oas" covers whatever masks
+    the stack under validation holds. A glob matching nothing adds nothing; a
+    plain path is kept as given (a missing file is a failure)."""
+    out: list[str] = []
+    for entry in entries:
+        if any(ch in entry for ch in "*?["):
+            if os.path.isabs(entry) or ".." in Path(entry).parts:
+                raise InvalidTarget("a layout glob must stay inside the checkout", details={"layouts": entry})
+            out += sorted(str(p.relative_to(scratch)) for p in scratch.glob(entry) if p.is_file())
+        else:
+            out.append(entry)
+    return list(dict.fromkeys(out))
+
+
 def drc_suite(ctx: Any) -> Any:
     action = ctx.action
     _validate("drc_suite", action)
@@ -180,7 +196,7 @@ def drc_suite(ctx: Any) -> Any:
         cfg = _config(ctx.scratch, root)
         store = SessionStore(lambda: cfg)
         deck, script_type = _deck(ctx.scratch, action, cfg.allowed_roots)
-        layouts = action["layouts"]
+        layouts = expand_layouts(ctx.scratch, action["layouts"])
         for n, layout in enumerate(layouts):
             ctx.token.check()
             ctx.progress(n / len(layouts), f"{deck.name} on {layout}")

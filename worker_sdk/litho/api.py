@@ -310,7 +310,8 @@ def _apply_mask_rules(mask: np.ndarray, target: np.ndarray, mrc: dict[str, Any] 
 
     from .mrc import MaskRules, clean_mask
 
-    rules = MaskRules(min_feature_px=int(mrc.get("min_feature_nm", 9)), halo_px=int(mrc.get("halo_nm", 256)))
+    rules = MaskRules(min_feature_px=int(mrc.get("min_feature_nm", 9)), halo_px=int(mrc.get("halo_nm", 256)),
+                      min_area_px=int(mrc.get("min_area_nm2", 0)))
     cleaned = clean_mask(torch.from_numpy(np.asarray(mask, dtype=np.float32)),
                          torch.from_numpy(np.asarray(target, dtype=np.float32)), rules)
     return cleaned.numpy().astype(np.asarray(mask).dtype)

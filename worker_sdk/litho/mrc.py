@@ -30,6 +30,7 @@ import torch.nn.functional as F
 class MaskRules:
     min_feature_px: int = 9
     halo_px: int = 256
+    min_area_px: int = 0  # islands and holes smaller than this are removed / filled
     # closing uses a slightly larger square: a gap shorter than the element is
     # not filled by a same-size close, which would leave a sub-minimum space
     close_margin_px: int = 4
@@ -39,6 +40,8 @@ class MaskRules:
             raise ValueError("min_feature_px must be a positive odd number (a centred square element)")
         if self.close_margin_px < 0 or self.close_margin_px % 2:
             raise ValueError("close_margin_px must be a non-negative even number")
+        if self.min_area_px < 0:
+            raise ValueError("min_area_px must be >= 0")
         if self.halo_px < 0:
             raise ValueError("halo_px must be >= 0")
 
@@ -71,4 +74,30 @@ def clean_mask(mask: torch.Tensor, target: torch.Tensor, rules: MaskRules = Mask
         x = _erode(_dilate(x, c), c)  # close: fill narrow gaps
         x = _dilate(_erode(x, s), s)  # open: drop narrow features
         m = x[0, 0]
+    if rules.min_area_px > 0:
+        m = _drop_small(m, rules.min_area_px)
     return m.to(mask.dtype)
+
+
+def _drop_small(m: torch.Tensor, min_area: int) -> torch.Tensor:
+    """Remove islands and fill holes smaller than min_area pixels (4-connected),
+    with KLayout's polygon merge doing the connectivity work."""
+    import numpy as np
+
+    from .layout import raster_to_region, rasterize_exact
+
+    binary = m.numpy() > 0.5
+    region = raster_to_region(binary)
+    kept = region.with_area(min_area, None, False)
+    holes = kept.holes().with_area(None, min_area, False)
+    result = (kept + holes).merged()
+    polys = []
+    for poly in result.each():
+        if not poly.holes():
+            polys.append([(pt.x, pt.y) for pt in poly.each_point_hull()])
+            continue
+        parts = type(result)(poly).decompose_convex()  # hole-free pieces; keep `parts` alive while reading
+        for piece in parts.each():
+            polys.append([(pt.x, pt.y) for pt in piece.each_point_hull()])
+    out = rasterize_exact(polys, binary.shape)
+    return torch.from_numpy(np.ascontiguousarray(out).astype(np.float32))
