@@ -19,7 +19,10 @@ def _run_as_postgres(*cmd: str) -> subprocess.CompletedProcess:
 def pg_url():
     """postgresql+psycopg URL of a fresh cluster on a Unix socket, or skip."""
     pytest.importorskip("psycopg")
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    import glob
+    debian = ":".join(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True))  # Debian keeps them off PATH
+    path = os.pathsep.join(p for p in (os.environ.get("PATH", ""), debian) if p)
+    initdb, pg_ctl = shutil.which("initdb", path=path), shutil.which("pg_ctl", path=path)
     if not initdb or not pg_ctl:
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not installed")
     if os.geteuid() == 0 and not shutil.which("runuser"):
