@@ -203,7 +203,7 @@ def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str) -> 
             {"suite": "drc", "name": "mask_rules", "required": True, "timeout_s": 900,
              "params": {"deck": "rules/mask_rules.py", "script_type": "python",
                         "layouts": ["masks/*.oas"]}},
-            {"suite": "command", "name": "repo_tests", "argv": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+            {"suite": "command", "name": "tests", "argv": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
              "required": True, "timeout_s": 600},
         ],
     }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Set up dome and run its main job on the embedded defaults: inverse lithography
+# and mask-rule DRC on ICCAD 2013 clips, promoted with a signed evidence chain,
+# verified offline, and reported as HTML.
+#   DOME_FULL=1 bash scripts/quickstart.sh   runs all ten clips with the full ILT schedule
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+queue=examples/iccad13/work.quick.json
+[ -n "${DOME_FULL:-}" ] && queue=examples/iccad13/work.queue.json
+
+echo "== building the example repository (examples/iccad13/repo)" >&2
+python3 examples/iccad13/make_repo.py --force >/dev/null
+
+echo "== dome run $queue" >&2
+set +e
+dome run "$queue" --json > ops/quickstart.run.json
+status=$?
+set -e
+run_id=$(python3 -c "import json; print(json.load(open('ops/quickstart.run.json'))['run_id'])")
+echo "== run $run_id ended with exit code $status ($(python3 -c "import json; print(json.load(open('ops/quickstart.run.json'))['status'])"))" >&2
+
+echo "== dome verify $run_id" >&2
+dome verify "$run_id"
+dome report "$run_id" --html ops/report.html
+echo "== report: ops/report.html   ledger: ops/dome.db   artifacts: ops/runs/$run_id" >&2
+exit "$status"
