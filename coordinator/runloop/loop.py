@@ -245,6 +245,8 @@ class RunLoop:
         self.live: dict[str, _Live] = {}
         self.attempts: dict[str, dict[str, Any]] = {}
         self._derived: dict[tuple[str, ...], DerivedBase] = {}
+        self._to_check: set[str] = set(wq.graph.nodes)  # nodes whose acks/losers need a look (all, at start)
+        self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
         self.work = Path(tempfile.mkdtemp(prefix="dome-run-"))
@@ -305,6 +307,8 @@ class RunLoop:
 
     # -- events -----------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
+        if rec.topic == rs.TASK_COMPLETED and rec.node_id:
+            self._to_check.add(rec.node_id)  # a winner to ack, maybe endgame losers to cancel
         if rec.topic == rs.TASK_PROGRESS:
             live = self.live.get(rec.node_execution_id or "")
             if live is not None:
@@ -371,11 +375,14 @@ class RunLoop:
         """The commit an attempt of node_id starts from: the run base, or a derived
         base holding the winning proposals of its ancestors (see derived_base.py)."""
         st = self.writer.state
-        by_neid = {p.get("node_execution_id"): p for p in st.proposals}
-        winners = {n: by_neid[st.node(n).succeeded_by] for n in self.graph.nodes
-                   if st.node(n).succeeded and st.node(n).succeeded_by in by_neid}
-        deps = {n: list(node.dependencies) for n, node in self.graph.nodes.items()}
-        plan = plan_derived_base(node_id, deps, winners)
+        if not st.proposals or not self.graph.nodes[node_id].dependencies:
+            plan: list = []
+        else:
+            by_neid = {p.get("node_execution_id"): p for p in st.proposals}
+            winners = {n: by_neid[st.node(n).succeeded_by] for n in self.graph.nodes
+                       if st.node(n).succeeded and st.node(n).succeeded_by in by_neid}
+            deps = {n: list(node.dependencies) for n, node in self.graph.nodes.items()}
+            plan = plan_derived_base(node_id, deps, winners)
         if not plan or self.wave_sha != self.base_sha:  # a wave on the integration head has its ancestors in it
             return self.wave_sha, self.wave_tree, None
         key = tuple(str(p.get("proposal_id")) for p in plan)
@@ -408,10 +415,13 @@ class RunLoop:
 
     def _schedule(self) -> int:
         with self.writer.lock:
+            if self.writer.appends == self._idle_at:  # nothing happened since the last empty decision
+                return 0
             st = self.writer.state
             status = statuses(self.graph, st)
             decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, status=status)
             if decision is None:
+                self._idle_at = self.writer.appends
                 return 0
             wave_id = decision["wave_id"]
             base_source = self._wave_base()
@@ -513,7 +523,8 @@ class RunLoop:
                     "attempt timed out")
         st = self.writer.state
         acks = []
-        for nid in self.graph.nodes:
+        check, self._to_check = self._to_check, set()
+        for nid in sorted(check):
             ns = st.node(nid)
             if ns.succeeded:
                 for loser in ns.active:
