@@ -58,7 +58,6 @@ def test_failing_suite_blocks_naming_the_link(big_repo: Path, tmp_path: Path) ->
     res, ledger, _ = _run(big_repo, props, tmp_path, policy=pol)
     assert res.status == "blocked"
     assert any(m.startswith("validation:lint: missing") for m in res.missing)
-    assert git(big_repo, "rev-parse", "--verify", "-q", "refs/heads/release", ) == "" if False else True
     import subprocess
     assert subprocess.run(["git", "rev-parse", "--verify", "-q", "refs/heads/release"],
                           cwd=big_repo).returncode != 0
