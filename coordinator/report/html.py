@@ -47,9 +47,10 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
 
 
 def _clip_html(c: ClipSection) -> str:
-    figs = "".join(f"<figure>{_img(png, f'{c.name} {ROLE_TITLES.get(role, role)}')}"
+    order = list(ROLE_TITLES) + sorted(set(c.images) - set(ROLE_TITLES))
+    figs = "".join(f"<figure>{_img(c.images[role], f'{c.name} {ROLE_TITLES.get(role, role)}')}"
                    f"<figcaption>{escape(ROLE_TITLES.get(role, role))}</figcaption></figure>"
-                   for role, png in c.images.items())
+                   for role in order if role in c.images)
     rows = [["dome (this run)", c.metrics.get("l2_nm2", ""), c.metrics.get("pvb_nm2", ""),
              c.metrics.get("epe_violations", ""), c.metrics.get("fill", "")]]
     for p in c.published:
