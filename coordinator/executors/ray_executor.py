@@ -14,6 +14,8 @@ multi-host clusters is future work.
 """
 from __future__ import annotations
 
+import os
+
 import re
 import threading
 from typing import Any, Mapping
@@ -63,8 +65,11 @@ class RayExecutor:
         self.max_concurrency = max_concurrency
         self.limits = limits or Limits()
         if not ray.is_initialized():
-            ray.init(**(dict(ray_init) if ray_init else {"num_cpus": max_concurrency, "include_dashboard": False,
-                                                          "log_to_driver": False}))
+            if ray_init is None and os.environ.get("RAY_ADDRESS"):
+                ray.init(log_to_driver=False)  # join the cluster named by RAY_ADDRESS; it sets the resources
+            else:
+                ray.init(**(dict(ray_init) if ray_init else {"num_cpus": max_concurrency, "include_dashboard": False,
+                                                              "log_to_driver": False}))
         self._ray = ray
         self._remote = ray.remote(max_retries=0)(_attempt)
         self._refs: dict[str, Any] = {}
