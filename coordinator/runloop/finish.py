@@ -17,6 +17,9 @@ def integration_finish(fc: FinishContext) -> dict[str, Any]:
     from coordinator.integration.finish import finish_run
     from coordinator.integration.policy import IntegrationPolicy
 
+    if not fc.proposals:  # every task succeeded without a patch: nothing to integrate or promote
+        from .loop import default_finish
+        return default_finish(fc)
     graph = fc.work_queue.graph
     task_meta = {nid: {"risk": n.task.get("risk"), "atomicity": n.task.get("atomicity")}
                  for nid, n in graph.nodes.items()}
