@@ -37,11 +37,12 @@ def test_slivers_pinholes_and_far_material_are_removed() -> None:
     assert torch.equal(out[40:80, 40:80], t[40:80, 40:80])
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(8, 50), st.integers(8, 50), st.integers(1, 14), st.integers(1, 14)),
                 min_size=1, max_size=6))
-def test_cleaned_masks_pass_a_projection_width_check(boxes) -> None:
-    # opening is last: the result is a union of squares, so every width is >= the element
+def test_cleaned_masks_pass_projection_width_and_space_checks(boxes) -> None:
+    # opening leaves a union of squares (widths >= the element); gaps it leaves
+    # at offset junctions are bridged
     m = torch.zeros(64, 64)
     for x, y, w, h in boxes:
         m[y:y + h, x:x + w] = 1
@@ -49,6 +50,7 @@ def test_cleaned_masks_pass_a_projection_width_check(boxes) -> None:
     reg = _region(out)
     proj = kdb.Metrics.Projection
     assert reg.width_check(4, False, proj).count() == 0
+    assert reg.space_check(4, False, proj).count() == 0
 
 
 def test_rules_reject_even_elements() -> None:
@@ -72,3 +74,13 @@ def test_small_islands_go_and_small_holes_fill() -> None:
     assert out[40:44, 40:44].min() == 1 and out[30:45, 55:65].max() == 0
     assert out[80:83, 80:83].max() == 0 and out[2:14, 2:14].min() == 1
     assert int(out.sum()) == int(t.sum()) - 150 + 144
+
+
+def test_a_gap_left_at_an_offset_junction_is_bridged() -> None:
+    m = torch.zeros(64, 64)
+    m[8:13, 8:13] = 1
+    m[14:19, 9:14] = 1  # one empty row between two offset squares
+    out = clean_mask(m, m, MaskRules(min_feature_px=5, halo_px=64))
+    assert out[13, 9:13].min() == 1
+    reg = _region(out)
+    assert reg.count() == 1 and reg.space_check(4, False, kdb.Metrics.Projection).count() == 0

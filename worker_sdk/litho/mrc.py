@@ -12,8 +12,9 @@ cleaned to a minimum feature size:
    `min_feature_px - 1` always passes. Spacing is what the closing enforces
    (closing first fills gaps narrower than its element; opening only
    removes material). Opening can split a shape at an offset junction and
-   leave a gap below the minimum; the larger closing element makes that rare,
-   and the mask-rule deck run after optimization is what certifies a mask.
+   leave a gap below the minimum; such gaps are then bridged with the error
+   region of a projection space check, as a mask-rule fixer would. The
+   mask-rule deck run after optimization is what certifies a mask.
 
 The cleaned mask is what gets evaluated, written and committed, so the
 claimed metrics always describe the mask the shop would build.
@@ -31,6 +32,9 @@ class MaskRules:
     min_feature_px: int = 9
     halo_px: int = 256
     min_area_px: int = 0  # islands and holes smaller than this are removed / filled
+    # gaps narrower than this left after opening (at offset junctions) are
+    # bridged; 0 means min_feature_px - 1
+    min_space_px: int = 0
     # closing uses a slightly larger square: a gap shorter than the element is
     # not filled by a same-size close, which would leave a sub-minimum space
     close_margin_px: int = 4
@@ -74,30 +78,53 @@ def clean_mask(mask: torch.Tensor, target: torch.Tensor, rules: MaskRules = Mask
         x = _erode(_dilate(x, c), c)  # close: fill narrow gaps
         x = _dilate(_erode(x, s), s)  # open: drop narrow features
         m = x[0, 0]
+    space = rules.min_space_px or max(0, s - 1)
+    if space > 1:
+        m = _bridge_narrow_gaps(m, space)
     if rules.min_area_px > 0:
         m = _drop_small(m, rules.min_area_px)
     return m.to(mask.dtype)
 
 
+def _bridge_narrow_gaps(m: torch.Tensor, space: int) -> torch.Tensor:
+    """Fill every gap narrower than `space` (projection metric, between shapes
+    or inside one) with the error region KLayout reports for it, the way a
+    mask-rule fixer bridges a sub-minimum space."""
+    import klayout.db as kdb
+
+    from .layout import raster_to_region
+
+    region = raster_to_region(m.numpy() > 0.5)
+    gaps = region.space_check(space, False, kdb.Metrics.Projection).polygons()
+    if gaps.is_empty():
+        return m
+    return _to_raster((region + gaps).merged(), tuple(m.shape))
+
+
 def _drop_small(m: torch.Tensor, min_area: int) -> torch.Tensor:
     """Remove islands and fill holes smaller than min_area pixels (4-connected),
     with KLayout's polygon merge doing the connectivity work."""
-    import numpy as np
+    from .layout import raster_to_region
 
-    from .layout import raster_to_region, rasterize_exact
-
-    binary = m.numpy() > 0.5
-    region = raster_to_region(binary)
+    region = raster_to_region(m.numpy() > 0.5)
     kept = region.with_area(min_area, None, False)
     holes = kept.holes().with_area(None, min_area, False)
-    result = (kept + holes).merged()
+    return _to_raster((kept + holes).merged(), tuple(m.shape))
+
+
+def _to_raster(region, shape: tuple[int, int]) -> torch.Tensor:
+    """A merged klayout.db Region back to a 0/1 raster (pixel = 1 dbu)."""
+    import numpy as np
+
+    from .layout import rasterize_exact
+
     polys = []
-    for poly in result.each():
+    for poly in region.each():
         if not poly.holes():
             polys.append([(pt.x, pt.y) for pt in poly.each_point_hull()])
             continue
-        parts = type(result)(poly).decompose_convex()  # hole-free pieces; keep `parts` alive while reading
+        parts = type(region)(poly).decompose_convex()  # hole-free pieces; keep `parts` alive while reading
         for piece in parts.each():
             polys.append([(pt.x, pt.y) for pt in piece.each_point_hull()])
-    out = rasterize_exact(polys, binary.shape)
+    out = rasterize_exact(polys, shape)
     return torch.from_numpy(np.ascontiguousarray(out).astype(np.float32))
