@@ -10,6 +10,9 @@ Rows (all in one process, same payload sizes):
   verify warm               the same token again: cached signature result, every state check
   authorize (ledger)        the full gateway path: verify + revocation re-check + charge event
                             in a real ledger transaction (SQLite when ledger/ has landed)
+  proof make                the worker client's per-call proof (args digest + Ed25519 sign + encode)
+  verify warm cnf           verify warm of a sender-constrained (cnf) grant: + the call proof check
+  authorize cnf (ledger)    authorize with a fresh proof per call (what every run-loop call pays)
 Targets: warm <= 20 us; cold <= 2x raw verify. The cold/raw ratio is also
 measured paired (each cold verification timed next to a raw verify, medians),
 which is what the target is judged on: on a shared, loaded machine the
@@ -111,8 +114,31 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(k):
             warm_v.verify(sample.token, method="read_file", run_id=RUN, wave_id=WAVE, audience=AUD, now=now + 1)
 
+    wkey = SigningKey.generate()
+    cnf_g = issue_profile(node_execution_id="cnf.1", worker_public_key=wkey.public.raw, **kw)
+    pargs = {"idempotency_key": "cnf.1:put_artifact:1", "node_execution_id": "cnf.1", "media_type": "text/plain",
+             "content_b64": "aGVsbG8=", "expected_digest": "sha256:" + "0" * 64}
+
+    def mk_proof(i: int = 0, a: dict = pargs, key_: str | None = "cnf.1:put_artifact:1", method: str = "put_artifact",
+                 g=cnf_g) -> str:
+        return tp.make_call_proof(wkey, jti=g.jti, method=method, args=a, idempotency_key=key_,
+                                  ts=int(now + 1), nonce=f"{i:016x}")
+
+    one_proof = mk_proof()
+    cnf_v = GrantVerifier(ring, None, registry=reg)
+
+    def proof_make(k: int) -> None:
+        for i in range(k):
+            mk_proof(i)
+
+    def warm_cnf(k: int) -> None:
+        for _ in range(k):
+            cnf_v.verify(cnf_g.token, method="put_artifact", run_id=RUN, wave_id=WAVE, audience=AUD, now=now + 1,
+                         args=pargs, idempotency_key="cnf.1:put_artifact:1", proof=one_proof)
+
     # interleaved rounds: every row sees the same machine load; the best round counts
-    fns = {"raw_sign_us": (raw_sign, n), "raw_verify_us": (raw_verify, n), "issue_us": (issue, max(n // 10, 20)),
+    fns = {"proof_make_us": (proof_make, n), "verify_warm_cnf_us": (warm_cnf, n),
+           "raw_sign_us": (raw_sign, n), "raw_verify_us": (raw_verify, n), "issue_us": (issue, max(n // 10, 20)),
            "sigcheck_cold_us": (cold_sig, n), "verify_cold_us": (cold, n), "verify_warm_us": (warm, n * 5)}
     rows: dict = {k: float("inf") for k in fns}
     for _ in range(a.rounds):
@@ -151,6 +177,16 @@ def main(argv: list[str] | None = None) -> int:
                                   now=now + 1, args={"path": "a"}):
                     pass
         rows["authorize_ledger_us"] = _per_op(authorize, m, repeats=1) * 1e6
+        big_cnf = issue_profile(node_execution_id="auth.2", worker_public_key=wkey.public.raw,
+                                **{**kw, "required_capabilities": ["read"]})
+        proofs = iter([mk_proof(i, {"path": "a"}, None, "read_file", big_cnf) for i in range(2 * m + 10)])
+
+        def authorize_cnf(k: int) -> None:
+            for _ in range(k):
+                with gv.authorize(big_cnf.token, method="read_file", run_id=RUN, wave_id=WAVE, audience=AUD,
+                                  now=now + 1, args={"path": "a"}, proof=next(proofs)):
+                    pass
+        rows["authorize_cnf_ledger_us"] = _per_op(authorize_cnf, m, repeats=1) * 1e6
     rows["ledger"] = kind
     rows["token_bytes"] = len(sample.token)
     rows["cold_over_raw_verify"] = rows["verify_cold_us"] / rows["raw_verify_us"]

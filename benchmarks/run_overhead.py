@@ -52,7 +52,7 @@ class NullWorkers:
 
     def dispatch(self, spec, files: AttemptFiles) -> None:
         from worker_sdk.client import GatewayClient
-        from worker_sdk.runtime import token_of
+        from worker_sdk.runtime import load_worker_key, token_of
         neid = spec["node_execution_id"]
         with self._lock:
             self._running.add(neid)
@@ -63,7 +63,9 @@ class NullWorkers:
             import json as _j
             import base64
             profile = _j.loads(base64.b64decode(spec["grant"]["payload"]))
-            c = GatewayClient(token=token_of(spec["grant"]), profile=profile, socket=str(self._socket()))
+            key = load_worker_key(str(files.worker_key) if files.worker_key else None, profile)
+            c = GatewayClient(token=token_of(spec["grant"]), profile=profile, socket=str(self._socket()),
+                              worker_key=key)
             c.complete_task("succeeded", summary={"noop": True})
             c.close()
             with self._lock:

@@ -62,6 +62,18 @@ class GrantProofInvalid(GrantError):
     code, check = "GRANT_PROOF_INVALID", "binding"
 
 
+class GrantProofMismatch(GrantProofInvalid):
+    """A valid proof by the worker key, but over another call (method, arguments or idempotency key)."""
+
+    code = "GRANT_PROOF_MISMATCH"
+
+
+class GrantProofStale(GrantProofInvalid):
+    """A valid proof whose timestamp is outside the allowed skew."""
+
+    code = "GRANT_PROOF_STALE"
+
+
 class GrantProofReplayed(GrantError):
     code, check = "GRANT_PROOF_REPLAYED", "binding"
 
@@ -120,6 +132,7 @@ class EmptyGrant(GrantIssueError):
 VERIFY_ERRORS: tuple[type[GrantError], ...] = (
     GrantMalformed, GrantUnknownKid, GrantSignatureInvalid, GrantWrongPayloadType, GrantPayloadInvalid,
     GrantWrongAudience, GrantWrongRun, GrantWrongWave, GrantWrongWorker, GrantProofMissing,
-    GrantProofInvalid, GrantProofReplayed, GrantNotYetValid, GrantExpired, GrantReplayed, GrantRevoked,
+    GrantProofInvalid, GrantProofMismatch, GrantProofStale, GrantProofReplayed, GrantNotYetValid, GrantExpired,
+    GrantReplayed, GrantRevoked,
     GrantAdminMethodDenied, GrantMethodNotGranted, GrantBudgetExhausted,
 )

@@ -32,7 +32,8 @@ import nacl.signing
 
 from .canonical import CANONICALIZATION, canonical_json, digest_bytes, digest_json
 from .grant_errors import (
-    GrantExpired, GrantMalformed, GrantNotYetValid, GrantPayloadInvalid, GrantProofInvalid, GrantProofMissing,
+    GrantExpired, GrantMalformed, GrantNotYetValid, GrantPayloadInvalid, GrantProofInvalid, GrantProofMismatch,
+    GrantProofMissing, GrantProofStale,
     GrantSignatureInvalid, GrantUnknownKid, GrantWrongAudience, GrantWrongPayloadType, GrantWrongRun,
     GrantWrongWave, GrantWrongWorker,
 )
@@ -289,16 +290,20 @@ def args_digest(args: Any) -> str:
     return digest_json(args)
 
 
-def call_proof_body(*, jti: str, method: str, args: Any, idempotency_key: str | None, ts: int) -> dict[str, Any]:
-    return {"jti": jti, "method": method, "args_digest": args_digest(args),
+def call_proof_body(*, jti: str, method: str, args: Any, idempotency_key: str | None, ts: int,
+                    nonce: str | None = None) -> dict[str, Any]:
+    body = {"jti": jti, "method": method, "args_digest": args_digest(args),
             "idempotency_key": idempotency_key, "ts": ts}
+    if nonce is not None:  # makes a resent call's proof distinct (Ed25519 is deterministic)
+        body["nonce"] = nonce
+    return body
 
 
 def make_call_proof(worker_key: SigningKey, *, jti: str, method: str, args: Any,
-                    idempotency_key: str | None, ts: int) -> str:
+                    idempotency_key: str | None, ts: int, nonce: str | None = None) -> str:
     """What a worker sends beside its grant on every call (base64url DSSE)."""
-    env = sign_payload(call_proof_body(jti=jti, method=method, args=args, idempotency_key=idempotency_key, ts=ts),
-                       worker_key, payload_type=CALL_PROOF_TYPE)
+    env = sign_payload(call_proof_body(jti=jti, method=method, args=args, idempotency_key=idempotency_key, ts=ts,
+                                       nonce=nonce), worker_key, payload_type=CALL_PROOF_TYPE)
     return b64u_encode(canonical_json(env))
 
 
@@ -334,10 +339,10 @@ def check_call_proof(payload: Mapping[str, Any], proof: str | None, *, method: s
                 "idempotency_key": idempotency_key}
     for k, v in expected.items():
         if claimed.get(k) != v:
-            raise GrantProofInvalid(f"call proof does not match this call ({k})", details={"field": k})
+            raise GrantProofMismatch(f"call proof does not match this call ({k})", details={"field": k})
     ts = claimed.get("ts")
     if not isinstance(ts, int) or abs(now - ts) > min(max(leeway, 0.0), MAX_LEEWAY_SECONDS):
-        raise GrantProofInvalid("call proof timestamp is outside the allowed skew", details={"ts": ts})
+        raise GrantProofStale("call proof timestamp is outside the allowed skew", details={"ts": ts})
     return sig
 
 

@@ -13,7 +13,11 @@ the official SDK client as well.
 Before anything is sent the client refuses calls the grant does not allow
 (OUT_OF_PROFILE) and calls past the grant's budgets (BUDGET_EXHAUSTED:
 `max_calls`, `max_calls_by_method`, `max_bytes`), counting what it spent;
-the gateway checks again. Idempotency keys derive from the
+the gateway checks again. When the grant is sender-constrained (`cnf`),
+the client holds the attempt's worker key and signs a proof of every call
+(method, canonical arguments digest, idempotency key, timestamp, a fresh
+nonce per send) into the `dome-call-proof` header; the key never leaves
+the client. Idempotency keys derive from the
 node_execution_id, so a retried call is recognized as the same call.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
 import socket as _socket
 import threading
 import time
@@ -29,7 +34,9 @@ from urllib.parse import urlparse
 
 from registry.canonical import digest_bytes
 from registry.errors import DomeError, ErrorObject
+from registry.signing import SigningKey
 
+PROOF_HEADER = "dome-call-proof"  # coordinator.gateway.auth.PROOF_HEADER
 PROTOCOL_VERSION = "2026-07-28"  # the sessionless MCP revision: no initialize round trip per worker
 
 
@@ -41,6 +48,10 @@ class BudgetExhausted(DomeError):
     code = "BUDGET_EXHAUSTED"
 
 
+class WorkerKeyMismatch(DomeError):
+    code = "WORKER_KEY_MISMATCH"
+
+
 class GatewayError(DomeError):
     code = "GATEWAY_ERROR"
     retry = "light"
@@ -48,9 +59,14 @@ class GatewayError(DomeError):
 
 class GatewayClient:
     def __init__(self, *, token: str, profile: Mapping[str, Any], socket: str | None = None,
-                 url: str | None = None, timeout: float = 60.0) -> None:
+                 url: str | None = None, timeout: float = 60.0, worker_key: SigningKey | None = None) -> None:
         self.token = token
         self.profile = dict(profile)
+        cnf = self.profile.get("cnf")
+        if cnf is not None and (worker_key is None or worker_key.kid != cnf.get("kid")):
+            raise WorkerKeyMismatch("the grant is sender-constrained and this client lacks its worker key",
+                                    details={"cnf_kid": cnf.get("kid")})
+        self._worker_key = worker_key if cnf is not None else None
         self.neid = self.profile["node_execution_id"]
         self.allowed = set(self.profile.get("allowed_methods", []))
         self.budgets = dict(self.profile.get("budgets", {}))
@@ -83,6 +99,12 @@ class GatewayClient:
             self._path = u.path or "/mcp"
         return self._conn
 
+    def _proof(self, name: str, args: Mapping[str, Any]) -> str:
+        from registry.toolprofile import make_call_proof
+        return make_call_proof(self._worker_key, jti=self.profile["jti"], method=name, args=args,
+                               idempotency_key=args.get("idempotency_key"), ts=int(time.time()),
+                               nonce=os.urandom(8).hex())
+
     def _rpc(self, method: str, params: Any, *, notify: bool = False) -> Any:
         with self._lock:
             params = {**(params or {}), "_meta": {"io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
@@ -98,6 +120,8 @@ class GatewayClient:
                 headers["mcp-name"] = str(params["name"])
             body = json.dumps(msg).encode()
             for attempt in range(3):
+                if self._worker_key is not None and method == "tools/call":  # a fresh proof per send
+                    headers[PROOF_HEADER] = self._proof(params["name"], params.get("arguments") or {})
                 try:
                     conn = self._connection()
                     conn.request("POST", self._path, body, headers)

@@ -72,6 +72,23 @@ def verify_own_grant(spawn: dict[str, Any], pub: PublicKey, *, now: float | None
     return profile
 
 
+def load_worker_key(path: str | None, profile: dict[str, Any]) -> Any:
+    """The attempt's private key (a 0600 file the coordinator bound in, never in
+    the SpawnSpec): needed when the grant is sender-constrained (`cnf`)."""
+    cnf = profile.get("cnf")
+    if cnf is None:
+        return None
+    from registry.signing import SigningKey
+    if not path or not Path(path).is_file():
+        raise WorkerStartError("my grant is sender-constrained but no worker key was delivered",
+                               code="WORKER_KEY_MISSING")
+    kid, b64 = Path(path).read_text().split()[:2]
+    key = SigningKey(base64.b64decode(b64))
+    if key.kid != kid or key.kid != cnf.get("kid"):
+        raise WorkerStartError("the worker key is not the one my grant is bound to", code="WORKER_KEY_MISMATCH")
+    return key
+
+
 def _git(cwd: Path, *args: str) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": "dome-worker", "GIT_AUTHOR_EMAIL": "worker@dome.invalid",
@@ -104,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
                  spawn["base_ref"], spawn["base_tree_hash"])
         from .client import GatewayClient
         gw = spawn["gateway"]
+        worker_key = load_worker_key(os.environ.get("DOME_WORKER_KEY"), profile)
         client = GatewayClient(token=token_of(spawn["grant"]), profile=profile,
-                               socket=gw.get("socket"), url=gw.get("url"))
+                               socket=gw.get("socket"), url=gw.get("url"), worker_key=worker_key)
     except Exception as exc:  # noqa: BLE001 - reported on stderr for the executor
         err = exc.to_object() if isinstance(exc, DomeError) else {"code": "WORKER_START_FAILED",
                                                                   "message": f"{type(exc).__name__}: {exc}"}

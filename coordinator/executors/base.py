@@ -53,6 +53,7 @@ class AttemptFiles:
     coordinator_pub: Path
     log_dir: Path
     task_json: Path | None = None  # what the worker's runtime needs beyond the SpawnSpec (limits, outputs)
+    worker_key: Path | None = None  # the attempt's private key (0600) for a sender-constrained grant
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ Inside the sandbox a worker sees:
   (read-only, at their host paths);
 - /dome/scratch (read-write; its private checkout goes in /dome/scratch/repo),
   /dome/base.git (read-only objects of the base commit), /dome/spawn.json,
-  /dome/coordinator.pub and /dome/gateway.sock (the only way out);
+  /dome/coordinator.pub, /dome/gateway.sock (the only way out) and, for a
+  sender-constrained grant, /dome/worker.key (read-only; this attempt's
+  private key, 0600, bound into this attempt's sandbox only);
 - a private /tmp, /proc of its own PID namespace, a minimal /dev.
 
 Nothing else of the host: not the real repository or its .git, not
@@ -38,6 +40,7 @@ IN_SPAWN = "/dome/spawn.json"
 IN_PUB = "/dome/coordinator.pub"
 IN_SOCKET = "/dome/gateway.sock"
 IN_TASK = "/dome/task.json"
+IN_WORKER_KEY = "/dome/worker.key"
 ETC_FILES = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "localtime", "alternatives",
              "ssl", "ca-certificates", "gitconfig", "resolv.conf", "ld.so.conf", "ld.so.conf.d")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -105,6 +108,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--ro-bind", str(files.coordinator_pub), IN_PUB,
           "--bind", str(files.gateway_socket), IN_SOCKET,
           *(["--ro-bind", str(files.task_json), IN_TASK] if files.task_json else []),
+          *(["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
           "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
           "--die-with-parent", "--new-session", "--cap-drop", "ALL",
           "--chdir", IN_SCRATCH, "--clearenv",
@@ -115,6 +119,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--setenv", "DOME_SCRATCH", IN_SCRATCH, "--setenv", "DOME_BASE_GIT", IN_BASE,
           "--setenv", "DOME_COORDINATOR_PUB", IN_PUB,
           *(["--setenv", "DOME_TASK_META", IN_TASK] if files.task_json else []),
+          *(["--setenv", "DOME_WORKER_KEY", IN_WORKER_KEY] if files.worker_key else []),
           "--", python or sys.executable, "-s", "-m", "worker_sdk", IN_SPAWN]
     return a
 
@@ -129,7 +134,8 @@ def direct_env(files: AttemptFiles) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(files.scratch),
             "PYTHONPATH": str(src), "DOME_SCRATCH": str(files.scratch), "DOME_BASE_GIT": str(files.base_git),
             "DOME_COORDINATOR_PUB": str(files.coordinator_pub), "LANG": "C.UTF-8",
-            **({"DOME_TASK_META": str(files.task_json)} if files.task_json else {})}
+            **({"DOME_TASK_META": str(files.task_json)} if files.task_json else {}),
+            **({"DOME_WORKER_KEY": str(files.worker_key)} if files.worker_key else {})}
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,7 +5,8 @@ Issuance is `coordinator.grants.issue_profile` (policy ∩ resolver ∩ contract
 the `grant.issued` event itself in the dispatch transaction. Verification of
 every tool call is `coordinator.grants.GrantVerifier.authorize` (signature,
 payload type, audience, run and wave binding, time, jti single use,
-revocation, method, budgets), whose transaction the tool's own events join.
+revocation, method, budgets; for a sender-constrained grant the per-call
+proof from the PROOF_HEADER request header), whose transaction the tool's own events join.
 `tools/list` runs the same checks that need no method (signature, payload
 type, audience, run binding, time, revocation) and lists the granted tools.
 """
@@ -20,6 +21,7 @@ from registry.grant_errors import GrantError
 
 from ..grants import ISSUED_TOPIC, GrantVerifier, SignedGrant, issue_profile
 
+PROOF_HEADER = "dome-call-proof"  # the per-call proof of possession of the grant's cnf key
 EVIDENCE_CAPABILITY = "write:evidence"  # every attempt may store evidence (logs); the policy adds the lifecycle
 CARD = "agent_cli"
 
@@ -36,11 +38,15 @@ def grant_capabilities(required: list[str]) -> list[str]:
 
 
 def issue(*, key: Any, run_id: str, wave_id: str, node_id: str, node_execution_id: str, capabilities: list[str],
-          ttl_s: float, policy_id: str, seed: int, inputs_hash: str) -> tuple[SignedGrant, dict[str, Any]]:
-    """(grant, grant.issued payload) for one attempt."""
+          ttl_s: float, policy_id: str, seed: int, inputs_hash: str,
+          worker_public_key: bytes | None = None) -> tuple[SignedGrant, dict[str, Any]]:
+    """(grant, grant.issued payload) for one attempt. With `worker_public_key`
+    the grant is sender-constrained (`cnf`): every call must carry a proof
+    signed by the matching private key (PROOF_HEADER)."""
     g = issue_profile(key=key, run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id,
                       required_capabilities=grant_capabilities(capabilities), policy_id=policy_id, card=CARD,
-                      ttl_seconds=int(ttl_s), determinism_seed=seed, inputs_hash=inputs_hash)
+                      ttl_seconds=int(ttl_s), determinism_seed=seed, inputs_hash=inputs_hash,
+                      worker_public_key=worker_public_key)
     issued = {"profile": dict(g.payload), "payload_digest": digest_json(dict(g.payload)),
               "token_digest": tp.token_digest(g.token), "dropped_methods": dict(g.scope.dropped)}
     return g, issued
@@ -56,5 +62,5 @@ def verify_for_listing(verifier: GrantVerifier, token: str, *, run_id: str, audi
     return verifier.verify_listing(token, run_id=run_id, audience=audience, now=now)
 
 
-__all__ = ["GrantError", "GrantVerifier", "ISSUED_TOPIC", "issue", "profile_ref", "verify_for_listing",
+__all__ = ["PROOF_HEADER", "GrantError", "GrantVerifier", "ISSUED_TOPIC", "issue", "profile_ref", "verify_for_listing",
            "gateway_audience", "grant_capabilities"]

@@ -3,7 +3,8 @@
 The grant is the bearer token (`Authorization: Bearer dgt1...`). tools/list
 verifies the grant and lists only the tools it allows; tools/call verifies it
 again for the named method (signature, audience, run binding, time,
-revocation, method), then dispatches through the schema-validated
+revocation, method; for a sender-constrained grant the call proof in the
+`dome-call-proof` header, signed by the attempt's worker key), then dispatches through the schema-validated
 ToolDispatcher. Handlers run in a worker thread (the ledger is synchronous);
 results come back as `structuredContent`, errors as `isError` with the
 ErrorObject. The server runs in a thread of the coordinator process; only
@@ -27,7 +28,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from registry.errors import DomeError
 
-from .auth import GrantVerifier, gateway_audience, verify_for_listing
+from .auth import PROOF_HEADER, GrantVerifier, gateway_audience, verify_for_listing
 from .dispatch import ToolDispatcher
 from .worker_tools import AttemptNotLive, CallContext
 
@@ -45,6 +46,11 @@ def _bearer(ctx: Any) -> str:
     if not header.lower().startswith("bearer "):
         raise GrantMissing("no bearer grant on the request")
     return header[7:].strip()
+
+
+def _proof(ctx: Any) -> str | None:
+    req = getattr(ctx, "request", None)
+    return (req.headers.get(PROOF_HEADER) or None) if req is not None else None
 
 
 def _result(payload: dict[str, Any], *, error: bool) -> types.CallToolResult:
@@ -79,7 +85,9 @@ class WorkerGateway:
                 token = _bearer(ctx)
             except DomeError as exc:
                 return _result(exc.to_object(), error=True)
-            outcome = await anyio.to_thread.run_sync(self.dispatcher.guard, lambda: self._invoke(token, name, args))
+            proof = _proof(ctx)
+            outcome = await anyio.to_thread.run_sync(self.dispatcher.guard,
+                                                     lambda: self._invoke(token, name, args, proof))
             if not outcome.ok and str(outcome.result.get("code", "")).startswith("GRANT_"):
                 self.rejections.append({"method": name, **outcome.result})
             return _result(outcome.result, error=not outcome.ok)
@@ -90,7 +98,7 @@ class WorkerGateway:
         self.app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
                                                 transport_security=security, host=HOST_HEADER)
 
-    def _invoke(self, token: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _invoke(self, token: str, name: str, args: dict[str, Any], proof: str | None = None) -> dict[str, Any]:
         """Validate the arguments, then run the tool inside the verifier's authorize transaction."""
         spec = self.dispatcher.validate(name, args)
         neid = args.get("node_execution_id")
@@ -99,7 +107,7 @@ class WorkerGateway:
             raise AttemptNotLive("no live attempt with this node_execution_id", details={"node_execution_id": neid})
         with self.verifier.authorize(token, method=name, run_id=self.run_id, wave_id=att["wave_id"],
                                      audience=self.audience, args=args,
-                                     idempotency_key=args.get("idempotency_key")) as call:
+                                     idempotency_key=args.get("idempotency_key"), proof=proof) as call:
             return spec.handler(args, CallContext(profile=call.grant.payload, method=name, tx=call.tx))
 
     def start(self, timeout: float = 10.0) -> None:

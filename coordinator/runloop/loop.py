@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping
 
 from registry.canonical import digest_bytes, digest_json
 from registry.errors import DomeError
+from registry.signing import SigningKey
 
 from .. import runstate as rs
 from ..executors.base import AttemptFiles, ExitInfo, Limits, validate_spawn_spec
@@ -68,6 +69,17 @@ class BaseRefUnresolved(RunError):
 
 class RunNotFound(RunError):
     code = "RUN_NOT_FOUND"
+
+
+def write_worker_key(path: Path, key: SigningKey) -> Path:
+    """The attempt's private key as a 0600 file (`<kid> <base64 seed>`), created
+    exclusively; it is bound read-only into that attempt's sandbox only and is
+    never logged, never in the ledger or the SpawnSpec."""
+    import base64
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{key.kid} {base64.b64encode(key.seed).decode('ascii')}\n")
+    return path
 
 
 def utc_stamp() -> str:
@@ -438,10 +450,12 @@ class RunLoop:
                 neid = f"ne-{secrets.token_hex(8)}"
                 base_sha, base_tree, derivation = self._base_for(nid)
                 nseed, inputs_hash = self._inputs(nid, base_sha)
+                worker_key = SigningKey.generate()  # per attempt; only its public half is in the grant (cnf)
                 grant, issued = grants_io.issue(
                     key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
                     capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
-                    policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash)
+                    policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
+                    worker_public_key=worker_key.public.raw)
                 spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant, (base_sha, base_tree))
                 validate_spawn_spec(spec)
                 keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
@@ -455,13 +469,15 @@ class RunLoop:
                     "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": base_sha,
                     "timeout_s": node.timeout_s}, {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id,
                                                    "task_id": nid}))
-                launches.append((nid, neid, spec, grant))
+                launches.append((nid, neid, spec, grant, worker_key))
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
         now = time.monotonic()
-        for nid, neid, spec, grant in launches:
+        for nid, neid, spec, grant, worker_key in launches:
             adir = self.work / "attempts" / neid
             (adir / "scratch").mkdir(parents=True)
             (adir / "spawn.json").write_text(json.dumps(spec))
+            key_path = write_worker_key(adir / "worker.key", worker_key)
+            del worker_key
             task = self.graph.nodes[nid].task
             (adir / "task.json").write_text(json.dumps({
                 "max_processes": self.limits.max_processes, "landlock": True,
@@ -469,7 +485,7 @@ class RunLoop:
                 "task": {k: task[k] for k in ("intent_tags", "declared_constraints", "risk") if k in task}}))
             files = AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=self.base_git,
                                  gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs",
-                                 task_json=adir / "task.json")
+                                 task_json=adir / "task.json", worker_key=key_path)
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
             self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
@@ -499,6 +515,7 @@ class RunLoop:
 
     def _on_exit(self, ex: ExitInfo) -> None:
         neid = ex.node_execution_id
+        (self.work / "attempts" / neid / "worker.key").unlink(missing_ok=True)  # the worker is gone
         att = self.attempts.get(neid, {})
         for v in ex.violations:
             self.writer.append(rs.SANDBOX_VIOLATION, {"node_execution_id": neid, **v, "stopped": True},

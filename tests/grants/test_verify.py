@@ -309,8 +309,8 @@ def test_stolen_sender_constrained_grant_is_useless_without_the_worker_key(world
     assert _call(world, g, None, args=args) == "GRANT_PROOF_MISSING"
     assert _call(world, g, _proof(thief, g, "put_artifact", args, "k-000000001", now), args=args) == "GRANT_PROOF_INVALID"
     other_args = {**args, "content_b64": "b3RoZXI="}
-    assert _call(world, g, _proof(worker, g, "put_artifact", other_args, "k-000000001", now), args=args) == "GRANT_PROOF_INVALID"
-    assert _call(world, g, _proof(worker, g, "put_artifact", args, "k-000000001", now - 600), args=args) == "GRANT_PROOF_INVALID"
+    assert _call(world, g, _proof(worker, g, "put_artifact", other_args, "k-000000001", now), args=args) == "GRANT_PROOF_MISMATCH"
+    assert _call(world, g, _proof(worker, g, "put_artifact", args, "k-000000001", now - 600), args=args) == "GRANT_PROOF_STALE"
     good = _proof(worker, g, "put_artifact", args, "k-000000001", now)
     assert _call(world, g, good, args=args) is None
     assert _call(world, g, good, args=args) == "GRANT_PROOF_REPLAYED"

@@ -31,3 +31,16 @@ def test_dome_run_promotes_and_verify_accepts(git_repo: Path, tmp_path: Path) ->
     for rel in ("gate/gate.decision.json", "promotion/promotion.decision.json",
                 "promotion/evidence.intoto.jsonl"):
         assert (run_dir / rel).is_file(), rel
+    # every attempt ran on a sender-constrained grant (cnf, a fresh key each) and every call carried its proof
+    from ledger import Ledger
+    ledger = Ledger.open(None, ops)
+    try:
+        ev = ledger.events(out["run_id"])
+    finally:
+        ledger.close()
+    issued = [e.payload["profile"] for e in ev if e.topic == "grant.issued"]
+    assert issued and all("cnf" in p for p in issued)
+    assert len({p["cnf"]["kid"] for p in issued}) == len(issued)
+    # (an endgame duplicate may still meet GRANT_REVOKED; no call of a genuine worker fails its proof)
+    assert not [e.payload for e in ev if e.topic == "grant.rejected" and e.payload["code"].startswith("GRANT_PROOF")]
+    assert [e for e in ev if e.topic == "grant.call"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,10 @@ from coordinator.gateway.server import WorkerGateway
 from coordinator.gateway.worker_tools import GatewayBackend, build_tools
 from coordinator.runloop.writer import LedgerWriter, WriterLedger
 from coordinator.runstate import RunState
+from registry import toolprofile as tp
 from registry.errors import DomeError
-from worker_sdk.client import BudgetExhausted, GatewayClient, OutOfProfile
+from registry.signing import SigningKey
+from worker_sdk.client import BudgetExhausted, GatewayClient, OutOfProfile, WorkerKeyMismatch
 
 RUN = "run-gw-test"
 BASE = "a" * 40
@@ -38,26 +42,28 @@ def gateway(ledger_env, tmp_path: Path):
                        socket_path=tmp_path / "gw.sock", attempt=attempts.get)
     gw.start()
 
-    class G:  # what the tests need of an issued grant
-        def __init__(self, g):
-            self.token, self.profile, self.envelope = g.token, dict(g.payload), g.envelope
+    class G:  # what the tests need of an issued grant (and its worker key, as the run loop delivers it)
+        def __init__(self, g, key):
+            self.token, self.profile, self.envelope, self.key = g.token, dict(g.payload), g.envelope, key
 
-    def attempt(neid: str, caps=("write",)):
+    def attempt(neid: str, caps=("write",), cnf: bool = True):
         attempts[neid] = {"node_id": "n1", "wave_id": "w0001", "base_ref": BASE, "base_tree_hash": TREE,
                           "task": {"node_id": "n1"}}
         writer.append(rs.TASK_DISPATCHED, {"node_execution_id": neid}, node_id="n1", node_execution_id=neid)
+        key = SigningKey.generate() if cnf else None
         g, issued = grants_io.issue(key=signer, run_id=RUN, wave_id="w0001", node_id="n1", node_execution_id=neid,
                                     capabilities=list(caps), ttl_s=60, policy_id="default", seed=1,
-                                    inputs_hash="sha256:" + "0" * 64)
+                                    inputs_hash="sha256:" + "0" * 64,
+                                    worker_public_key=key.public.raw if key else None)
         writer.append("grant.issued", issued, node_id="n1", node_execution_id=neid)
-        return G(g)
+        return G(g, key)
 
     yield gw, writer, verifier, attempt, ledger
     gw.stop()
 
 
 def client(gw, grant):
-    return GatewayClient(token=grant.token, profile=grant.profile, socket=str(gw.socket_path))
+    return GatewayClient(token=grant.token, profile=grant.profile, socket=str(gw.socket_path), worker_key=grant.key)
 
 
 def test_tools_list_shows_only_what_the_grant_allows_sdk_client(gateway):
@@ -177,3 +183,72 @@ def test_submit_patch_is_verified_and_complete_spends_the_grant(gateway):
         c.report_progress(1.0, "after the end")
     assert ei.value.code == "GRANT_REPLAYED"  # the terminal write spent the single-use grant
     assert writer.state.node("n1").succeeded
+
+
+# ---------------------------------------------------------------- sender-constrained grants (cnf + call proof)
+def _progress_args(neid: str, n: int, fraction: float = 0.5) -> dict:
+    return {"idempotency_key": f"{neid}:report_progress:{n}", "node_execution_id": neid, "fraction": fraction}
+
+
+def _rejected_only(ledger, fn, code: str) -> None:
+    """fn() is refused with `code`, and its one ledger trace is a grant.rejected event with that code."""
+    before = len(ledger.events(RUN))
+    with pytest.raises(DomeError) as ei:
+        fn()
+    assert ei.value.code == code
+    new = ledger.events(RUN)[before:]
+    assert [e.topic for e in new] == ["grant.rejected"], [e.topic for e in new]
+    assert new[0].payload["code"] == code
+
+
+def test_cnf_grant_needs_a_proof_by_the_attempt_key_over_this_call(gateway):
+    gw, _, _, attempt, ledger = gateway
+    g = attempt("ne-c1")
+    assert g.profile["cnf"]["kid"] == g.key.kid
+    c = client(gw, g)
+    assert c.call("report_progress", _progress_args("ne-c1", 1))["duplicate"] is False  # the genuine worker
+    # the stolen token alone: no proof
+    thief = GatewayClient(token=g.token, profile={k: v for k, v in g.profile.items() if k != "cnf"},
+                          socket=str(gw.socket_path))
+    _rejected_only(ledger, lambda: thief.call("report_progress", _progress_args("ne-c1", 2)), "GRANT_PROOF_MISSING")
+    # the token with a proof signed by another key
+    other = SigningKey.generate()
+    thief._worker_key = other
+    _rejected_only(ledger, lambda: thief.call("report_progress", _progress_args("ne-c1", 3)), "GRANT_PROOF_INVALID")
+    # a genuine proof, but over other arguments (a captured proof put on a forged call)
+    now = int(time.time())
+    real = lambda a, ts=None, key=g.key: tp.make_call_proof(  # noqa: E731
+        key, jti=g.profile["jti"], method="report_progress", args=a, idempotency_key=a["idempotency_key"],
+        ts=now if ts is None else ts, nonce="n")
+    args4 = _progress_args("ne-c1", 4)
+    thief._proof = lambda name, a: real({**a, "fraction": 0.99})
+    _rejected_only(ledger, lambda: thief.call("report_progress", args4), "GRANT_PROOF_MISMATCH")
+    # a genuine proof of exactly this call, but stale
+    thief._proof = lambda name, a: real(a, ts=now - 600)
+    _rejected_only(ledger, lambda: thief.call("report_progress", _progress_args("ne-c1", 5)), "GRANT_PROOF_STALE")
+    # a captured proof replayed verbatim
+    args6 = _progress_args("ne-c1", 6)
+    captured = real(args6)
+    thief._proof = lambda name, a: captured
+    thief._worker_key = g.key
+    assert thief.call("report_progress", dict(args6))["duplicate"] is False
+    _rejected_only(ledger, lambda: thief.call("report_progress", dict(args6)), "GRANT_PROOF_REPLAYED")
+    # the genuine worker goes on: a retried call (same key) gets a fresh proof and the idempotent answer
+    assert c.call("report_progress", dict(args6))["duplicate"] is True
+    c.complete_task("succeeded", summary={"ok": True})
+    # the ledger holds the public key (cnf) but never the private key or a proof
+    dump = json.dumps([e.payload for e in ledger.events(RUN)])
+    assert base64.b64encode(g.key.seed).decode() not in dump and g.key.seed.hex() not in dump
+    assert captured not in dump
+
+
+def test_client_refuses_a_cnf_grant_without_its_key(gateway):
+    gw, _, _, attempt, _ = gateway
+    g = attempt("ne-c2")
+    with pytest.raises(WorkerKeyMismatch):
+        GatewayClient(token=g.token, profile=g.profile, socket=str(gw.socket_path))
+    with pytest.raises(WorkerKeyMismatch):
+        GatewayClient(token=g.token, profile=g.profile, socket=str(gw.socket_path), worker_key=SigningKey.generate())
+    bearer = attempt("ne-c3", cnf=False)  # a bearer grant still works without a key
+    assert "cnf" not in bearer.profile
+    assert client(gw, bearer).call("report_progress", _progress_args("ne-c3", 1))["duplicate"] is False

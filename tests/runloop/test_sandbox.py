@@ -90,3 +90,79 @@ def test_escape_attempts_are_stopped_and_reported(git_repo, ops_root, ledger_env
     proposals = [e for e in ev if e.topic == rs.PATCH_SUBMITTED]
     assert [p.node_id for p in proposals] == ["honest"]
     assert ledger.verify(ledger_env[2]).ok
+
+
+THIEF = '''
+import base64, json, sys, time
+sys.path.insert(0, %(root)r)
+from registry import toolprofile as tp
+from registry.errors import DomeError
+from registry.signing import SigningKey
+from worker_sdk.client import GatewayClient
+spawn = json.load(open("/dome/spawn.json"))
+token = tp.envelope_to_token(spawn["grant"])
+profile = json.loads(base64.b64decode(spawn["grant"]["payload"]))
+neid = spawn["node_execution_id"]
+kid, seed = open("/dome/worker.key").read().split()[:2]
+real = SigningKey(base64.b64decode(seed))
+bare = {k: v for k, v in profile.items() if k != "cnf"}
+c = GatewayClient(token=token, profile=bare, socket="/dome/gateway.sock")  # the stolen token alone
+now = int(time.time())
+def proof(key, args, ts=None, **over):
+    return tp.make_call_proof(key, jti=profile["jti"], method="report_progress", args={**args, **over},
+                              idempotency_key=args["idempotency_key"], ts=now if ts is None else ts, nonce="x")
+cases = {"no_proof": None,
+         "other_key": lambda n, a: proof(SigningKey.generate(), a),
+         "other_args": lambda n, a: proof(real, a, fraction=0.99),
+         "stale": lambda n, a: proof(real, a, ts=now - 600)}
+codes = {}
+for i, (name, maker) in enumerate(cases.items()):
+    if maker is not None:
+        c._worker_key, c._proof = real, maker
+    args = {"idempotency_key": f"{neid}:report_progress:thief{i}", "node_execution_id": neid, "fraction": 0.5}
+    try:
+        c.call("report_progress", args)
+        codes[name] = "ACCEPTED"
+    except DomeError as exc:
+        codes[name] = exc.code
+open("codes.json", "w").write(json.dumps(codes, sort_keys=True))
+print(json.dumps(codes, sort_keys=True))
+'''
+
+
+@needs_bwrap
+def test_sender_constrained_grants_end_to_end(git_repo, ops_root, ledger_env, tmp_path):
+    """A real bubblewrap run: every attempt gets a cnf-bound grant and its own key
+    file; the workers' proofed calls promote; calls with the attempt's token but
+    no proof, a proof by another key, over other arguments or stale are refused,
+    each with its own code, and leave only grant.rejected in the ledger."""
+    from tests.conftest import REPO_ROOT, git
+    ledger, _, _ = ledger_env
+    (git_repo / "thief.py").write_text(THIEF % {"root": str(REPO_ROOT)})
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-q", "-m", "thief")
+    tasks = [cmd_task("thief", "python3 thief.py", max_attempts=1),
+             cmd_task("honest", "echo ok > ok.txt", max_attempts=1)]
+    q = write_queue(tmp_path, git_repo, tasks, scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
+    loop, out = run_queue(q, ops_root, ledger_env, sandbox="bwrap")
+    assert out.status in ("completed", "promoted"), out
+    ev = ledger.events(out.run_id)
+    done = [e for e in ev if e.topic == rs.TASK_COMPLETED and e.node_id == "thief"]
+    assert len(done) == 1 and done[0].payload["outcome"] == "succeeded"  # the worker's own proofed calls work
+    codes = json.loads(done[0].payload["summary"]["stdout_tail"])
+    assert codes == {"no_proof": "GRANT_PROOF_MISSING", "other_key": "GRANT_PROOF_INVALID",
+                     "other_args": "GRANT_PROOF_MISMATCH", "stale": "GRANT_PROOF_STALE"}
+    assert len(out.counts) and out.counts["succeeded"] == 2
+    issued = [e for e in ev if e.topic == "grant.issued"]
+    assert len(issued) == 2 and all("cnf" in e.payload["profile"] for e in issued)
+    assert len({e.payload["profile"]["cnf"]["kid"] for e in issued}) == 2  # a fresh key per attempt
+    rejected = [e for e in ev if e.topic == "grant.rejected"]
+    assert sorted(e.payload["code"] for e in rejected) == sorted(codes.values())
+    thief_keys = {e.payload.get("idempotency_key") for e in ev if e.topic in (rs.TASK_PROGRESS, "grant.call")}
+    assert not any("thief" in str(k) for k in thief_keys)  # only the rejections reached the ledger
+    calls = [e for e in ev if e.topic == "grant.call"]
+    assert calls and all(e.payload["outcome"] == "ok" for e in calls)
+    # the private keys are in no event and no SpawnSpec; their files are gone with the attempts
+    dump = json.dumps([e.payload for e in ev])
+    assert "worker.key" not in dump and "seed" not in dump.lower().replace("determinism_seed", "")
+    assert not list(Path(loop.work).glob("attempts/*/worker.key")) if Path(loop.work).exists() else True
