@@ -54,3 +54,31 @@ def dome_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = N
     full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "coordinator.cli.main", *args], cwd=cwd,
                           env=full_env, capture_output=True, text=True, timeout=timeout, check=check)
+
+
+GATED_REF = "refs/heads/dome/gated"
+
+
+def gated_queue(tmp_path: Path, repo: Path, *, drc: bool = True) -> Path:
+    """A one-task work queue whose task is in a risk class the default policy holds at the
+    human gate (`human_gate.required_for_risk`). That class's policy suites include `drc`,
+    which needs a deck and layouts: with drc=True the queue defines it (builtin deck, a
+    layout glob that matches nothing in a plain repo, so it passes vacuously)."""
+    import json
+
+    spec = json.loads((REPO_ROOT / "registry" / "policy" / "policy_spec.json").read_text())
+    risk = spec["policies"]["default"]["human_gate"]["required_for_risk"][0]
+    validations: list[dict] = [{"suite": "command", "argv": ["test", "-f", "GATED.txt"], "required": True}]
+    if drc:
+        validations.append({"suite": "drc", "params": {"deck": "builtin:mask_rules", "layouts": ["**/*.oas"]}})
+    q = {"artifact_kind": "dome.work.queue/v1", "name": "gated", "repo": str(repo), "base_ref": "HEAD",
+         "determinism_seed": 7, "policy": "default", "promote_to": GATED_REF,
+         "scheduling": {"max_parallel": 1, "default_max_attempts": 1, "default_timeout_s": 60},
+         "tasks": [{"node_id": "risky", "risk": risk, "required_capabilities": ["write"],
+                    "required_outputs": ["patch_proposal"],
+                    "action_spec": {"intent": "command", "argv": ["sh", "-c", "echo gated > GATED.txt"]},
+                    "containers": [], "dependencies": []}],
+         "validations": validations}
+    path = tmp_path / "gated.queue.json"
+    path.write_text(json.dumps(q))
+    return path

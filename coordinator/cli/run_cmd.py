@@ -3,7 +3,8 @@
 Exit codes: 0 completed or promoted, 2 bad input (work queue, arguments),
 3 internal failure or no sandbox, 4 blocked, 5 failed, 6 cancelled.
 With --json, stdout carries exactly one JSON object:
-{run_id, status, head, promoted_ref, ops_path, counts}.
+{run_id, status, head, promoted_ref, ops_path, counts, awaiting_consent,
+consent_token_file} (the last two say a run is held at the human gate).
 """
 from __future__ import annotations
 

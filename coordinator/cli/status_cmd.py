@@ -40,6 +40,8 @@ def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
         pass
     if st.finished:
         out.update({k: st.finished.get(k) for k in ("head", "promoted_ref", "counts", "reason")})
+        if st.finished.get("awaiting_consent"):  # held at the human gate
+            out.update({k: st.finished.get(k) for k in ("awaiting_consent", "consent_token_file", "missing")})
     return out
 
 

@@ -193,10 +193,13 @@ class RunOutcome:
     promoted_ref: str | None
     ops_path: str
     counts: dict[str, int] = field(default_factory=dict)
+    awaiting_consent: bool = False  # held at the human gate: `dome promote RUN --consent TOKEN`
+    consent_token_file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "head": self.head,
-                "promoted_ref": self.promoted_ref, "ops_path": self.ops_path, "counts": self.counts}
+                "promoted_ref": self.promoted_ref, "ops_path": self.ops_path, "counts": self.counts,
+                "awaiting_consent": self.awaiting_consent, "consent_token_file": self.consent_token_file}
 
 
 def default_finish(fc: FinishContext) -> dict[str, Any]:
@@ -657,4 +660,6 @@ class RunLoop:
     def _outcome(self, finished: Mapping[str, Any]) -> RunOutcome:
         return RunOutcome(run_id=self.run_id, status=finished["status"], head=finished.get("head"),
                           promoted_ref=finished.get("promoted_ref"), ops_path=str(self.ops_dir),
-                          counts=dict(finished.get("counts", {})))
+                          counts=dict(finished.get("counts", {})),
+                          awaiting_consent=bool(finished.get("awaiting_consent")),
+                          consent_token_file=finished.get("consent_token_file"))

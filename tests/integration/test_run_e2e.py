@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, dome_cli, git
+from tests.conftest import GATED_REF, REPO_ROOT, dome_cli, gated_queue, git
 
 
 @pytest.mark.slow
@@ -44,3 +44,57 @@ def test_dome_run_promotes_and_verify_accepts(git_repo: Path, tmp_path: Path) ->
     # (an endgame duplicate may still meet GRANT_REVOKED; no call of a genuine worker fails its proof)
     assert not [e.payload for e in ev if e.topic == "grant.rejected" and e.payload["code"].startswith("GRANT_PROOF")]
     assert [e for e in ev if e.topic == "grant.call"]
+
+
+def _ref(repo: Path, ref: str) -> str | None:
+    try:
+        return git(repo, "rev-parse", "-q", "--verify", ref)
+    except Exception:  # noqa: BLE001 - git exits 1 for a missing ref
+        return None
+
+
+def test_dome_run_held_at_the_human_gate_then_dome_promote(git_repo: Path, tmp_path: Path) -> None:
+    """`dome run` of a task the default policy gates ends blocked awaiting consent (token file
+    written, 0600); `dome promote RUN --consent TOKEN` moves the ref once, verify passes."""
+    ops = tmp_path / "ops"
+    run = dome_cli("run", str(gated_queue(tmp_path, git_repo)), "--ops-root", str(ops), "--json")
+    out = json.loads(run.stdout)
+    assert run.returncode == 4 and out["status"] == "blocked", run.stderr[-2000:]
+    token_file = ops / "runs" / out["run_id"] / "gate" / "consent.token"
+    assert out["awaiting_consent"] is True and out["consent_token_file"] == str(token_file)
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    st = json.loads(dome_cli("status", out["run_id"], "--ops-root", str(ops), "--json").stdout)
+    assert st["awaiting_consent"] is True and st["missing"] == ["consent: missing (human approval required by policy)"]
+    assert _ref(git_repo, GATED_REF) is None
+    token = token_file.read_text().strip()
+    bad = dome_cli("promote", out["run_id"], "--consent", "nope", "--ops-root", str(ops), "--json")
+    assert bad.returncode == 1 and json.loads(bad.stdout)["error"]["code"] == "CONSENT_INVALID"
+    ok = dome_cli("promote", out["run_id"], "--consent", token, "--approved-by", "lead", "--ops-root", str(ops),
+                  "--json")
+    assert ok.returncode == 0, ok.stderr + ok.stdout
+    promoted = json.loads(ok.stdout)
+    assert promoted["status"] == "promoted" and _ref(git_repo, GATED_REF) == promoted["head_ref"]
+    assert git(git_repo, "show", f"{promoted['head_ref']}:GATED.txt") == "gated"
+    ver = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json")
+    assert ver.returncode == 0 and json.loads(ver.stdout)["valid"] is True, ver.stdout
+    again = dome_cli("promote", out["run_id"], "--consent", token, "--ops-root", str(ops), "--json")
+    assert again.returncode == 1 and json.loads(again.stdout)["error"]["code"] == "CONSENT_ALREADY_USED"
+    assert _ref(git_repo, GATED_REF) == promoted["head_ref"]
+
+
+def test_a_policy_drc_suite_the_queue_does_not_define_is_missing_not_an_ejection(git_repo: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The default policy's high class needs drc; a queue that defines none used to get a
+    deckless drc suite that errored on every head, so the bisect ejected the innocent proposal
+    and the run ended blocked with "the plan includes no proposal" and no consent token."""
+    ops = tmp_path / "ops"
+    run = dome_cli("run", str(gated_queue(tmp_path, git_repo, drc=False)), "--ops-root", str(ops), "--json")
+    out = json.loads(run.stdout)
+    assert run.returncode == 4 and out["status"] == "blocked" and out["awaiting_consent"] is False
+    run_dir = ops / "runs" / out["run_id"]
+    gate = json.loads((run_dir / "gate" / "gate.decision.json").read_text())
+    assert "validation:drc: missing (no report bound to the head)" in gate["missing"], gate["missing"]
+    assert len(gate["included_proposals"]) == 1, gate  # not ejected
+    assert not (run_dir / "gate" / "consent.token").exists()
+    topics = [json.loads(p.read_text()).get("topic") for p in (run_dir / "events").glob("event.*.json")]
+    assert "integration.ejected" not in topics and "integration.bisect" not in topics

@@ -1,0 +1,92 @@
+"""promote's success path through the real MCP SDK client: a high-risk run held at the human
+gate (default policy) -> promote with the run's own single-use consent token -> ref moved,
+verify passes, a second promote with the same token refused."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.conftest import GATED_REF, gated_queue
+
+from .conftest import connect
+
+pytestmark = pytest.mark.anyio
+
+TO_REF = GATED_REF
+
+
+def _rev(repo: Path, ref: str) -> str | None:
+    p = subprocess.run(["git", "rev-parse", "-q", "--verify", ref], cwd=repo, capture_output=True, text=True)
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+async def _poll_done(client, job_id, timeout=120):
+    with anyio.fail_after(timeout):
+        while True:
+            st = (await client.call_tool("poll", {"job_id": job_id})).structured_content
+            if st["status"] not in ("queued", "running"):
+                return st
+            await anyio.sleep(0.25)
+
+
+async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
+    ops = tmp_path / "ops"
+    queue = gated_queue(tmp_path, git_repo)
+    assert _rev(git_repo, TO_REF) is None
+    async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
+        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-gated-1"})
+        assert not sub.is_error, sub.content[0].text
+        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
+        done = await _poll_done(client, job_id)
+        assert done["status"] == "succeeded", done
+        result = done["result"]
+        assert result["outcome"] == "blocked", result
+        token_file = ops / "runs" / run_id / "gate" / "consent.token"
+        assert result["summary"]["awaiting_consent"] is True, result["summary"]
+        assert result["summary"]["consent_token_file"] == str(token_file) and token_file.is_file()
+        st = (await client.call_tool("run_status", {"run_id": run_id})).structured_content
+        assert st["awaiting_consent"] is True and st["missing"] == [
+            "consent: missing (human approval required by policy)"], st
+        token = token_file.read_text().strip()
+        assert _rev(git_repo, TO_REF) is None  # held: nothing promoted yet
+
+        ok = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-1", "consent_token": token})
+        assert not ok.is_error, ok.content[0].text
+        out = ok.structured_content
+        assert out["status"] == "promoted" and out["consent_mode"] == "strict", out
+        assert _rev(git_repo, TO_REF) == out["head_ref"]
+
+        ver = await client.call_tool("verify", {"run_id": run_id})
+        assert not ver.is_error and ver.structured_content["valid"] is True, ver.structured_content
+
+        again = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-2",
+                                                   "consent_token": token})
+        assert again.is_error and again.structured_content["code"] == "CONSENT_ALREADY_USED", again.content[0].text
+        assert _rev(git_repo, TO_REF) == out["head_ref"]
+
+
+async def test_promote_success_lenient_host_reads_the_gate_token(tmp_path, git_repo):
+    """CONSENT_MODE lenient: the caller echoes the host's single-use confirmation; the host
+    reads the run's gate token itself and promotes; the spent confirmation is refused after."""
+    ops = tmp_path / "ops"
+    queue = gated_queue(tmp_path, git_repo)
+    async with connect("inproc", "legacy", ops, consent_mode="lenient") as client:
+        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-gated-2"})
+        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
+        done = await _poll_done(client, job_id)
+        assert done["result"]["summary"]["awaiting_consent"] is True, done
+        ask = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-3"})
+        assert ask.is_error and ask.structured_content["code"] == "CONSENT_REQUIRED"
+        confirm = ask.structured_content["details"]["consent_token"]
+        assert confirm.startswith("dct1.") and _rev(git_repo, TO_REF) is None
+        ok = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-3",
+                                                "consent_token": confirm})
+        assert not ok.is_error, ok.content[0].text
+        assert ok.structured_content["status"] == "promoted" and ok.structured_content["consent_mode"] == "lenient"
+        assert _rev(git_repo, TO_REF) == ok.structured_content["head_ref"]
+        reuse = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-4",
+                                                   "consent_token": confirm})
+        assert reuse.is_error and reuse.structured_content["code"] == "CONSENT_INVALID"
