@@ -113,12 +113,10 @@ def git(repo: Path, *args: str) -> None:
 
 
 def default_data() -> Path:
-    for cand in (os.environ.get("DOME_ICCAD13_DATA"), os.environ.get("DOME_LITHO_KERNELS")):
-        if cand:
-            return Path(cand)
-    if os.environ.get("DOME_SHARED"):
-        return Path(os.environ["DOME_SHARED"]) / "data" / "iccad13"
-    return ROOT.parent / "shared" / "data" / "iccad13"
+    """The data folder: $DOME_ICCAD13_DATA, else the copy shipped beside this script."""
+    if os.environ.get("DOME_ICCAD13_DATA"):
+        return Path(os.environ["DOME_ICCAD13_DATA"])
+    return HERE / "data"
 
 
 def write_oasis(glp: Path, out: Path) -> None:
