@@ -84,3 +84,15 @@ def test_a_gap_left_at_an_offset_junction_is_bridged() -> None:
     assert out[13, 9:13].min() == 1
     reg = _region(out)
     assert reg.count() == 1 and reg.space_check(4, False, kdb.Metrics.Projection).count() == 0
+
+
+def test_bridging_never_leaves_a_sliver() -> None:
+    # two squares whose facing edges overlap by 2 px: a plain gap fill would be a 2 px sliver
+    m = torch.zeros(64, 64)
+    m[10:19, 10:19] = 1
+    m[20:29, 17:26] = 1
+    out = clean_mask(m, m, MaskRules(min_feature_px=9, halo_px=64))
+    reg = _region(out)
+    proj = kdb.Metrics.Projection
+    assert reg.width_check(8, False, proj).count() == 0
+    assert reg.space_check(8, False, proj).count() == 0

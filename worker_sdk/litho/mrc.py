@@ -12,9 +12,10 @@ cleaned to a minimum feature size:
    `min_feature_px - 1` always passes. Spacing is what the closing enforces
    (closing first fills gaps narrower than its element; opening only
    removes material). Opening can split a shape at an offset junction and
-   leave a gap below the minimum; such gaps are then bridged with the error
-   region of a projection space check, as a mask-rule fixer would. The
-   mask-rule deck run after optimization is what certifies a mask.
+   leave a gap below the minimum; such gaps (and any sliver a bridge would
+   make) are then repaired by adding the grown error regions of projection
+   space and width checks, as a mask-rule fixer would. The mask-rule deck
+   run after optimization is what certifies a mask.
 
 The cleaned mask is what gets evaluated, written and committed, so the
 claimed metrics always describe the mask the shop would build.
@@ -87,18 +88,25 @@ def clean_mask(mask: torch.Tensor, target: torch.Tensor, rules: MaskRules = Mask
 
 
 def _bridge_narrow_gaps(m: torch.Tensor, space: int) -> torch.Tensor:
-    """Fill every gap narrower than `space` (projection metric, between shapes
-    or inside one) with the error region KLayout reports for it, the way a
-    mask-rule fixer bridges a sub-minimum space."""
+    """Repair what opening leaves behind, the way a mask-rule fixer does: fill
+    every gap narrower than `space` and thicken every feature narrower than
+    `space` (projection metric) by adding the checker's error regions, grown
+    by half the space so a bridge is never itself a sliver. Only material is
+    added, so each round removes violations; a few rounds reach a clean mask."""
     import klayout.db as kdb
 
     from .layout import raster_to_region
 
     region = raster_to_region(m.numpy() > 0.5)
-    gaps = region.space_check(space, False, kdb.Metrics.Projection).polygons()
-    if gaps.is_empty():
-        return m
-    return _to_raster((region + gaps).merged(), tuple(m.shape))
+    changed = False
+    for _ in range(4):
+        gaps = region.space_check(space, False, kdb.Metrics.Projection).polygons()
+        thin = region.width_check(space, False, kdb.Metrics.Projection).polygons()
+        if gaps.is_empty() and thin.is_empty():
+            break
+        region = (region + gaps.sized(space // 2) + thin.sized(space // 2)).merged()
+        changed = True
+    return _to_raster(region, tuple(m.shape)) if changed else m
 
 
 def _drop_small(m: torch.Tensor, min_area: int) -> torch.Tensor:
