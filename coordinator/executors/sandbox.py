@@ -86,9 +86,18 @@ def sandbox_path() -> str:
     return f"{bindir}:{SYSTEM_PATH}"
 
 
-def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
-               extra_ro: Iterable[Path] = ()) -> list[str]:
-    """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`."""
+# Namespaces and privileges every dome sandbox gets (workers and validation suites).
+CONFINEMENT: tuple[str, ...] = (
+    "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+
+
+def host_view(bwrap: str = "bwrap", *, extra_ro: Iterable[Path] = (),
+              with_dome: bool = True) -> tuple[list[str], list[Path]]:
+    """The minimal read-only host every sandbox starts from: a private /tmp,
+    system dirs, a few /etc files, the Python installation and (optionally)
+    dome's own packages; never OPS_ROOT, keys, the ledger, the real repository
+    or home directories. Returns (argv so far, dome source roots bound)."""
     # /tmp is a fresh tmpfs; it is mounted first so that binds below it (a
     # checkout or virtualenv living under /tmp) stay visible inside.
     a: list[str] = [bwrap, "--tmpfs", "/tmp"]
@@ -98,19 +107,25 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
         a += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for root in [*python_roots(), *extra_ro]:
         a += ["--ro-bind", str(root), str(root)]
-    src = dome_source_roots()
+    src = dome_source_roots() if with_dome else []
     for pkg in src:
         a += ["--ro-bind", str(pkg), str(pkg)]
-    a += ["--proc", "/proc", "--dev", "/dev", "--dir", "/dome",
-          "--bind", str(files.scratch), IN_SCRATCH,
+    a += ["--proc", "/proc", "--dev", "/dev", "--dir", "/dome"]
+    return a, src
+
+
+def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
+               extra_ro: Iterable[Path] = ()) -> list[str]:
+    """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`."""
+    a, src = host_view(bwrap, extra_ro=extra_ro)
+    a += ["--bind", str(files.scratch), IN_SCRATCH,
           "--ro-bind", str(files.base_git), IN_BASE,
           "--ro-bind", str(files.spawn_json), IN_SPAWN,
           "--ro-bind", str(files.coordinator_pub), IN_PUB,
           "--bind", str(files.gateway_socket), IN_SOCKET,
           *(["--ro-bind", str(files.task_json), IN_TASK] if files.task_json else []),
           *(["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
-          "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-          "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+          *CONFINEMENT,
           "--chdir", IN_SCRATCH, "--clearenv",
           "--setenv", "PATH", sandbox_path(),
           "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",

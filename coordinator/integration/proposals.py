@@ -351,28 +351,19 @@ class BaseInspector:
                 self._cache[base_ref] = (False, None, {}, frozenset())
             else:
                 tree = g.tree_of(self.repo, base_ref)
-                oids: dict[str, str] = {}
-                links: set[str] = set()
-                out = g.git(self.repo, "ls-tree", "-r", "-z", "--full-tree", base_ref).stdout
-                for rec in out.split(b"\x00"):
-                    if not rec:
-                        continue
-                    meta, _, path = rec.partition(b"\t")
-                    mode, _typ, oid = meta.decode().split(" ")
-                    p = path.decode("utf-8", "surrogateescape")
-                    oids[p] = oid
-                    if mode == "120000":
-                        links.add(p)
-                self._cache[base_ref] = (True, tree, oids, frozenset(links))
+                self._cache[base_ref] = (True, tree, *self._tree_index(base_ref))
         return self._cache[base_ref]
 
     def register_virtual_base(self, base_ref: str, tree: str) -> None:
         """A base known by its tree only (a derived base the coordinator rebuilt
         itself): blob ids and symlinks come from the tree."""
-        g = self._gitio
+        self._cache[base_ref] = (True, tree, *self._tree_index(tree))
+
+    def _tree_index(self, tree_ish: str) -> tuple[dict[str, str], frozenset[str]]:
+        """Blob id per path and the set of symlink paths of a commit or tree."""
         oids: dict[str, str] = {}
         links: set[str] = set()
-        out = g.git(self.repo, "ls-tree", "-r", "-z", "--full-tree", tree).stdout
+        out = self._gitio.git(self.repo, "ls-tree", "-r", "-z", "--full-tree", tree_ish).stdout
         for rec in out.split(b"\x00"):
             if not rec:
                 continue
@@ -382,7 +373,7 @@ class BaseInspector:
             oids[p] = oid
             if mode == "120000":
                 links.add(p)
-        self._cache[base_ref] = (True, tree, oids, frozenset(links))
+        return oids, frozenset(links)
 
     def apply_check(self, base_ref: str, parsed: ParsedDiff) -> tuple[bool, str]:
         """Does the diff apply to exactly `base_ref`? In process when every

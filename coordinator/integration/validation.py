@@ -75,21 +75,9 @@ def bwrap_argv(checkout: Path, argv: list[str], *, env: Mapping[str, str] | None
     OPS_ROOT, keys, ledger, the real repository or home directories), the
     checkout read-only at /dome/head, a private /tmp, no network, own PID/IPC/
     UTS namespaces, no capabilities, a new session, dies with the coordinator."""
-    from coordinator.executors.sandbox import (ETC_FILES, SYSTEM_DIRS, dome_source_roots, python_roots,
-                                               sandbox_path)
-    a: list[str] = ["bwrap", "--tmpfs", "/tmp"]
-    for d in SYSTEM_DIRS:
-        a += ["--ro-bind-try", d, d]
-    for name in ETC_FILES:
-        a += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for root in python_roots():
-        a += ["--ro-bind", str(root), str(root)]
-    src = dome_source_roots() if with_dome else []
-    for pkg in src:
-        a += ["--ro-bind", str(pkg), str(pkg)]
-    a += ["--proc", "/proc", "--dev", "/dev", "--dir", "/dome", "--ro-bind", str(checkout), IN_HEAD,
-          "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-          "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", IN_HEAD, "--clearenv",
+    from coordinator.executors.sandbox import CONFINEMENT, host_view, sandbox_path
+    a, src = host_view(with_dome=with_dome)
+    a += ["--ro-bind", str(checkout), IN_HEAD, *CONFINEMENT, "--chdir", IN_HEAD, "--clearenv",
           "--setenv", "PATH", sandbox_path(), "--setenv", "HOME", "/tmp",
           "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
           "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]

@@ -46,7 +46,7 @@ def _published_csv() -> Path | None:
     here = Path(__file__).resolve().parents[2]
     for cand in (os.environ.get("DOME_ICCAD13_DATA"), shared and str(Path(shared) / "data" / "iccad13"),
                  str(here / "examples" / "iccad13" / "data"),
-                 str(Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iccad13")):
+                 str(here.parent / "shared" / "data" / "iccad13")):
         if cand and (Path(cand) / "published_results.csv").is_file():
             return Path(cand) / "published_results.csv"
     return None
