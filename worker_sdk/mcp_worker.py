@@ -12,6 +12,7 @@ prints, noisy imports and child processes never reach the protocol pipe.
 Hidden host-facing tools (not in any contract):
   dome_job_state {job_id, wait_s}   wait up to wait_s for a cancelled job's thread to stop
   dome_probe {tool, arguments}      the ProbeRequired probe: did an earlier attempt take effect?
+  dome_session_restore {...}        re-create a KLayout session under its own id after a restart
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ TOOLS: dict[str, str] = {
         "open_layout", "close_session", "list_cells", "describe_cell", "list_layers", "query_region",
         "measure_geometry", "analyze_waveguide", "set_view", "render_view", "run_drc_script",
         "extract_markers")},
+    "dome_session_restore": "worker_sdk.klayout_tools.api:restore_session",
 }
 TEST_TOOLS: dict[str, str] = {name: f"worker_sdk.mcp_testing:{name}" for name in (
     "test_echo", "test_slow", "test_crash_convergent", "test_crash_probe", "test_crash_never", "test_noisy",

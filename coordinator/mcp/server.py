@@ -17,6 +17,8 @@ from typing import Any, AsyncIterator, Collection
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from .dispatch import ToolHost
 
@@ -24,6 +26,15 @@ SERVER_NAME = "dome"
 INSTRUCTIONS = ("dome: lithography, layout (KLayout) and run orchestration tools. Long tools take wait=false "
                 "and return a job_id for poll/cancel. Text is porcelain; pass render=json for JSON text; "
                 "structuredContent always carries the full result.")
+
+
+DISCONNECT_KEY = "dome.http_disconnected"
+
+
+def _disconnect_event(ctx: Any) -> anyio.Event | None:
+    """The event BearerAuth sets when this call's HTTP request loses its client (None off HTTP)."""
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    return scope.get(DISCONNECT_KEY) if isinstance(scope, dict) else None
 
 
 def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> Server[Any]:
@@ -35,10 +46,30 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
         return listing
 
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if host.resolve_tool(params.name, allowed) is None:  # a protocol error, not a tool result
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}",
+                           data={"code": "UNKNOWN_TOOL", "tool": params.name,
+                                 "hints": ["call tools/list for the tools you may use"]})
+
         async def progress(value: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(value, total, message)
 
-        res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed)
+        disconnected = _disconnect_event(ctx)
+        if disconnected is None:
+            res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed)
+        else:
+            # HTTP: the client going away cancels the call (and its job), as stdin EOF does on stdio
+            res = None
+            async with anyio.create_task_group() as tg:
+                async def watch() -> None:
+                    await disconnected.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch)
+                res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed)
+                tg.cancel_scope.cancel()
+            if res is None:
+                raise MCPError(INVALID_PARAMS, "the client disconnected; the call was cancelled")
         return types.CallToolResult(content=[types.TextContent(type="text", text=res.text)],
                                     structured_content=res.structured, is_error=res.is_error,
                                     _meta=res.meta or None)
@@ -84,7 +115,12 @@ def http_token(state_dir: Path) -> str:
 
 
 class BearerAuth:
-    """ASGI middleware: every request needs `Authorization: Bearer <token>` (constant-time compare)."""
+    """ASGI middleware: every request needs `Authorization: Bearer <token>` (constant-time compare).
+
+    It also watches each request's `receive` channel: when the client disconnects, the request's
+    event (in the ASGI scope, which the SDK hands to the tool handler) is set, and the call it
+    carries is cancelled.
+    """
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
@@ -102,7 +138,16 @@ class BearerAuth:
                                     (b"www-authenticate", b'Bearer realm="dome-mcp"')]})
             await send({"type": "http.response.body", "body": body})
             return
-        await self.app(scope, receive, send)
+        disconnected = anyio.Event()
+        scope[DISCONNECT_KEY] = disconnected
+
+        async def watched_receive() -> Any:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                disconnected.set()
+            return message
+
+        await self.app(scope, watched_receive, send)
 
 
 def build_http_app(host: ToolHost, token: str, *, bind_host: str = "127.0.0.1", stateless: bool = False) -> Any:

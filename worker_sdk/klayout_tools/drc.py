@@ -158,13 +158,23 @@ def run_deck(session: Session, script: Path, script_type: str, params: dict[str,
     viol = violations(markers, deck_name=script.name, deck_sha256=deck_sha, run_id=run_id, dbu=session.dbu)
     # compact: pretty-printing ten thousand markers costs more than reading the report
     (run_dir / "markers.json").write_text(json.dumps(
-        {"run_id": run_id, "deck": str(script), "deck_sha256": deck_sha, "marker_count": len(markers),
+        {"run_id": run_id, "deck": str(script), "script_type": script_type, "deck_sha256": deck_sha,
+         "marker_count": len(markers),
          "rule_counts": rule_counts, "markers": markers,
          "schema_version": VIOLATIONS_SCHEMA_VERSION, "violations": viol}, separators=(",", ":")) + "\n")
     record = RunRecord(run_id=run_id, run_dir=run_dir, script_path=str(script), script_type=script_type,
                        deck_sha256=deck_sha, report_path=report, markers=markers, violations=viol)
     session.runs[run_id] = record
     return record, rc, rule_counts, duration
+
+
+def load_run(session: Session, run_id: str) -> RunRecord:
+    """A finished run read back from its folder (markers.json is written last, so it marks a whole run)."""
+    run_dir = session.artifact_dir / "drc" / run_id
+    data = json.loads((run_dir / "markers.json").read_text())
+    return RunRecord(run_id=run_id, run_dir=run_dir, script_path=data["deck"], script_type=data.get("script_type", ""),
+                     deck_sha256=data["deck_sha256"], report_path=run_dir / "report.lyrdb",
+                     markers=data["markers"], violations=data.get("violations", []))
 
 
 def run_artifacts(record: RunRecord) -> list[dict[str, Any]]:
