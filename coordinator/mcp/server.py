@@ -122,15 +122,16 @@ class BearerAuth:
     carries is cancelled.
     """
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str | None) -> None:
         self.app = app
-        self.token = token.encode()
+        self.token = token.encode() if token is not None else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         auth = dict(scope.get("headers") or []).get(b"authorization", b"")
-        ok = auth[:7].lower() == b"bearer " and hmac.compare_digest(auth[7:].strip(), self.token)
+        ok = self.token is None or (auth[:7].lower() == b"bearer "
+                                    and hmac.compare_digest(auth[7:].strip(), self.token))
         if not ok:
             body = b'{"code":"UNAUTHORIZED","message":"missing or wrong bearer token","retry":"none"}'
             await send({"type": "http.response.start", "status": 401,
@@ -150,7 +151,12 @@ class BearerAuth:
         await self.app(scope, watched_receive, send)
 
 
-def build_http_app(host: ToolHost, token: str, *, bind_host: str = "127.0.0.1", stateless: bool = False) -> Any:
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def build_http_app(host: ToolHost, token: str | None, *, bind_host: str = "127.0.0.1",
+                   stateless: bool = False) -> Any:
+    """The ASGI app; `token=None` (no bearer auth) only for a loopback bind."""
     server = build_server(host)
     app = server.streamable_http_app(stateless_http=stateless, host=bind_host, json_response=False)
     inner_lifespan = app.router.lifespan_context
@@ -161,15 +167,19 @@ def build_http_app(host: ToolHost, token: str, *, bind_host: str = "127.0.0.1", 
             yield
 
     app.router.lifespan_context = lifespan
+    if token is None and bind_host not in LOOPBACK:
+        raise ValueError(f"serving without a bearer token is allowed on loopback only, not {bind_host}")
     return BearerAuth(app, token)
 
 
-def serve_http(host: ToolHost, bind: str, *, stateless: bool = False) -> None:
+def serve_http(host: ToolHost, bind: str, *, stateless: bool = False, auth: bool = True) -> None:
     import uvicorn
 
     addr, _, port = bind.rpartition(":")
     addr = addr.strip("[]") or "127.0.0.1"
-    token = http_token(host.state_dir)
+    if not auth and addr not in LOOPBACK:
+        raise ValueError(f"--no-auth is allowed on a loopback address only, not {addr}")
+    token = http_token(host.state_dir) if auth else None
     app = build_http_app(host, token, bind_host=addr, stateless=stateless)
     uvicorn.run(app, host=addr, port=int(port), log_level="warning", lifespan="on")
 
