@@ -242,7 +242,7 @@ class ToolHost:
             if notes:
                 meta["dome/normalized"] = notes
             structured = render.bound_structured(structured, self.state_dir / "artifacts")
-            text = render.as_json_text(structured) if render_mode == "json" else \
+            text = render.json_text(spec.contract_id, structured) if render_mode == "json" else \
                 render.porcelain(spec.name, structured, notes=notes)
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
             self.telemetry.success()

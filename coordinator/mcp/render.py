@@ -93,6 +93,19 @@ def as_json_text(result: Mapping[str, Any]) -> str:
     return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
 
 
+# Contracts whose engine has one serialization of its own: render=json gives exactly those bytes.
+# The litho engine prints sorted keys, compact, ASCII (worker_sdk.litho.api.dumps): the CLI's stdout.
+ENGINE_JSON = {"dome.litho": {"sort_keys": True, "ensure_ascii": True}}
+
+
+def json_text(contract_id: str, result: Mapping[str, Any]) -> str:
+    """render=json text: the engine's own serialization where it has one, else the result's key order."""
+    style = ENGINE_JSON.get(contract_id)
+    if style is None:
+        return as_json_text(result)
+    return json.dumps(result, separators=(",", ":"), **style)
+
+
 def bound_structured(result: dict[str, Any], artifact_dir: Path | None) -> dict[str, Any]:
     """Cut an oversized result down to MAX_STRUCTURED_BYTES, keeping the whole in an artifact."""
     raw = as_json_text(result).encode()

@@ -69,15 +69,18 @@ async def test_byte_identity_cli_inproc_subprocess(tmp_path, iccad13):
                             env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=600)
     assert direct.returncode == 0, direct.stderr.decode()[-2000:]
     cli = json.loads(direct.stdout)
-    results = {}
+    results, texts = {}, {}
     for path in ("inproc", "stdio"):
         async with connect(path, "legacy", tmp_path) as client:
-            res = await client.call_tool("evaluate", {"layout": str(layout), "report_level": "detailed"},
-                                         read_timeout_seconds=600)
+            res = await client.call_tool("evaluate", {"layout": str(layout), "report_level": "detailed",
+                                                      "render": "json"}, read_timeout_seconds=600)
             assert not res.is_error, res.content[0].text
-            results[path] = {k: v for k, v in res.structured_content.items() if k != "job_id"}
-    canon = lambda o: json.dumps(o, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    assert canon(results["inproc"]) == canon(cli) == canon(results["stdio"])
+            assert res.meta["dome/job_id"].startswith("job_")  # the job rides in _meta, not in the result
+            results[path], texts[path] = res.structured_content, res.content[0].text
+    canon = lambda o: json.dumps(o, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    assert canon(results["inproc"]) == canon(cli) == canon(results["stdio"])  # nothing added, nothing lost
+    # render=json text is the engine's own serialization: the very bytes the CLI printed
+    assert texts["inproc"].encode() == texts["stdio"].encode() == direct.stdout.strip()
 
 
 @pytest.mark.slow
