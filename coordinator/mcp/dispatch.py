@@ -502,7 +502,16 @@ async def _telemetry(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
 
 
 async def _poll(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-    return ctx.host.jobs.get(args["job_id"]).to_json()
+    job = ctx.host.jobs.get(args["job_id"])
+    out = job.to_json()
+    if job.run_id is not None and job.status in ("succeeded", "failed", "cancelled"):
+        # the job ended when `dome run` did; the run may have moved on since (promoted at the gate)
+        from .orchestration import run_state
+
+        state = await run_state(ctx, job.run_id)
+        if state is not None:
+            out["run"] = state
+    return out
 
 
 async def _cancel(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
