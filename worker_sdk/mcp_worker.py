@@ -177,12 +177,17 @@ def build_server():  # -> mcp.server.lowlevel.Server
                     await ctx.session.report_progress(progress.value, 1.0, progress.message or None)
 
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(forward)
-                try:
-                    ok, result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-                finally:
-                    tg.cancel_scope.cancel()
+            if "token" not in kwargs and "progress" not in kwargs:
+                # neither cancellable nor reporting progress (the KLayout readers): a thread hop would
+                # only add a context switch per call; they hold the GIL either way
+                ok, result = run()
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(forward)
+                    try:
+                        ok, result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+                    finally:
+                        tg.cancel_scope.cancel()
             if not ok:
                 raise result
         except anyio.get_cancelled_exc_class():
@@ -212,15 +217,12 @@ def build_server():  # -> mcp.server.lowlevel.Server
 
 
 async def _serve() -> None:
-    import anyio
-    from mcp.server.stdio import stdio_server
-
+    from registry.mcp_pipes import pipe_streams
     from registry.stdio_guard import claim_stdout
 
     claim = claim_stdout()
-    rd, wr = claim.text_streams()
     server = build_server()
-    async with stdio_server(stdin=anyio.wrap_file(rd), stdout=anyio.wrap_file(wr)) as (r, w):
+    async with pipe_streams(claim.stdin_fd, claim.protocol_fd) as (r, w):
         await server.run(r, w, server.create_initialization_options())
 
 

@@ -234,9 +234,7 @@ class ToolHost:
             # A result with its own schema_version + provenance (the litho engine's) passes through
             # byte for byte (RFC 0006 G3); the host's standard provenance always rides in _meta.
             structured = stamp(result, args, tool=spec.name, engine_versions=HOST_VERSIONS)
-            meta: dict[str, Any] = {"dome/provenance": stamp({k: v for k, v in structured.items() if k != "provenance"},
-                                                             args, tool=spec.name,
-                                                             engine_versions=HOST_VERSIONS)["provenance"]}
+            meta: dict[str, Any] = {"dome/provenance": _standard_provenance(spec.name, structured, args)}
             if ctx.job_id is not None:
                 meta["dome/job_id"] = ctx.job_id
             if notes:
@@ -479,6 +477,15 @@ class ToolHost:
             self.sessions[result["session_id"]] = _SessionPin(spec.name, dict(args), sha, generation,
                                                               result["session_id"], time.monotonic())
         return result
+
+
+def _standard_provenance(tool: str, structured: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """registry.provenance's block for _meta; reused (not re-hashed) when the result already carries it."""
+    prov = structured.get("provenance")
+    if isinstance(prov, dict) and prov.get("tool") == tool and "outputs_hash" in prov:
+        return {**prov, "engine_versions": dict(sorted({**prov.get("engine_versions", {}), **HOST_VERSIONS}.items()))}
+    body = {k: v for k, v in structured.items() if k != "provenance"}
+    return stamp(body, args, tool=tool, engine_versions=HOST_VERSIONS)["provenance"]
 
 
 def _worker_env(ops_root: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
