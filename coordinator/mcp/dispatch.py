@@ -26,7 +26,7 @@ import anyio.abc
 from registry.errors import DomeError
 from registry.provenance import stamp
 
-from . import render
+from . import artifacts, render
 from .catalog import Replay, ToolSpec, default_specs
 from .consent import ConsentBook
 from .faults import Fault, FaultCategory, SessionNotFound, ToolInputError, UnknownTool, shape_unexpected
@@ -61,6 +61,7 @@ class CallResult:
     is_error: bool
     text: str
     meta: dict[str, Any]
+    content: list[dict[str, Any]] = field(default_factory=list)  # images and resource links after the text
 
 
 @dataclass
@@ -242,9 +243,10 @@ class ToolHost:
             structured = render.bound_structured(structured, self.state_dir / "artifacts")
             text = render.json_text(spec.contract_id, structured) if render_mode == "json" else \
                 render.porcelain(spec.name, structured, notes=notes)
+            extra = artifacts.content_for(self.ops_root, structured)
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
             self.telemetry.success()
-            return CallResult(structured, False, text, meta)
+            return CallResult(structured, False, text, meta, extra)
         except anyio.get_cancelled_exc_class():
             self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3,
                                 error={"code": "CANCELLED", "category": None, "message": "cancelled"})

@@ -47,7 +47,8 @@ def _flatten(prefix: str, value: Any, lines: list[str]) -> None:
         for i, item in enumerate(value[:MAX_LIST_ITEMS]):
             lines.append(f"{prefix}[{i}]: {_compact(item)}")
         if len(value) > MAX_LIST_ITEMS:
-            lines.append(f"{prefix}: {len(value) - MAX_LIST_ITEMS} more items not shown")
+            lines.append(f"{prefix}: {len(value) - MAX_LIST_ITEMS} more items not shown "
+                         "(all are in structuredContent; render=json prints them)")
     else:
         lines.append(f"{prefix}: {_compact(value)}")
 
@@ -85,7 +86,8 @@ def _bound(lines: list[str]) -> str:
     lines = [_clip(x) for x in lines]
     if len(lines) > MAX_LINES:
         extra = len(lines) - (MAX_LINES - 1)
-        lines = lines[: MAX_LINES - 1] + [f"truncated: {extra} more lines (render=json for everything)"]
+        lines = lines[: MAX_LINES - 1] + [f"truncated: {extra} more lines (structuredContent has everything; "
+                                          "render=json prints it)"]
     return "\n".join(lines)
 
 

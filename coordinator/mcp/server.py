@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import warnings
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Collection
@@ -17,9 +18,10 @@ from typing import Any, AsyncIterator, Collection
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import INVALID_PARAMS
 
+from . import artifacts
 from .dispatch import ToolHost
 
 SERVER_NAME = "dome"
@@ -29,6 +31,26 @@ INSTRUCTIONS = ("dome: lithography, layout (KLayout) and run orchestration tools
 
 
 DISCONNECT_KEY = "dome.http_disconnected"
+# 2025 clients still ask for logging; the SDK warns because the 2026-07-28 revision drops it
+warnings.filterwarnings("ignore", message="The logging capability is deprecated", category=MCPDeprecationWarning)
+RESOURCE_NOT_FOUND = -32002  # the MCP spec's code for resources/read of an unknown URI
+_CONTENT = {"image": types.ImageContent, "resource_link": types.ResourceLink}
+LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+class _ClientLog:
+    """notifications/message to the client at or above the level it set (logging/setLevel; default warning)."""
+
+    def __init__(self) -> None:
+        self.level = "warning"
+
+    async def emit(self, ctx: Any, level: str, data: Any) -> None:
+        if LEVELS.index(level) < LEVELS.index(self.level):
+            return
+        try:
+            await ctx.session.send_log_message(level, data, logger="dome.mcp")
+        except Exception:  # noqa: BLE001 - a log line never fails a call (e.g. the client has gone)
+            pass
 
 
 def _disconnect_event(ctx: Any) -> anyio.Event | None:
@@ -40,6 +62,7 @@ def _disconnect_event(ctx: Any) -> anyio.Event | None:
 def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> Server[Any]:
     """An SDK low-level Server whose tools/list and tools/call go through `host`."""
     tool_models = [types.Tool.model_validate(d, by_name=False) for d in host.list_tools(allowed)]
+    log = _ClientLog()
     listing = types.ListToolsResult(tools=tool_models)
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
@@ -70,9 +93,32 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
                 tg.cancel_scope.cancel()
             if res is None:
                 raise MCPError(INVALID_PARAMS, "the client disconnected; the call was cancelled")
-        return types.CallToolResult(content=[types.TextContent(type="text", text=res.text)],
-                                    structured_content=res.structured, is_error=res.is_error,
+        await log.emit(ctx, "warning" if res.is_error else "info",
+                       {"tool": params.name, "ok": not res.is_error,
+                        **({"code": res.structured.get("code")} if res.is_error else {}),
+                        **({"job_id": res.meta["dome/job_id"]} if "dome/job_id" in res.meta else {})})
+        content: list[Any] = [types.TextContent(type="text", text=res.text)]
+        content += [_CONTENT[c["type"]].model_validate(c, by_name=False) for c in res.content]
+        return types.CallToolResult(content=content, structured_content=res.structured, is_error=res.is_error,
                                     _meta=res.meta or None)
+
+    async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        cursor = getattr(params, "cursor", None) if params is not None else None
+        items, nxt = artifacts.listing(host.ops_root, cursor)
+        return types.ListResourcesResult(resources=[types.Resource.model_validate(r, by_name=False) for r in items],
+                                         next_cursor=nxt)
+
+    async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        try:
+            item = artifacts.read(host.ops_root, str(params.uri))
+        except artifacts.ArtifactError as exc:
+            raise MCPError(RESOURCE_NOT_FOUND, str(exc), data={"uri": str(params.uri)}) from None
+        cls = types.TextResourceContents if "text" in item else types.BlobResourceContents
+        return types.ReadResourceResult(contents=[cls.model_validate(item, by_name=False)])
+
+    async def on_set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        log.level = params.level
+        return types.EmptyResult()
 
     @asynccontextmanager
     async def lifespan(_server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
@@ -84,8 +130,11 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
         ver = version("dome")
     except PackageNotFoundError:  # pragma: no cover - running from a checkout
         ver = "0.1.0"
-    server: Server[Any] = Server(SERVER_NAME, version=ver, instructions=INSTRUCTIONS, lifespan=lifespan,
+    if True:
+        server: Server[Any] = Server(SERVER_NAME, version=ver, instructions=INSTRUCTIONS, lifespan=lifespan,
                                  on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+                                 on_list_resources=on_list_resources, on_read_resource=on_read_resource,
+                                 on_set_logging_level=on_set_level,
                                  get_tool_input_schema=lambda name: host.specs[name].input_schema
                                  if name in host.specs else None)
     server.middleware = []  # no per-message OTel span on the hot path; the host keeps its own telemetry

@@ -143,3 +143,20 @@ async def test_optimize_cancelled_by_client_disconnect(tmp_path, iccad13):
     events = [json.loads(x) for x in (tmp_path / "mcp" / "telemetry.jsonl").read_text().splitlines()]
     kills = [e for e in events if e["event"] == "fault" and "not honoured" in str(e.get("message"))]
     assert len(kills) <= 1
+
+
+@pytest.mark.slow
+async def test_evaluate_sends_progress(tmp_path, iccad13):
+    layout = iccad13 / "layouts" / "M1_test1.glp"
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, message))
+
+    async with connect("inproc", "legacy", tmp_path) as client:
+        res = await client.call_tool("evaluate", {"layout": str(layout)}, progress_callback=on_progress,
+                                     read_timeout_seconds=600)
+        assert not res.is_error, res.content[0].text
+    values = [p for p, _ in seen]
+    assert len(values) >= 3 and all(b > a for a, b in zip(values, values[1:])), seen
+    assert any("simulating" in (m or "") for _, m in seen)

@@ -223,3 +223,57 @@ async def test_session_that_cannot_be_restored_is_not_found_with_a_hint(tmp_path
         assert any("open_layout" in h for h in res.structured_content["hints"])
         again = await client.call_tool("list_layers", {"session_id": sid})  # gone for good, not half-alive
         assert again.structured_content["code"] == "SESSION_NOT_FOUND"
+
+
+async def test_renders_come_back_as_images_and_every_artifact_is_a_resource(tmp_path):
+    """A client on another machine sees the render (image content) and reads any artifact by URI."""
+    import base64
+
+    gds = tmp_path / "bars.gds"
+    _gds(gds)
+    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path))
+    async with connect("inproc", "legacy", tmp_path, host=host) as client:
+        sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
+        res = await client.call_tool("render_view", {"session_id": sid, "image_size": {"width": 64, "height": 64}})
+        assert not res.is_error, res.content[0].text
+        images = [c for c in res.content if c.type == "image"]
+        links = [c for c in res.content if c.type == "resource_link"]
+        png = Path(res.structured_content["image"]["path"]).read_bytes()
+        assert len(images) == 1 and base64.b64decode(images[0].data) == png and images[0].mime_type == "image/png"
+        assert len(links) == 1 and links[0].uri.startswith("dome://artifacts/")
+        listed = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert links[0].uri in listed and any(u.endswith("/session.json") for u in listed)
+        blob = (await client.read_resource(links[0].uri)).contents[0]
+        assert base64.b64decode(blob.blob) == png
+        manifest = next(u for u in listed if u.endswith("/session.json"))
+        text = (await client.read_resource(manifest)).contents[0]
+        assert json.loads(text.text)["session_id"] == sid
+        (tmp_path / "secret.txt").write_text("not an artifact")
+        for bad in ("dome://artifacts/../secret.txt", "dome://artifacts/mcp/klayout/../../secret.txt",
+                    "file:///etc/passwd", "dome://artifacts/mcp/telemetry.jsonl"):
+            with pytest.raises(MCPError) as e:
+                await client.read_resource(bad)
+            assert e.value.error.code == -32002, bad
+
+
+async def test_logging_set_level_and_log_notifications(tmp_path):
+    got = []
+
+    async def on_log(params):
+        got.append(params)
+
+    from coordinator.mcp.server import build_server
+
+    async with Client(build_server(make_host(tmp_path)), mode="legacy", cache=None, logging_callback=on_log) as client:
+        await client.call_tool("test_echo", {"value": 1})
+        assert got == []  # default level warning: a successful call is not logged
+        await client.set_logging_level("info")
+        await client.call_tool("test_echo", {"value": 2})
+        bad = await client.call_tool("poll", {"job_id": "job_0000000000000000"})
+        assert bad.is_error
+        with anyio.fail_after(5):
+            while len(got) < 2:
+                await anyio.sleep(0.01)
+        assert [(g.level, g.data["tool"], g.data["ok"]) for g in got[:2]] == [("info", "test_echo", True),
+                                                                             ("warning", "poll", False)]
+        assert got[1].data["code"] == "JOB_NOT_FOUND"

@@ -132,3 +132,30 @@ def test_faults_are_model_shaped():
     assert "\n" not in obj["message"] and len(obj["message"]) <= 200
     for cat in FaultCategory:
         assert Fault(cat, "x").to_object()["retry"] in ("none", "light", "heavy")
+
+
+def test_group_fix_lists_every_group_member_as_resolved():
+    """RFC 0006 2c: optimize(violation_id=shadow) resolves to the canonical record; all members are listed."""
+    from worker_sdk.litho import api, pins
+    from worker_sdk.litho.violations import encode_violation_id
+
+    deck = "sha256:" + "ab" * 32
+    loc = (1000.0, 2000.0)
+    members = [encode_violation_id(deck, "1f" * 8, i, loc, "LITHO.EPE.15NM", offset=(i * 8.0, 0.0)) for i in range(3)]
+    other = encode_violation_id(deck, "2e" * 8, 0, (5.0, 5.0), "LITHO.EPE.15NM")
+    session = "unit-group-fix"
+    for vid in members + [other]:
+        gid = "1f" * 8 if vid in members else "2e" * 8
+        pins.CACHE.put(session, vid, {"violation": {"violation_id": vid, "violation_group_id": gid},
+                                      "layout": "/x.glp", "layer": None, "fill": "exact", "canonical_location": [0, 0]})
+    try:
+        gid = api.resolve_violation({"violation_id": members[2], "session_id": session}, model=object())["violation_group_id"]
+        res = api.resolve_violation({"violation_id": members[2], "session_id": session}, model=object())
+        assert res["resolved_violation_id"] == members[0] and res["was_shadow"] is True
+        assert res["resolved_by_group_fix"] == sorted(members) and other not in res["resolved_by_group_fix"]
+        assert res["group_members_source"] == "session_cache" and gid == res["violation_group_id"]
+        alone = api.resolve_violation({"violation_id": members[1], "session_id": session, "scope": "record_only"},
+                                      model=object())
+        assert "resolved_by_group_fix" not in alone
+    finally:
+        pins.CACHE.end_session(session)
