@@ -27,7 +27,7 @@ from registry.errors import DomeError
 from registry.provenance import stamp
 
 from . import artifacts, render
-from .catalog import Replay, ToolSpec, default_specs
+from .catalog import Replay, ToolSpec, default_specs, specs_from_flat_contract
 from .consent import ConsentBook
 from .faults import Fault, FaultCategory, SessionNotFound, ToolInputError, UnknownTool, shape_unexpected
 from .jobs import Job, JobStore
@@ -53,6 +53,8 @@ class CallContext:
     progress: Progress | None = None
     notes: list[str] = field(default_factory=list)
     job_id: str | None = None
+    log: Callable[[str, Any], Awaitable[None]] | None = None  # notifications/message to the client
+    content: list[dict[str, Any]] = field(default_factory=list)  # extra content a handler returns
 
 
 @dataclass
@@ -87,6 +89,10 @@ class ToolHost:
         self.ops_root = Path(ops_root).absolute()
         self.db_url = db_url
         self.specs: dict[str, ToolSpec] = dict(specs if specs is not None else default_specs())
+        from . import conformance
+
+        if conformance.enabled():  # the MCP conformance suite's fixture, never without the switch
+            self.specs.update(specs_from_flat_contract(conformance.CONTRACT))
         self.names = ToolNames(self.specs)
         self._compiled: dict[str, CompiledTool] = {}
         state = self.ops_root / "mcp"
@@ -102,6 +108,8 @@ class ToolHost:
                                              "cancel": _cancel}
         from .orchestration import HANDLERS as ORCH
         self.handlers.update(ORCH)
+        if conformance.enabled():
+            self.handlers.update(conformance.HANDLERS)
         self.handlers.update(handlers or {})
         self._tg: anyio.abc.TaskGroup | None = None
         self._users = 0
@@ -216,7 +224,8 @@ class ToolHost:
 
     # calls ---------------------------------------------------------------
     async def call(self, name: str, arguments: Mapping[str, Any] | None, *, progress: Progress | None = None,
-                   allowed: Collection[str] | None = None) -> CallResult:
+                   allowed: Collection[str] | None = None,
+                   log: Callable[[str, Any], Awaitable[None]] | None = None) -> CallResult:
         t0 = time.perf_counter()
         tool = name
         notes: list[str] = []
@@ -227,7 +236,7 @@ class ToolHost:
             tool = spec.name
             render_mode = args.pop("render", "porcelain")
             wait = args.pop("wait", True)
-            ctx = CallContext(self, spec, progress, notes)
+            ctx = CallContext(self, spec, progress, notes, log=log)
             if spec.served_by == "host":
                 result = await self.handlers[spec.name](args, ctx)
             else:
@@ -243,7 +252,7 @@ class ToolHost:
             structured = render.bound_structured(structured, self.state_dir / "artifacts")
             text = render.json_text(spec.contract_id, structured) if render_mode == "json" else \
                 render.porcelain(spec.name, structured, notes=notes)
-            extra = artifacts.content_for(self.ops_root, structured)
+            extra = ctx.content + artifacts.content_for(self.ops_root, structured)
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
             self.telemetry.success()
             return CallResult(structured, False, text, meta, extra)

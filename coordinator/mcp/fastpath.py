@@ -45,6 +45,7 @@ def cache_key(extra: str = "") -> str:
     h.update(sys.executable.encode())
     h.update(extra.encode())
     h.update(os.environ.get("DOME_MCP_TEST_TOOLS", "").encode())
+    h.update(os.environ.get("DOME_MCP_CONFORMANCE", "").encode())
     import importlib.util
 
     for pkg in ("mcp", "mcp_types"):  # an SDK upgrade rewrites these files (cheaper than importlib.metadata)

@@ -21,7 +21,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import INVALID_PARAMS
 
-from . import artifacts
+from . import artifacts, conformance
 from .dispatch import ToolHost
 
 SERVER_NAME = "dome"
@@ -34,7 +34,8 @@ DISCONNECT_KEY = "dome.http_disconnected"
 # 2025 clients still ask for logging; the SDK warns because the 2026-07-28 revision drops it
 warnings.filterwarnings("ignore", message="The logging capability is deprecated", category=MCPDeprecationWarning)
 RESOURCE_NOT_FOUND = -32002  # the MCP spec's code for resources/read of an unknown URI
-_CONTENT = {"image": types.ImageContent, "resource_link": types.ResourceLink}
+_CONTENT = {"image": types.ImageContent, "resource_link": types.ResourceLink, "audio": types.AudioContent,
+            "resource": types.EmbeddedResource}
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
@@ -77,9 +78,12 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
         async def progress(value: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(value, total, message)
 
+        async def client_log(level: str, data: Any) -> None:
+            await log.emit(ctx, level, data)
+
         disconnected = _disconnect_event(ctx)
         if disconnected is None:
-            res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed)
+            res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed, log=client_log)
         else:
             # HTTP: the client going away cancels the call (and its job), as stdin EOF does on stdio
             res = None
@@ -89,7 +93,8 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch)
-                res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed)
+                res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed,
+                                      log=client_log)
                 tg.cancel_scope.cancel()
             if res is None:
                 raise MCPError(INVALID_PARAMS, "the client disconnected; the call was cancelled")
@@ -105,16 +110,30 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
     async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
         cursor = getattr(params, "cursor", None) if params is not None else None
         items, nxt = artifacts.listing(host.ops_root, cursor)
+        if conformance.enabled() and not cursor:
+            items = conformance.resources() + items
         return types.ListResourcesResult(resources=[types.Resource.model_validate(r, by_name=False) for r in items],
                                          next_cursor=nxt)
 
     async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        fixture = conformance.read(str(params.uri)) if conformance.enabled() else None
+        if fixture is not None:
+            cls = types.TextResourceContents if "text" in fixture else types.BlobResourceContents
+            return types.ReadResourceResult(contents=[cls.model_validate(fixture, by_name=False)])
         try:
             item = artifacts.read(host.ops_root, str(params.uri))
         except artifacts.ArtifactError as exc:
             raise MCPError(RESOURCE_NOT_FOUND, str(exc), data={"uri": str(params.uri)}) from None
         cls = types.TextResourceContents if "text" in item else types.BlobResourceContents
         return types.ReadResourceResult(contents=[cls.model_validate(item, by_name=False)])
+
+    async def on_list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        items = [{"uriTemplate": artifacts.SCHEME + "{path}", "name": "artifact",
+                  "description": "any file under the ops root's artifact folders (mcp/klayout, mcp/artifacts)"}]
+        if conformance.enabled():
+            items += conformance.templates()
+        return types.ListResourceTemplatesResult(
+            resource_templates=[types.ResourceTemplate.model_validate(t, by_name=False) for t in items])
 
     async def on_set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
         log.level = params.level
@@ -134,6 +153,7 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
         server: Server[Any] = Server(SERVER_NAME, version=ver, instructions=INSTRUCTIONS, lifespan=lifespan,
                                  on_list_tools=on_list_tools, on_call_tool=on_call_tool,
                                  on_list_resources=on_list_resources, on_read_resource=on_read_resource,
+                                 on_list_resource_templates=on_list_templates,
                                  on_set_logging_level=on_set_level,
                                  get_tool_input_schema=lambda name: host.specs[name].input_schema
                                  if name in host.specs else None)
