@@ -277,3 +277,45 @@ async def test_logging_set_level_and_log_notifications(tmp_path):
         assert [(g.level, g.data["tool"], g.data["ok"]) for g in got[:2]] == [("info", "test_echo", True),
                                                                              ("warning", "poll", False)]
         assert got[1].data["code"] == "JOB_NOT_FOUND"
+
+
+def test_no_auth_is_refused_off_loopback_and_the_fixture_is_off_by_default(tmp_path, monkeypatch):
+    from coordinator.mcp.server import build_http_app
+
+    monkeypatch.delenv("DOME_MCP_CONFORMANCE", raising=False)
+    host = make_host(tmp_path)
+    with pytest.raises(ValueError):
+        build_http_app(host, None, bind_host="0.0.0.0")
+    build_http_app(host, None, bind_host="127.0.0.1")  # a loopback test harness may go without a token
+    assert not {"test_simple_text", "test_error_handling"} & {d["name"] for d in host.list_tools()}
+    r = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "mcp", "--http", "0.0.0.0:1", "--no-auth",
+                        "--ops-root", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert r.returncode == 2 and "loopback" in r.stderr
+
+
+def test_tools_list_is_compact_and_every_request_field_is_described(tmp_path):
+    from coordinator.mcp.catalog import default_specs
+    from coordinator.mcp.dispatch import ToolHost
+
+    host = ToolHost(ops_root=tmp_path, specs=default_specs(include_test=False))
+    tools = host.list_tools()
+    wire = lambda o: len(json.dumps(o, separators=(",", ":")))
+    assert wire({"tools": tools}) < 56_000 and wire(next(t for t in tools if t["name"] == "evaluate")) < 5_200
+    missing = []
+
+    def walk(tool, prefix, schema):
+        for name, sub in (schema.get("properties") or {}).items():
+            if not sub.get("description"):
+                missing.append(f"{tool}:{prefix}{name}")
+            walk(tool, f"{prefix}{name}.", sub)
+            if isinstance(sub.get("items"), dict):
+                walk(tool, f"{prefix}{name}[].", sub["items"])
+
+    for t in tools:
+        walk(t["name"], "", t["inputSchema"])
+    assert missing == []
+    ev = next(t for t in tools if t["name"] == "evaluate")
+    caps = ev["_meta"]["dome/capabilities"]
+    for path, entry in caps["engine_paths"].items():  # the whole matrix is still there, in prose too
+        assert f"{path}={entry['detailed']}" in ev["description"]
