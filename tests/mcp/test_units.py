@@ -159,3 +159,12 @@ def test_group_fix_lists_every_group_member_as_resolved():
         assert "resolved_by_group_fix" not in alone
     finally:
         pins.CACHE.end_session(session)
+
+
+def test_standard_provenance_block_has_every_key():
+    from registry.provenance import stamp
+
+    out = stamp({"x": 1}, {"a": 1, "render": "json"}, tool="t", engine_versions={"e": "1"})
+    assert {"seed", "engine_versions", "inputs_hash", "outputs_hash", "revision_id"} <= set(out["provenance"])
+    assert out["provenance"]["revision_id"] is None and out["provenance"]["inputs_hash"] == stamp(
+        {"x": 1}, {"a": 1}, tool="t")["provenance"]["inputs_hash"]  # delivery fields are not inputs
