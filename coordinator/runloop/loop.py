@@ -47,7 +47,8 @@ from ..gateway.server import WorkerGateway
 from ..gateway.worker_tools import GatewayBackend, build_tools
 from ..runstate import RunState, fold
 from ..scheduler import SchedulerPolicy, decide, statuses
-from ..workqueue import WorkQueue, load_work_queue, parse_work_queue
+from ..preflight import Prepared, prepare
+from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
 from .writer import LedgerWriter, WriterLedger
 
@@ -96,12 +97,6 @@ def _git(repo: Path, *args: str) -> str:
         raise BaseRefUnresolved(f"git {' '.join(args)} failed: {r.stderr.strip()[:300]}",
                                 details={"repo": str(repo), "args": list(args)})
     return r.stdout.strip()
-
-
-def resolve_base(repo: Path, ref: str) -> tuple[str, str]:
-    sha = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
-    tree = _git(repo, "rev-parse", "--verify", f"{sha}^{{tree}}")
-    return sha, tree
 
 
 def registry_ref() -> str:
@@ -276,11 +271,11 @@ class RunLoop:
 
     # -- construction -----------------------------------------------------------
     @classmethod
-    def start(cls, queue_path: Path | str, ctx: RunContext, *, run_id: str | None = None) -> "RunLoop":
-        queue_path = Path(queue_path).resolve()
-        wq = load_work_queue(queue_path)
-        repo = (queue_path.parent / wq.repo).resolve() if not Path(wq.repo).is_absolute() else Path(wq.repo)
-        sha, tree = resolve_base(repo, wq.base_ref)
+    def start(cls, queue_path: Path | str, ctx: RunContext, *, run_id: str | None = None,
+              prepared: Prepared | None = None) -> "RunLoop":
+        # pre-flight before anything is written (the CLI runs it before it opens the ledger)
+        prep = prepared or prepare(queue_path, integrate=ctx.finish is not None)
+        queue_path, wq, repo, sha, tree = prep.queue_path, prep.wq, prep.repo, prep.base_sha, prep.base_tree
         run_id = run_id or new_run_id()
         seed = wq.seed if ctx.seed is None else int(ctx.seed)
         ops_dir = Path(ctx.ops_root) / "runs" / run_id
@@ -294,6 +289,8 @@ class RunLoop:
             "policy_version": POLICY_VERSION, "registry_ref": registry_ref(), "environment": env,
             "graph_digest": wq.graph.digest, "nodes": len(wq.graph), "promote_to": wq.promote_to,
             "created_at": utc_stamp(),
+            **({"base_source": prep.base_source, "target_at_load": prep.target_sha}
+               if prep.base_source != "base_ref" else {}),
         }
         loop = cls(ctx, wq, run_id, repo, (sha, tree), RunState(), started)
         loop.started = started

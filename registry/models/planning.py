@@ -86,6 +86,7 @@ class WorkQueue(DomeModel):
     determinism_seed: Seed
     policy: Identifier
     promote_to: str = Field(min_length=1, pattern=_REF_NAME)
+    if_target_moved: Literal["refuse", "stack"] = "refuse"
     budgets: Budgets | None = None
     tasks: list[TaskNode] = Field(min_length=1)
     validations: list[ValidationSpec] | None = None

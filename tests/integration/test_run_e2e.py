@@ -82,19 +82,13 @@ def test_dome_run_held_at_the_human_gate_then_dome_promote(git_repo: Path, tmp_p
     assert _ref(git_repo, GATED_REF) == promoted["head_ref"]
 
 
-def test_a_policy_drc_suite_the_queue_does_not_define_is_missing_not_an_ejection(git_repo: Path,
-                                                                                  tmp_path: Path) -> None:
-    """The default policy's high class needs drc; a queue that defines none used to get a
-    deckless drc suite that errored on every head, so the bisect ejected the innocent proposal
-    and the run ended blocked with "the plan includes no proposal" and no consent token."""
+def test_a_policy_drc_suite_the_queue_does_not_define_is_refused_at_load(git_repo: Path,
+                                                                          tmp_path: Path) -> None:
+    """The default policy's high class needs drc. A queue that defines none could never pass
+    the gate (a deckless drc suite once got the innocent proposal ejected by the bisect); it is
+    refused before any worker starts, naming the suite, and nothing is written."""
     ops = tmp_path / "ops"
     run = dome_cli("run", str(gated_queue(tmp_path, git_repo, drc=False)), "--ops-root", str(ops), "--json")
-    out = json.loads(run.stdout)
-    assert run.returncode == 4 and out["status"] == "blocked" and out["awaiting_consent"] is False
-    run_dir = ops / "runs" / out["run_id"]
-    gate = json.loads((run_dir / "gate" / "gate.decision.json").read_text())
-    assert "validation:drc: missing (no report bound to the head)" in gate["missing"], gate["missing"]
-    assert len(gate["included_proposals"]) == 1, gate  # not ejected
-    assert not (run_dir / "gate" / "consent.token").exists()
-    topics = [json.loads(p.read_text()).get("topic") for p in (run_dir / "events").glob("event.*.json")]
-    assert "integration.ejected" not in topics and "integration.bisect" not in topics
+    err = json.loads(run.stdout)["error"]
+    assert run.returncode == 2 and err["code"] == "SUITE_NOT_DEFINED", run.stdout
+    assert err["details"]["missing"] == ["drc"] and not ops.exists()
