@@ -31,6 +31,7 @@ from registry.errors import DomeError
 from registry.schema_store import validate
 from registry.signing import Keyring, PublicKey, SignatureError, dsse_verify
 
+from . import sandbox_limits
 from .cancel import CancellationToken
 from .intents import IntentContext, handler_action, resolve
 
@@ -149,7 +150,12 @@ def main(argv: list[str] | None = None) -> int:
                             put_artifact=lambda data, mt="application/octet-stream": (
                                 client.put_artifact(data, mt) if "put_artifact" in client.allowed else ""),
                             limits=constraints)
-        result = handler(ctx)
+        try:
+            result = handler(ctx)
+        except Exception:
+            sandbox_limits.check()  # a limit the action hit explains its failure better than the failure
+            raise
+        sandbox_limits.check()  # the limits held; an attempt that ran into one is not a success
         from .proposal import build_proposal
         task = constraints.get("task", {})
         built = build_proposal(scratch, spawn=spawn, profile=profile, intent_tags=task.get("intent_tags"),

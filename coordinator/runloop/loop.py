@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from registry.errors import DomeError
 from registry.signing import SigningKey
 
 from .. import runstate as rs
+from ..executors.attempts import make_run_dir, remove_attempt_dir
 from ..executors.base import AttemptFiles, ExitInfo, Limits, validate_spawn_spec
 from ..executors.sandbox import IN_SOCKET
 from ..gateway import auth as grants_io
@@ -259,7 +259,7 @@ class RunLoop:
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
-        self.work = Path(tempfile.mkdtemp(prefix="dome-run-"))
+        self.work = make_run_dir(run_id)  # findable by run id: sweep_attempt_dirs after a kill -9
         self.base_git = self.work / "base.git"
         self.pub = self.work / "coordinator.pub"
         self.socket = self.work / "gw.sock"
@@ -515,7 +515,7 @@ class RunLoop:
 
     def _on_exit(self, ex: ExitInfo) -> None:
         neid = ex.node_execution_id
-        (self.work / "attempts" / neid / "worker.key").unlink(missing_ok=True)  # the worker is gone
+        remove_attempt_dir(self.work / "attempts" / neid)  # the worker is gone: its files and key go too
         att = self.attempts.get(neid, {})
         for v in ex.violations:
             self.writer.append(rs.SANDBOX_VIOLATION, {"node_execution_id": neid, **v, "stopped": True},

@@ -67,13 +67,15 @@ class SchedulingKnobs(DomeModel):
 
 
 class SandboxLimits(DomeModel):
-    """Per-worker-process resource limits (rlimits)."""
+    """Per-attempt resource limits (rlimits, cgroups, tmpfs sizes)."""
 
     cpu_seconds: int | None = Field(default=None, ge=1)
     memory_mb: int | None = Field(default=None, ge=64)
     max_open_files: int | None = Field(default=None, ge=16)
     max_processes: int | None = Field(default=None, ge=8)
     max_file_mb: int | None = Field(default=None, ge=1)
+    tmp_mb: int | None = Field(default=None, ge=1)
+    disk_mb: int | None = Field(default=None, ge=8)
 
 
 class WorkQueue(DomeModel):

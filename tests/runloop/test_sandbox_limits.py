@@ -88,8 +88,8 @@ def test_tmp_and_scratch_are_bounded_and_exceeding_them_is_a_violation(git_repo,
     attempt under the same limits succeeds."""
     ledger, _, _ = ledger_env
     fill = "dd if=/dev/zero of={} bs=1M count=96 2>&1; echo dd=$?; true"
-    tasks = [cmd_task("fill-tmp", fill.format('"$TMPDIR/big"'), max_attempts=1),
-             cmd_task("fill-scratch", fill.format("big.bin"), max_attempts=1),
+    tasks = [cmd_task("fill-tmp", fill.format('"$TMPDIR/big"'), outputs=(), max_attempts=1),
+             cmd_task("fill-scratch", fill.format("big.bin"), outputs=(), max_attempts=1),
              cmd_task("honest", "head -c 1048576 /dev/zero > small.bin", max_attempts=1)]
     _, out = run_queue(_limits_queue(tmp_path, git_repo, tasks), ops_root, ledger_env, sandbox="bwrap")
     ev = ledger.events(out.run_id)
@@ -104,9 +104,9 @@ def test_fork_bomb_and_memory_hog_fail_with_sandbox_violation(git_repo, ops_root
     """A fork bomb held by the pids limit and an allocation past memory_mb are not `succeeded`."""
     ledger, _, _ = ledger_env
     tasks = [cmd_task("fork-bomb", "i=0; while [ $i -lt 200 ]; do (sleep 5 &) 2>/dev/null; i=$((i+1)); done; "
-                                   "echo done", max_attempts=1, timeout_s=60),
-             cmd_task("memory-hog", "python3 -c \"b = bytearray(768 * 1024 * 1024); print(len(b))\"; true",
-                      max_attempts=1)]
+                                   "echo done", outputs=(), max_attempts=1, timeout_s=60),
+             cmd_task("memory-hog", "python3 -c \"b = b'x' * (768 << 20); print(len(b))\"; true",
+                      outputs=(), max_attempts=1)]
     _, out = run_queue(_limits_queue(tmp_path, git_repo, tasks), ops_root, ledger_env, sandbox="bwrap")
     ev = ledger.events(out.run_id)
     assert "process_limit" in _violation(ev, "fork-bomb")
