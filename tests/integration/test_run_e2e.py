@@ -92,3 +92,34 @@ def test_a_policy_drc_suite_the_queue_does_not_define_is_refused_at_load(git_rep
     err = json.loads(run.stdout)["error"]
     assert run.returncode == 2 and err["code"] == "SUITE_NOT_DEFINED", run.stdout
     assert err["details"]["missing"] == ["drc"] and not ops.exists()
+
+
+def test_a_policy_drc_suite_the_queue_does_not_define_is_missing_not_an_ejection(git_repo: Path,
+                                                                                  tmp_path: Path) -> None:
+    """Behind the pre-flight (which refuses such a queue at load), the gate holds on its own:
+    a policy suite with no definition is named missing, not synthesized; a deckless drc suite
+    once errored on every head, so the bisect ejected the innocent proposal and the run ended
+    blocked with "the plan includes no proposal" and no consent token."""
+    from coordinator.keys import load_keyring, load_or_create_signing_key
+    from coordinator.preflight import prepare
+    from coordinator.runloop.finish import integration_finish
+    from coordinator.runloop.loop import RunContext, RunLoop
+    from ledger import Ledger
+
+    ops = tmp_path / "ops"
+    q = gated_queue(tmp_path, git_repo, drc=False)
+    ledger = Ledger.open(None, ops)
+    try:
+        ctx = RunContext(ledger=ledger, ops_root=ops, signer=load_or_create_signing_key(ops),
+                         keyring=load_keyring(ops), finish=integration_finish)
+        out = RunLoop.start(q, ctx, prepared=prepare(q, integrate=False)).run().to_json()
+    finally:
+        ledger.close()
+    assert out["status"] == "blocked" and out["awaiting_consent"] is False
+    run_dir = ops / "runs" / out["run_id"]
+    gate = json.loads((run_dir / "gate" / "gate.decision.json").read_text())
+    assert "validation:drc: missing (no report bound to the head)" in gate["missing"], gate["missing"]
+    assert len(gate["included_proposals"]) == 1, gate  # not ejected
+    assert not (run_dir / "gate" / "consent.token").exists()
+    topics = [json.loads(p.read_text()).get("topic") for p in (run_dir / "events").glob("event.*.json")]
+    assert "integration.ejected" not in topics and "integration.bisect" not in topics
