@@ -22,6 +22,19 @@ from .sandbox import (bwrap_argv, direct_argv, direct_env, make_preexec, memory_
 STDERR_TAIL = 4096
 
 
+def _key_pipe(path: Path | None) -> int | None:
+    """A pipe (read end) holding the attempt's key, for bwrap to copy into the sandbox."""
+    if path is None or not path.is_file():
+        return None
+    data = path.read_bytes()
+    r, w = os.pipe()
+    try:
+        os.write(w, data)  # a key is far smaller than a pipe's buffer
+    finally:
+        os.close(w)
+    return r
+
+
 @dataclass
 class _Proc:
     popen: subprocess.Popen
@@ -90,18 +103,25 @@ class LocalExecutor:
         neid = spec["node_execution_id"]
         files.log_dir.mkdir(parents=True, exist_ok=True)
         cgs = self._cgroups_for(neid)
+        key_fd = None
         if self.sandbox == "bwrap":
-            argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs), {}
+            key_fd = _key_pipe(files.worker_key)
+            argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
+                                   worker_key_fd=key_fd), {}
         else:
             argv, env = direct_argv(files), direct_env(files)
         out = open(files.log_dir / "worker.stdout", "wb")
         err = open(files.log_dir / "worker.stderr", "wb")
         try:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                 start_new_session=True, preexec_fn=make_preexec(self.limits, cgs), close_fds=True)
+                                 start_new_session=True, preexec_fn=make_preexec(self.limits, cgs), close_fds=True,
+                                 pass_fds=(key_fd,) if key_fd is not None else ())
         finally:
             out.close()
             err.close()
+            if key_fd is not None:
+                os.close(key_fd)
+                files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
         with self._lock:
             self._procs[neid] = _Proc(p, files, cgs)
 

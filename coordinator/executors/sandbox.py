@@ -9,7 +9,8 @@ Inside the sandbox a worker sees:
   /dome/base.git (read-only objects of the base commit), /dome/spawn.json,
   /dome/coordinator.pub, /dome/gateway.sock (the only way out) and, for a
   sender-constrained grant, /dome/worker.key (read-only; this attempt's
-  private key, 0600, bound into this attempt's sandbox only);
+  private key, copied into this attempt's sandbox only, after which the
+  local executor deletes the host file);
 - a private /tmp, /proc of its own PID namespace, a minimal /dev;
 - /dome/cgroup/<controller> (read-only): the attempt's own cgroups, so the
   runtime can tell that the action hit a limit before it reports a result.
@@ -126,12 +127,14 @@ def host_view(bwrap: str = "bwrap", *, extra_ro: Iterable[Path] = (),
 
 def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
                extra_ro: Iterable[Path] = (), limits: Limits | None = None,
-               cgroups: Mapping[str, Path] | None = None) -> list[str]:
+               cgroups: Mapping[str, Path] | None = None, worker_key_fd: int | None = None) -> list[str]:
     """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`.
 
     The scratch is a tmpfs of `disk_mb` (the checkout is private to the attempt and
     leaves only through the gateway), /tmp one of `tmp_mb`; `cgroups` (controller ->
-    the attempt's cgroup directory) are bound read-only under /dome/cgroup."""
+    the attempt's cgroup directory) are bound read-only under /dome/cgroup. With
+    `worker_key_fd` (a pipe holding the key) bwrap copies the attempt's key into the
+    sandbox, so the host file can go as soon as the sandbox starts."""
     lim = limits or Limits()
     a, src = host_view(bwrap, extra_ro=extra_ro, tmp_mb=lim.tmp_mb)
     for controller, path in sorted((cgroups or {}).items()):
@@ -144,7 +147,8 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--ro-bind", str(files.coordinator_pub), IN_PUB,
           "--bind", str(files.gateway_socket), IN_SOCKET,
           *(["--ro-bind", str(files.task_json), IN_TASK] if files.task_json else []),
-          *(["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
+          *(["--perms", "0400", "--ro-bind-data", str(worker_key_fd), IN_WORKER_KEY] if worker_key_fd is not None
+            else ["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
           *CONFINEMENT,
           "--chdir", IN_SCRATCH, "--clearenv",
           "--setenv", "PATH", sandbox_path(),

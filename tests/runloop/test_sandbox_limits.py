@@ -130,12 +130,14 @@ loop.run()
 
 
 def test_attempt_dirs_and_worker_keys_do_not_outlive_attempts(git_repo, ops_root, tmp_path):
-    """An attempt that ended leaves no directory; after kill -9 of the coordinator mid-attempt,
-    sweep_attempt_dirs(run_id) removes what is left (spawn.json, worker.key, scratch)."""
+    """An attempt that ended leaves no directory; a running attempt's key is inside its sandbox
+    only (no host file); after kill -9 of the coordinator mid-attempt, sweep_attempt_dirs(run_id)
+    removes what is left (spawn.json, task.json, scratch, logs)."""
     from coordinator.executors.attempts import attempt_roots, sweep_attempt_dirs
 
     q = write_queue(tmp_path, git_repo, [cmd_task("quick", "echo q > q.txt", max_attempts=1),
-                                         cmd_task("slow", "sleep 60", ["quick"], max_attempts=1)],
+                                         cmd_task("slow", "test -s /dome/worker.key && sleep 60", ["quick"],
+                                                  max_attempts=1)],
                     scheduling={"endgame_max_duplicates": 0})
     proc = subprocess.Popen([sys.executable, "-c", COORDINATOR.format(root=str(REPO_ROOT), ops=str(ops_root),
                                                                         queue=str(q))],
@@ -144,18 +146,20 @@ def test_attempt_dirs_and_worker_keys_do_not_outlive_attempts(git_repo, ops_root
         run_id = proc.stdout.readline().strip()
         assert run_id.startswith("run-"), proc.stderr.read()[-2000:] if proc.poll() is not None else run_id
         deadline = time.monotonic() + 120
-        slow_key = None
-        while time.monotonic() < deadline and slow_key is None:
-            keys = [k for root in attempt_roots(run_id) for k in root.glob("attempts/*/worker.key")]
+        slow = None
+        while time.monotonic() < deadline and slow is None:
             dirs = [d for root in attempt_roots(run_id) for d in root.glob("attempts/*")]
-            if len(keys) == 1 and len(dirs) == 1 and "sleep" in (dirs[0] / "spawn.json").read_text():
-                slow_key = keys[0]  # `quick` ended: its directory is gone; `slow` is running
+            if len(dirs) == 1 and "sleep 60" in (dirs[0] / "spawn.json").read_text() \
+                    and (dirs[0] / "logs" / "worker.stdout").exists():
+                slow = dirs[0]  # `quick` ended: its directory is gone; `slow` is running
             time.sleep(0.05)
-        assert slow_key is not None, "the slow attempt never started alone"
+        assert slow is not None, "the slow attempt never started alone"
+        time.sleep(1.0)  # well into the attempt (it checked its key and sleeps)
+        assert [k for root in attempt_roots(run_id) for k in root.glob("**/worker.key")] == []
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    assert slow_key.exists()  # kill -9: nothing could clean up
+    assert (slow / "spawn.json").exists()  # kill -9: nothing could clean up
     removed = sweep_attempt_dirs(run_id)
-    assert removed and not attempt_roots(run_id) and not slow_key.exists()
+    assert removed and not attempt_roots(run_id) and not slow.exists()
     assert sweep_attempt_dirs(run_id) == []  # idempotent
