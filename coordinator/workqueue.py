@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -96,6 +97,7 @@ class WorkQueue:
     if_target_moved: str = "refuse"
 
 
+MAX_BYTES = 16 * 1024 * 1024  # a work queue is a plan, not data
 MAX_DEPTH = 64  # nesting of arrays/objects a work queue may use; deeper is refused, never recursed into
 BRANCH_PREFIX = "refs/heads/"
 TARGET_MOVED = ("refuse", "stack")  # `if_target_moved`: what pre-flight does when promote_to moved past the base
@@ -114,6 +116,13 @@ def load_work_queue(path: Path | str) -> WorkQueue:
         raise WorkQueueError(f"work queue path is a directory: {path}", code="WORK_QUEUE_IS_DIRECTORY",
                              details={"path": str(path)}, hints=["give the path of the .json file itself"])
     try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
+            raise WorkQueueError(f"work queue is not a regular file: {path}", code="WORK_QUEUE_NOT_A_FILE",
+                                 details={"path": str(path)})
+        if st.st_size > MAX_BYTES:
+            raise WorkQueueError(f"work queue is {st.st_size} bytes; at most {MAX_BYTES} are read",
+                                 code="WORK_QUEUE_TOO_LARGE", details={"path": str(path), "max_bytes": MAX_BYTES})
         data = path.read_bytes()
     except FileNotFoundError:
         raise WorkQueueError(f"work queue not found: {path}", code="WORK_QUEUE_NOT_FOUND",

@@ -6,6 +6,7 @@ real CLI (`dome run ... --json`) on a real git repository."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from coordinator.cli.main import main as dome_main
-from coordinator.workqueue import WorkQueueError, branch_ref_problem, decode_json, parse_work_queue
+from coordinator.workqueue import MAX_BYTES, WorkQueueError, branch_ref_problem, decode_json, parse_work_queue
 from registry.errors import DomeError
 from tests.conftest import git
 
@@ -126,6 +127,18 @@ def test_queue_path_that_is_a_directory(tmp_path, capsys):
     d.mkdir()
     rc, out, ops = _run(tmp_path, None, capsys, path=d)
     assert rc == 2 and out["error"]["code"] == "WORK_QUEUE_IS_DIRECTORY" and not ops.exists()
+
+
+def test_queue_path_that_is_a_fifo_or_too_large(tmp_path, capsys):
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    rc, out, ops = _run(tmp_path, None, capsys, path=fifo)  # would block forever if it were read
+    assert rc == 2 and out["error"]["code"] == "WORK_QUEUE_NOT_A_FILE" and not ops.exists()
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_BYTES + 1)
+    rc, out, ops = _run(tmp_path, None, capsys, path=big)
+    assert rc == 2 and out["error"]["code"] == "WORK_QUEUE_TOO_LARGE" and not ops.exists()
 
 
 def test_an_existing_database_gets_no_rows(git_repo, tmp_path, capsys):
