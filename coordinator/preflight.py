@@ -54,12 +54,12 @@ class Prepared:
     target_sha: str | None  # promote_to's commit at load (None: the branch does not exist yet)
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+def _git(repo: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
            "HOME": os.environ.get("HOME", "/nonexistent"), "GIT_OPTIONAL_LOCKS": "0"}
     try:
         return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env,
-                              timeout=GIT_TIMEOUT_S)
+                              timeout=GIT_TIMEOUT_S, input=input)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PreflightError(f"git could not be run on {repo}: {exc}", code="REPO_UNREADABLE",
                              details={"repo": str(repo)}) from None
@@ -191,13 +191,20 @@ def script_of(action: Mapping[str, Any]) -> str | None:
 def _check_scripts(wq: WorkQueue, repo: Path, base: str) -> None:
     """Root tasks run on the base commit, so their script must be in it (later tasks
     may run on a base an earlier task changed, and are not checked)."""
-    missing = []
+    wanted = []
     for node in wq.graph.nodes.values():
         if node.dependencies or node.action_spec.get("intent") != "command":
             continue
         path = script_of(node.action_spec)
-        if path and _git(repo, "cat-file", "-e", f"{base}:{path}").returncode != 0:
-            missing.append({"node_id": node.source_id, "script": path})
+        if path and "\n" not in path:
+            wanted.append({"node_id": node.source_id, "script": path})
+    if not wanted:
+        return
+    r = _git(repo, "cat-file", "--batch-check=%(objecttype)", input="".join(f"{base}:{w['script']}\n"
+                                                                             for w in wanted))
+    answers = r.stdout.splitlines()
+    missing = [w for w, a in zip(wanted, answers) if a.strip() != "blob"] if r.returncode == 0 \
+        else wanted
     if missing:
         first = missing[0]
         raise PreflightError(f"task {first['node_id']!r} runs {first['script']!r}, which is not in the base "
