@@ -9,6 +9,7 @@ consent_token_file} (the last two say a run is held at the human gate).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -44,26 +45,30 @@ def _finish_stage():
 
 
 def run(args: argparse.Namespace) -> int:
-    from coordinator.keys import load_keyring, load_or_create_signing_key
     from coordinator.preflight import prepare
-    from coordinator.runloop.loop import RunContext, RunLoop
-    from coordinator.runloop.view import LiveView, PlainView
-    from ledger import Ledger
 
     if not args.work_queue and not args.resume:
         print("dome run: give a WORK_QUEUE or --resume RUN_ID", file=sys.stderr)
         return 2
     ops_root = Path(args.ops_root)
-    view = None if args.json else (LiveView() if sys.stderr.isatty() else PlainView())
     try:
-        # pre-flight first: bad input is refused before the ledger, keys or ops/ exist
-        prepared = None if args.resume else prepare(args.work_queue, integrate=_finish_stage() is not None)
+        # pre-flight first, before the run loop is even imported: bad input is refused
+        # in well under a second, before the ledger, keys or ops/ exist
+        integrate = importlib.util.find_spec("coordinator.integration.finish") is not None
+        prepared = None if args.resume else prepare(args.work_queue, integrate=integrate)
+        finish = _finish_stage()
+        from coordinator.keys import load_keyring, load_or_create_signing_key
+        from coordinator.runloop.loop import RunContext, RunLoop
+        from coordinator.runloop.view import LiveView, PlainView
+        from ledger import Ledger
+
+        view = None if args.json else (LiveView() if sys.stderr.isatty() else PlainView())
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=_finish_stage(), view=view)
+                         max_parallel=args.max_parallel, finish=finish, view=view)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:
