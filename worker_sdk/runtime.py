@@ -92,9 +92,11 @@ def load_worker_key(path: str | None, profile: dict[str, Any]) -> Any:
 
 def _git(cwd: Path, *args: str) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": os.devnull,
            "GIT_AUTHOR_NAME": "dome-worker", "GIT_AUTHOR_EMAIL": "worker@dome.invalid",
            "GIT_COMMITTER_NAME": "dome-worker", "GIT_COMMITTER_EMAIL": "worker@dome.invalid"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True,
+                          timeout=600).stdout.strip()
 
 
 def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> None:
