@@ -21,7 +21,7 @@ from mcp_types import INVALID_PARAMS
 
 from tests.conftest import REPO_ROOT
 
-from .conftest import connect, host_env, job_files, make_host
+from .conftest import MODES, connect, host_env, job_files, make_host
 
 pytestmark = pytest.mark.anyio
 TOKEN = "front-door-token-0123456789"
@@ -31,10 +31,10 @@ CLIENT = r"""
 import sys, json, anyio, httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-url, token, tool, args = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+url, token, tool, args, mode = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
 async def main():
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=600) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None) as c:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode, cache=None) as c:
             print("calling", flush=True)
             await c.call_tool(tool, args, read_timeout_seconds=600)
 anyio.run(main)
@@ -76,9 +76,10 @@ async def _health(url: str) -> dict:
             return (await c.call_tool("health", {})).structured_content
 
 
-async def _kill_client_mid_call(url: str, tool: str, args: dict, started, tmp_path: Path) -> float:
+async def _kill_client_mid_call(url: str, tool: str, args: dict, started, tmp_path: Path,
+                                mode: str = "legacy") -> float:
     """Start a client process calling `tool`, wait for `started()`, SIGKILL it; return the kill time."""
-    client = subprocess.Popen([sys.executable, "-c", CLIENT, url, TOKEN, tool, json.dumps(args)], cwd=REPO_ROOT,
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, url, TOKEN, tool, json.dumps(args), mode], cwd=REPO_ROOT,
                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL)
     try:
@@ -110,11 +111,12 @@ async def _assert_cancelled_and_idle(url: str, tool: str, t_kill: float, tmp_pat
         assert _cpu_ticks(pid) - before <= 2, "the worker kept computing after the disconnect"
 
 
-async def test_http_client_killed_mid_call_cancels_its_job(http_host, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+async def test_http_client_killed_mid_call_cancels_its_job(http_host, tmp_path, mode):
     hb = tmp_path / "hb"
     t_kill = await _kill_client_mid_call(
         http_host, "test_slow", {"steps": 3000, "step_s": 0.02, "heartbeat": str(hb)},
-        lambda: hb.exists() and hb.read_text().isdigit() and int(hb.read_text()) >= 5, tmp_path)
+        lambda: hb.exists() and hb.read_text().isdigit() and int(hb.read_text()) >= 5, tmp_path, mode)
     await _assert_cancelled_and_idle(http_host, "test_slow", t_kill, tmp_path)
     frozen = hb.read_text()
     await anyio.sleep(0.5)
