@@ -168,13 +168,17 @@ def build_server():  # -> mcp.server.lowlevel.Server
             finally:
                 stopped.set()
 
+        sent = [0]
+
+        async def flush() -> None:
+            if progress.seq != sent[0]:
+                sent[0] = progress.seq
+                await ctx.session.report_progress(progress.value, 1.0, progress.message or None)
+
         async def forward() -> None:
-            seen = 0
-            while True:
+            while True:  # the latest update every 50 ms: a fast loop cannot flood the pipe
                 await anyio.sleep(0.05)
-                if progress.seq != seen:
-                    seen = progress.seq
-                    await ctx.session.report_progress(progress.value, 1.0, progress.message or None)
+                await flush()
 
         try:
             if "token" not in kwargs and "progress" not in kwargs:
@@ -188,6 +192,8 @@ def build_server():  # -> mcp.server.lowlevel.Server
                         ok, result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
                     finally:
                         tg.cancel_scope.cancel()
+                if ok:
+                    await flush()  # the last phase's update, before the result
             if not ok:
                 raise result
         except anyio.get_cancelled_exc_class():
