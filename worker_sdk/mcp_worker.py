@@ -43,6 +43,9 @@ TOOLS: dict[str, str] = {
         "extract_markers")},
     "dome_session_restore": "worker_sdk.klayout_tools.api:restore_session",
 }
+# short, bounded reads served on the worker's event loop itself (no thread hop)
+INLINE = frozenset({"list_cells", "describe_cell", "list_layers", "query_region", "measure_geometry",
+                    "analyze_waveguide", "set_view", "close_session", "test_echo"})
 TEST_TOOLS: dict[str, str] = {name: f"worker_sdk.mcp_testing:{name}" for name in (
     "test_echo", "test_slow", "test_crash_convergent", "test_crash_probe", "test_crash_never", "test_noisy",
     "test_session_open", "test_session_read", "test_crash_now")}
@@ -181,9 +184,9 @@ def build_server():  # -> mcp.server.lowlevel.Server
                 await flush()
 
         try:
-            if "token" not in kwargs and "progress" not in kwargs:
-                # neither cancellable nor reporting progress (the KLayout readers): a thread hop would
-                # only add a context switch per call; they hold the GIL either way
+            if name in INLINE:
+                # short KLayout readers: a thread hop would only add a context switch per call (they
+                # hold the GIL either way); long or cancellable tools keep the loop free
                 ok, result = run()
             else:
                 async with anyio.create_task_group() as tg:
