@@ -87,6 +87,21 @@ class IntegrationPolicy:
         return replace(self, **kw)
 
     @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "IntegrationPolicy":
+        """The inverse of `to_dict` (unknown keys ignored)."""
+        kw: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in d:
+                continue
+            v = d[f.name]
+            if f.name == "suites_by_risk":
+                v = {k: tuple(x) for k, x in dict(v).items()}
+            elif isinstance(v, list):
+                v = tuple(v)
+            kw[f.name] = v
+        return cls(**kw)
+
+    @classmethod
     def from_spec(cls, spec: Mapping[str, Any], name: str = "default") -> "IntegrationPolicy":
         """Build from a `dome.policy_spec/v1` document and a policy name."""
         if name not in spec.get("policies", {}):
