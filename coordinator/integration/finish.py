@@ -295,7 +295,8 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                               "requires": list(p.get("_requires", [])),
                               "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                               "atomicity": p.get("atomicity", "atomic_proposal"),
-                              "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints)})
+                              "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
+                              "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
             checked[pid] = cp
 
     # 2. plan ------------------------------------------------------------------------

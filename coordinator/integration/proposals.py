@@ -18,7 +18,7 @@ from registry import diffs
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
-from .policy import IntegrationPolicy, risk_level
+from .policy import IntegrationPolicy, max_risk, risk_level
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
 ALLOWED_MODES = {"100644", "100755", "120000"}
@@ -75,14 +75,22 @@ class CheckedProposal:
     canonical: bytes
     parsed: ParsedDiff
     fingerprints: tuple[Mapping[str, Any], ...]
+    protected: tuple[str, ...] = ()  # touched paths the policy protects
 
     @property
     def proposal_id(self) -> str:
         return str(self.proposal["proposal_id"])
 
     @property
+    def computed_risk(self) -> str:
+        """What the coordinator makes of the diff itself."""
+        return "high" if self.protected else "low"
+
+    @property
     def risk(self) -> str:
-        return risk_level(self.proposal.get("risk"))
+        """The proposal's risk (already raised to its task's declared risk) or the
+        computed one, whichever is higher: a worker can raise it, never lower it."""
+        return max_risk(self.proposal.get("risk"), self.computed_risk)
 
     @property
     def diff_digest(self) -> str:
@@ -307,6 +315,10 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
     base = str(proposal.get("base_ref", ""))
     if not pid:
         rej.append(Rejection("PROPOSAL_INVALID", "proposal has no proposal_id", INTEGRITY))
+    if proposal.get("binding_mismatches"):
+        rej.append(Rejection("PROPOSAL_BINDING_MISMATCH", "the proposal claims another run, wave, node or attempt "
+                             "than the grant that submitted it", INTEGRITY,
+                             {"mismatches": list(proposal["binding_mismatches"])}))
     if not SHA_RE.match(base):
         rej.append(Rejection("PROPOSAL_BASE_NOT_SHA", "base_ref must be a full commit SHA", INTEGRITY,
                              {"base_ref": base}))
@@ -362,7 +374,8 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
         return rej, None
     fps = tuple(diffs.hunk_fingerprints(parsed, base))
     return [], CheckedProposal(proposal=proposal, canonical=canonical, parsed=parsed,
-                               fingerprints=fps)
+                               fingerprints=fps,
+                               protected=tuple(policy.protected_touched(parsed.touched_files())))
 
 
 # ---------------------------------------------------------------------------
