@@ -39,7 +39,7 @@ import git as gitpython
 
 from coordinator.integration import gitio, tree_rules
 from coordinator.integration.gitio import GitError, ObjectReader
-from registry import diffs
+from registry import diffs, limits
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
@@ -195,7 +195,7 @@ class Canvas:
 
     def __init__(self, repo: Path | str, base_ref: str, *, run_id: str,
                  workdir: Path | str | None = None, when: int | None = None,
-                 create_worktree: bool = True, max_binary_bytes: int = 8 << 20,
+                 create_worktree: bool = True, max_binary_bytes: int = limits.MAX_BINARY_BYTES,
                  persist: bool = True, reader: ObjectReader | None = None,
                  policy: Any = None) -> None:
         from coordinator.integration.policy import IntegrationPolicy

@@ -27,6 +27,7 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from registry import limits
 from registry.canonical import digest_json
 from registry.diffs import DiffError, canonicalize_diff, describe_diff
 from registry.errors import DomeError
@@ -38,7 +39,7 @@ from ..integration.proposals import path_rejections
 from .dispatch import ToolSpec
 
 SCHEMA_VERSION = "1.0.0"
-MAX_ARTIFACT_BYTES = 32 * 1024 * 1024
+MAX_ARTIFACT_BYTES = limits.MAX_ARTIFACT_BYTES
 
 
 class AttemptNotLive(DomeError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from registry import limits
 from registry.canonical import digest_json
 
 RISK_LEVELS = ("low", "medium", "high", "critical")
@@ -55,8 +56,8 @@ class IntegrationPolicy:
     allow_exec_bit: bool = False
     allow_symlinks: bool = True
     allow_binary: bool = True
-    max_binary_bytes: int = 8 * 1024 * 1024
-    max_total_bytes: int = 32 * 1024 * 1024
+    max_binary_bytes: int = limits.MAX_BINARY_BYTES
+    max_total_bytes: int = limits.MAX_DIFF_BYTES
     max_files: int = 2000
     dependency_globs: tuple[str, ...] = DEFAULT_DEPENDENCY_GLOBS
     dependency_risk_allowed: tuple[str, ...] = ("medium", "high", "critical")
