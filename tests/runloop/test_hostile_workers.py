@@ -129,6 +129,10 @@ def test_request_body_exactly_at_the_limit_is_read_one_byte_over_is_413(gateway)
 
 # -- end to end: `dome run` with command workers ---------------------------------------------
 
+PASSING = [{"suite": "command", "name": "tests", "argv": ["true"], "required": True, "timeout_s": 60}]
+DRC = {"suite": "drc", "params": {"deck": "builtin:mask_rules", "layouts": ["**/*.oas"]}}  # the high class's suite
+
+
 def _run(tmp_path: Path, repo: Path, tasks: list[dict], **extra) -> tuple[dict, Path]:
     ops = tmp_path / "ops"
     q = write_queue(tmp_path, repo, tasks, **extra)
@@ -159,15 +163,17 @@ def test_two_honest_workers_link_and_file_beneath_it_the_run_ends(git_repo: Path
     (git_repo / "pkg" / "__init__.py").write_text("x = 1\n")
     git(git_repo, "add", "-A")
     git(git_repo, "commit", "-q", "-m", "pkg")
-    tasks = [cmd_task("link", "ln -s pkg lnk"), cmd_task("file", "mkdir lnk && echo 'import os' > lnk/evil.py")]
-    out, ops = _run(tmp_path, git_repo, tasks)
+    # lower risk is stacked first: the link lands, then the file beneath it is tried
+    tasks = [cmd_task("link", "ln -s pkg lnk", risk="low"),
+             cmd_task("file", "mkdir lnk && echo 'import os' > lnk/evil.py", risk="medium")]
+    out, ops = _run(tmp_path, git_repo, tasks, validations=[*PASSING, DRC])
     assert out["status"] == "promoted", out
     head = _ref(git_repo, "refs/heads/dome/out")
     names = git(git_repo, "ls-tree", "-r", "--name-only", head).splitlines()
-    assert ("lnk" in names) != ("lnk/evil.py" in names), names  # exactly one survived
+    assert "lnk" in names and "lnk/evil.py" not in names, names
     events = _events(ops, out["run_id"])
     drops = [e for e in events if e["topic"] == "integration.conflict_decision" and e["payload"]["action"] == "drop"]
-    assert len(drops) == 1 and "CANVAS_PATH_IS" in json.dumps(drops[0]["payload"]["conflicts"])
+    assert len(drops) == 1 and {c["path"] for c in drops[0]["payload"]["conflicts"]} <= {"lnk", "lnk/evil.py"}
     st = json.loads(dome_cli("status", out["run_id"], "--ops-root", str(ops), "--json").stdout)
     assert st.get("status") == "promoted", st
     ver = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json")
@@ -191,7 +197,7 @@ def test_a_worker_that_edits_the_ci_script_so_validation_passes_is_not_promoted(
     git(git_repo, "commit", "-q", "-m", "ci")
     tasks = [cmd_task("sneaky", "echo broken > status.txt && printf '#!/bin/sh\\nexit 0\\n' > .ci/run", risk="low")]
     validations = [{"suite": "command", "name": "tests", "argv": ["sh", ".ci/run"], "required": True,
-                    "timeout_s": 60}]
+                    "timeout_s": 60}, DRC]
     out, ops = _run(tmp_path, git_repo, tasks, validations=validations, policy="default")
     assert out["status"] == "blocked" and out["awaiting_consent"] is True, out
     assert _ref(git_repo, "refs/heads/dome/out") is None
@@ -251,7 +257,7 @@ def test_a_hostile_worker_naming_a_low_risk_decoy_node_gets_its_own_tasks_risk(g
     risky = cmd_task("risky", "", risk="high")
     risky["action_spec"] = {"intent": "command", "argv": [sys.executable, "-c", code]}
     tasks = [risky, cmd_task("decoy", "echo decoy > DECOY.txt", risk="low")]
-    out, ops = _run(tmp_path, git_repo, tasks)
+    out, ops = _run(tmp_path, git_repo, tasks, validations=[*PASSING, DRC])
     events = _events(ops, out["run_id"])
     submitted = [e for e in events if e["topic"] == "patch.submitted"]
     assert submitted and all(e["payload"]["proposal"].get("node_id") == e["node_id"] for e in submitted), submitted
