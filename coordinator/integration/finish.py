@@ -225,7 +225,7 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
     for r in records:
         for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
             v = r.artifact.get(k)
-            if isinstance(v, str) and diffs._OID.match(v.encode()):
+            if isinstance(v, str) and diffs.OID_RE.match(v.encode()):
                 commits.add(v)
     with gitio.ObjectReader(repo) as reader:
         return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))

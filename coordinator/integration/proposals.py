@@ -348,7 +348,7 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
                              {"diff_error": exc.code, **exc.details}))
         return rej, None
     canonical = diffs.serialize_diff(parsed)
-    digest = diffs._sha(canonical)
+    digest = diffs.sha_digest(canonical)
     if digest != proposal.get("diff_digest"):
         rej.append(Rejection("PROPOSAL_DIGEST_MISMATCH", "diff digest does not match diff_digest",
                              INTEGRITY, {"claimed": proposal.get("diff_digest"), "actual": digest}))
