@@ -113,13 +113,16 @@ def tree_rejections(changes: Mapping[str, Entry | None], *, before: Lookup, afte
                     links: Iterable[str], read: ReadBlob,
                     policy: IntegrationPolicy) -> list[Rejection]:
     """Every rule the resulting tree breaks: mode rules on the changed
-    entries, escape rules on every symlink of the resulting tree."""
+    entries, escape rules on every symlink of the resulting tree. A link that
+    already escaped on the head before this apply (say, one the repository
+    had at its base) is not charged to this proposal; any link that escapes
+    because of it is, whoever wrote that link's target."""
     out: list[Rejection] = []
     for path in sorted(changes):
         out.extend(entry_rejections(path, before(path), changes[path], policy))
     for link in sorted(set(links)):
         why = symlink_escape(link, after, read)
-        if why is not None:
+        if why is not None and symlink_escape(link, before, read) is None:
             e = after(link)
             target = read(e[1]).decode("utf-8", "replace") if e else ""
             out.append(Rejection("POLICY_SYMLINK_ESCAPE", why, POLICY, {"path": link, "target": target[:300]}))

@@ -269,3 +269,25 @@ def test_names_that_only_start_with_dot_git_are_ordinary(path: str) -> None:
                                   ".git /config", "GIT~1/config", ".g\u200cit/config", ".git\ufeff/HEAD"])
 def test_every_spelling_of_the_git_directory_is_refused(path: str) -> None:
     assert "POLICY_PATH_GIT_DIR" in [r.code for r in path_rejections(path)]
+
+
+def test_a_link_that_escaped_at_the_base_does_not_block_other_proposals(tmp_path: Path) -> None:
+    """Resulting-tree rules charge a proposal with what it changes: a repository that already
+    holds an absolute link still integrates an unrelated edit (and a new escaping link is
+    still refused)."""
+    r = tmp_path / "r"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "a.txt").write_text("a\n")
+    os.symlink("/usr/share/zoneinfo/UTC", r / "tz")
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "base")
+    edit = make_proposal(r, "edit", lambda x: (x / "a.txt").write_text("b\n"))
+    out = land(r, [edit])
+    assert out.included == ["edit"], out
+    new = blob(r, b"../outside")
+    raw = (f"diff --git a/x b/x\nnew file mode 120000\nindex {'0' * 40}..{new}\n--- /dev/null\n+++ b/x\n"
+           "@@ -0,0 +1 @@\n+../outside\n\\ No newline at end of file\n").encode()
+    with Canvas(r, head(r), run_id="r1", create_worktree=False) as canvas:
+        att = canvas.try_apply(parse_diff(raw))
+        assert [(v.code, v.details["path"]) for v in att.violations] == [("POLICY_SYMLINK_ESCAPE", "x")]
