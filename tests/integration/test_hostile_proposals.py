@@ -291,3 +291,51 @@ def test_a_link_that_escaped_at_the_base_does_not_block_other_proposals(tmp_path
     with Canvas(r, head(r), run_id="r1", create_worktree=False) as canvas:
         att = canvas.try_apply(parse_diff(raw))
         assert [(v.code, v.details["path"]) for v in att.violations] == [("POLICY_SYMLINK_ESCAPE", "x")]
+
+
+# -- 4/5. risk: never the worker's word; protected paths --------------------------------------
+
+def test_a_binding_mismatch_found_at_integration_is_refused(repo: Path) -> None:
+    from coordinator.integration.binding import bind
+    prop, diff = make_proposal(repo, "p", lambda r: (r / "hello.txt").write_text("hi\n"), node_id="decoy")
+    bound = bind(prop, {"run_id": "run-test", "node_id": "risky", "wave_id": "w1", "node_execution_id": "ne1"})
+    out = land(repo, [(bound, diff)])
+    assert out.rejected == {"p": ["PROPOSAL_BINDING_MISMATCH"]}
+
+
+@attack("protected-path-edit")
+@pytest.mark.parametrize("path", [".github/workflows/ci.yml", ".ci/run", "tests/conftest.py", "tox.ini",
+                                  "work.queue.json", ".dome/protected-paths"])
+def test_protected_paths_make_a_low_risk_claim_high(repo: Path, path: str) -> None:
+    def change(r: Path) -> None:
+        (r / path).parent.mkdir(parents=True, exist_ok=True)
+        (r / path).write_text("exit 0\n")
+    prop, diff = make_proposal(repo, "p", change, risk="low")
+    with ObjectReader(repo) as reader:
+        rej, cp = verify_proposal(prop, diff, wave_base=head(repo), policy=IntegrationPolicy(),
+                                  inspector=BaseInspector(repo, reader))
+    assert rej == [] and cp is not None
+    assert cp.protected == (path,) and cp.computed_risk == "high" and cp.risk == "high"
+
+
+def test_a_repository_adds_protected_paths_at_its_base_commit(repo: Path) -> None:
+    from types import SimpleNamespace
+
+    from coordinator.runloop.finish import repo_policy
+    (repo / ".dome").mkdir()
+    (repo / ".dome" / "protected-paths").write_text("# ours\nscripts/check.sh\n\ngolden/**  # fixtures\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "protect")
+    fc = SimpleNamespace(repo=repo, base_ref=head(repo), work_queue=SimpleNamespace(policy="default"))
+    pol = repo_policy(fc)
+    assert pol.protected_touched(["scripts/check.sh", "golden/a/b.gds", "src/x.py", ".ci/run"]) == [
+        ".ci/run", "golden/a/b.gds", "scripts/check.sh"]
+    fc.base_ref = git(repo, "rev-parse", "HEAD~1")  # the file is read at the run's base, not later
+    assert repo_policy(fc).protected_touched(["scripts/check.sh"]) == []
+
+
+def test_the_gateway_path_rule_is_integrations() -> None:
+    from coordinator.gateway.worker_tools import path_policy
+    assert path_policy([".gitignore", ".github/workflows/ci.yml", "a/.gitkeep"]) == []
+    assert path_policy([".git/config", ".GIT/x", "a/../b", "/etc/passwd"]) == [".git/config", ".GIT/x", "a/../b",
+                                                                              "/etc/passwd"]
