@@ -207,7 +207,7 @@ def test_a_worker_that_edits_the_ci_script_so_validation_passes_is_not_promoted(
     assert verified and verified[0]["risk"] == "high" and verified[0]["protected_paths"] == [".ci/run"]
 
 
-HOSTILE = r"""
+HOSTILE_PRELUDE = r"""
 import json, sys
 from pathlib import Path
 sys.path.insert(0, SRC)
@@ -228,6 +228,9 @@ c = GatewayClient(token=token_of(spawn["grant"]), profile=profile,
                   socket=first("/dome/gateway.sock", spawn["gateway"].get("socket") or "/nonexistent"),
                   url=spawn["gateway"].get("url"),
                   worker_key=load_worker_key(first("/dome/worker.key", here / "worker.key"), profile))
+"""
+
+DECOY = HOSTILE_PRELUDE + r"""
 Path("RISKY.txt").write_text("risky change\n")
 proposal, _ = build_proposal(Path.cwd(), spawn=spawn, profile=profile, risk="low",
                              upload=lambda d: c.put_artifact(d, "text/x-diff", "patch.diff"))
@@ -253,7 +256,7 @@ def test_a_hostile_worker_naming_a_low_risk_decoy_node_gets_its_own_tasks_risk(g
     import sys
 
     from tests.conftest import REPO_ROOT
-    code = f"SRC = {str(REPO_ROOT)!r}\n" + HOSTILE
+    code = f"SRC = {str(REPO_ROOT)!r}\n" + DECOY
     risky = cmd_task("risky", "", risk="high")
     risky["action_spec"] = {"intent": "command", "argv": [sys.executable, "-c", code]}
     tasks = [risky, cmd_task("decoy", "echo decoy > DECOY.txt", risk="low")]
@@ -267,3 +270,45 @@ def test_a_hostile_worker_naming_a_low_risk_decoy_node_gets_its_own_tasks_risk(g
                 if e["topic"] == "integration.proposal_verified"}
     assert verified["risky"]["risk"] == "high", verified
     assert out["status"] == "blocked" and out["awaiting_consent"] is True, out
+
+
+FLIP = HOSTILE_PRELUDE + r"""
+import worker_sdk.proposal as wp
+# a hand-written diff: a mode-only change of hello.txt to a symlink (no hunks)
+wp.canonical_worktree_diff = lambda scratch, base: b"diff --git a/hello.txt b/hello.txt\nold mode 100644\nnew mode 120000\n"
+proposal, _ = wp.build_proposal(Path.cwd(), spawn=spawn, profile=profile,
+                                upload=lambda d: c.put_artifact(d, "text/x-diff", "patch.diff"))
+pid = c.submit_patch(proposal)["proposal_id"]
+c.complete_task("succeeded", summary={"flip": True}, proposal_id=pid)
+"""
+
+
+@pytest.mark.slow
+@attack("symlink-mode-flip")
+def test_one_worker_writes_the_path_another_flips_the_mode_nothing_escapes(git_repo: Path, tmp_path: Path) -> None:
+    """End to end through `dome run`: node A (honest) writes `../../../../etc/passwd` into a file,
+    node B (hostile, from inside its command, through its own grant) submits a hand-written
+    mode-only diff turning that file into a symlink. Each is harmless alone; both used to be
+    promoted and `dome verify` said VALID."""
+    import os
+    import sys
+
+    from coordinator.canvas import checkout_readonly
+    from tests.conftest import REPO_ROOT
+    (git_repo / "hello.txt").write_bytes(b"hello")
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-q", "-m", "hello")
+    flip = cmd_task("flip", "")
+    flip["action_spec"] = {"intent": "command", "argv": [sys.executable, "-c", f"SRC = {str(REPO_ROOT)!r}\n" + FLIP]}
+    tasks = [cmd_task("text", "printf '../../../../etc/passwd' > hello.txt"), flip]
+    out, ops = _run(tmp_path, git_repo, tasks, validations=PASSING)
+    events = _events(ops, out["run_id"])
+    rejected = [e["payload"] for e in events if e["topic"] == "integration.proposal_rejected"]
+    assert any(r["code"] == "POLICY_MODE_TYPE_CHANGE" for p in rejected for r in p["rejections"]), rejected
+    head = _ref(git_repo, "refs/heads/dome/out")
+    if head is not None:
+        dest = checkout_readonly(git_repo, head, tmp_path / "promoted")
+        assert not os.path.islink(dest / "hello.txt")
+        for p in dest.rglob("*"):
+            if p.is_symlink():
+                assert os.path.realpath(p).startswith(os.path.realpath(dest) + os.sep), p
