@@ -339,3 +339,47 @@ def test_the_gateway_path_rule_is_integrations() -> None:
     assert path_policy([".gitignore", ".github/workflows/ci.yml", "a/.gitkeep"]) == []
     assert path_policy([".git/config", ".GIT/x", "a/../b", "/etc/passwd"]) == [".git/config", ".GIT/x", "a/../b",
                                                                               "/etc/passwd"]
+
+
+# -- 7. size limits at their edges --------------------------------------------------------------
+
+@attack("oversize-upload")
+def test_binary_exactly_at_the_limit_passes_one_byte_over_is_refused(tmp_path: Path) -> None:
+    from coordinator.integration.proposals import check_policy
+    from registry import limits
+    from tests.integration.conftest import worktree_diff
+    r = tmp_path / "bin"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "k").write_text("k\n")
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "base")
+    codes = {}
+    for n in (limits.MAX_BINARY_BYTES, limits.MAX_BINARY_BYTES + 1):
+        (r / "blob.bin").write_bytes(b"\x00" * n)
+        parsed = parse_diff(worktree_diff(r))
+        assert parsed.files[0].binary is not None
+        codes[n] = [x.code for x in check_policy(parsed, {}, IntegrationPolicy())]
+    assert codes[limits.MAX_BINARY_BYTES] == []
+    assert codes[limits.MAX_BINARY_BYTES + 1] == ["POLICY_BINARY_TOO_LARGE"]
+
+
+@attack("oversize-upload")
+def test_diff_exactly_at_the_limit_passes_one_byte_over_is_refused() -> None:
+    from coordinator.integration.proposals import check_policy
+    from registry import limits
+    from registry.diffs import serialize_diff
+    oid = "1" * 40
+
+    def diff_of(size: int) -> bytes:
+        head_ = (f"diff --git a/big.txt b/big.txt\nnew file mode 100644\nindex {'0' * 40}..{oid}\n"
+                 "--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1 @@\n+").encode()
+        return head_ + b"x" * (size - len(head_) - 1) + b"\n"
+
+    for size, want in ((limits.MAX_DIFF_BYTES, []), (limits.MAX_DIFF_BYTES + 1, ["POLICY_DIFF_TOO_LARGE"])):
+        raw = diff_of(size)
+        parsed = parse_diff(raw)
+        canonical = serialize_diff(parsed)
+        assert len(canonical) == size
+        got = [x.code for x in check_policy(parsed, {}, IntegrationPolicy(), canonical_size=len(canonical))]
+        assert got == want, (size, got)
