@@ -311,8 +311,15 @@ class Canvas:
         return self._links
 
     def _tree_violations(self, att: Attempt) -> list[Any]:
-        links = {p for p in self.links() if p not in att.changes}
-        links |= {p for p, v in att.changes.items() if v is not None and v[0] == tree_rules.SYMLINK_MODE}
+        def is_link(e: tuple[str, str] | None) -> bool:
+            return e is not None and e[0] == tree_rules.SYMLINK_MODE
+
+        # where links resolve depends only on which paths are links and their targets:
+        # an apply that adds, removes or rewrites no link cannot change any verdict
+        links: set[str] = set()
+        if any(is_link(v) or is_link(self.tree.get(p)) for p, v in att.changes.items()):
+            links = {p for p in self.links() if p not in att.changes}
+            links |= {p for p, v in att.changes.items() if is_link(v)}
         return tree_rules.tree_rejections(
             att.changes, before=self.tree.get, after=lambda p: self._after(att, p), links=links,
             read=self._blob, policy=self.policy)
