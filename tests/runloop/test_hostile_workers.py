@@ -66,6 +66,22 @@ def test_binding_stamps_the_grant_and_keeps_what_disagreed() -> None:
     assert forged["binding_mismatches"] == [{"field": "node_id", "claimed": "decoy", "grant": "risky"}]
 
 
+def test_integration_binds_each_proposal_to_the_recorded_dispatch() -> None:
+    """Whatever a patch.submitted payload's proposal claims, integration sees the node, wave and
+    attempt the coordinator dispatched for that node execution (a disagreeing claim is kept so the
+    proposal checks refuse it)."""
+    from types import SimpleNamespace
+
+    from coordinator.runloop.finish import bound_proposals
+    from coordinator.runstate import RunState
+    st = RunState(executions={"ne1": {"node_id": "risky", "wave_id": "w0002", "attempt": 2}})
+    forged = {"node_execution_id": "ne1", "proposal": {"proposal_id": "p", "node_id": "decoy", "risk": "low"}}
+    (p,) = bound_proposals(SimpleNamespace(run_id="run-1", proposals=[forged], state=st))
+    inner = p["proposal"]
+    assert (inner["node_id"], inner["wave_id"], inner["attempt"], inner["run_id"]) == ("risky", "w0002", 2, "run-1")
+    assert inner["binding_mismatches"] == [{"field": "node_id", "claimed": "decoy", "grant": "risky"}]
+
+
 # -- one set of size limits, tested at the edges ---------------------------------------------
 
 def test_the_limits_hold_together() -> None:
