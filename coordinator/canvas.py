@@ -39,6 +39,7 @@ import git as gitpython
 
 from coordinator.integration import gitio, tree_rules
 from coordinator.integration.gitio import GitError, ObjectReader
+from coordinator.integration.policy import IntegrationPolicy
 from registry import diffs, limits
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
@@ -197,8 +198,7 @@ class Canvas:
                  workdir: Path | str | None = None, when: int | None = None,
                  create_worktree: bool = True, max_binary_bytes: int = limits.MAX_BINARY_BYTES,
                  persist: bool = True, reader: ObjectReader | None = None,
-                 policy: Any = None) -> None:
-        from coordinator.integration.policy import IntegrationPolicy
+                 policy: IntegrationPolicy | None = None) -> None:
         self.policy = policy or IntegrationPolicy(max_binary_bytes=max_binary_bytes)
         self._links: set[str] | None = None  # symlink paths of the head tree, loaded on first use
         self.repo = Path(repo)

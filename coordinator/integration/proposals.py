@@ -166,7 +166,7 @@ def _symlink_rejections(fp: FilePatch, policy: IntegrationPolicy) -> list[Reject
         return [Rejection("POLICY_SYMLINK_FORBIDDEN", "symlinks are not allowed", details=d)]
     t = target.decode("utf-8", "surrogateescape")
     if not fp.hunks and fp.binary is None:
-        return []  # mode change only: target is the base content, checked below by the shell
+        return []  # mode change only: the target is content already in the tree; the canvas judges it (tree_rules)
     if not t or "\x00" in t or t.startswith("/") or "\\" in t:
         return [Rejection("POLICY_SYMLINK_ESCAPE", "symlink target is absolute or invalid", details=d)]
     joined = posixpath.normpath(posixpath.join(posixpath.dirname(fp.new_path or ""), t))
