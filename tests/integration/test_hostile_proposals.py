@@ -383,3 +383,20 @@ def test_diff_exactly_at_the_limit_passes_one_byte_over_is_refused() -> None:
         assert len(canonical) == size
         got = [x.code for x in check_policy(parsed, {}, IntegrationPolicy(), canonical_size=len(canonical))]
         assert got == want, (size, got)
+
+
+@attack("symlink-chain-escape")
+def test_renaming_a_link_so_its_relative_target_escapes_is_refused(tmp_path: Path) -> None:
+    """`d/e/l -> ../../x.txt` resolves to x.txt; the same link renamed to the top level points
+    two levels above the repository. A pure rename carries no hunk a diff-only check would read."""
+    r = tmp_path / "r"
+    (r / "d" / "e").mkdir(parents=True)
+    git(r, "init", "-q", "-b", "main")
+    (r / "x.txt").write_text("x\n")
+    os.symlink("../../x.txt", r / "d" / "e" / "l")
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "base")
+    raw = b"diff --git a/d/e/l b/l\nsimilarity index 100%\nrename from d/e/l\nrename to l\n"
+    out = land(r, [crafted(r, "mv", raw)])
+    assert out.included == [] and out.why["mv"]["code"] == "POLICY_SYMLINK_ESCAPE", out
+    assert_tree_is_safe(r, out.tree, tmp_path)
