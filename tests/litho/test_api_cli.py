@@ -32,7 +32,7 @@ def test_eval_cli_aggregate_is_byte_identical_to_api(iccad13, litho_env):
     m = doc["metrics"]
     assert (m["l2_nm2"], m["pvb_nm2"], m["fill"]) == (116661, 42918, "exact")
     assert all(isinstance(m[k], int) for k in ("l2_nm2", "pvb_nm2", "epe_violations"))
-    assert doc["schema_version"] == "1.0.0" and doc["provenance"]["fill"] == "exact"
+    assert doc["schema_version"] == "1.1.0" and doc["provenance"]["fill"] == "exact"
     validate("litho/evaluate_response", doc)
     in_proc = api.dumps(api.evaluate({"layout": layout, "fill": "exact", "report_level": "aggregate"}))
     assert proc.stdout.strip() == in_proc
