@@ -371,19 +371,27 @@ def encode_violation_id_from(dec, index: int) -> str:
     return reencode(dec, index)
 
 
-def _apply_mask_rules(mask: np.ndarray, target: np.ndarray, mrc: dict[str, Any] | None) -> np.ndarray:
-    """The ILT mask after mask-rule cleanup (1 pixel = 1 nm), or unchanged without rules."""
+def _mask_rules(mrc: dict[str, Any] | None):
+    """The request's mask rules (None = no cleanup), checked before any work is done."""
     if not mrc:
+        return None
+    from .mrc import MaskRules
+
+    try:
+        return MaskRules(min_feature_px=int(mrc.get("min_feature_nm", 9)), halo_px=int(mrc.get("halo_nm", 256)),
+                         min_area_px=int(mrc.get("min_area_nm2", 0)), min_space_px=int(mrc.get("min_space_nm", 0)))
+    except ValueError as exc:
+        raise BadRequest(f"mask rules: {exc}", code="LITHO_BAD_MASK_RULES", details={"mrc": dict(mrc)}) from exc
+
+
+def _apply_mask_rules(mask: np.ndarray, target: np.ndarray, rules) -> np.ndarray:
+    """The ILT mask after mask-rule cleanup (1 pixel = 1 nm), or unchanged without rules."""
+    if rules is None:
         return mask
     import torch
 
-    from .mrc import MaskRules, clean_mask
+    from .mrc import clean_mask
 
-    try:
-        rules = MaskRules(min_feature_px=int(mrc.get("min_feature_nm", 9)), halo_px=int(mrc.get("halo_nm", 256)),
-                          min_area_px=int(mrc.get("min_area_nm2", 0)), min_space_px=int(mrc.get("min_space_nm", 0)))
-    except ValueError as exc:
-        raise BadRequest(f"mask rules: {exc}", code="LITHO_BAD_MASK_RULES", details={"mrc": dict(mrc)}) from exc
     cleaned = clean_mask(torch.from_numpy(np.asarray(mask, dtype=np.float32)),
                          torch.from_numpy(np.asarray(target, dtype=np.float32)), rules)
     return cleaned.numpy().astype(np.asarray(mask).dtype)
@@ -398,6 +406,7 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     from .layout import placement, save_mask_png, write_mask_layout
 
     validate("litho/optimize_request", request)
+    rules = _mask_rules(request.get("mrc"))
     token = token or NEVER
     t0 = time.perf_counter()
     model64 = _model(request, "float64")
@@ -424,7 +433,7 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     before = run_eval(model64, inp.layout, fill=inp.fill, window=window, token=token)
     result = optimize_mask(model32, target, cfg, token=token, progress=progress, corners=window.corners)
     token.check()
-    final_mask = _apply_mask_rules(result.mask, target, req.get("mrc"))
+    final_mask = _apply_mask_rules(result.mask, target, rules)
     after = run_eval(model64, inp.layout, mask=final_mask, fill=inp.fill, window=window, token=token)
     out = Path(req["out"]) if req.get("out") else None
     mask_info: dict[str, Any] = {"digest": digest_bytes(np.ascontiguousarray(final_mask).tobytes()),
