@@ -90,40 +90,48 @@ def epe_samples(target: np.ndarray) -> list[EdgeSample]:
     p = np.pad(b, 1)
     vertical = b & ~(p[1:-1, :-2] & p[1:-1, 2:])
     horizontal = b & ~(p[:-2, 1:-1] & p[2:, 1:-1])
-    d = EPE_CONSTRAINT_NM
 
     def at(r: int, c: int) -> bool:
         return 0 <= r < h and 0 <= c < w and bool(t[r, c])
 
     out: list[EdgeSample] = []
     cols, rows = np.nonzero(vertical.T)  # column-major scan: by column, then row
-    for s, e in _segments(np.stack([rows, cols], 1), along=0):
-        cr, cc = (int(s[0]) + int(e[0])) // 2, (int(s[1]) + int(e[1])) // 2
-        pts = [(cr, cc)] if e[0] - s[0] <= EPE_SHORT_NM else [(r, int(s[1])) for r in _positions(int(s[0]), int(e[0]), cr)]
-        r0, c0 = pts[0]
-        if at(r0, c0 + 1) and not at(r0, c0 - 1):
-            sgn = -1  # shape to the right: the edge faces -x
-        elif at(r0, c0 - 1) and not at(r0, c0 + 1):
-            sgn = 1
-        else:
-            continue
-        for r, c in pts:
-            out.append(EdgeSample(float(c), float(r), (sgn, 0), (r, c - sgn * d), (r, c + sgn * d)))
+    out += _sample_edges(np.stack([rows, cols], 1), 0, at)
     rows, cols = np.nonzero(horizontal)  # row-major scan: by row, then column
-    for s, e in _segments(np.stack([rows, cols], 1), along=1):
-        cr, cc = (int(s[0]) + int(e[0])) // 2, (int(s[1]) + int(e[1])) // 2
-        pts = [(cr, cc)] if e[1] - s[1] <= EPE_SHORT_NM else [(int(s[0]), c) for c in _positions(int(s[1]), int(e[1]), cc)]
-        r0, c0 = pts[0]
-        if at(r0 + 1, c0) and not at(r0 - 1, c0):
-            sgn = -1
-        elif at(r0 - 1, c0) and not at(r0 + 1, c0):
-            sgn = 1
-        else:
-            continue
-        for r, c in pts:
-            out.append(EdgeSample(float(c), float(r), (0, sgn), (r - sgn * d, c), (r + sgn * d, c)))
+    out += _sample_edges(np.stack([rows, cols], 1), 1, at)
     inside = [s for s in out if all(0 <= v < lim for v, lim in zip((*s.inside_px, *s.outside_px), (h, w, h, w)))]
     return inside
+
+
+def _sample_edges(sites: np.ndarray, along: int, at) -> list[EdgeSample]:
+    """Samples of the edge segments in `sites` ([K, 2] (row, col) in scan order); `along` is the
+    axis the edges run along (0: vertical edges, 1: horizontal), `at(r, c)` reads the target."""
+    across = 1 - along
+    d = EPE_CONSTRAINT_NM
+    out: list[EdgeSample] = []
+    for s, e in _segments(sites, along):
+        centre = ((int(s[0]) + int(e[0])) // 2, (int(s[1]) + int(e[1])) // 2)
+        if e[along] - s[along] <= EPE_SHORT_NM:
+            pts = [centre]
+        else:
+            pts = []
+            for v in _positions(int(s[along]), int(e[along]), centre[along]):
+                p = [0, 0]
+                p[along], p[across] = v, int(s[across])
+                pts.append((p[0], p[1]))
+        step = (1, 0) if across == 0 else (0, 1)  # one pixel across the edge
+        r0, c0 = pts[0]
+        if at(r0 + step[0], c0 + step[1]) and not at(r0 - step[0], c0 - step[1]):
+            sgn = -1  # the shape lies on the + side: the edge faces -
+        elif at(r0 - step[0], c0 - step[1]) and not at(r0 + step[0], c0 + step[1]):
+            sgn = 1
+        else:
+            continue  # no side (a 1 px wide feature): not sampled
+        normal = (sgn * step[1], sgn * step[0])  # (x, y)
+        for r, c in pts:
+            out.append(EdgeSample(float(c), float(r), normal, (r - sgn * d * step[0], c - sgn * d * step[1]),
+                                  (r + sgn * d * step[0], c + sgn * d * step[1])))
+    return out
 
 
 def epe_check(samples: list[EdgeSample], nominal: np.ndarray) -> list[dict[str, Any]]:
