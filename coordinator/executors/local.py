@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .base import AttemptFiles, ExitInfo, Limits, SandboxUnavailable
-from .sandbox import bwrap_argv, direct_argv, direct_env, make_preexec, pids_cgroup_parent, probe_bwrap
+from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, make_preexec, pids_cgroup_parent,
+                      probe_bwrap)
 
 STDERR_TAIL = 4096
 
@@ -70,10 +71,11 @@ class LocalExecutor:
         neid = spec["node_execution_id"]
         files.log_dir.mkdir(parents=True, exist_ok=True)
         cg = self._cgroup_for(neid)
+        cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
         if self.sandbox == "bwrap":
-            argv, env = bwrap_argv(files, bwrap=self.bwrap), {}
+            argv, env = bwrap_argv(files, bwrap=self.bwrap, cpus=cpus), {}
         else:
-            argv, env = direct_argv(files), direct_env(files)
+            argv, env = direct_argv(files), direct_env(files, cpus=cpus)
         out = open(files.log_dir / "worker.stdout", "wb")
         err = open(files.log_dir / "worker.stderr", "wb")
         try:
