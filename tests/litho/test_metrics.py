@@ -280,3 +280,24 @@ def test_rasterized_lithobench_target_edges_are_sampled_on_the_filled_pixels():
     target = rasterize(layout, "lithobench", size=512, shift=placement(layout, "lithobench", 512))
     for s in epe_samples(target):
         assert target[s.inside_px] and not target[s.outside_px]
+
+
+def test_measured_epe_is_the_signed_shift_of_the_printed_edge():
+    from worker_sdk.litho.metrics import epe_distances
+
+    target = np.zeros((400, 400), dtype=np.uint8)
+    target[100:301, 100:161] = 1
+    samples = epe_samples(target)
+    right = [i for i, s in enumerate(samples) if s.normal == (1, 0)]
+    exact = target.astype(bool)
+    assert (epe_distances(samples, exact) == 0).all()
+    for shift in (-20, -16, -15, -1, 1, 14, 15, 30):
+        p = np.zeros_like(exact)
+        p[100:301, 100:161 + shift] = True  # the right edge moved by `shift`
+        d = epe_distances(samples, p)
+        assert set(d[right].tolist()) == {shift}
+        # consistent with the checker: the 16th pixel inside fails from 16 nm in, the 15th outside from 15 out
+        fails = {(r["x"], r["y"]) for r in epe_check(samples, p) if r["normal"] == [1, 0]}
+        assert bool(fails) == (shift <= -16 or shift >= 15)
+    far = np.zeros_like(exact)
+    assert set(epe_distances(samples, far).tolist()) == {-64}  # nothing printed: capped

@@ -151,6 +151,9 @@ def _metrics(ev) -> dict[str, Any]:
         "pvb_nm2": ev.pvb,
         "epe_violations": ev.epe,
         "epe_samples": ev.epe_samples,
+        # the measured edge placement error at the same samples (nm, |signed|, capped at 64)
+        "epe_mean_nm": round(float(np.abs(ev.epe_nm).mean()), 3) if len(ev.epe_nm) else 0.0,
+        "epe_max_nm": int(np.abs(ev.epe_nm).max()) if len(ev.epe_nm) else 0,
         "score": 5000 * ev.epe + 4 * ev.pvb,
         "fill": ev.fill,
         "corners": ev.window.name,

@@ -24,7 +24,7 @@ from worker_sdk.cancel import NEVER, CancellationToken
 
 from .forward import THRESHOLD, SOCSModel
 from .layout import Layout, placement, rasterize
-from .metrics import epe_check, epe_samples, label, pv_band, topology
+from .metrics import epe_check, epe_distances, epe_samples, label, pv_band, topology
 from .process import DEFAULT, ProcessWindow
 
 DEFAULT_HALO = 512
@@ -52,6 +52,7 @@ class Evaluation:
     epe_records: list[dict[str, Any]] = field(default_factory=list)
     epe_samples: int = 0
     topology: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # corner -> defects
+    epe_nm: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # signed EPE per sample
 
     @property
     def l2(self) -> int:
@@ -189,6 +190,7 @@ def _finish(ev: Evaluation, token: CancellationToken) -> None:
     samples = epe_samples(ev.target)
     ev.epe_samples = len(samples)
     ev.epe_records = epe_check(samples, ev.printed["nominal"])
+    ev.epe_nm = epe_distances(samples, ev.printed["nominal"])
     tl = label(ev.target)
     for c in ev.window.corners:
         token.check()

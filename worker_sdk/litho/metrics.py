@@ -146,6 +146,40 @@ def epe_check(samples: list[EdgeSample], nominal: np.ndarray) -> list[dict[str, 
     return out
 
 
+EPE_SEARCH_NM = 64  # how far along the normal the printed edge is looked for
+
+
+def epe_distances(samples: list[EdgeSample], nominal: np.ndarray, search: int = EPE_SEARCH_NM) -> np.ndarray:
+    """Signed edge placement error at each sample, in nm (pixels): how far the printed edge lies
+    outward (+) or inward (-) of the target edge along the sample's normal, capped at +-search.
+
+    The target edge lies just outside the edge pixel. If the edge pixel prints, the print's edge is
+    after its last printed pixel walking outward (d = printed pixels beyond the edge pixel); if not,
+    it is before the first printed pixel walking inward (d = -(pixels not printed, edge pixel
+    included)). A richer measure than the pass/fail count of `epe_check`, reported separately."""
+    h, w = nominal.shape
+
+    def printed(r: int, c: int) -> bool:
+        return 0 <= r < h and 0 <= c < w and bool(nominal[r, c])
+
+    out = np.zeros(len(samples), dtype=np.int64)
+    for i, s in enumerate(samples):
+        nx, ny = s.normal
+        # the edge pixel: the inside probe moved back to the edge along the normal
+        r0, c0 = s.inside_px[0] + ny * EPE_CONSTRAINT_NM, s.inside_px[1] + nx * EPE_CONSTRAINT_NM
+        if printed(r0, c0):
+            k = 0
+            while k < search and printed(r0 + ny * (k + 1), c0 + nx * (k + 1)):
+                k += 1
+            out[i] = k
+        else:
+            m = 1
+            while m < search and not printed(r0 - ny * m, c0 - nx * m):
+                m += 1
+            out[i] = -m
+    return out
+
+
 # ----- connected components --------------------------------------------------------------------
 
 def label(binary: np.ndarray) -> tuple[np.ndarray, int]:
