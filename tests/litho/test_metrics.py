@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from worker_sdk.litho.layout import load_layout, parse_glp, placement, rasterize
-from worker_sdk.litho.metrics import (components, epe_check, epe_samples, label, pv_band, topology,
-                                      topology_counts)
+from worker_sdk.litho.metrics import (components, epe_check, epe_samples, label, label_components, pv_band,
+                                      topology, topology_counts)
 
 from .conftest import glp
 
@@ -196,6 +196,11 @@ def test_label_is_4_connected_and_matches_a_flood_fill():
     assert ((labels > 0) == img).all()
     pairs = set(zip(labels[img].tolist(), ref[img].tolist()))
     assert len(pairs) == k  # a bijection between the two labellings
+    comps = label_components(img)
+    for k in range(1, n + 1):  # boxes and areas taken from the runs agree with the pixels
+        ys, xs = np.nonzero(labels == k)
+        assert comps.bbox[k].tolist() == [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+        assert comps.area[k] == len(ys)
     diag = np.array([[1, 0], [0, 1]], dtype=bool)
     assert label(diag)[1] == 2  # corner contact does not connect
     assert label(np.zeros((5, 5), dtype=bool))[1] == 0

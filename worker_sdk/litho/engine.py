@@ -24,7 +24,7 @@ from worker_sdk.cancel import NEVER, CancellationToken
 
 from .forward import THRESHOLD, SOCSModel
 from .layout import Layout, placement, rasterize
-from .metrics import epe_check, epe_distances, epe_samples, label, pv_band, topology
+from .metrics import epe_check, epe_distances, epe_samples, label_components, pv_band, topology
 from .process import DEFAULT, ProcessWindow
 
 DEFAULT_HALO = 512
@@ -191,7 +191,7 @@ def _finish(ev: Evaluation, token: CancellationToken) -> None:
     ev.epe_samples = len(samples)
     ev.epe_records = epe_check(samples, ev.printed["nominal"])
     ev.epe_nm = epe_distances(samples, ev.printed["nominal"])
-    tl = label(ev.target)
+    tl = label_components(ev.target)
     for c in ev.window.corners:
         token.check()
         ev.topology[c.name] = topology(ev.target, ev.printed[c.name], tl)

@@ -182,22 +182,35 @@ def epe_distances(samples: list[EdgeSample], nominal: np.ndarray, search: int = 
 
 # ----- connected components --------------------------------------------------------------------
 
-def label(binary: np.ndarray) -> tuple[np.ndarray, int]:
-    """4-connected component labels (0 = background, 1..n in scan order of each component's first run).
+@dataclass(frozen=True)
+class Labelled:
+    """Connected components of a binary image: labels (0 = background, 1..n), and per label
+    (row 0 unused) the box [x0, y0, x1, y1) and the area, both taken from the runs."""
+    labels: np.ndarray
+    n: int
+    bbox: np.ndarray  # [n+1, 4] int64
+    area: np.ndarray  # [n+1] int64
+
+
+def label_components(binary: np.ndarray) -> Labelled:
+    """4-connected components, numbered in scan order of each component's first run.
 
     Runs of set pixels per row are the nodes; runs in adjacent rows whose columns overlap
     are joined (vectorised union-find: hook roots to the smaller root, then pointer jumping).
+    Memory: the int32 label image plus about 2 bytes per pixel while runs are found.
     """
     img = np.asarray(binary).astype(bool)
     h, w = img.shape
     labels = np.zeros((h, w), dtype=np.int32)
     if not img.any():
-        return labels, 0
+        return Labelled(labels, 0, np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.int64))
     p = np.zeros((h, w + 2), dtype=np.int8)
     p[:, 1:-1] = img
     dif = np.diff(p, axis=1)
+    del p
     sr, sc = np.nonzero(dif == 1)  # run starts (col), row-major order
     _, ec = np.nonzero(dif == -1)  # run ends (exclusive), same order
+    del dif
     n = len(sr)
     span = w + 2
     key_start = sr.astype(np.int64) * span + sc
@@ -222,30 +235,32 @@ def label(binary: np.ndarray) -> tuple[np.ndarray, int]:
                 break
             parent = nxt
     roots, comp = np.unique(parent, return_inverse=True)
+    comp = comp.reshape(-1) + 1
+    k = len(roots)
     lengths = ec - sc
     flat = (np.repeat(sr.astype(np.int64) * w + sc, lengths)
             + (np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)))
-    labels.reshape(-1)[flat] = np.repeat(comp + 1, lengths)
-    return labels, len(roots)
+    labels.reshape(-1)[flat] = np.repeat(comp, lengths)
+    box = np.zeros((k + 1, 4), dtype=np.int64)
+    box[1:, 0] = box[1:, 1] = np.iinfo(np.int64).max
+    np.minimum.at(box[:, 0], comp, sc)
+    np.minimum.at(box[:, 1], comp, sr)
+    np.maximum.at(box[:, 2], comp, ec)
+    np.maximum.at(box[:, 3], comp, sr + 1)
+    area = np.bincount(comp, weights=lengths, minlength=k + 1).astype(np.int64)
+    return Labelled(labels, k, box, area)
 
 
-def _bboxes(labels: np.ndarray, n: int) -> np.ndarray:
-    """[n+1, 4] boxes (x0, y0, x1, y1), exclusive upper ends; row 0 unused."""
-    rows, cols = np.nonzero(labels)
-    lab = labels[rows, cols]
-    box = np.zeros((n + 1, 4), dtype=np.int64)
-    box[:, 0] = box[:, 1] = np.iinfo(np.int64).max
-    np.minimum.at(box[:, 0], lab, cols)
-    np.minimum.at(box[:, 1], lab, rows)
-    np.maximum.at(box[:, 2], lab, cols + 1)
-    np.maximum.at(box[:, 3], lab, rows + 1)
-    return box
+def label(binary: np.ndarray) -> tuple[np.ndarray, int]:
+    """4-connected component labels and their count (see `label_components`)."""
+    c = label_components(binary)
+    return c.labels, c.n
 
 
 TOPOLOGY_KINDS = ("bridge", "open", "extra", "missing")
 
 
-def topology(target: np.ndarray, printed: np.ndarray, target_labels: tuple[np.ndarray, int] | None = None
+def topology(target: np.ndarray, printed: np.ndarray, target_components: Labelled | None = None
              ) -> list[dict[str, Any]]:
     """Topology defects of one print against the target, by overlap of their connected components.
 
@@ -256,15 +271,16 @@ def topology(target: np.ndarray, printed: np.ndarray, target_labels: tuple[np.nd
     Each record has kind, bbox (canvas px, [x0, y0, x1, y1)), centre x/y, area (of the
     printed component, or the target's for open/missing) and the ids of the components.
     """
-    tl, tn = target_labels if target_labels is not None else label(target)
-    pl, pn = label(printed)
+    tc = target_components if target_components is not None else label_components(target)
+    pc = label_components(printed)
+    tl, pl = tc.labels, pc.labels
+    tn, pn = tc.n, pc.n
     both = (tl > 0) & (pl > 0)
     pairs = np.unique(np.stack([tl[both], pl[both]], 1), axis=0) if both.any() else np.zeros((0, 2), dtype=np.int32)
+    del both
     per_print = np.bincount(pairs[:, 1], minlength=pn + 1)
     per_target = np.bincount(pairs[:, 0], minlength=tn + 1)
-    tbox, pbox = _bboxes(tl, tn), _bboxes(pl, pn)
-    tarea = np.bincount(tl.reshape(-1), minlength=tn + 1)
-    parea = np.bincount(pl.reshape(-1), minlength=pn + 1)
+    tbox, pbox, tarea, parea = tc.bbox, pc.bbox, tc.area, pc.area
     out: list[dict[str, Any]] = []
 
     def rec(kind: str, box: np.ndarray, area: int, targets: list[int], prints: list[int]) -> None:
