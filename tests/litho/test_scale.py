@@ -183,3 +183,23 @@ def test_optimize_cli_honours_each_mask_rule(iccad13, litho_env, tmp_path):
                    env=litho_env, timeout=300)
     assert bad.returncode == 2 and json.loads(bad.stdout)["error"]["code"] == "LITHO_BAD_MASK_RULES"
     assert "iteration" not in bad.stderr  # refused before any ILT work
+
+
+def test_window_and_thread_flags_become_schema_valid_requests():
+    from worker_sdk.litho.__main__ import _parser, _request
+
+    for cmd, schema, extra in (("eval", "litho/evaluate_request", []),
+                               ("optimize", "litho/optimize_request", ["--out", "m.oas"]),
+                               ("simulate", "litho/simulate_request", [])):
+        req = _request(_parser().parse_args([cmd, "--layout", "l.glp", *extra, "--threads", "1", "--corners",
+                                             "nominal:focus:1,hi:focus:1.03,lo:defocus:0.97", "--pvb-grid", "0.97,1,1.03"]))
+        assert req["threads"] == 1 and req["pvb_grid"] == {"doses": [0.97, 1.0, 1.03]}
+        assert req["corners"] == [{"name": "nominal", "kernels": "focus", "dose": 1.0},
+                                  {"name": "hi", "kernels": "focus", "dose": 1.03},
+                                  {"name": "lo", "kernels": "defocus", "dose": 0.97}]
+        validate(schema, req)
+        plain = _request(_parser().parse_args([cmd, "--layout", "l.glp", *extra, "--pvb-grid", "--corners", "iccad13"]))
+        assert plain["pvb_grid"] is True and plain["corners"] == "iccad13" and "threads" not in plain
+        validate(schema, plain)
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["eval", "--layout", "l.glp", "--corners", "nominal:focus"])
