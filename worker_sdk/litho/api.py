@@ -264,7 +264,7 @@ def evaluate_batch(requests: list[dict[str, Any]], token: CancellationToken | No
     """evaluate() over single clips, simulated together as [B, N, N] tensors sized by a memory budget
     (default: half the free GPU memory, 1 GiB on CPU). Requests that share model settings (kernels,
     device, fill, corners) are batched together; each response is byte-identical to evaluate(request)'s."""
-    from .engine import ClipInput
+    from .engine import ClipInput, needs_tiling
     from .engine import evaluate_batch as run_batch
 
     token = token or NEVER
@@ -284,6 +284,10 @@ def evaluate_batch(requests: list[dict[str, Any]], token: CancellationToken | No
         model = _model(first)
         window = _window(first, model)
         inputs = [_load_inputs(requests[i]) for i in idx]
+        for i, inp in zip(idx, inputs):
+            if requests[i].get("tile", "auto") == "auto" and needs_tiling(inp.layout, model.size):
+                raise BadRequest("the batch path takes single clips; evaluate a larger layout on its own (tiled)",
+                                 code="LITHO_BATCH_NEEDS_CLIPS", details={"layout": inp.layout_path})
         evs = run_batch(model, [ClipInput(inp.layout, inp.mask, inp.mask_layout) for inp in inputs], fill=inputs[0].fill,
                         window=window, memory_bytes=memory_budget_bytes, token=token)
         for i, inp, ev in zip(idx, inputs, evs):

@@ -160,15 +160,10 @@ def _prepare(model: SOCSModel, clip: ClipInput, fill: str) -> tuple[tuple[int, i
 def evaluate_batch(model: SOCSModel, clips: Sequence[ClipInput], *, fill: str = "lithobench",
                    window: ProcessWindow = DEFAULT, memory_bytes: int | None = None,
                    token: CancellationToken = NEVER) -> list[Evaluation]:
-    """Evaluate single clips, simulated `clips_per_batch` at a time as one [B, N, N] tensor.
-
-    Each result is what `evaluate` gives for that clip alone (same code, same bits on CPU)."""
+    """Evaluate clips (each on one clip canvas, untiled), simulated `clips_per_batch` at a time as
+    one [B, N, N] tensor. Each result is what `evaluate(tile=False)` gives for that clip alone
+    (same code, same bits on CPU)."""
     clip_px = model.size
-    for c in clips:
-        if needs_tiling(c.layout, clip_px):
-            from .errors import BadRequest
-            raise BadRequest("the batch path takes single clips; evaluate larger layouts one at a time (tiled)",
-                             code="LITHO_BATCH_NEEDS_CLIPS")
     per = clips_per_batch(model, memory_bytes if memory_bytes is not None else default_memory_budget(model), window)
     out: list[Evaluation] = []
     for lo in range(0, len(clips), per):
