@@ -7,7 +7,7 @@ import shutil
 from worker_sdk.cancel import CancellationToken
 from worker_sdk.intents import IntentContext, resolve, resolve_suite
 
-from .conftest import glp
+from .conftest import glp, two_lines_with_masks
 
 
 def test_optimize_intent_then_resim_suite(git_repo, iccad13, litho_env):
@@ -30,27 +30,8 @@ def test_optimize_intent_then_resim_suite(git_repo, iccad13, litho_env):
     assert bad.summary["passed"] is False and bad.summary["failed"][0]["mask"] == "masks/t8.oas"
 
 
-def _two_lines_with_masks(root):
-    """A two-line layout, its clean mask and a mask that bridges the lines (PNG)."""
-    import numpy as np
-
-    from worker_sdk.litho.layout import load_layout, placement, rasterize, save_mask_png
-
-    (root / "two_lines.glp").write_text(
-        "BEGIN\nEQUIV 1 1000 MICRON +X,+Y\nCNAME Temp_Top\nLEVEL M1\n\nCELL Temp_Top PRIME\n"
-        "   RECT N M1 0 0 80 400\n   RECT N M1 140 0 80 400\nENDMSG\n")
-    layout = load_layout(root / "two_lines.glp")
-    target = rasterize(layout, "lithobench", 2048, placement(layout, "lithobench", 2048))
-    save_mask_png(target, root / "clean.png")
-    ys, xs = np.nonzero(target)
-    bridged = target.copy()
-    bridged[(ys.min() + ys.max()) // 2 - 20:(ys.min() + ys.max()) // 2 + 20, xs.min():xs.max() + 1] = 1
-    save_mask_png(bridged, root / "bridged.png")
-    return {"layout": "two_lines.glp", "mask": "clean.png", "fill": "lithobench", "metrics": {}}
-
-
 def test_topology_suite_fails_a_mask_that_bridges_and_passes_a_clean_one(tmp_path, litho_env):
-    report = _two_lines_with_masks(tmp_path)
+    report = two_lines_with_masks(tmp_path)
     (tmp_path / "clean.litho.json").write_text(json.dumps(report))
     suite = resolve_suite("litho.topology")
     ok = suite(IntentContext(scratch=tmp_path, action={"threads": 1}, seed=0, token=CancellationToken()))
@@ -69,7 +50,7 @@ def test_topology_suite_runs_from_a_work_queue_in_the_validation_sandbox(git_rep
     from tests.conftest import git
 
     shutil.copytree(iccad13 / "kernels_bin", git_repo / "kernels" / "iccad13" / "kernels_bin")  # as a queue ships them
-    report = _two_lines_with_masks(git_repo)
+    report = two_lines_with_masks(git_repo)
     (git_repo / "clean.litho.json").write_text(json.dumps(report))
     git(git_repo, "add", "-A")
     git(git_repo, "commit", "-qm", "clean mask")

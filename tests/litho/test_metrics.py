@@ -15,7 +15,7 @@ from worker_sdk.litho.layout import load_layout, parse_glp, placement, rasterize
 from worker_sdk.litho.metrics import (components, epe_check, epe_samples, label, label_components, pv_band,
                                       topology, topology_counts)
 
-from .conftest import glp
+from .conftest import glp, two_lines_with_masks
 
 
 def _reference_epe(target: np.ndarray, printed: np.ndarray) -> tuple[list[tuple[int, int]], int, int]:
@@ -236,22 +236,12 @@ def test_a_bridging_mask_is_reported_as_topology_violations_per_corner(iccad13, 
     from registry.schema_store import validate
 
     from worker_sdk.litho import api
-    from worker_sdk.litho.layout import save_mask_png
 
-    lay = tmp_path / "two_lines.glp"
-    lay.write_text("BEGIN\nEQUIV 1 1000 MICRON +X,+Y\nCNAME Temp_Top\nLEVEL M1\n\nCELL Temp_Top PRIME\n"
-                   "   RECT N M1 0 0 80 400\n   RECT N M1 140 0 80 400\nENDMSG\n")
-    layout = load_layout(lay)
-    target = rasterize(layout, "lithobench", 2048, placement(layout, "lithobench", 2048)).astype(bool)
+    two_lines_with_masks(tmp_path)
+    lay, png = tmp_path / "two_lines.glp", tmp_path / "bridged.png"
     clean = api.evaluate({"layout": str(lay), "report_level": "detailed", "threads": 1})
     assert clean["metrics"]["topology_defects"] == 0
     assert not any(v["rule_id"].startswith("LITHO.TOPO.") for v in clean["violations"])
-    ys, xs = np.nonzero(target)
-    mid = (ys.min() + ys.max()) // 2
-    bridged = target.copy()
-    bridged[mid - 20:mid + 20, xs.min():xs.max() + 1] = True  # a mask that joins the two lines
-    png = tmp_path / "bridged.png"
-    save_mask_png(bridged.astype(np.uint8), png)
     resp = api.evaluate({"layout": str(lay), "mask": str(png), "report_level": "detailed", "threads": 1})
     topo = resp["metrics"]["topology"]
     assert all(topo[c] == {"bridge": 1, "open": 0, "extra": 0, "missing": 0} for c in ("nominal", "max", "min"))

@@ -17,11 +17,7 @@ from worker_sdk.litho.layout import load_layout, load_mask_png, placement, raste
 from worker_sdk.litho.metrics import label
 from worker_sdk.litho.threads import ENV_GRANTED, choose_threads
 
-from .conftest import glp
-
-TWO_LINES = ("BEGIN\nEQUIV 1 1000 MICRON +X,+Y\nCNAME Temp_Top\nLEVEL M1\n\nCELL Temp_Top PRIME\n"
-             "   RECT N M1 0 0 80 400\n   RECT N M1 140 0 80 400\nENDMSG\n")
-
+from .conftest import TWO_LINES_GLP, glp
 
 # ----- process window ---------------------------------------------------------------------
 
@@ -102,7 +98,7 @@ def test_batch_float32_stays_within_the_float32_tolerance(iccad13, model32, mode
 
 def test_batch_refuses_layouts_that_need_tiling(iccad13, litho_env, tmp_path):
     big = tmp_path / "big.glp"
-    big.write_text(TWO_LINES.replace("RECT N M1 140 0 80 400", "RECT N M1 3000 0 80 400"))
+    big.write_text(TWO_LINES_GLP.replace("RECT N M1 140 0 80 400", "RECT N M1 3000 0 80 400"))
     with pytest.raises(BadRequest) as exc:
         api.evaluate_batch([{"layout": str(big)}])
     assert exc.value.code == "LITHO_BATCH_NEEDS_CLIPS"
@@ -159,7 +155,7 @@ def test_optimize_cli_honours_each_mask_rule(iccad13, litho_env, tmp_path):
     from worker_sdk.litho.layout import raster_to_region
 
     lay = tmp_path / "two_lines.glp"
-    lay.write_text(TWO_LINES)
+    lay.write_text(TWO_LINES_GLP)
     out = tmp_path / "mask.png"
     proc = dome_cli("litho", "optimize", "--layout", str(lay), "--out", str(out), "--iterations", "4",
                     "--min-feature", "11", "--min-space", "12", "--min-area", "5000", "--mrc-halo", "40",
