@@ -121,6 +121,19 @@ def test_threads_come_from_the_request_then_the_granted_cpus(monkeypatch):
         assert exc.value.code == "LITHO_BAD_THREADS"
 
 
+def test_fft_self_test_is_rerun_for_each_thread_count():
+    from worker_sdk.litho import fftsafe
+
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            fftsafe.self_test(256, "cpu", (torch.float64,))
+            assert (256, "cpu", "torch.float64", n) in fftsafe._passed  # the bug depends on the count
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_selftest_runs_with_the_threads_it_is_granted(litho_env):
     proc = dome_cli("litho", "selftest", "--json", env={**litho_env, ENV_GRANTED: "1"}, timeout=300)
     assert proc.returncode == 0, proc.stderr
