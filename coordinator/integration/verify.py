@@ -29,11 +29,10 @@ from . import gitio
 from .evidence import (T_APPLY, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
                        GitFacts, Record, body_of, evaluate_chain, verify_artifact)
 from .finish import records_of, run_dir
-from .verify_result import CheckKind as K
-from .verify_result import CheckResult, Status, VerifyReport, failed, missing, ok
+from .verify_result import CheckKind, CheckResult, Status, VerifyReport, failed, missing, ok
 
 __all__ = ["CheckKind", "CheckResult", "Status", "VerifyReport", "verify_run"]
-CheckKind = K
+K = CheckKind  # the short name the many checks below use
 
 
 def _ledger_chain(ledger: Ledger, keyring: Keyring) -> CheckResult:

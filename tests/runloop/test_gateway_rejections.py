@@ -13,7 +13,6 @@ from coordinator.gateway.ratelimit import RejectionLimiter, Verdict
 from registry.errors import DomeError
 from registry.toolprofile import envelope_to_token
 from tests.runloop.test_gateway import RUN, client, gateway  # noqa: F401 - the gateway fixture
-from worker_sdk.client import GatewayClient
 
 
 def _forged(grant) -> str:
