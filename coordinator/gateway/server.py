@@ -104,8 +104,6 @@ class WorkerGateway:
             proof = _proof(ctx)
             outcome = await anyio.to_thread.run_sync(self.dispatcher.guard,
                                                      lambda: self._invoke(token, name, args, proof))
-            if not outcome.ok and str(outcome.result.get("code", "")).startswith(("GRANT_", "RATE_")):
-                self.rejections = self.rejections[-99:] + [{"method": name, **outcome.result}]
             return _result(outcome.result, error=not outcome.ok)
 
         def input_schema(name: str) -> Any:
@@ -146,19 +144,28 @@ class WorkerGateway:
 
     # -- rejected calls: recorded within the limiter's bounds ----------------------
     def _run_open(self) -> bool:
-        """After run.finished the gateway writes nothing (only the admin's signed records follow)."""
+        """After run.finished the gateway records no rejections (only signed records may follow)."""
         finished = getattr(self.verifier.ledger, "run_finished", None)
         return not (finished is not None and finished())
 
     def _rejected(self, err: GrantError, *, token: str, method: str, subject: str,
                   wave_id: str | None = None, node_execution_id: str | None = None) -> DomeError:
         """Record one rejection (or not, past the limits); return the error to answer with."""
+        answer = self._judge(err, token=token, method=method, subject=subject, wave_id=wave_id,
+                             node_execution_id=node_execution_id)
+        with self._limit_lock:
+            self.rejections = self.rejections[-99:] + [{"method": method, **answer.to_object()}]
+        return answer
+
+    def _judge(self, err: GrantError, *, token: str, method: str, subject: str,
+               wave_id: str | None, node_execution_id: str | None) -> DomeError:
         now = self._clock()
         with self._limit_lock:
             ended = self.limiter.roll(now)
             verdict = self.limiter.judge(subject, err.code, now)
             retry_after = self.limiter.retry_after(now)
             window = self.limiter.window_start
+            scope = AGGREGATE if AGGREGATE in self.limiter.limited else subject
         if not self._run_open():
             return err if verdict is Verdict.RECORD else self._limited(err, subject, retry_after)
         if ended:
@@ -168,7 +175,6 @@ class WorkerGateway:
                                            node_execution_id=node_execution_id)
             return err
         if verdict is Verdict.LIMIT:
-            scope = AGGREGATE if AGGREGATE in self.limiter.limited else subject
             self.verifier.ledger.append(self.run_id, LIMITED_TOPIC, {
                 "subject": scope, "code": err.code, "method": method, "window_started_at": round(window, 3),
                 "window_s": self.limiter.window_s, "per_subject": self.limiter.per_subject,

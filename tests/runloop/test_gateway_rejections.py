@@ -130,3 +130,21 @@ def test_limiter_windows_and_bounds() -> None:
     ended = lim.roll(1012.0)
     assert ended == {"X": 4}
     assert lim.judge("a", "X", 1012.0) is Verdict.RECORD
+
+
+def test_no_rejection_is_recorded_after_run_finished(gateway) -> None:
+    """After run.finished only signed records may follow (dome verify refuses others):
+    late rejections are answered with their typed error and not recorded."""
+    from coordinator import runstate as rs
+    gw, writer, verifier, attempt, ledger = gateway
+    g = attempt("ne-late")
+    writer.append(rs.RUN_FINISHED, {"status": "failed"}, signed=True)
+    before = len(ledger.events(RUN))
+    c = client(gw, g)
+    c.token = _forged(g)
+    with pytest.raises(DomeError) as ei:
+        c.report_progress(0.1)
+    assert ei.value.code == "GRANT_SIGNATURE_INVALID"
+    assert _list_with(gw, g, c.token).code == "GRANT_SIGNATURE_INVALID"
+    gw.flush_rejections()
+    assert len(ledger.events(RUN)) == before
