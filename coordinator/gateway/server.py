@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import mcp_types as types
@@ -69,7 +69,8 @@ def _result(payload: dict[str, Any], *, error: bool) -> types.CallToolResult:
 class WorkerGateway:
     def __init__(self, *, run_id: str, verifier: GrantVerifier, dispatcher: ToolDispatcher,
                  socket_path: Path, attempt: Any, audience: str | None = None,
-                 limiter: RejectionLimiter | None = None, clock: Any = time.time) -> None:
+                 limiter: RejectionLimiter | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.run_id = run_id
         self.verifier = verifier
         self.attempt = attempt

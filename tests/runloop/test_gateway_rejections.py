@@ -148,3 +148,29 @@ def test_no_rejection_is_recorded_after_run_finished(gateway) -> None:
     assert _list_with(gw, g, c.token).code == "GRANT_SIGNATURE_INVALID"
     gw.flush_rejections()
     assert len(ledger.events(RUN)) == before
+
+
+def test_a_new_window_counts_the_last_one_and_records_again(gateway) -> None:
+    import time
+    gw, writer, verifier, attempt, ledger = gateway
+    gw.limiter = RejectionLimiter(per_subject=2, aggregate=50, window_s=0.5)
+    g = attempt("ne-w1")
+    c = client(gw, g)
+    c.token = _forged(g)
+
+    def forged_call() -> str:
+        c.budgets = {}
+        c.used = {"calls": 0, "bytes": 0, "by_method": {}}
+        with pytest.raises(DomeError) as ei:
+            c.report_progress(0.1)
+        return ei.value.code
+
+    before = len(ledger.events(RUN))
+    first = [forged_call() for _ in range(5)]
+    assert first == ["GRANT_SIGNATURE_INVALID"] * 2 + ["RATE_LIMITED"] * 3
+    time.sleep(0.6)
+    assert forged_call() == "GRANT_SIGNATURE_INVALID"  # a new window records again
+    grown = [(e.topic, e.payload) for e in ledger.events(RUN)[before:]]
+    assert [t for t, _ in grown] == ["grant.rejected", "grant.rejected", "grant.rejections_limited",
+                                     "grant.rejections_summary", "grant.rejected"]
+    assert grown[3][1]["refused"] == 3
