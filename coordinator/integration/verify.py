@@ -27,7 +27,7 @@ from coordinator.canvas import Canvas
 from . import export_checks as exports
 from . import gitio
 from .evidence import (T_APPLY, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
-                       GitFacts, Record, body_of, evaluate_chain, verify_artifact)
+                       ChainResult, GitFacts, Record, body_of, evaluate_chain, verify_artifact)
 from .finish import records_of, run_dir
 from .verify_result import CheckKind, CheckResult, Status, VerifyReport, failed, missing, ok
 
@@ -115,7 +115,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
             rep.add(failed(K.GIT_OBJECTS, f"{exc.code}: {exc.message}"))
             return rep
     chain = evaluate_chain(before, keyring=keyring, facts=facts, run_id=run_id)
-    rep.check(K.EVIDENCE_CHAIN, chain.passed, "; ".join(chain.missing))
+    _chain_links(rep, chain)
     rep.check(K.PROMOTED_HEAD, chain.head_ref == d.get("from_head_ref"),
               f"chain head {chain.head_ref} != promoted {d.get('from_head_ref')}")
     pol = [r for r in before if r.topic == T_POLICY]
@@ -126,6 +126,16 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
     if chain.head_ref and chain.base_ref:
         _rehash_new_objects(rep, repo, chain.base_ref, chain.head_ref)
     return rep
+
+
+def _chain_links(rep: VerifyReport, chain: ChainResult) -> None:
+    """The re-evaluated chain: one check per link that is not ok (its name the subject)."""
+    bad = [link for link in chain.links if link.status != "ok"]
+    for link in bad:
+        make = missing if link.status == "missing" else failed
+        rep.add(make(K.EVIDENCE_CHAIN, link.detail or link.status, link.link))
+    if not bad:
+        rep.check(K.EVIDENCE_CHAIN, chain.passed, "the chain includes no proposal or has no head")
 
 
 def _lifecycle(rep: VerifyReport, events: list[EventRecord],

@@ -253,9 +253,15 @@ def test_verify_fails_when_a_git_object_is_changed(verified_run, which: str) -> 
 def test_verify_fails_when_a_ledger_record_is_changed(verified_run, topic: str) -> None:
     from coordinator.integration.verify import verify_run
     repo, res, ledger, keyring = verified_run
+    from coordinator.integration.verify import CheckKind, Status
     tamper_record(ledger.ops_root, "run-1", topic, lambda p: {**p, "created_at": "2000-01-01T00:00:00Z"}, last=True)
     rep = verify_run(ledger, "run-1", keyring)
     assert not rep.valid, topic
+    kinds = rep.failed_kinds()
+    assert {CheckKind.LEDGER_CHAIN, CheckKind.RECORD_SIGNATURES} <= kinds, topic
+    if topic == "integration.validation_report":  # the re-evaluated chain names the broken link
+        assert (CheckKind.EVIDENCE_CHAIN, "signature:validation:unit", Status.FAILED) in {
+            (f.kind, f.subject, f.status) for f in rep.failures}
 
 
 def test_finish_is_idempotent_on_resume(big_repo: Path, tmp_path: Path) -> None:
