@@ -228,7 +228,6 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, SRC)
 from worker_sdk.client import GatewayClient
-from worker_sdk.proposal import build_proposal
 from worker_sdk.runtime import load_public_key, load_worker_key, token_of, verify_own_grant
 
 def first(*cands):
@@ -247,9 +246,17 @@ c = GatewayClient(token=token_of(spawn["grant"]), profile=profile,
 """
 
 DECOY = HOSTILE_PRELUDE + r"""
-Path("RISKY.txt").write_text("risky change\n")
-proposal, _ = build_proposal(Path.cwd(), spawn=spawn, profile=profile, risk="low",
-                             upload=lambda d: c.put_artifact(d, "text/x-diff", "patch.diff"))
+import hashlib
+import worker_sdk.proposal as wp
+body = b"risky change\n"
+Path("RISKY.txt").write_bytes(body)  # what the runtime's own (honest) proposal carries afterwards
+oid = hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()
+# the action cannot write beside its checkout, so it hands build_proposal its diff directly
+wp.canonical_worktree_diff = lambda scratch, base: (
+    b"diff --git a/RISKY.txt b/RISKY.txt\nnew file mode 100644\nindex " + b"0" * 40 + b".." + oid.encode()
+    + b"\n--- /dev/null\n+++ b/RISKY.txt\n@@ -0,0 +1 @@\n+risky change\n")
+proposal, _ = wp.build_proposal(Path.cwd(), spawn=spawn, profile=profile, risk="low",
+                                upload=lambda d: c.put_artifact(d, "text/x-diff", "patch.diff"))
 proposal = {**proposal, "node_id": "decoy",
             "worker_run_meta": {**proposal["worker_run_meta"], "node_id": "decoy"}}
 try:
