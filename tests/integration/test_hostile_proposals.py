@@ -96,11 +96,22 @@ def assert_tree_is_safe(repo: Path, tree: str, tmp: Path) -> None:
                 assert real == root or real.startswith(root + os.sep), f"{p} -> {os.readlink(p)} escapes"
 
 
+def committed(r: Path, build) -> Path:
+    """A repository at `r` whose one commit holds what `build(r)` writes."""
+    r.mkdir(parents=True, exist_ok=True)
+    git(r, "init", "-q", "-b", "main")
+    build(r)
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "base")
+    return r
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = tmp_path / "repo"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
+    return committed(tmp_path / "repo", _base_files)
+
+
+def _base_files(r: Path) -> None:
     (r / "hello.txt").write_bytes(b"hello")
     (r / "passwd.txt").write_bytes(PASSWD)  # the text an attacker wants as a link target
     (r / "run.sh").write_text("echo hi\n")
@@ -108,9 +119,6 @@ def repo(tmp_path: Path) -> Path:
     (r / "pkg" / "__init__.py").write_text("x = 1\n")
     (r / "d").mkdir()
     (r / "d" / "keep.txt").write_text("k\n")
-    git(r, "add", "-A")
-    git(r, "commit", "-q", "-m", "base")
-    return r
 
 
 def _oid(repo: Path, path: str) -> str:
@@ -275,13 +283,10 @@ def test_a_link_that_escaped_at_the_base_does_not_block_other_proposals(tmp_path
     """Resulting-tree rules charge a proposal with what it changes: a repository that already
     holds an absolute link still integrates an unrelated edit (and a new escaping link is
     still refused)."""
-    r = tmp_path / "r"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
-    (r / "a.txt").write_text("a\n")
-    os.symlink("/usr/share/zoneinfo/UTC", r / "tz")
-    git(r, "add", "-A")
-    git(r, "commit", "-q", "-m", "base")
+    def build(x: Path) -> None:
+        (x / "a.txt").write_text("a\n")
+        os.symlink("/usr/share/zoneinfo/UTC", x / "tz")
+    r = committed(tmp_path / "r", build)
     edit = make_proposal(r, "edit", lambda x: (x / "a.txt").write_text("b\n"))
     out = land(r, [edit])
     assert out.included == ["edit"], out
@@ -348,12 +353,7 @@ def test_binary_exactly_at_the_limit_passes_one_byte_over_is_refused(tmp_path: P
     from coordinator.integration.proposals import check_policy
     from registry import limits
     from tests.integration.conftest import worktree_diff
-    r = tmp_path / "bin"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
-    (r / "k").write_text("k\n")
-    git(r, "add", "-A")
-    git(r, "commit", "-q", "-m", "base")
+    r = committed(tmp_path / "bin", lambda x: (x / "k").write_text("k\n"))
     codes = {}
     for n in (limits.MAX_BINARY_BYTES, limits.MAX_BINARY_BYTES + 1):
         (r / "blob.bin").write_bytes(b"\x00" * n)
@@ -389,13 +389,11 @@ def test_diff_exactly_at_the_limit_passes_one_byte_over_is_refused() -> None:
 def test_renaming_a_link_so_its_relative_target_escapes_is_refused(tmp_path: Path) -> None:
     """`d/e/l -> ../../x.txt` resolves to x.txt; the same link renamed to the top level points
     two levels above the repository. A pure rename carries no hunk a diff-only check would read."""
-    r = tmp_path / "r"
-    (r / "d" / "e").mkdir(parents=True)
-    git(r, "init", "-q", "-b", "main")
-    (r / "x.txt").write_text("x\n")
-    os.symlink("../../x.txt", r / "d" / "e" / "l")
-    git(r, "add", "-A")
-    git(r, "commit", "-q", "-m", "base")
+    def build(x: Path) -> None:
+        (x / "d" / "e").mkdir(parents=True)
+        (x / "x.txt").write_text("x\n")
+        os.symlink("../../x.txt", x / "d" / "e" / "l")
+    r = committed(tmp_path / "r", build)
     raw = b"diff --git a/d/e/l b/l\nsimilarity index 100%\nrename from d/e/l\nrename to l\n"
     out = land(r, [crafted(r, "mv", raw)])
     assert out.included == [] and out.why["mv"]["code"] == "POLICY_SYMLINK_ESCAPE", out
