@@ -328,7 +328,11 @@ def test_one_worker_writes_the_path_another_flips_the_mode_nothing_escapes(git_r
     events = _events(ops, out["run_id"])
     rejected = [e["payload"] for e in events if e["topic"] == "integration.proposal_rejected"]
     assert any(r["code"] == "POLICY_MODE_TYPE_CHANGE" for p in rejected for r in p["rejections"]), rejected
+    assert out["status"] == "promoted", out  # the honest text change lands alone
+    ver = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json")
+    assert ver.returncode == 0 and json.loads(ver.stdout)["valid"] is True, ver.stdout[-2000:]
     head = _ref(git_repo, "refs/heads/dome/out")
+    assert git(git_repo, "show", f"{head}:hello.txt") == "../../../../etc/passwd"  # as text, not a link
     if head is not None:
         dest = checkout_readonly(git_repo, head, tmp_path / "promoted")
         assert not os.path.islink(dest / "hello.txt")
