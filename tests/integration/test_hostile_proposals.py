@@ -398,3 +398,21 @@ def test_renaming_a_link_so_its_relative_target_escapes_is_refused(tmp_path: Pat
     out = land(r, [crafted(r, "mv", raw)])
     assert out.included == [] and out.why["mv"]["code"] == "POLICY_SYMLINK_ESCAPE", out
     assert_tree_is_safe(r, out.tree, tmp_path)
+
+
+@pytest.mark.parametrize("links,path,verdict", [
+    ({"a": b"b", "b": b"a"}, "a", "symlink loop"),
+    ({"a": b"/etc/passwd"}, "a", "symlink target is absolute"),
+    ({"a": b"C:/x"}, "a", "symlink target is absolute"),
+    ({"a": b""}, "a", "symlink target is empty or malformed"),
+    ({"a": b"x\\..\\..\\y"}, "a", "symlink target is empty or malformed"),
+    ({"s": b".", "a": b"s/.GIT/config"}, "a", "symlink resolves into .git"),
+    ({"d/s": b"..", "x": b"d/s/../y"}, "x", "symlink resolves outside the repository"),
+    ({"d/s": b"..", "x": b"d/s/y"}, "x", None),
+    ({"a": b"missing/../../b"}, "a", "symlink resolves outside the repository"),
+    ({"a": b"sub/dir/../file"}, "a", None),
+])
+def test_symlinks_resolve_like_the_kernel(links: dict, path: str, verdict: str | None) -> None:
+    from coordinator.integration.tree_rules import symlink_escape
+    entries = {p: ("120000", p) for p in links}
+    assert symlink_escape(path, entries.get, lambda oid: links[oid]) == verdict
