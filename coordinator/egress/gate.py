@@ -145,7 +145,8 @@ class EgressGate:
                                                        **_keys(profile or {}))]))
         self.refusals.append(err)
         status = STATUS.get(err["code"], 401 if err["code"].startswith("GRANT_") else 403)
-        body = {"error": {"message": err["message"], "type": "dome_egress", "code": err["code"]}, "dome_error": err}
+        # OpenAI-style error body; the SDK hands `error` to the caller, so the ErrorObject rides inside it
+        body = {"error": {"message": err["message"], "type": "dome_egress", "code": err["code"], "dome_error": err}}
         return status, {"content-type": "application/json", "x-should-retry": "false"}, json.dumps(body).encode()
 
     def _route(self, profile: Mapping[str, Any], host: str | None, path: str) -> Route:
