@@ -147,7 +147,7 @@ def test_agents_through_the_gate_promote_refuse_and_meter(git_repo, ops_root, le
     transcript = json.loads(ledger.blobs.get(done[0]["evidence"][0]["digest"]))
     tool_out = [m["content"] for m in transcript["messages"] if m["role"] == "tool"]
     assert "PATH_DENIED" in tool_out[2] and "README.md" in tool_out[0]
-    # the greedy agent ran out of tokens: a typed error, and its retry was refused at once
+    # the greedy agent ran out of tokens: a typed error; its retry shared the node's budget and ran out too
     greedy = ends("greedy")
     assert [g["error"]["code"] for g in greedy] == ["BUDGET_EXHAUSTED", "BUDGET_EXHAUSTED"], greedy
     calls = [e for e in ev if e.topic == mt.CALL_TOPIC]
@@ -172,3 +172,15 @@ def test_agents_through_the_gate_promote_refuse_and_meter(git_repo, ops_root, le
     stored = b"".join(p.read_bytes() for p in ops_root.rglob("*") if p.is_file())
     assert key.encode() not in stored and key[-16:].encode() not in stored
     assert ledger.verify(ledger_env[2]).ok
+    # the report shows tokens and cost per attempt and per run, from the same events
+    from coordinator.report.build import build_report
+
+    rep = build_report(ledger, ops_root, out_bad.run_id, pictures=False)
+    usage = rep.model.model_usage
+    bad_calls = [c.payload for c in calls if c.node_id == "greedy"]
+    assert usage["run"] == {"calls": len(bad_calls), "tokens_in": sum(c["tokens_in"] for c in bad_calls),
+                            "tokens_out": sum(c["tokens_out"] for c in bad_calls),
+                            "cost_micros": sum(c["cost_micros"] for c in bad_calls)}
+    # both greedy attempts drew on one account (the retry used only what the first left); the wanderer made none
+    assert [r["node_id"] for r in usage["attempts"]] == ["greedy", "greedy"]
+    assert "Model usage" in rep.html and f"{usage['run']['cost_micros'] / 1e6:.6f}" in rep.html
