@@ -91,6 +91,19 @@ def dome(*args: str, env: dict[str, str]) -> dict:
         raise SystemExit(f"dome {args[0]} failed ({r.returncode}): {r.stderr[-2000:]}") from None
 
 
+def failures(run_id: str, ops: Path, env: dict[str, str]) -> list[tuple[str, str]]:
+    """(node, error code) of every failed attempt, from `dome events --json` (one JSON event a line)."""
+    r = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "events", run_id, "--ops-root", str(ops), "--json"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    out = []
+    for line in r.stdout.splitlines():
+        ev = json.loads(line)
+        p = ev.get("payload") or {}
+        if ev.get("topic") == "task.completed" and p.get("outcome") == "failed":
+            out.append((str(ev.get("node_id")), str((p.get("error") or {}).get("code"))))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--agents", choices=["model"], required=True,
@@ -120,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             rep = dome("report", res["run_id"], "--ops-root", str(ops), "--json", env=env)
             print(f"{name}: run {res['run_id']} {res['status']}"
                   + (f" -> {res.get('promoted_ref')}" if res.get("promoted_ref") else ""))
+            if res["status"] != "promoted":
+                for node, code in failures(res["run_id"], ops, env):
+                    print(f"  {node:<10} stopped: {code}")
             usage = rep.get("model_usage") or {}
             for row in usage.get("attempts", []):
                 print(f"  {row['node_id']:<10} {row['node_execution_id']}: {row['calls']} calls, "
