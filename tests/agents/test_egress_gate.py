@@ -22,6 +22,7 @@ from worker_sdk.client import GatewayClient
 from worker_sdk.intents.agent import make_client
 
 RUN = "run-egress"
+OTHER = "other.scripted.test"
 
 
 @pytest.fixture
@@ -45,7 +46,9 @@ def env(tmp_path: Path, ops_root: Path, llm, monkeypatch):
     verifier = GrantVerifier(load_keyring(ops_root), ledger)
     config = EgressConfig.parse({"routes": {HOST: {
         "upstream": f"http://127.0.0.1:{llm.port}", "key_env": "DOME_TEST_MODEL_KEY",
-        "prices": {MODEL: {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}}}}})
+        "prices": {MODEL: {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}}},
+        # routed by the coordinator, but in no grant of these tests
+        OTHER: {"upstream": f"http://127.0.0.1:{llm.port}", "key_env": "DOME_TEST_MODEL_KEY"}}})
     sock = tmp_path / "eg.sock"
     gate = EgressGate(run_id=RUN, verifier=verifier, config=config, transact=ledger_transact(ledger),
                       blobs=ledger.blobs, socket_path=sock)
@@ -110,6 +113,10 @@ def test_host_model_method_and_grant_refusals_are_typed_and_never_forwarded(env)
     with pytest.raises(Exception) as exc:  # a DNS name not on the allowlist
         _chat(make_client(card(endpoint={"host": "api.evil.example", "base_path": "/v1"}), gw, env["sock"]))
     assert exc.value.body["dome_error"]["code"] == "EGRESS_HOST_NOT_ALLOWED"
+    with pytest.raises(Exception) as exc:  # a host the coordinator routes, but not this grant
+        _chat(make_client(card(endpoint={"host": OTHER, "base_path": "/v1"}), gw, env["sock"]))
+    assert exc.value.body["dome_error"]["code"] == "EGRESS_HOST_NOT_ALLOWED"
+    assert exc.value.body["dome_error"]["details"]["routed"] is True
     with pytest.raises(Exception) as exc:  # a model not on the card's allowlist
         _chat(make_client(card(), gw, env["sock"]), model="gpt-expensive")
     assert exc.value.body["dome_error"]["code"] == "EGRESS_MODEL_NOT_ALLOWED"
@@ -132,7 +139,7 @@ def test_host_model_method_and_grant_refusals_are_typed_and_never_forwarded(env)
     assert exc.value.body["dome_error"]["code"] == "GRANT_PROOF_MISSING"
     assert len(env["llm"].requests) == before  # nothing of the above reached the upstream
     topics = [e.topic for e in env["ledger"].events(RUN)]
-    assert topics.count(mt.REFUSED_TOPIC) >= 4 and "grant.rejected" in topics and mt.CALL_TOPIC not in topics
+    assert topics.count(mt.REFUSED_TOPIC) == 5 and "grant.rejected" in topics and mt.CALL_TOPIC not in topics
 
 
 def test_the_key_never_reaches_the_worker_or_the_ledger_even_when_the_upstream_echoes_it(env, ops_root):
