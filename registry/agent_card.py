@@ -35,7 +35,8 @@ CARD_SCHEMA: dict[str, Any] = {
     "properties": {
         "runtime_id": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,63}$"},
         "sdk": {"type": "object", "additionalProperties": False, "required": ["package", "version"],
-                "properties": {"package": {"enum": ["openai"]},
+                "properties": {"package": {"type": "string",
+                                           "pattern": "^(npm:@?[a-z0-9._/-]{1,200}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"},
                                "version": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+){1,3}$"}}},
         "model": {"type": "string", "minLength": 1, "maxLength": 200},
         "endpoint": {"type": "object", "additionalProperties": False, "required": ["host"],
@@ -55,6 +56,10 @@ CARD_SCHEMA: dict[str, Any] = {
         "temperature": {"type": "number", "minimum": 0, "maximum": 2},
         "seed": {"type": "integer"},
         "system": {"type": "string", "maxLength": 20000},
+        "cli": {"type": "object", "additionalProperties": False, "required": ["argv"],
+                "description": "run this agent CLI instead of the built-in loop, pointed at the gate through a loopback shim",
+                "properties": {"argv": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                               "env": {"type": "object", "additionalProperties": {"type": "string"}}}},
     },
 }
 _VALIDATOR = Draft202012Validator(CARD_SCHEMA)
@@ -71,6 +76,9 @@ def check_card(card: Any) -> dict[str, Any]:
         e = errors[0]
         raise RuntimeCardInvalid(f"runtime card: {e.message}", details={
             "path": "/" + "/".join(map(str, e.path)), "errors": len(errors)})
+    if "cli" not in card and card["sdk"]["package"] != "openai":
+        raise RuntimeCardInvalid("runtime card: the built-in agent loop runs the openai SDK; other packages need `cli`",
+                                 details={"package": card["sdk"]["package"]})
     if card["model"] not in card["allow_models"]:
         raise RuntimeCardInvalid("runtime card: its model is not on its own allowlist",
                                  details={"model": card["model"], "allow_models": card["allow_models"]})

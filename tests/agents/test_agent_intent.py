@@ -46,6 +46,17 @@ def test_sdk_version_other_than_the_card_pin_refuses_to_start():
     with pytest.raises(agent.RuntimeMismatch) as exc:
         agent.check_sdk(card(sdk={"package": "openai", "version": "1.0.0"}))
     assert exc.value.code == "RUNTIME_SDK_MISMATCH" and exc.value.details["installed"] == "3.54.0"
+    with pytest.raises(agent.RuntimeMismatch):  # an agent CLI's Python package is checked the same way
+        agent.check_sdk(card(sdk={"package": "aider-chat", "version": "0.1.0"}, cli={"argv": ["aider"]}))
+    assert agent.check_sdk(card(sdk={"package": "npm:@scope/agent-cli", "version": "1.2.3"}, cli={"argv": ["x"]})) is None
+
+
+def test_a_card_for_another_package_needs_a_cli():
+    from registry.agent_card import RuntimeCardInvalid, check_card
+
+    with pytest.raises(RuntimeCardInvalid):
+        check_card(card(sdk={"package": "aider-chat", "version": "0.1.0"}))
+    assert check_card(card(sdk={"package": "aider-chat", "version": "0.1.0"}, cli={"argv": ["aider"]}))["cli"]
 
 
 def test_work_queue_with_a_bad_card_is_refused_before_any_work(tmp_path, git_repo):

@@ -36,6 +36,7 @@ SCRIPT = {
         {"tool_calls": [{"name": "read_file", "arguments": {"path": "../../dome/worker.key"}}]},  # refused
         {"tool_calls": [{"name": "submit_patch", "arguments": {"diff": README_DIFF, "summary": "greet agents"}}]},
     ],
+    "cli": [{"content": "written by an agent CLI"}],
     "greedy": [{"tool_calls": [{"name": "grep", "arguments": {"pattern": "hello"}}], "completion_tokens": 10**6}] * 50,
 }
 
@@ -98,6 +99,21 @@ open("probe.json", "w").write(json.dumps(out, indent=1, sort_keys=True) + "\n")
 '''
 
 
+# stands in for an agent CLI (aider, a Node CLI): it only knows OPENAI_BASE_URL / OPENAI_API_KEY
+CLI = """
+import os, socket, openai
+try:
+    socket.create_connection(("127.0.0.1", int(os.environ["UPSTREAM_PORT"])), timeout=3)
+    direct = "connected"
+except OSError as exc:
+    direct = type(exc).__name__
+client = openai.OpenAI()
+r = client.chat.completions.create(model=os.environ["DOME_AGENT_MODEL"],
+                                   messages=[{"role": "user", "content": os.environ["DOME_AGENT_INSTRUCTIONS"]}])
+open("CLI.md", "w").write(r.choices[0].message.content + "\\n" + "direct: " + direct + "\\n")
+"""
+
+
 def _agent_task(nid: str, script: str, **card_over) -> dict:
     return {"node_id": nid, "containers": [], "required_capabilities": ["read:repo", "write"],
             "required_outputs": ["patch_proposal"], "dependencies": [], "max_attempts": 1,
@@ -118,6 +134,7 @@ def test_agents_through_the_gate_promote_refuse_and_meter(git_repo, ops_root, le
     probe = PROBE % {"root": str(REPO_ROOT), "port": llm.port, "host": HOST, "model": MODEL}
     (tmp_path / "probe.py").write_text(probe)
     good = [_agent_task("fix-readme", "fix-readme"),
+            _agent_task("cli-agent", "cli", cli={"argv": ["python3", "-c", CLI], "env": {"UPSTREAM_PORT": str(llm.port)}}),
             cmd_task("probe", "python3 - <<'EOF'\n" + probe + "\nEOF", max_attempts=1)]
     bad = [{**_agent_task("greedy", "greedy", budgets={"max_tokens": 8000}), "max_attempts": 2},
            _agent_task("wanderer", "fix-readme", endpoint={"host": "api.unlisted.example", "base_path": "/v1"})]
@@ -144,6 +161,9 @@ def test_agents_through_the_gate_promote_refuse_and_meter(git_repo, ops_root, le
     assert [d["outcome"] for d in done] == ["succeeded"], done
     assert done[0]["metrics"]["model_calls"] == 4
     assert git(git_repo, "show", f"{out.promoted_ref}:README.md") == "hello, agents"
+    # the agent CLI in the same slot: its model traffic went shim -> gate; its own connection did not get out
+    cli_md = git(git_repo, "show", f"{out.promoted_ref}:CLI.md").splitlines()
+    assert cli_md[0] == "written by an agent CLI" and cli_md[1] in ("direct: PermissionError", "direct: ConnectionRefusedError")
     transcript = json.loads(ledger.blobs.get(done[0]["evidence"][0]["digest"]))
     tool_out = [m["content"] for m in transcript["messages"] if m["role"] == "tool"]
     assert "PATH_DENIED" in tool_out[2] and "README.md" in tool_out[0]

@@ -143,8 +143,12 @@ def agent_tools(allowed_methods: list[str] | tuple[str, ...]) -> list[dict[str, 
 
 
 # -- the client -------------------------------------------------------------------
-def check_sdk(card: Mapping[str, Any]) -> str:
+def check_sdk(card: Mapping[str, Any]) -> str | None:
+    """The installed version of the card's Python package, refused unless it is the pinned one.
+    An npm package (`npm:<name>`, an agent CLI from npm) is not checked: None."""
     pkg, want = card["sdk"]["package"], card["sdk"]["version"]
+    if pkg.startswith("npm:"):
+        return None
     try:
         have = metadata.version(pkg)
     except metadata.PackageNotFoundError:
@@ -197,6 +201,8 @@ def run(ctx: IntentContext) -> IntentResult:
     if not Path(socket).exists():
         raise IntentFailed("no egress gate in this sandbox (the run has no egress configuration)",
                            code="EGRESS_UNAVAILABLE", details={"socket": socket})
+    if card.get("cli"):
+        return run_cli(ctx, card, instructions, socket)
     client = make_client(card, ctx.gateway, socket)
     tools = agent_tools(ctx.gateway.profile.get("allowed_methods", []))
     messages: list[dict[str, Any]] = [
@@ -251,6 +257,34 @@ def run(ctx: IntentContext) -> IntentResult:
                         evidence=[{"kind": "agent:transcript", "digest": digest}] if digest else [],
                         metrics={"model_calls": usage["calls"], "model_tokens_in": usage["tokens_in"],
                                  "model_tokens_out": usage["tokens_out"]})
+
+
+def run_cli(ctx: IntentContext, card: Mapping[str, Any], instructions: str, socket: str) -> IntentResult:
+    """An agent CLI in the same slot: it edits the checkout; its model traffic goes
+    shim -> gate; it may connect to the shim's port only. A gate refusal it ran
+    into is the attempt's error when the CLI fails."""
+    from ..egress_shim import EgressShim
+    from .command import execute
+
+    shim = EgressShim(gateway=ctx.gateway, host=card["endpoint"]["host"], socket=socket,
+                      timeout=float((card.get("transport") or {}).get("timeout_s", 300))).start()
+    base = f"http://127.0.0.1:{shim.port}{card['endpoint'].get('base_path', '/v1')}"
+    env = {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": "dome-egress-gate",
+           "DOME_AGENT_MODEL": card["model"], "DOME_AGENT_INSTRUCTIONS": instructions,
+           **card["cli"].get("env", {})}
+    try:
+        res = execute(ctx, list(card["cli"]["argv"]), env, cwd=ctx.scratch, connect_ports=(shim.port,))
+    finally:
+        shim.stop()
+    if res["exit_code"] != 0:
+        if shim.refusals:
+            err = shim.refusals[-1]
+            raise DomeError(str(err.get("message", "")), code=str(err["code"]), details=dict(err.get("details") or {}))
+        raise IntentFailed(f"the agent CLI exited with {res['exit_code']}", code="AGENT_CLI_FAILED",
+                           details={"exit_code": res["exit_code"], "stderr_tail": res["stderr_tail"][-1024:]})
+    return IntentResult(summary={"model": card["model"], "runtime_id": card["runtime_id"], "cli": card["cli"]["argv"][0],
+                                 "stdout_tail": res["stdout_tail"][-1024:]},
+                        evidence=res["logs"], metrics={"model_calls": shim.calls})
 
 
 def _transcript(card: Mapping[str, Any], messages: list[dict[str, Any]]) -> bytes:
