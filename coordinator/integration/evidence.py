@@ -15,7 +15,6 @@ verify` all call it.
 """
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -23,7 +22,7 @@ from registry.canonical import CANONICALIZATION, canonical_json, digest_json
 from registry.errors import SignatureError
 from registry.signing import Keyring, SigningKey, b64d, b64e
 
-from .policy import IntegrationPolicy, risk_level
+from .policy import IntegrationPolicy, path_matches, risk_level
 
 PAYLOAD_TYPE = "application/vnd.dome.artifact+json"
 SIG_FIELDS = ("payload_digest", "canonicalization", "kid", "signature")
@@ -73,6 +72,10 @@ def dsse_envelope(artifact: Mapping[str, Any]) -> dict[str, Any]:
     """The artifact as a standalone DSSE envelope (same signature)."""
     return {"payloadType": PAYLOAD_TYPE, "payload": b64e(canonical_json(body_of(artifact))),
             "signatures": [{"keyid": artifact["kid"], "sig": artifact["signature"]}]}
+
+
+INTOTO_STATEMENT = "https://in-toto.io/Statement/v1"
+INTOTO_PAYLOAD = "application/vnd.in-toto+json"
 
 
 @dataclass(frozen=True)
@@ -143,12 +146,6 @@ def policy_from_record(artifact: Mapping[str, Any]) -> IntegrationPolicy:
     return IntegrationPolicy(**{k: (tuple(v) if isinstance(v, list) else
                                     ({kk: tuple(vv) for kk, vv in v.items()} if isinstance(v, dict) else v))
                                 for k, v in artifact["policy"].items()})
-
-
-def path_matches(path: str, glob: str) -> bool:
-    """fnmatch, with a leading "**/" also matching at the top level."""
-    return fnmatch.fnmatchcase(path, glob) or (glob.startswith("**/") and
-                                                fnmatch.fnmatchcase(path, glob[3:]))
 
 
 def _ref(rec: Record) -> dict[str, Any]:
@@ -335,7 +332,8 @@ def evaluate_chain(records: Sequence[Record], *, keyring: Keyring, facts: GitFac
 
     # -- human gate -------------------------------------------------------------
     human = bool(risks & set(policy.human_gate_risk)) or any(
-        path_matches(p, g) for p in touched for g in policy.human_gate_paths)
+        path_matches(p, g) for p in touched for g in policy.human_gate_paths) or bool(
+        policy.protected_touched(touched))  # protected paths need a person whatever the risk settings
     if human:
         consents = [r for r in by_topic.get(T_CONSENT, [])
                     if r.artifact.get("head_ref") == head and signed(r, "consent")]
@@ -353,3 +351,32 @@ def evaluate_chain(records: Sequence[Record], *, keyring: Keyring, facts: GitFac
     passed = bool(entries) and head is not None and all(l.status == "ok" for l in links)
     return ChainResult(passed, links, head, base, included, sorted(required), human, refs,
                        str(plan.get("stack_plan_id")))
+
+
+def _subjects(a: Mapping[str, Any]) -> list[dict[str, Any]]:
+    subs: list[dict[str, Any]] = []
+    for k in ("from_head_ref", "head_ref", "commit"):
+        v = a.get(k)
+        if isinstance(v, str) and len(v) in (40, 64):
+            subs.append({"name": f"git+commit:{v}", "digest": {"gitCommit": v}})
+            break
+    for d in a.get("artifact_digests", []) or []:
+        subs.append({"name": f"artifact:{d}", "digest": {"sha256": d.split(":", 1)[1]}})
+    if a.get("diff_digest"):
+        subs.append({"name": f"diff:{a.get('proposal_id')}",
+                     "digest": {"sha256": str(a["diff_digest"]).split(":", 1)[1]}})
+    if not subs:
+        subs.append({"name": f"dome:{a.get('artifact_kind')}:{a.get('object_id')}",
+                     "digest": {"sha256": str(a.get("payload_digest", "sha256:" + "0" * 64)).split(":", 1)[1]}})
+    return subs
+
+
+def intoto_statements(records: Sequence[Record], decision: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The in-toto v1 Statements exported beside a promotion decision: one per
+    evidence record the decision references (in ledger order), then the decision."""
+    wanted = {r["event_sequence"] for r in decision.get("evidence_refs", [])}
+    arts = [r.artifact for r in sorted(records, key=lambda r: r.sequence) if r.sequence in wanted] + [decision]
+    return [{"_type": INTOTO_STATEMENT, "subject": _subjects(a),
+             "predicateType": "https://dome.dev/attestations/"
+                              + str(a.get("artifact_kind", "dome.unknown/v1")).split(".", 1)[1],
+             "predicate": a} for a in arts]

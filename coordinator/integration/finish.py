@@ -24,9 +24,9 @@ from registry.signing import Keyring, SigningKey, dsse_sign
 from coordinator.canvas import Canvas
 
 from . import gitio
-from .evidence import (T_CONSENT, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION, T_PROPOSAL,
-                       T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, GitFacts, Record,
-                       evaluate_chain, sign_artifact)
+from .evidence import (INTOTO_PAYLOAD, T_CONSENT, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION,
+                       T_PROPOSAL, T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, GitFacts, Record,
+                       evaluate_chain, intoto_statements, sign_artifact)
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
 from .proposals import BaseInspector, verify_proposal
@@ -225,7 +225,7 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
     for r in records:
         for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
             v = r.artifact.get(k)
-            if isinstance(v, str) and diffs._OID.match(v.encode()):
+            if isinstance(v, str) and diffs.OID_RE.match(v.encode()):
                 commits.add(v)
     with gitio.ObjectReader(repo) as reader:
         return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
@@ -295,7 +295,8 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                               "requires": list(p.get("_requires", [])),
                               "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                               "atomicity": p.get("atomicity", "atomic_proposal"),
-                              "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints)})
+                              "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
+                              "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
             checked[pid] = cp
 
     # 2. plan ------------------------------------------------------------------------
@@ -309,7 +310,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
     # 3. stack, 4. validate ------------------------------------------------------------
     canvas = Canvas(ctx.repo, ctx.base_ref, run_id=ctx.run_id,
                     workdir=run_dir(ctx.ops_root, ctx.run_id) / "canvas",
-                    max_binary_bytes=policy.max_binary_bytes, reader=reader)
+                    max_binary_bytes=policy.max_binary_bytes, reader=reader, policy=policy)
     try:
         stacker = Stacker(canvas, checked, plan, index, policy, emit=emit,
                           resolver_hook=ctx.resolver_hook,
@@ -372,7 +373,7 @@ def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: S
         return None
     by_id = {str(p.get("proposal_id")): p for p in proposals}
     canvas = Canvas(ctx.repo, ctx.base_ref, run_id=f"{ctx.run_id}-derive", create_worktree=False,
-                    reader=reader)
+                    reader=reader, policy=ctx.policy)
     try:
         for a in d.get("applied", []):
             src = by_id.get(str(a.get("proposal_id")))
@@ -521,41 +522,12 @@ def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref:
     return signed
 
 
-INTOTO_STATEMENT = "https://in-toto.io/Statement/v1"
-INTOTO_PAYLOAD = "application/vnd.in-toto+json"
-
-
-def _subjects(a: Mapping[str, Any]) -> list[dict[str, Any]]:
-    subs: list[dict[str, Any]] = []
-    for k in ("from_head_ref", "head_ref", "commit"):
-        v = a.get(k)
-        if isinstance(v, str) and len(v) in (40, 64):
-            subs.append({"name": f"git+commit:{v}", "digest": {"gitCommit": v}})
-            break
-    for d in a.get("artifact_digests", []) or []:
-        subs.append({"name": f"artifact:{d}", "digest": {"sha256": d.split(":", 1)[1]}})
-    if a.get("diff_digest"):
-        subs.append({"name": f"diff:{a.get('proposal_id')}",
-                     "digest": {"sha256": str(a["diff_digest"]).split(":", 1)[1]}})
-    if not subs:
-        subs.append({"name": f"dome:{a.get('artifact_kind')}:{a.get('object_id')}",
-                     "digest": {"sha256": str(a.get("payload_digest", "sha256:" + "0" * 64)).split(":", 1)[1]}})
-    return subs
-
-
 def export_intoto(records: Sequence[Record], decision: Mapping[str, Any], key: SigningKey,
                   out_dir: Path) -> Path:
     """The evidence the decision references (and the decision) as in-toto v1
     Statements in DSSE envelopes, one per line."""
-    wanted = {(r["event_sequence"]) for r in decision.get("evidence_refs", [])}
-    arts = [r.artifact for r in records if r.sequence in wanted] + [decision]
-    lines = []
-    for a in arts:
-        kind = str(a.get("artifact_kind", "dome.unknown/v1"))
-        stmt = {"_type": INTOTO_STATEMENT, "subject": _subjects(a),
-                "predicateType": f"https://dome.dev/attestations/{kind.split('.', 1)[1]}",
-                "predicate": a}
-        lines.append(json.dumps(dsse_sign(INTOTO_PAYLOAD, canonical_json(stmt), key), sort_keys=True))
+    lines = [json.dumps(dsse_sign(INTOTO_PAYLOAD, canonical_json(stmt), key), sort_keys=True)
+             for stmt in intoto_statements(records, decision)]
     path = out_dir / "evidence.intoto.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

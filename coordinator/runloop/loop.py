@@ -506,7 +506,8 @@ class RunLoop:
                                  gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs",
                                  task_json=adir / "task.json", worker_key=key_path,
                                  egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
-            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": spec["base_ref"],
+            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
+                                   "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
             self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
             try:
