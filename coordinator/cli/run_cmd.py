@@ -72,6 +72,12 @@ def run(args: argparse.Namespace) -> int:
         if egress_path is not None:
             from coordinator.egress.config import EgressConfig
             egress = EgressConfig.load(egress_path)
+        agents = [n for n, t in prepared.wq.graph.nodes.items() if t.action_spec.get("intent") == "agent"] \
+            if prepared is not None else []
+        if agents and egress is None:  # they could not reach any model: refuse before the run starts
+            raise DomeError("the work queue has agent nodes but the run has no egress configuration",
+                            code="EGRESS_NOT_CONFIGURED", details={"nodes": sorted(agents)},
+                            hints=["pass --egress CONFIG or put it at OPS_ROOT/egress.json (docs/agent-swarm.md)"])
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
@@ -89,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             for h in exc.hints:
                 print(f"  hint: {h}", file=sys.stderr)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_"))
         return 2 if bad_input else 3
     if args.json:
         print(json.dumps(outcome.to_json(), sort_keys=True))

@@ -71,12 +71,21 @@ def test_work_queue_with_a_bad_card_is_refused_before_any_work(tmp_path, git_rep
     assert exc.value.code == "RUNTIME_CARD_INVALID" and exc.value.details["at"] == "/tasks/0/action_spec"
 
 
-def test_bad_egress_configuration_is_refused_before_anything_is_created(tmp_path, git_repo):
+def test_bad_or_missing_egress_configuration_is_refused_before_anything_is_created(tmp_path, git_repo):
     from tests.conftest import dome_cli
     from tests.runloop.conftest import cmd_task, write_queue
 
     q = write_queue(tmp_path, git_repo, [cmd_task("a", "true")])
     (tmp_path / "eg.json").write_text('{"routes": {"Not A Host": {"key_env": "K"}}}')
     r = dome_cli("run", str(q), "--ops-root", str(tmp_path / "ops"), "--egress", str(tmp_path / "eg.json"), "--json")
-    assert r.returncode != 0 and json.loads(r.stdout)["error"]["code"] == "EGRESS_CONFIG_INVALID"
+    assert r.returncode == 2 and json.loads(r.stdout)["error"]["code"] == "EGRESS_CONFIG_INVALID"
     assert not (tmp_path / "ops").exists()
+    # agent nodes with no egress configuration at all could reach no model: refused up front too
+    agent_task = {"node_id": "a", "containers": [], "required_capabilities": ["read:repo", "write"],
+                  "required_outputs": [], "dependencies": [],
+                  "action_spec": {"intent": "agent", "params": {"card": card(), "instructions": "x"}}}
+    (tmp_path / "b").mkdir()
+    q2 = write_queue(tmp_path / "b", git_repo, [agent_task])
+    r = dome_cli("run", str(q2), "--ops-root", str(tmp_path / "ops"), "--json")
+    assert r.returncode == 2 and json.loads(r.stdout)["error"]["code"] == "EGRESS_NOT_CONFIGURED"
+    assert json.loads(r.stdout)["error"]["details"]["nodes"] == ["a"] and not (tmp_path / "ops").exists()
