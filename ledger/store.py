@@ -181,14 +181,15 @@ class LedgerTransaction:
         self._heads[run_id] = (seq, prev)
         return records
 
-    def payloads(self, run_id: str, topics: Sequence[str], *, node_id: str | None = None) -> list[dict[str, Any]]:
-        """Payloads of a run's events with these topics (and node), in sequence order,
-        read inside this transaction: a decision taken on them (a budget) and the
-        event that records it commit under the same write lock."""
+    def last_payload(self, run_id: str, topics: Sequence[str], *, node_id: str | None = None) -> dict[str, Any] | None:
+        """The payload of a run's latest event with one of these topics (and node), read
+        inside this transaction: a decision taken on it (a budget) and the event that
+        records the decision commit under the same write lock."""
         q = select(events.c.payload).where(events.c.run_id == run_id, events.c.topic.in_(list(topics)))
         if node_id is not None:
             q = q.where(events.c.node_id == node_id)
-        return [loads_record(r[0]) for r in self._conn.execute(q.order_by(events.c.sequence))]
+        row = self._conn.execute(q.order_by(events.c.sequence.desc()).limit(1)).first()
+        return None if row is None else loads_record(row[0])
 
     # -- grants ---------------------------------------------------------
     def spend_jti(self, jti: str, run_id: str, profile_id: str | None = None) -> None:

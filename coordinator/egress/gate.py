@@ -191,9 +191,13 @@ class EgressGate:
         budgets = profile.get("budgets") or {}
         keys = _keys(profile)
 
+        def account(tx: Any) -> mt.Account:
+            last = tx.last_payload(self.run_id, mt.ACCOUNT_TOPICS, node_id=profile["node_id"])
+            return mt.Account.from_snapshot((last or {}).get("account_after"))
+
         def do_reserve(tx: Any) -> tuple[Any, list]:
-            account = mt.fold_account(tx.payloads(self.run_id, mt.ACCOUNT_TOPICS, node_id=profile["node_id"]))
-            r = mt.reserve(account=account, budgets=budgets, request_bytes=len(body), requested_cap=asked, price=price)
+            acct = account(tx)
+            r = mt.reserve(account=acct, budgets=budgets, request_bytes=len(body), requested_cap=asked, price=price)
             if isinstance(r, dict):
                 raise BudgetExhausted(f"the node's {r['budget']} budget is exhausted ({r['used']} used of {r['limit']})",
                                       details={**r, "node_id": profile["node_id"]},
@@ -201,7 +205,7 @@ class EgressGate:
             rec = tx.append(self.run_id, mt.RESERVED_TOPIC, {
                 "reservation_id": rid, "profile_id": profile["profile_id"], "model": model, "host": host,
                 "tokens_reserved": r.tokens, "cost_micros_reserved": r.cost_micros, "output_cap": r.output_cap,
-                "account_before": {"tokens": account.tokens, "cost_micros": account.cost_micros}}, **keys)
+                "account_after": acct.reserved(rid, r.tokens, r.cost_micros).snapshot()}, **keys)
             return r, [rec]
 
         res: mt.Reservation = self.transact(do_reserve)
@@ -231,7 +235,8 @@ class EgressGate:
                 "request_digest": request_digest, "response_digest": response_digest,
                 "usage_reported": usage is not None, "over_reservation": tin + tout > res.tokens,
                 "error": error}
-        self.transact(lambda tx: (None, [tx.append(self.run_id, mt.CALL_TOPIC, call, **keys)]))
+        self.transact(lambda tx: (None, [tx.append(self.run_id, mt.CALL_TOPIC, {
+            **call, "account_after": account(tx).settled(rid, tin + tout, call["cost_micros"]).snapshot()}, **keys)]))
         if error is not None:
             raise UpstreamFailed(f"the upstream {host} failed: {error}", details={"host": host})
         return status, {"content-type": ctype or "application/json"}, rbody

@@ -14,14 +14,17 @@ reserved before it is forwarded and settled when it returns:
   (prompt_tokens, completion_tokens), or keeps the whole reservation when
   the reply has no usage.
 
-The account is a fold of the node's `egress.reserved` and `model.call`
-events, read in the same ledger transaction that writes the reservation,
-so two attempts racing for the last tokens are serialized by the ledger's
-write lock and the second sees the first's reservation.
+Every `egress.reserved` and `model.call` event carries the node's account
+after it (`account_after`: settled tokens, cost and calls, and the open
+reservations), so reading the account is reading the node's latest such
+event, in the same ledger transaction that writes the next one: two
+attempts racing for the last tokens are serialized by the ledger's write
+lock and the second sees the first's reservation. `fold_account` recomputes
+the same account from all the events (an audit of the running one).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Iterable, Mapping
 
@@ -55,6 +58,31 @@ class Account:
     cost_micros: int = 0
     calls: int = 0
     open_reservations: int = 0
+    open: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # reservation id -> (tokens, cost)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What an event records as `account_after`."""
+        t_open = sum(t for t, _ in self.open.values())
+        c_open = sum(c for _, c in self.open.values())
+        return {"tokens_settled": self.tokens - t_open, "cost_micros_settled": self.cost_micros - c_open,
+                "calls": self.calls, "open": {k: list(v) for k, v in sorted(self.open.items())}}
+
+    @classmethod
+    def from_snapshot(cls, snap: Mapping[str, Any] | None) -> "Account":
+        if not snap:
+            return cls()
+        op = {k: (int(v[0]), int(v[1])) for k, v in (snap.get("open") or {}).items()}
+        return cls(int(snap["tokens_settled"]) + sum(t for t, _ in op.values()),
+                   int(snap["cost_micros_settled"]) + sum(c for _, c in op.values()), int(snap["calls"]), len(op), op)
+
+    def reserved(self, rid: str, tokens: int, cost: int) -> "Account":
+        return Account(self.tokens + tokens, self.cost_micros + cost, self.calls, self.open_reservations + 1,
+                       {**self.open, rid: (tokens, cost)})
+
+    def settled(self, rid: str, tokens: int, cost: int) -> "Account":
+        t, c = self.open.get(rid, (0, 0))
+        op = {k: v for k, v in self.open.items() if k != rid}
+        return Account(self.tokens - t + tokens, self.cost_micros - c + cost, self.calls + 1, len(op), op)
 
 
 def fold_account(payloads: Iterable[Mapping[str, Any]]) -> Account:
@@ -72,7 +100,7 @@ def fold_account(payloads: Iterable[Mapping[str, Any]]) -> Account:
     for t, c in reserved.values():
         tokens += t
         cost += c
-    return Account(tokens, cost, calls, len(reserved))
+    return Account(tokens, cost, calls, len(reserved), dict(reserved))
 
 
 @dataclass(frozen=True)

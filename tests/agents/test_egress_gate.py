@@ -191,6 +191,13 @@ def test_two_attempts_racing_cannot_overspend_the_node_token_budget(env):
     by_id = {r["reservation_id"]: r for r in reserved}
     assert len(reserved) == len(calls) and all(
         c["tokens_in"] + c["tokens_out"] <= by_id[c["reservation_id"]]["tokens_reserved"] for c in calls)
+    # the running account every event carries is the fold of all of them (an audit), open reservations included
+    evs = [e.payload for e in env["ledger"].events(RUN) if e.topic in mt.ACCOUNT_TOPICS]
+    for i in range(1, len(evs) + 1):
+        running, folded = mt.Account.from_snapshot(evs[i - 1]["account_after"]), mt.fold_account(evs[:i])
+        assert (running.tokens, running.cost_micros, running.calls, dict(running.open)) == \
+            (folded.tokens, folded.cost_micros, folded.calls, dict(folded.open))
+    assert mt.Account.from_snapshot(evs[-1]["account_after"]).tokens == spent
     # ... and no attempt of it gets past the node's account afterwards
     with pytest.raises(Exception) as exc:
         _chat(make_client(card(), env["attempt"]("ne-d", budgets={"max_tokens": budget}), env["sock"]),
