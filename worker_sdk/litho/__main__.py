@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--layout", required=True, help=".glp, .gds or .oas")
         sp.add_argument("--layer", help="layer L/D for GDS/OASIS")
         sp.add_argument("--fill", choices=["lithobench", "exact"], default="lithobench")
-        sp.add_argument("--kernels", help="ICCAD 2013 data folder (default $DOME_LITHO_KERNELS or ../shared/data/iccad13)")
+        sp.add_argument("--kernels", help="ICCAD 2013 data folder (default $DOME_ICCAD13_DATA, else the copy examples/iccad13/data ships)")
         sp.add_argument("--device", help="cpu or cuda[:n] (default: cuda when available)")
         sp.add_argument("--json", action="store_true", help="one JSON object on stdout")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import threading
 import time
 import uuid
@@ -21,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from registry.canonical import digest_bytes
+from registry.datasets import iccad13_data
 from registry.schema_store import validate
 from worker_sdk.cancel import NEVER, CancellationToken, Cancelled
 
@@ -42,22 +42,12 @@ def dumps(response: dict[str, Any]) -> str:
 
 
 def kernels_dir(request: dict[str, Any]) -> Path:
-    if request.get("kernels"):
-        return Path(request["kernels"])
-    if os.environ.get("DOME_LITHO_KERNELS"):
-        return Path(os.environ["DOME_LITHO_KERNELS"])
-    shared = os.environ.get("DOME_SHARED")
-    if shared:
-        return Path(shared) / "data" / "iccad13"
-    here = Path(__file__).resolve()
-    for parent in here.parents[2:]:  # the checkout's siblings: <dir>/shared/data/iccad13
-        cand = parent / "shared" / "data" / "iccad13"
-        if cand.is_dir():
-            return cand
-    shipped = here.parents[2] / "examples" / "iccad13" / "data"  # the copy a source checkout ships
-    if (shipped / "kernels_bin").is_dir():
-        return shipped
-    return here.parents[3] / "shared" / "data" / "iccad13"
+    """The ICCAD 2013 data folder for a request: its `kernels`, else the one resolver's answer."""
+    d = iccad13_data(request.get("kernels"))
+    if d is None:
+        raise BadRequest("no ICCAD 2013 data folder", code="LITHO_KERNELS_NOT_FOUND",
+                         hints=["pass kernels=<dir> or set DOME_ICCAD13_DATA"])
+    return d
 
 
 def _model(request: dict[str, Any], dtype: str = "float64"):
@@ -68,7 +58,7 @@ def _model(request: dict[str, Any], dtype: str = "float64"):
     d = kernels_dir(request)
     if not (d / "kernels_bin").is_dir() and not (d / "kernels_pt").is_dir():
         raise BadRequest(f"no ICCAD 2013 kernels under {d}", code="LITHO_KERNELS_NOT_FOUND",
-                         hints=["pass kernels=<dir> or set DOME_LITHO_KERNELS"])
+                         hints=["pass kernels=<dir> or set DOME_ICCAD13_DATA"])
     source = request.get("kernel_source", "bin")
     device = request.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
     return get_model(d, 2048, device=device, dtype=getattr(torch, dtype), kernel_source=source)
