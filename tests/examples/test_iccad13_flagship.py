@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT, dome_cli, git
 
-pytestmark = pytest.mark.slow
+# the module fixture runs the whole flagship (up to 25 min on 2 busy cores), then the report
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
 
 
 
