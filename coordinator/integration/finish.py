@@ -456,7 +456,7 @@ def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, k
     _write_json(run_dir(ops_root, run_id) / "gate" / "gate.decision.json", signed_gate)
     consent_token = None
     if not chain.passed and chain.only_consent_missing and issue_consent and chain.head_ref:
-        consent_token = secrets.token_urlsafe(32)
+        consent_token = secrets.token_hex(32)  # hex: a person pastes it after --consent; never starts with "-"
         ttl = (policy or IntegrationPolicy()).consent_ttl_seconds
         expires = (_dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=ttl)).strftime(
             "%Y-%m-%dT%H:%M:%SZ")

@@ -174,7 +174,8 @@ async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
                             details={"run_id": run_id}, hints=["run_status shows why the run is blocked"])
         gate_token = gate_file.read_text().strip()
     host.telemetry._emit({"event": "consent", "tool": "promote", "run_id": run_id, "mode": mode})
-    out = await _dome(ctx, "promote", run_id, "--consent", gate_token, "--approved-by", f"mcp:{mode}",
+    # `--consent=VALUE`: a token is data, never an option, whatever its first character
+    out = await _dome(ctx, "promote", run_id, f"--consent={gate_token}", "--approved-by", f"mcp:{mode}",
                       timeout_s=600)
     err = out.get("error")
     if isinstance(err, dict) and isinstance(err.get("code"), str):

@@ -90,3 +90,28 @@ async def test_promote_success_lenient_host_reads_the_gate_token(tmp_path, git_r
         reuse = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-4",
                                                    "consent_token": confirm})
         assert reuse.is_error and reuse.structured_content["code"] == "CONSENT_INVALID"
+
+
+async def test_promote_passes_a_token_that_starts_with_a_dash_as_a_value(tmp_path, git_repo):
+    """A consent token is data. One that begins with "-" reaches `dome promote` as the value of
+    --consent (a wrong one is refused with a typed error), never as an unknown option that
+    makes the command exit 2 with no JSON; the real token still promotes after it."""
+    ops = tmp_path / "ops"
+    queue = gated_queue(tmp_path, git_repo)
+    async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
+        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-dash"})
+        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
+        done = await _poll_done(client, job_id)
+        token_file = ops / "runs" / run_id / "gate" / "consent.token"
+        assert done["result"]["summary"]["awaiting_consent"] is True and token_file.is_file(), done
+        token = token_file.read_text().strip()
+        assert not token.startswith("-")  # tokens a person pastes after --consent
+        wrong = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-dash-1",
+                                                   "consent_token": "-" + token[1:]})
+        assert wrong.is_error, wrong.content[0].text
+        assert wrong.structured_content["code"].startswith("CONSENT_"), wrong.structured_content
+        assert _rev(git_repo, TO_REF) is None
+        ok = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-dash-2",
+                                                "consent_token": token})
+        assert not ok.is_error, ok.content[0].text
+        assert _rev(git_repo, TO_REF) == ok.structured_content["head_ref"]
