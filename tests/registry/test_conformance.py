@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from registry import schema_store
 from registry.models import ControlEvent, Envelope
 from registry.signing import SigningKey
 
 
 def test_ledger_records_are_valid_envelopes_and_control_events(tmp_path: Path) -> None:
-    ledger_mod = pytest.importorskip("ledger")
-    ledger = ledger_mod.Ledger.open(None, tmp_path)
+    from ledger import Ledger
+
+    ledger = Ledger.open(None, tmp_path)
     key = SigningKey(bytes(range(32)))
     records = [
         ledger.append("run-1", "run.started", {"seed": 7}),
