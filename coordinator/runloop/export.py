@@ -1,18 +1,21 @@
 """Project a run's ledger events onto ops/runs/<run_id>/ (DESIGN.md layout).
 
     work.queue.json                        (written at run start)
-    events/event.<sequence>.json           every ControlEvent record, as stored
+    events/event.<sequence>.json           every ControlEvent record, as stored (ledger.export)
     tasks/<task_id>/task.result.json       per node: status, attempts, winner, proposal
     tasks/<task_id>/outputs/<proposal_id>.proposal.json and .diff
 
 The ledger is the truth; these files are a projection rebuilt on demand
-(idempotent: rewriting gives the same bytes for the same events).
+(idempotent: rewriting gives the same bytes for the same events). The event
+files have one writer, `ledger.export`, shared with `dome ledger export`.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+from ledger.export import export_run as export_events
 
 from .. import runstate as rs
 from ..runstate import fold
@@ -26,10 +29,10 @@ def _write(path: Path, obj: Any) -> None:
         path.write_text(data)
 
 
-def export_run(ledger: Any, run_id: str, ops_dir: Path, graph: Any) -> None:
+def write_run_files(ledger: Any, run_id: str, ops_root: Path, graph: Any) -> None:
+    export_events(ledger, run_id, ops_root)
+    ops_dir = Path(ops_root) / "runs" / run_id
     events = ledger.events(run_id)
-    for rec in events:
-        _write(ops_dir / "events" / f"event.{rec.sequence}.json", rec.to_json())
     state = fold(events)
     status = statuses(graph, state)
     by_node: dict[str, list[dict[str, Any]]] = {}

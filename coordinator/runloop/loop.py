@@ -653,8 +653,8 @@ class RunLoop:
         payload = {**result, "counts": counts, "proposals": [p["proposal_id"] for p in self._accepted_proposals()],
                    "finished_at": utc_stamp()}
         self.writer.append(rs.RUN_FINISHED, payload, signed=True)
-        from .export import export_run
-        export_run(self.ctx.ledger, self.run_id, self.ops_dir, self.graph)
+        from .export import write_run_files
+        write_run_files(self.ctx.ledger, self.run_id, Path(self.ctx.ops_root), self.graph)
         return self._outcome(payload)
 
     def _outcome(self, finished: Mapping[str, Any]) -> RunOutcome:
