@@ -37,6 +37,12 @@ class IdempotencyKeyReused(LedgerError):
     code = "IDEMPOTENCY_KEY_REUSED"
 
 
+class LedgerNotFound(LedgerError):
+    """No ledger where one was expected (the default SQLite file is missing); nothing was created."""
+
+    code = "LEDGER_NOT_FOUND"
+
+
 class LedgerUnavailable(LedgerError):
     """The database could not be opened or migrated."""
 

@@ -10,7 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from coordinator.cli.main import add_common_arguments
+from coordinator.cli.main import add_common_arguments, ledger_exit_code, open_ledger
+from ledger import LedgerError
 from registry.errors import DomeError
 
 
@@ -22,11 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coordinator.integration.store import open_ledger
     from coordinator.integration.verify import verify_run
     from coordinator.keys import load_keyring
     try:
-        ledger = open_ledger(args.db, args.ops_root)
+        ledger = open_ledger(args)
         keyring = load_keyring(args.ops_root)
         rep = verify_run(ledger, args.run_id, keyring,
                          repo=Path(args.repo) if args.repo else None)
@@ -35,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": args.run_id, "valid": False, "error": exc.to_object()}))
         else:
             print(f"dome verify: {exc.code}: {exc.message}", file=sys.stderr)
-        if exc.code == "LEDGER_NOT_FOUND":
-            return 2
-        return 3 if exc.code in ("LEDGER_UNAVAILABLE",) else 1
+        if isinstance(exc, LedgerError):
+            return ledger_exit_code(exc)
+        return 1
     if args.json:
         print(json.dumps(rep.to_dict(), sort_keys=True))
     else:

@@ -97,7 +97,8 @@ async def events(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     def read() -> list[dict[str, Any]]:
         from ledger import Ledger
 
-        led = Ledger.open(ctx.host.db_url, ctx.host.ops_root)
+        # a run's events: read the ledger as it is (LEDGER_NOT_FOUND when there is none; never create one)
+        led = Ledger.open(ctx.host.db_url, ctx.host.ops_root, migrate_schema=False, must_exist=True)
         try:
             return [{**r.envelope(), "record_digest": r.record_digest}
                     for r in led.events(run_id, since=since, limit=limit + 1)]
