@@ -14,7 +14,7 @@ import time
 
 from registry.errors import DomeError
 
-from .main import EXIT_OK, EXIT_USAGE, add_common_arguments, ledger_exit_code, open_ledger
+from .main import EXIT_OK, EXIT_USAGE, add_common_arguments, open_ledger, refuse
 
 POLL_SECONDS = 0.25
 FINAL_TOPIC = "run.finished"
@@ -45,9 +45,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ledger = open_ledger(args)
     except DomeError as exc:
-        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome events: {exc}",
-              file=sys.stderr)
-        return ledger_exit_code(exc)
+        return refuse("events", args, exc)
     try:
         since = args.since
         seen_any = False

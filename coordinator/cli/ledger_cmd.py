@@ -21,7 +21,7 @@ from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments, ledger_exit_code, open_ledger
+from .main import EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments, ledger_exit_code, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,9 +41,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         ledger = open_ledger(args)
     except DomeError as exc:
-        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome ledger export: {exc}",
-              file=sys.stderr)
-        return ledger_exit_code(exc)
+        return refuse("ledger export", args, exc)
     with ledger:
         known = ledger.run_ids()
         wanted = args.run_ids or known

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -62,6 +63,13 @@ def ledger_exit_code(exc: Exception) -> int:
     from ledger import LedgerNotFound
 
     return EXIT_USAGE if isinstance(exc, LedgerNotFound) else EXIT_INTERNAL
+
+
+def refuse(command: str, args: argparse.Namespace, exc: Any) -> int:
+    """Say on stderr why `dome COMMAND` cannot go on (the typed error under --json) and
+    return its exit code."""
+    print(json.dumps({"error": exc.to_object()}) if args.json else f"dome {command}: {exc}", file=sys.stderr)
+    return ledger_exit_code(exc)
 
 
 def _top_help() -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments, ledger_exit_code, open_ledger
+from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +32,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ledger = open_ledger(args)
     except DomeError as exc:
-        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome report: {exc}", file=sys.stderr)
-        return ledger_exit_code(exc)
+        return refuse("report", args, exc)
     try:
         if args.run_id not in ledger.run_ids():
             print(f"dome report: no run {args.run_id!r} in the ledger", file=sys.stderr)

@@ -9,7 +9,7 @@ from typing import Any
 
 from registry.errors import DomeError
 
-from .main import add_common_arguments, ledger_exit_code, open_ledger
+from .main import add_common_arguments, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ledger = open_ledger(args)
     except DomeError as exc:
-        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome status: {exc}", file=sys.stderr)
-        return ledger_exit_code(exc)
+        return refuse("status", args, exc)
     ids = [args.run_id] if args.run_id else ledger.run_ids()
     if args.run_id and not ledger.events(args.run_id, limit=1):
         print(f"dome status: no run {args.run_id!r}", file=sys.stderr)

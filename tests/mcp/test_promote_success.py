@@ -6,12 +6,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import anyio
 import pytest
 
 from tests.conftest import GATED_REF, gated_queue
 
-from .conftest import connect
+from .conftest import connect, poll_done
 
 pytestmark = pytest.mark.anyio
 
@@ -23,15 +22,6 @@ def _rev(repo: Path, ref: str) -> str | None:
     return p.stdout.strip() if p.returncode == 0 else None
 
 
-async def _poll_done(client, job_id, timeout=120):
-    with anyio.fail_after(timeout):
-        while True:
-            st = (await client.call_tool("poll", {"job_id": job_id})).structured_content
-            if st["status"] not in ("queued", "running"):
-                return st
-            await anyio.sleep(0.25)
-
-
 async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
     ops = tmp_path / "ops"
     queue = gated_queue(tmp_path, git_repo)
@@ -40,7 +30,7 @@ async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
         sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-gated-1"})
         assert not sub.is_error, sub.content[0].text
         run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
-        done = await _poll_done(client, job_id)
+        done = await poll_done(client, job_id)
         assert done["status"] == "succeeded", done
         result = done["result"]
         assert result["outcome"] == "blocked", result
@@ -76,7 +66,7 @@ async def test_promote_success_lenient_host_reads_the_gate_token(tmp_path, git_r
     async with connect("inproc", "legacy", ops, consent_mode="lenient") as client:
         sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-gated-2"})
         run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
-        done = await _poll_done(client, job_id)
+        done = await poll_done(client, job_id)
         assert done["result"]["summary"]["awaiting_consent"] is True, done
         ask = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-3"})
         assert ask.is_error and ask.structured_content["code"] == "CONSENT_REQUIRED"
@@ -101,7 +91,7 @@ async def test_promote_passes_a_token_that_starts_with_a_dash_as_a_value(tmp_pat
     async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
         sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-dash"})
         run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
-        done = await _poll_done(client, job_id)
+        done = await poll_done(client, job_id)
         token_file = ops / "runs" / run_id / "gate" / "consent.token"
         assert done["result"]["summary"]["awaiting_consent"] is True and token_file.is_file(), done
         token = token_file.read_text().strip()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from registry import schema_store
+from registry.check import schema_refs
 from registry.errors import SchemaValidationError
 from tests.registry.examples import SHA, example, mutations
 
@@ -24,18 +25,6 @@ OPEN = ["envelope", "control_event", "error_object", *[a for a in ARTIFACTS if a
 HEADER_FIELDS = ["artifact_kind", "version", "object_id", "run_id", "wave_id", "task_id", "node_id",
                  "base_ref", "base_tree_hash", "created_at", "producer", "subject", "determinism_seed",
                  "inputs_hash", "payload_digest", "canonicalization", "kid", "signature"]
-
-
-def _refs(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k == "$ref" and isinstance(v, str):
-                yield v
-            else:
-                yield from _refs(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _refs(v)
 
 
 def test_every_required_schema_exists() -> None:
@@ -59,7 +48,7 @@ def test_contract_schema_has_a_description(name: str) -> None:
 def test_every_ref_resolves(name: str) -> None:
     schema = schema_store.load_schema(name)
     resolver = schema_store._registry().resolver(base_uri=schema["$id"])
-    for ref in _refs(schema):
+    for ref in schema_refs(schema):
         resolved = resolver.lookup(ref)
         assert isinstance(resolved.contents, dict), ref
 
