@@ -74,7 +74,6 @@ SUPPORTED_CANONICALIZATIONS = (DIFF_CANONICALIZATION,)
 _OID = re.compile(rb"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _MODE = re.compile(r"^[0-7]{6}$")
-NULL_OID_PREFIX = "0" * 40
 
 
 class DiffError(DomeError):

@@ -18,7 +18,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from registry import diffs
 from registry.canonical import canonical_json, digest_json
-from registry.errors import DomeError
 from registry.signing import Keyring, SigningKey, dsse_sign
 
 from coordinator.canvas import Canvas
@@ -39,10 +38,6 @@ EXTERNALIZE_BYTES = 128 * 1024
 ledger record keeps their digest, signature and `artifact_ref`."""
 EXIT_OK, EXIT_BLOCKED = 0, 4
 ZERO = "0" * 40
-
-
-class PromotionError(DomeError):
-    code = "PROMOTION_ERROR"
 
 
 def utc_now() -> str:

@@ -143,10 +143,6 @@ def node_seed(seed: int, node_id: str) -> int:
     return int(digest_json([seed, node_id])[7:20], 16) % (2 ** 53)
 
 
-def safe_name(node_id: str) -> str:
-    return node_id.replace("/", "_")
-
-
 @dataclass
 class RunContext:
     """Everything the loop needs from outside (the CLI builds it)."""
