@@ -31,18 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-parallel", type=int, default=None, help="attempts in flight at once")
 
 
-def _finish_stage():
-    """The integration area's finish stage when it is installed, else the default."""
-    try:
-        import coordinator.integration.finish  # noqa: F401
-    except ImportError:
-        return None
-    from coordinator.runloop.finish import integration_finish
-    return integration_finish
-
-
 def run(args: argparse.Namespace) -> int:
     from coordinator.keys import load_keyring, load_or_create_signing_key
+    from coordinator.runloop.finish import integration_finish
     from coordinator.runloop.loop import RunContext, RunLoop
     from coordinator.runloop.view import LiveView, PlainView
     from ledger import Ledger
@@ -58,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=_finish_stage(), view=view)
+                         max_parallel=args.max_parallel, finish=integration_finish, view=view)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx)
         outcome = loop.run()
     except DomeError as exc:
