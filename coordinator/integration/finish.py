@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from registry import diffs
 from registry.canonical import canonical_json, digest_json
+from registry.gitoid import is_git_oid
 from registry.signing import Keyring, SigningKey, dsse_sign
 
 from coordinator.canvas import Canvas
@@ -220,7 +221,7 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
     for r in records:
         for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
             v = r.artifact.get(k)
-            if isinstance(v, str) and diffs._OID.match(v.encode()):
+            if is_git_oid(v):
                 commits.add(v)
     with gitio.ObjectReader(repo) as reader:
         return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))

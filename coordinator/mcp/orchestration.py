@@ -233,7 +233,7 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
                         lines.append(obj)
                         if job.run_id is None and isinstance(obj.get("run_id"), str):
                             job.run_id = obj["run_id"]
-                            host.jobs._touch(job)
+                            host.jobs.touch(job)
                             have_run_id.set()
                         frac = obj.get("progress")
                         if isinstance(frac, (int, float)):
@@ -275,7 +275,7 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
                 new = sorted(set(os.listdir(runs_dir)) - before)
                 if new and job.run_id is None:
                     job.run_id = new[0]
-                    host.jobs._touch(job)
+                    host.jobs.touch(job)
                     have_run_id.set()
                     return
             await anyio.sleep(0.05)

@@ -50,7 +50,8 @@ def kernels_dir(request: dict[str, Any]) -> Path:
     return d
 
 
-def _model(request: dict[str, Any], dtype: str = "float64"):
+def load_model(request: dict[str, Any], dtype: str = "float64"):
+    """The SOCS model for a request (its kernels folder, kernel source and device), cached per process."""
     import torch
 
     from .forward import get_model
@@ -210,7 +211,7 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None) ->
     token = token or NEVER
     level = request.get("report_level", "aggregate")
     inp = _load_inputs(request)
-    model = _model(request)
+    model = load_model(request)
     tile = {"auto": None, "always": True, "never": False}[request.get("tile", "auto")]
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
                   halo=int(request.get("halo_nm", 512)), token=token)
@@ -255,7 +256,7 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None) ->
 
 def resolve_violation(request: dict[str, Any], model=None) -> dict[str, Any]:
     """Resolve optimize's violation_id: session cache first, else from the id itself with a pinned layout."""
-    model = model or _model(request)
+    model = model or load_model(request)
     vid = request["violation_id"]
     scope = request.get("scope", "group")
     session = request.get("session_id", "default")
@@ -321,8 +322,8 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     validate("litho/optimize_request", request)
     token = token or NEVER
     t0 = time.perf_counter()
-    model64 = _model(request, "float64")
-    model32 = _model(request, "float32")
+    model64 = load_model(request, "float64")
+    model32 = load_model(request, "float32")
     resolved = None
     req = dict(request)
     if request.get("violation_id"):
@@ -394,7 +395,7 @@ def simulate(request: dict[str, Any], token: CancellationToken | None = None) ->
     validate("litho/simulate_request", request)
     token = token or NEVER
     inp = _load_inputs(request)
-    model = _model(request)
+    model = load_model(request)
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, token=token)
     corners = {name: {"printed_area_nm2": int(np.count_nonzero(img))} for name, img in ev.printed.items()}
     resp: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tool": "simulate", "corners": corners,
