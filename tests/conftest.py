@@ -24,21 +24,25 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
+def _skip_reason(rep) -> str:
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     if rep.skipped and not hasattr(rep, "wasxfail") and in_ci():
-        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         rep.outcome = "failed"
-        rep.longrepr = f"skipped under CI=true, which needs every tool and data set: {reason}"
+        rep.longrepr = f"skipped under CI=true, which needs every tool and data set: {_skip_reason(rep)}"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if not hasattr(r, "wasxfail")]
     reasons: dict[str, int] = {}
     for r in skipped:
-        reason = r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr)
+        reason = _skip_reason(r)
         reasons[reason] = reasons.get(reason, 0) + 1
     terminalreporter.write_line(f"skipped: {len(skipped)}")
     for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
