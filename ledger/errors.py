@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from registry.errors import DomeError
+from registry.grant_errors import GrantReplayed  # noqa: F401 - the one class; spend_jti raises it
 
 
 class LedgerError(DomeError):
@@ -23,12 +24,6 @@ class InvalidEvent(LedgerError):
     """An append whose fields cannot form a record (bad types, empty topic, ...)."""
 
     code = "INVALID_EVENT"
-
-
-class GrantReplayed(LedgerError):
-    """A grant id (jti) was already spent."""
-
-    code = "GRANT_REPLAYED"
 
 
 class IdempotencyKeyReused(LedgerError):

@@ -41,6 +41,7 @@ from .signing import Keyring, SigningKey, b64e, kid_for, pae
 
 PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
 CALL_PROOF_TYPE = "application/vnd.dome.callproof+json"
+PROOF_HEADER = "dome-call-proof"  # the HTTP header a worker sends its per-call proof in
 TOKEN_PREFIX = "dgt1."
 ARTIFACT_KIND = "dome.tool_profile/v1"
 SCHEMA_VERSION = "1.0.0"  # the ToolProfile `version` field
