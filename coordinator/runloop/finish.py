@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .loop import FinishContext
+from .loop import FinishedRun
 
 
-def integration_finish(fc: FinishContext) -> dict[str, Any]:
-    from coordinator.integration.finish import FinishContext as IntegrationContext
+def integration_finish(fc: FinishedRun) -> dict[str, Any]:
+    from coordinator.integration.finish import FinishContext
     from coordinator.integration.finish import finish_run
     from coordinator.integration.policy import IntegrationPolicy
 
@@ -25,7 +25,7 @@ def integration_finish(fc: FinishContext) -> dict[str, Any]:
                  for nid, n in graph.nodes.items()}
     critical = frozenset(nid for nid, d in graph.descendants.items() if d > 0)
 
-    res = finish_run(IntegrationContext(
+    res = finish_run(FinishContext(
         run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=list(fc.proposals), ledger=fc.ledger,
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
         seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
