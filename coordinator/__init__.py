@@ -13,8 +13,7 @@ gateway, executors, mcp, report) and may change without notice.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from registry.faces import lazy_face
 
 _FACE = {
     "RunLoop": "coordinator.runloop.loop", "RunContext": "coordinator.runloop.loop",
@@ -31,10 +30,4 @@ _FACE = {
 __all__ = sorted(_FACE)
 
 
-def __getattr__(name: str) -> Any:
-    module = _FACE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'coordinator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _FACE)

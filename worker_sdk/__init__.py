@@ -11,8 +11,7 @@ they pull in torch and KLayout):
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from registry.faces import lazy_face
 
 _FACE = {
     "CancellationToken": "worker_sdk.cancel", "Cancelled": "worker_sdk.cancel", "NEVER": "worker_sdk.cancel",
@@ -24,10 +23,4 @@ _FACE = {
 __all__ = sorted(_FACE)
 
 
-def __getattr__(name: str) -> Any:
-    module = _FACE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'worker_sdk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _FACE)

@@ -22,16 +22,21 @@ def _rev(repo: Path, ref: str) -> str | None:
     return p.stdout.strip() if p.returncode == 0 else None
 
 
+async def _held_run(client, queue: Path, key: str) -> tuple[str, dict]:
+    """Submit the gated queue and wait: (run_id, the finished job), held at the human gate."""
+    sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": key})
+    assert not sub.is_error, sub.content[0].text
+    done = await poll_done(client, sub.structured_content["job_id"])
+    assert done["status"] == "succeeded" and done["result"]["summary"]["awaiting_consent"] is True, done
+    return sub.structured_content["run_id"], done
+
+
 async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
     ops = tmp_path / "ops"
     queue = gated_queue(tmp_path, git_repo)
     assert _rev(git_repo, TO_REF) is None
     async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
-        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-gated-1"})
-        assert not sub.is_error, sub.content[0].text
-        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
-        done = await poll_done(client, job_id)
-        assert done["status"] == "succeeded", done
+        run_id, done = await _held_run(client, queue, "submit-gated-1")
         result = done["result"]
         assert result["outcome"] == "blocked", result
         token_file = ops / "runs" / run_id / "gate" / "consent.token"
@@ -64,10 +69,7 @@ async def test_promote_success_lenient_host_reads_the_gate_token(tmp_path, git_r
     ops = tmp_path / "ops"
     queue = gated_queue(tmp_path, git_repo)
     async with connect("inproc", "legacy", ops, consent_mode="lenient") as client:
-        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-gated-2"})
-        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
-        done = await poll_done(client, job_id)
-        assert done["result"]["summary"]["awaiting_consent"] is True, done
+        run_id, _ = await _held_run(client, queue, "submit-gated-2")
         ask = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-3"})
         assert ask.is_error and ask.structured_content["code"] == "CONSENT_REQUIRED"
         confirm = ask.structured_content["details"]["consent_token"]
@@ -89,11 +91,9 @@ async def test_promote_passes_a_token_that_starts_with_a_dash_as_a_value(tmp_pat
     ops = tmp_path / "ops"
     queue = gated_queue(tmp_path, git_repo)
     async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
-        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-dash"})
-        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
-        done = await poll_done(client, job_id)
+        run_id, _ = await _held_run(client, queue, "submit-dash")
         token_file = ops / "runs" / run_id / "gate" / "consent.token"
-        assert done["result"]["summary"]["awaiting_consent"] is True and token_file.is_file(), done
+        assert token_file.is_file()
         token = token_file.read_text().strip()
         assert not token.startswith("-")  # tokens a person pastes after --consent
         wrong = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-dash-1",
