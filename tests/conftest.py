@@ -38,6 +38,16 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = f"skipped under CI=true, which needs every tool and data set: {_skip_reason(rep)}"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped while collecting (`pytest.importorskip` at the top)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and in_ci():
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped under CI=true, which needs every tool and data set: {_skip_reason(rep)}"
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if not hasattr(r, "wasxfail")]
     reasons: dict[str, int] = {}

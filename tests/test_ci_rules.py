@@ -30,30 +30,47 @@ def test_expected_failure():
 '''
 
 
+MODULE_SKIP = '''
+import pytest
+
+frob = pytest.importorskip("frobnicator_that_is_not_installed")
+
+
+def test_uses_it():
+    pass
+'''
+
+
 def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str | None) -> pytest.RunResult:
     shutil.copy(REPO / "tests" / "conftest.py", pytester.path / "conftest.py")
-    pytester.makepyfile(test_inner=INNER)
+    pytester.makepyfile(test_inner=INNER, test_module_skip=MODULE_SKIP)
     if ci is None:
         monkeypatch.delenv("CI", raising=False)
     else:
         monkeypatch.setenv("CI", ci)
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml", str(pytester.path / "j.xml"))
+    ci_flags = ["--continue-on-collection-errors"] if ci else []  # as .ci/run passes it
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml", str(pytester.path / "j.xml"),
+                                         *ci_flags)
 
 
 def test_skips_are_reported_and_counted_outside_ci(pytester: pytest.Pytester, monkeypatch) -> None:
     res = _run(pytester, monkeypatch, None)
-    res.assert_outcomes(passed=1, skipped=2, xfailed=1)
-    res.stdout.fnmatch_lines(["skipped: 2", "  1 x *frobnicator not installed*", "  1 x *no klayout here*"])
+    res.assert_outcomes(passed=1, skipped=3, xfailed=1)
+    res.stdout.fnmatch_lines(["skipped: 3"])
+    for reason in ("frobnicator not installed", "no klayout here", "could not import 'frobnicator_that_is_not_installed'*"):
+        res.stdout.fnmatch_lines([f"  1 x *{reason}"])
 
 
 @pytest.mark.parametrize("ci", ["true", "1"])
 def test_under_ci_a_skip_is_a_failure(pytester: pytest.Pytester, monkeypatch, ci: str) -> None:
     res = _run(pytester, monkeypatch, ci)
-    res.assert_outcomes(passed=1, failed=1, errors=1, xfailed=1)  # a skip in setup fails as an error
+    # a skip in setup, or of a whole module while collecting, fails as an error
+    res.assert_outcomes(passed=1, failed=1, errors=2, xfailed=1)
     assert res.ret != 0
-    res.stdout.fnmatch_lines(["*skipped under CI=true*: frobnicator not installed*",
-                              "*skipped under CI=true*: no klayout here*"])
+    res.stdout.fnmatch_lines(["*skipped under CI=true*: frobnicator not installed*"])
+    res.stdout.fnmatch_lines(["*skipped under CI=true*: no klayout here*"])
+    res.stdout.fnmatch_lines(["*skipped under CI=true*frobnicator_that_is_not_installed*"])
     res.stdout.fnmatch_lines(["skipped: 0"])
     junit = (pytester.path / "j.xml").read_text()
-    assert junit.count("<failure") + junit.count("<error") == 2
+    assert junit.count("<failure") + junit.count("<error") == 3
     assert junit.count("<skipped") == 1 and "xfail" in junit  # only the expected failure
