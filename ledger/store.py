@@ -283,6 +283,9 @@ class Ledger:
             if migrate_schema:
                 from . import migrate  # alembic is imported only when a schema may change
                 migrate.upgrade(engines.write)
+            else:  # opened as it is: a file that is not a dome ledger is refused here, not mid-read
+                with engines.read.connect() as conn:
+                    conn.execute(select(events.c.sequence).limit(1)).all()
         except SQLAlchemyError as exc:
             raise LedgerUnavailable(f"cannot open the ledger at {url}: {exc}",
                                     details={"url": url},

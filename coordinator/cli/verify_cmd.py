@@ -1,7 +1,7 @@
-"""`dome verify RUN_ID [--json]`: re-check a promoted run offline.
+"""`dome verify RUN_ID [--json]`: re-check a run offline.
 
-Exit 0 when every check passes, 1 with the reasons otherwise, 2 on bad
-input, 3 on an internal failure.
+Exit 0 when every check passes, 1 with the failed checks otherwise, 2 on
+bad input (no ledger there), 3 when the ledger cannot be opened or read.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from coordinator.cli.main import add_common_arguments, ledger_exit_code, open_ledger
-from ledger import LedgerError
 from registry.errors import DomeError
 
 
@@ -22,29 +21,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
 
 
+def exit_code(exc: DomeError) -> int:
+    """The exit code for an error that stopped verification, by its type: no ledger there 2,
+    a ledger that cannot be opened or read 3, anything else 1."""
+    from ledger import LedgerError
+    return ledger_exit_code(exc) if isinstance(exc, LedgerError) else 1
+
+
+def render_text(rep) -> list[str]:
+    """The human report: the verdict, what was promoted, each failed check."""
+    lines = [f"run {rep.run_id}: {'VALID' if rep.valid else 'INVALID'}"]
+    if rep.head_ref and rep.outcome == "promoted":
+        lines.append(f"  promoted head {rep.head_ref} -> {rep.to_ref}")
+    lines.append(f"  {sum(c.ok for c in rep.checks)}/{len(rep.checks)} checks passed")
+    lines.extend(f"  x {r}" for r in rep.reasons())
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from coordinator.integration.verify import verify_run
     from coordinator.keys import load_keyring
     try:
         ledger = open_ledger(args)
-        keyring = load_keyring(args.ops_root)
-        rep = verify_run(ledger, args.run_id, keyring,
-                         repo=Path(args.repo) if args.repo else None)
+        try:
+            keyring = load_keyring(args.ops_root)
+            rep = verify_run(ledger, args.run_id, keyring,
+                             repo=Path(args.repo) if args.repo else None, ops_root=Path(args.ops_root))
+        finally:
+            ledger.close()
     except DomeError as exc:
         if args.json:
             print(json.dumps({"run_id": args.run_id, "valid": False, "error": exc.to_object()}))
         else:
             print(f"dome verify: {exc.code}: {exc.message}", file=sys.stderr)
-        if isinstance(exc, LedgerError):
-            return ledger_exit_code(exc)
-        return 1
+        return exit_code(exc)
     if args.json:
         print(json.dumps(rep.to_dict(), sort_keys=True))
     else:
-        print(f"run {rep.run_id}: {'VALID' if rep.valid else 'INVALID'}")
-        if rep.head_ref:
-            print(f"  promoted head {rep.head_ref} -> {rep.to_ref}")
-        print(f"  {sum(c['ok'] for c in rep.checks)}/{len(rep.checks)} checks passed")
-        for r in rep.reasons:
-            print(f"  x {r}")
+        print("\n".join(render_text(rep)))
     return 0 if rep.valid else 1
