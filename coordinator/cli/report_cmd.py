@@ -14,7 +14,7 @@ from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments
+from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,16 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ledger import Ledger
-
     from coordinator.report.build import build_report
 
     ops_root = Path(args.ops_root)
     try:
-        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+        ledger = open_ledger(args)
     except DomeError as exc:
-        print(f"dome report: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return refuse("report", args, exc)
     try:
         if args.run_id not in ledger.run_ids():
             print(f"dome report: no run {args.run_id!r} in the ledger", file=sys.stderr)
