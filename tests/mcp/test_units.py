@@ -40,18 +40,20 @@ def test_argument_normalization_is_unambiguous_only(tmp_path):
     assert args["path"].endswith("/l.gds") and not args["path"].startswith("~")
 
 
-def test_validation_names_the_field_and_is_fast():
+def test_validation_names_the_offending_field():
     tool = CompiledTool(SPECS["query_region"])
     with pytest.raises(DomeError) as e:
         tool.validate({"session_id": "ses_0123456789ab", "box": {"left": 0, "bottom": 0, "right": 1, "top": 1},
                        "max_shape": 3})
     assert e.value.code == "INVALID_TARGET" and e.value.details["unknown_fields"] == ["max_shape"]
+    assert "max_shapes" in e.value.details["allowed_fields"] and "'max_shape'" in e.value.message
     with pytest.raises(DomeError) as e:
         tool.validate({"session_id": "ses_0123456789ab"})
     assert e.value.code == "INVALID_BOX" and e.value.details["field"] == "box"
     with pytest.raises(DomeError) as e:
         tool.validate({"session_id": "ses_0123456789ab", "box": {"left": "a", "bottom": 0, "right": 1, "top": 1}})
     assert e.value.code == "INVALID_BOX" and e.value.details["field"] == "box/left"
+    assert e.value.details["errors"][0]["path"] == "/box/left"
     # a contract without codes of its own keeps the generic one
     with pytest.raises(ToolInputError):
         CompiledTool(SPECS["evaluate"]).validate({"no_such_field": 1})
