@@ -66,7 +66,7 @@ async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
         assert not told.is_error, told.content[0].text
         assert told.structured_content["already_promoted"] is True and told.structured_content["status"] == "promoted"
         # poll tells the run's real outcome now, not the job's view from when `dome run` exited
-        polled = (await client.call_tool("poll", {"job_id": job_id})).structured_content
+        polled = (await client.call_tool("poll", {"job_id": done["job_id"]})).structured_content
         assert polled["run"]["outcome"] == "promoted", polled
 
 
