@@ -28,6 +28,7 @@ from registry.canonical import canonical_json
 from registry.signing import Keyring, SigningKey
 
 
+from . import crashpoint
 from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerUnavailable,
@@ -115,6 +116,7 @@ class LedgerTransaction:
         self._ledger = ledger
         self._conn = conn
         self._heads: dict[str, tuple[int, str | None]] = {}
+        self.topics: list[str] = []  # appended in this transaction (for the crash-test hook)
         # SQLite hot path: the driver connection inside SQLAlchemy's transaction
         self._raw = conn.connection.driver_connection if ledger.engines.dialect == "sqlite" else None
 
@@ -179,6 +181,8 @@ class LedgerTransaction:
                 f"another writer appended to run {run_id!r} concurrently",
                 details={"run_id": run_id}, hints=["retry the append"]) from exc
         self._heads[run_id] = (seq, prev)
+        if self._ledger._crash is not None:
+            self.topics.extend(d.topic for d in drafts)
         return records
 
     # -- grants ---------------------------------------------------------
@@ -267,6 +271,7 @@ class Ledger:
         self._new_ids = new_ids
         self._lock = threading.RLock()
         self._wconn: Connection | None = None
+        self._crash = crashpoint.from_env()  # None unless a crash test asks for it
 
     @classmethod
     def open(cls, db_url: str | None = None, ops_root: Path | str = Path("ops"), *,
@@ -308,7 +313,10 @@ class Ledger:
             conn = self._wconn
             try:
                 with conn.begin():
-                    yield LedgerTransaction(self, conn)
+                    tx = LedgerTransaction(self, conn)
+                    yield tx
+                if self._crash is not None:
+                    self._crash.after_commit(tx.topics)
             except OperationalError:
                 conn.close()
                 self._wconn = None

@@ -1,0 +1,129 @@
+"""kill -9 of `dome run` after every distinct event topic of the agent-swarm
+example, and after each step of the resume itself, then `dome run --resume`.
+
+The crash is exact, not a random delay: DOME_CRASH_AFTER_TOPIC (ledger/crashpoint.py)
+ends the coordinator with status 137, no cleanup, right after the chosen event
+is durable. Every interrupted run must end promoted with the same tree as an
+uninterrupted run, `dome verify` and `dome ledger verify` must pass, no
+integration step may be recorded twice, and nothing may be left in the temp dir.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from coordinator.executors.sandbox import probe_bwrap
+from ledger.crashpoint import ENV, EXIT_STATUS
+from tests.conftest import dome_cli, git
+from tests.examples.test_agent_swarm import EXAMPLE, _make_repo
+from tests.runloop.test_crash_resume import check_run
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not probe_bwrap()[0] and not os.environ.get("CI"),
+                                 reason="bubblewrap cannot create namespaces here")]
+
+# Every topic an uninterrupted agent-swarm run writes (the reference run checks the list).
+TOPICS = ["run.started", "scheduling.decision", "wave.started", "grant.issued", "task.dispatched",
+          "grant.call", "artifact.put", "patch.submitted", "task.completed", "task.ack",
+          "task.base_derived", "integration.policy", "integration.requirements",
+          "integration.proposal_verified", "integration.stack_plan", "integration.selection_decision",
+          "integration.checkpoint", "integration.apply_result", "integration.conflict_decision",
+          "integration.split_request", "integration.split_result", "integration.validation_report",
+          "integration.bisect", "integration.ejected", "gate.computed", "promotion.computed",
+          "run.finished"]
+# Topics whose count must not change however often the run is interrupted: each is
+# one step of integration, gate or promotion, and a resume never redoes a recorded one.
+ONCE = [t for t in TOPICS if t.split(".")[0] in ("integration", "gate", "promotion", "run")
+        and t != "run.started"] + ["run.started"]
+NODES = ["refactor-slugify", "review-refactor", "docstrings", "fix-typo-core", "fix-typo-readme",
+         "add-median", "optimize-clamp"]
+
+
+def _queue(tmp: Path, template: Path) -> tuple[Path, Path]:
+    repo = tmp / "repo"
+    shutil.copytree(template, repo, symlinks=True)
+    q = json.loads((EXAMPLE / "work.queue.json").read_text())
+    q["repo"] = str(repo)
+    qfile = tmp / "work.queue.json"
+    qfile.write_text(json.dumps(q))
+    return repo, qfile
+
+
+def _dome(tmpdir: Path, *args: str, crash: str | None = None):
+    env = {"TMPDIR": str(tmpdir)}
+    if crash:
+        env[ENV] = crash
+    return dome_cli(*args, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One uninterrupted run: its promoted tree and how often it wrote each topic."""
+    base = tmp_path_factory.mktemp("crash-ref")
+    template = _make_repo(base / "template")
+    (base / "ref").mkdir()
+    repo, qfile = _queue(base / "ref", template)
+    (base / "tmp").mkdir()
+    r = _dome(base / "tmp", "run", str(qfile), "--ops-root", str(base / "ops"), "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["status"] == "promoted", r.stderr[-2000:]
+    ev = _events(base / "ops", out["run_id"])
+    counts = Counter(e["topic"] for e in ev)
+    assert sorted(counts) == sorted(TOPICS), "the example's topics changed: update TOPICS"
+    return {"template": template, "tree": git(repo, "rev-parse", f"{out['promoted_ref']}^{{tree}}"),
+            "counts": counts, "promote_to": out["promoted_ref"]}
+
+
+def _events(ops: Path, run_id: str) -> list[dict]:
+    r = dome_cli("events", run_id, "--ops-root", str(ops), "--json")
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
+def _run_with_crashes(tmp_path: Path, reference: dict, crashes: list[str]) -> None:
+    repo, qfile = _queue(tmp_path, reference["template"])
+    ops, tmpdir = tmp_path / "ops", tmp_path / "tmp"
+    tmpdir.mkdir()
+    r = _dome(tmpdir, "run", str(qfile), "--ops-root", str(ops), "--json", crash=crashes[0])
+    assert r.returncode == EXIT_STATUS, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+    from ledger import Ledger
+    with Ledger.open(None, ops) as ledger:
+        (run_id,) = ledger.run_ids()
+    for crash in crashes[1:]:  # the resume itself is interrupted at one of its steps
+        r = _dome(tmpdir, "run", "--resume", run_id, "--ops-root", str(ops), "--json", crash=crash)
+        assert r.returncode == EXIT_STATUS, (crash, r.returncode, r.stderr[-2000:])
+    r = _dome(tmpdir, "run", "--resume", run_id, "--ops-root", str(ops), "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["status"] == "promoted", out
+    # the same tree as an uninterrupted run, and the ref really points at the head
+    assert git(repo, "rev-parse", out["promoted_ref"]) == out["head"]
+    assert git(repo, "rev-parse", f"{out['head']}^{{tree}}") == reference["tree"]
+    ev = _events(ops, run_id)
+    counts = Counter(e["topic"] for e in ev)
+    assert {t: counts[t] for t in ONCE} == {t: reference["counts"][t] for t in ONCE}
+    assert ev[-1]["topic"] == "run.finished"
+    with Ledger.open(None, ops) as ledger:
+        check_run(ledger, run_id, NODES)
+    v = dome_cli("verify", run_id, "--ops-root", str(ops), "--json")
+    assert v.returncode == 0 and json.loads(v.stdout)["valid"] is True, v.stdout[-2000:]
+    lv = dome_cli("ledger", "verify", "--ops-root", str(ops))
+    assert lv.returncode == 0, lv.stdout + lv.stderr
+    assert sorted(p.name for p in tmpdir.iterdir()) == []
+    assert not list((ops / "runs" / run_id).glob("canvas*"))
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+@pytest.mark.parametrize("topic", TOPICS)
+def test_kill_after_each_topic_then_resume_ends_as_an_uninterrupted_run(topic, reference, tmp_path):
+    _run_with_crashes(tmp_path, reference, [topic, "run.resumed"])
+
+
+@pytest.mark.parametrize("step", ["task.lost", "grant.revoked"])
+def test_kill_during_the_resume_of_a_run_with_work_in_flight(step, reference, tmp_path):
+    _run_with_crashes(tmp_path, reference, ["task.dispatched:3", step])
