@@ -28,7 +28,7 @@ from registry.canonical import canonical_json
 from registry.signing import Keyring, SigningKey
 
 
-from . import crashpoint
+from . import crashpoint, lease
 from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerUnavailable,
@@ -397,6 +397,23 @@ class Ledger:
             rows = conn.execute(select(events.c.run_id).group_by(events.c.run_id)
                                 .order_by(func.min(events.c.id))).all()
         return [r[0] for r in rows]
+
+    # -- run leases (ledger.lease) ---------------------------------------
+    def lease_acquire(self, run_id: str, me: dict[str, Any], ttl_s: float) -> "lease.Lease":
+        with self.transaction() as tx:
+            return lease.acquire(tx._conn, run_id, me, ttl_s, time.time())
+
+    def lease_renew(self, run_id: str, holder: str, ttl_s: float) -> bool:
+        with self.transaction() as tx:
+            return lease.renew(tx._conn, run_id, holder, ttl_s, time.time())
+
+    def lease_release(self, run_id: str, holder: str) -> None:
+        with self.transaction() as tx:
+            lease.release(tx._conn, run_id, holder)
+
+    def lease(self, run_id: str) -> "lease.Lease | None":
+        with self.engines.read.connect() as conn:
+            return lease.read(conn, run_id)
 
     def verify(self, keyring: Keyring | None = None) -> LedgerVerifyReport:
         """Check every stored byte of every run (see ledger.verify)."""

@@ -49,11 +49,13 @@ from ..runstate import RunState, fold
 from ..scheduler import SchedulerPolicy, decide, statuses
 from ..workqueue import WorkQueue, load_work_queue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
+from .lease import LeaseKeeper
 from .writer import LedgerWriter, WriterLedger
 
 TASK_BASE_DERIVED = "task.base_derived"
 
 POLICY_VERSION = "dome.policy/default@1"
+WORK_PREFIX, WORK_OWNER = "dome-run-", "run_id"  # a coordinator's temp dir, and the file naming its run
 TICK_S = 0.02
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
 SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
@@ -164,6 +166,7 @@ class RunContext:
     executor: Any = None  # injected executor (tests, benchmarks)
     # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
+    lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
 
 
 @dataclass
@@ -264,7 +267,8 @@ class RunLoop:
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
-        self.work = Path(tempfile.mkdtemp(prefix="dome-run-"))
+        self.work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))  # short: the gateway socket lives here
+        (self.work / WORK_OWNER).write_text(run_id)
         self.base_git = self.work / "base.git"
         self.pub = self.work / "coordinator.pub"
         self.socket = self.work / "gw.sock"
@@ -273,6 +277,7 @@ class RunLoop:
         self.container_ref = host_container_ref(self.started.get("environment", {}))
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
+        self.lease: LeaseKeeper | None = None  # taken by start()/resume() before any write
 
     # -- construction -----------------------------------------------------------
     @classmethod
@@ -295,16 +300,32 @@ class RunLoop:
             "graph_digest": wq.graph.digest, "nodes": len(wq.graph), "promote_to": wq.promote_to,
             "created_at": utc_stamp(),
         }
+        lease = LeaseKeeper.take(ctx.ledger, run_id, ctx.lease_ttl_s)
         loop = cls(ctx, wq, run_id, repo, (sha, tree), RunState(), started)
-        loop.started = started
+        loop.started, loop.lease = started, lease
         loop.writer.append(rs.RUN_STARTED, started, signed=True)
         return loop
 
     @classmethod
     def resume(cls, run_id: str, ctx: RunContext) -> "RunLoop":
-        events = ctx.ledger.events(run_id)
-        if not events:
+        """Carry on a run from its ledger. Refused (RunLeaseHeld) while another
+        coordinator holds the run's lease; nothing is written before it is ours."""
+        if not ctx.ledger.head(run_id):
             raise RunNotFound(f"no run {run_id!r} in the ledger", details={"run_id": run_id})
+        lease = LeaseKeeper.take(ctx.ledger, run_id, ctx.lease_ttl_s)
+        try:
+            loop = cls._from_ledger(run_id, ctx)
+        except BaseException:
+            lease.stop()
+            raise
+        loop.lease = lease
+        loop.resumed = True
+        loop._remove_stale_work()
+        return loop
+
+    @classmethod
+    def _from_ledger(cls, run_id: str, ctx: RunContext) -> "RunLoop":
+        events = ctx.ledger.events(run_id)
         state = fold(events)
         started = dict(state.started or {})
         ops_dir = Path(ctx.ops_root) / "runs" / run_id
@@ -315,10 +336,19 @@ class RunLoop:
             raise RunError("the work queue changed since the run started", code="WORK_QUEUE_CHANGED",
                            details={"recorded": started.get("work_queue_digest"), "now": wq.digest})
         ctx.executor_kind = started.get("environment", {}).get("executor", ctx.executor_kind)
-        loop = cls(ctx, wq, run_id, Path(started["repo"]), (started["base_ref"], started["base_tree_hash"]),
+        return cls(ctx, wq, run_id, Path(started["repo"]), (started["base_ref"], started["base_tree_hash"]),
                    state, started)
-        loop.resumed = True
-        return loop
+
+    def _remove_stale_work(self) -> None:
+        """A killed coordinator's temp dir (attempt dirs with spawn.json and worker.key,
+        the gateway socket, the base mirror): its lease lapsed, so nobody uses it."""
+        for old in Path(tempfile.gettempdir()).glob(WORK_PREFIX + "*"):
+            try:
+                owner = (old / WORK_OWNER).read_text()
+            except OSError:
+                continue
+            if owner == self.run_id and old != self.work:
+                shutil.rmtree(old, ignore_errors=True)
 
     # -- events -----------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
@@ -572,16 +602,28 @@ class RunLoop:
 
     # -- main ---------------------------------------------------------------------
     def run(self) -> RunOutcome:
-        st = self.writer.state
-        if st.finished is not None:
-            return self._outcome(st.finished)
-        resumed = self.resumed
+        if self.lease is None:  # built without start()/resume(): take the run now
+            self.lease = LeaseKeeper.take(self.ctx.ledger, self.run_id, self.ctx.lease_ttl_s)
+        self.lease.start()
+        try:
+            st = self.writer.state
+            if st.finished is not None:
+                return self._outcome(st.finished)
+            return self._drive()
+        finally:
+            self.lease.stop()
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def _drive(self) -> RunOutcome:
+        assert self.lease is not None
         self._prepare()
         old_handlers = self._install_signals()
         try:
-            if resumed:
+            if self.resumed:
+                self.lease.check()
                 self._recover()
             while True:
+                self.lease.check()  # a coordinator that lost the run stops before it writes
                 t0 = time.perf_counter()
                 c0 = time.thread_time()
                 self._reap()
@@ -603,7 +645,6 @@ class RunLoop:
             self.executor.shutdown()
             if self.gateway is not None:
                 self.gateway.stop()
-            shutil.rmtree(self.work, ignore_errors=True)
 
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -645,6 +686,8 @@ class RunLoop:
         return self._record_finish(result)
 
     def _record_finish(self, result: dict[str, Any]) -> RunOutcome:
+        if self.lease is not None:
+            self.lease.check()
         st = self.writer.state
         status = statuses(self.graph, st)
         counts = {k: sum(1 for v in status.values() if v == k) for k in ("succeeded", "failed", "blocked", "pending",
