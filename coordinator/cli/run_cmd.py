@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
                         help="worker sandbox (default bwrap; `none` must be asked for explicitly)")
     parser.add_argument("--max-parallel", type=int, default=None, help="attempts in flight at once")
+    parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
+                        help="time to live of the run's lease (default 30): how long after this "
+                             "coordinator stops renewing it another one may take the run over")
 
 
 def _finish_stage():
@@ -58,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=_finish_stage(), view=view)
+                         max_parallel=args.max_parallel, finish=_finish_stage(), view=view,
+                         lease_ttl_s=args.lease_ttl)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx)
         outcome = loop.run()
     except DomeError as exc:

@@ -265,7 +265,8 @@ class RunLoop:
         self._derived: dict[tuple[str, ...], DerivedBase] = {}
         self._to_check: set[str] = set(wq.graph.nodes)  # nodes whose acks/losers need a look (all, at start)
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
-        self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
+        self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
+                                   guard=self._check_lease)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
         self.work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))  # short: the gateway socket lives here
         (self.work / WORK_OWNER).write_text(run_id)
@@ -338,6 +339,10 @@ class RunLoop:
         ctx.executor_kind = started.get("environment", {}).get("executor", ctx.executor_kind)
         return cls(ctx, wq, run_id, Path(started["repo"]), (started["base_ref"], started["base_tree_hash"]),
                    state, started)
+
+    def _check_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
 
     def _remove_stale_work(self) -> None:
         """A killed coordinator's temp dir (attempt dirs with spawn.json and worker.key,
@@ -623,7 +628,7 @@ class RunLoop:
                 self.lease.check()
                 self._recover()
             while True:
-                self.lease.check()  # a coordinator that lost the run stops before it writes
+                self.lease.check()  # a coordinator that lost the run stops (every write checks too)
                 t0 = time.perf_counter()
                 c0 = time.thread_time()
                 self._reap()
@@ -675,7 +680,8 @@ class RunLoop:
         fc = FinishContext(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
                            base_tree_hash=self.base_tree, state=st, node_status=statuses(self.graph, st),
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
-                           ledger=self.ctx.ledger, signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
+                           ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
+                           signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
                            sandbox=self.ctx.sandbox, seed=self.seed)
         if any(s != "succeeded" for s in fc.node_status.values()):
             result = default_finish(fc)  # tasks failed: nothing is integrated
@@ -686,8 +692,6 @@ class RunLoop:
         return self._record_finish(result)
 
     def _record_finish(self, result: dict[str, Any]) -> RunOutcome:
-        if self.lease is not None:
-            self.lease.check()
         st = self.writer.state
         status = statuses(self.graph, st)
         counts = {k: sum(1 for v in status.values() if v == k) for k in ("succeeded", "failed", "blocked", "pending",
