@@ -121,6 +121,14 @@ class Emitter:
         self._cursor = 0
 
     def recorded(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
+        """For a caller that can skip a step's work (a validation suite): the
+        recorded artifact of the step, counted as emitted; or None (emit it)."""
+        got = self._adopt(topic, same)
+        if got is not None:
+            self.count += 1  # object ids further on count the emitted steps
+        return got
+
+    def _adopt(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
         """The recorded artifact of this step, or None (and the replay ends)."""
         for k in range(self._cursor, len(self._replay)):
             r = self._replay[k]
@@ -140,7 +148,7 @@ class Emitter:
         a.setdefault("producer", PRODUCER)
         a.setdefault("object_id", _object_id(a, self.count))
         if self._replay:
-            got = self.recorded(topic, lambda rec: same_step(topic, rec, a))
+            got = self._adopt(topic, lambda rec: same_step(topic, rec, a))
             if got is not None:
                 return got
         signed = sign_artifact(a, self.key)

@@ -394,10 +394,16 @@ class RunLoop:
                            signed=True)
         for neid in lost:
             ex = st.executions[neid]
-            self.writer.append(rs.TASK_LOST, {"node_execution_id": neid, "reason": "coordinator restarted"},
-                               node_id=ex["node_id"], node_execution_id=neid, wave_id=ex.get("wave_id"),
-                               task_id=ex["node_id"])
-            self.writer.revoke(jti=ex.get("jti"), profile_id=ex.get("profile_id"), reason="attempt lost on restart")
+
+            def lose(tx: Any, neid: str = neid, ex: Any = ex) -> tuple[None, list]:
+                # one transaction: an attempt is never recorded lost with its grant still valid
+                rec = tx.append(self.run_id, rs.TASK_LOST, {"node_execution_id": neid, "reason": "coordinator restarted"},
+                                node_id=ex["node_id"], node_execution_id=neid, wave_id=ex.get("wave_id"),
+                                task_id=ex["node_id"])
+                rev = tx.revoke(run_id=self.run_id, jti=ex.get("jti"), profile_id=ex.get("profile_id"),
+                                reason="attempt lost on restart")
+                return None, [rec, rev]
+            self.writer.transact(lose)
 
     # -- dispatch ---------------------------------------------------------------
     def _wave_base(self) -> str:
