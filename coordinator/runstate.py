@@ -58,6 +58,7 @@ class RunState:
     ended: frozenset[str] = frozenset()
     waves: int = 0
     total_attempts: int = 0
+    lost_attempts: int = 0  # ended by a coordinator restart: they do not spend the retry budget
     last_sequence: int = 0
     finished: Mapping[str, Any] | None = None
     proposals: tuple[Mapping[str, Any], ...] = ()
@@ -106,7 +107,8 @@ def apply(state: RunState, event: Any) -> RunState:
         elif topic in (TASK_FAILED, TASK_TIMEOUT) or (
                 topic == TASK_COMPLETED and payload.get("outcome") != "succeeded"):
             ns = replace(ns, failures=ns.failures + 1)
-        return replace(state, nodes={**state.nodes, node_id: ns}, ended=state.ended | {neid})
+        return replace(state, nodes={**state.nodes, node_id: ns}, ended=state.ended | {neid},
+                       lost_attempts=state.lost_attempts + (topic == TASK_LOST))
     if topic == TASK_ACK:
         ns = state.node(node_id)
         return replace(state, nodes={**state.nodes, node_id: replace(ns, acked=True)})

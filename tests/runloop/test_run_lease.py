@@ -21,6 +21,8 @@ from coordinator import runstate as rs
 from tests.conftest import REPO_ROOT, dome_cli
 from tests.runloop.conftest import cmd_task, write_queue
 
+pytestmark = pytest.mark.slow  # two real coordinators, each waiting on a sleeping worker
+
 
 def _start(queue: Path, ops: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
