@@ -83,6 +83,11 @@ def verify_run(ledger: Any, run_id: str, keyring: Keyring, *, repo: Path | None 
     rep.head_ref, rep.to_ref = d.get("from_head_ref"), d.get("to_ref")
     rep.check("promotion_outcome", d.get("outcome") == "promoted",
               f"outcome is {d.get('outcome')!r}: " + "; ".join(d.get("missing", [])))
+    after = [r for r in records if r.topic == "run.finished" and r.sequence > promo.sequence]
+    if after:  # the run's own word on the decision: promoted only once the ref really moved
+        fin = after[-1].artifact
+        rep.check("run_finished", fin.get("status") == "promoted",
+                  f"the run ended {fin.get('status')!r}: {fin.get('reason')}")
     meta = [r for r in records if r.topic == T_REQUIREMENTS]
     repo = repo or (Path(meta[-1].artifact["repo"]) if meta else None)
     if not rep.check("repository", repo is not None and Path(repo).exists(), "repository not found"):

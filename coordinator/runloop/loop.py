@@ -18,14 +18,12 @@ stacking, validation and promotion in here. The default ends the run
 from __future__ import annotations
 
 import json
-import os
 import platform
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,7 +36,7 @@ from registry.errors import DomeError
 from registry.signing import SigningKey
 
 from .. import runstate as rs
-from ..executors.base import AttemptFiles, ExitInfo, Limits, validate_spawn_spec
+from ..executors.base import ExitInfo, Limits, validate_spawn_spec
 from ..executors.sandbox import IN_SOCKET
 from ..gateway import auth as grants_io
 from ..grants import GrantVerifier
@@ -50,12 +48,12 @@ from ..scheduler import SchedulerPolicy, decide, statuses
 from ..workqueue import WorkQueue, load_work_queue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
 from .lease import LeaseKeeper
+from .workdir import new_work_dir, remove_stale_work_dirs, write_attempt
 from .writer import LedgerWriter, WriterLedger
 
 TASK_BASE_DERIVED = "task.base_derived"
 
 POLICY_VERSION = "dome.policy/default@1"
-WORK_PREFIX, WORK_OWNER = "dome-run-", "run_id"  # a coordinator's temp dir, and the file naming its run
 TICK_S = 0.02
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
 SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
@@ -71,17 +69,6 @@ class BaseRefUnresolved(RunError):
 
 class RunNotFound(RunError):
     code = "RUN_NOT_FOUND"
-
-
-def write_worker_key(path: Path, key: SigningKey) -> Path:
-    """The attempt's private key as a 0600 file (`<kid> <base64 seed>`), created
-    exclusively; it is bound read-only into that attempt's sandbox only and is
-    never logged, never in the ledger or the SpawnSpec."""
-    import base64
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{key.kid} {base64.b64encode(key.seed).decode('ascii')}\n")
-    return path
 
 
 def utc_stamp() -> str:
@@ -268,8 +255,7 @@ class RunLoop:
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
                                    guard=self._check_lease)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
-        self.work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))  # short: the gateway socket lives here
-        (self.work / WORK_OWNER).write_text(run_id)
+        self.work = new_work_dir(run_id)
         self.base_git = self.work / "base.git"
         self.pub = self.work / "coordinator.pub"
         self.socket = self.work / "gw.sock"
@@ -347,13 +333,7 @@ class RunLoop:
     def _remove_stale_work(self) -> None:
         """A killed coordinator's temp dir (attempt dirs with spawn.json and worker.key,
         the gateway socket, the base mirror): its lease lapsed, so nobody uses it."""
-        for old in Path(tempfile.gettempdir()).glob(WORK_PREFIX + "*"):
-            try:
-                owner = (old / WORK_OWNER).read_text()
-            except OSError:
-                continue
-            if owner == self.run_id and old != self.work:
-                shutil.rmtree(old, ignore_errors=True)
+        remove_stale_work_dirs(self.run_id, keep=self.work)
 
     # -- events -----------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
@@ -517,19 +497,8 @@ class RunLoop:
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
         now = time.monotonic()
         for nid, neid, spec, grant, worker_key in launches:
-            adir = self.work / "attempts" / neid
-            (adir / "scratch").mkdir(parents=True)
-            (adir / "spawn.json").write_text(json.dumps(spec))
-            key_path = write_worker_key(adir / "worker.key", worker_key)
+            files = write_attempt(self.work, spec, worker_key, self.graph.nodes[nid].task, self.limits)
             del worker_key
-            task = self.graph.nodes[nid].task
-            (adir / "task.json").write_text(json.dumps({
-                "max_processes": self.limits.max_processes, "landlock": True,
-                "required_outputs": list(task.get("required_outputs", [])),
-                "task": {k: task[k] for k in ("intent_tags", "declared_constraints", "risk") if k in task}}))
-            files = AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=self.base_git,
-                                 gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs",
-                                 task_json=adir / "task.json", worker_key=key_path)
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
             self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
