@@ -9,11 +9,14 @@ consent_token_file} (the last two say a run is held at the human gate).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 from registry.errors import DomeError, SchemaValidationError
+
+from coordinator.workqueue import WorkQueueError
 
 from .main import add_common_arguments
 
@@ -45,25 +48,32 @@ def _finish_stage():
 
 
 def run(args: argparse.Namespace) -> int:
-    from coordinator.keys import load_keyring, load_or_create_signing_key
-    from coordinator.runloop.loop import RunContext, RunLoop
-    from coordinator.runloop.view import LiveView, PlainView
-    from ledger import Ledger
+    from coordinator.preflight import prepare
 
     if not args.work_queue and not args.resume:
         print("dome run: give a WORK_QUEUE or --resume RUN_ID", file=sys.stderr)
         return 2
     ops_root = Path(args.ops_root)
-    ops_root.mkdir(parents=True, exist_ok=True)
-    view = None if args.json else (LiveView() if sys.stderr.isatty() else PlainView())
     try:
+        # pre-flight first, before the run loop is even imported: bad input is refused
+        # in well under a second, before the ledger, keys or ops/ exist
+        integrate = importlib.util.find_spec("coordinator.integration.finish") is not None
+        prepared = None if args.resume else prepare(args.work_queue, integrate=integrate)
+        finish = _finish_stage()
+        from coordinator.keys import load_keyring, load_or_create_signing_key
+        from coordinator.runloop.loop import RunContext, RunLoop
+        from coordinator.runloop.view import LiveView, PlainView
+        from ledger import Ledger
+
+        view = None if args.json else (LiveView() if sys.stderr.isatty() else PlainView())
+        ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=_finish_stage(), view=view,
+                         max_parallel=args.max_parallel, finish=finish, view=view,
                          lease_ttl_s=args.lease_ttl)
-        loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx)
+        loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:
         obj = exc.to_object()
@@ -73,10 +83,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"dome run: {exc.code}: {exc.message}", file=sys.stderr)
             for h in exc.hints:
                 print(f"  hint: {h}", file=sys.stderr)
-        bad_input = isinstance(exc, SchemaValidationError) or exc.code.startswith(("WORK_QUEUE", "DUPLICATE",
-                                                                                   "UNKNOWN_DEP", "SELF_DEP",
-                                                                                   "DEPENDENCY_CYCLE", "BASE_REF",
-                                                                                   "RUN_NOT_FOUND"))
+        bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
+            "BASE_REF", "RUN_NOT_FOUND"))
         return 2 if bad_input else 3
     if args.json:
         print(json.dumps(outcome.to_json(), sort_keys=True))

@@ -1,7 +1,7 @@
-"""`dome verify RUN_ID [--json]`: re-check a promoted run offline.
+"""`dome verify RUN_ID [--json]`: re-check a run offline.
 
-Exit 0 when every check passes, 1 with the reasons otherwise, 2 on bad
-input, 3 on an internal failure.
+Exit 0 when every check passes, 1 with the failed checks otherwise, 2 on
+bad input (no ledger there), 3 when the ledger cannot be opened or read.
 """
 from __future__ import annotations
 
@@ -21,30 +21,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
 
 
+def exit_code(exc: DomeError) -> int:
+    """The exit code for an error that stopped verification, by its type."""
+    from coordinator.integration.store import LedgerNotBuilt, LedgerNotFound
+    from ledger.errors import LedgerError
+    if isinstance(exc, LedgerNotFound):
+        return 2
+    if isinstance(exc, (LedgerError, LedgerNotBuilt)):  # cannot open or read it
+        return 3
+    return 1
+
+
+def render_text(rep) -> list[str]:
+    """The human report: the verdict, what was promoted, each failed check."""
+    lines = [f"run {rep.run_id}: {'VALID' if rep.valid else 'INVALID'}"]
+    if rep.head_ref and rep.outcome == "promoted":
+        lines.append(f"  promoted head {rep.head_ref} -> {rep.to_ref}")
+    lines.append(f"  {sum(c.ok for c in rep.checks)}/{len(rep.checks)} checks passed")
+    lines.extend(f"  x {r}" for r in rep.reasons())
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from coordinator.integration.store import open_ledger
     from coordinator.integration.verify import verify_run
     from coordinator.keys import load_keyring
     try:
         ledger = open_ledger(args.db, args.ops_root)
-        keyring = load_keyring(args.ops_root)
-        rep = verify_run(ledger, args.run_id, keyring,
-                         repo=Path(args.repo) if args.repo else None)
+        try:
+            keyring = load_keyring(args.ops_root)
+            rep = verify_run(ledger, args.run_id, keyring,
+                             repo=Path(args.repo) if args.repo else None, ops_root=Path(args.ops_root))
+        finally:
+            ledger.close()
     except DomeError as exc:
         if args.json:
             print(json.dumps({"run_id": args.run_id, "valid": False, "error": exc.to_object()}))
         else:
             print(f"dome verify: {exc.code}: {exc.message}", file=sys.stderr)
-        if exc.code == "LEDGER_NOT_FOUND":
-            return 2
-        return 3 if exc.code in ("LEDGER_UNAVAILABLE",) else 1
+        return exit_code(exc)
     if args.json:
         print(json.dumps(rep.to_dict(), sort_keys=True))
     else:
-        print(f"run {rep.run_id}: {'VALID' if rep.valid else 'INVALID'}")
-        if rep.head_ref:
-            print(f"  promoted head {rep.head_ref} -> {rep.to_ref}")
-        print(f"  {sum(c['ok'] for c in rep.checks)}/{len(rep.checks)} checks passed")
-        for r in rep.reasons:
-            print(f"  x {r}")
+        print("\n".join(render_text(rep)))
     return 0 if rep.valid else 1

@@ -36,6 +36,7 @@ from registry.errors import DomeError
 from registry.signing import SigningKey
 
 from .. import runstate as rs
+from ..executors.attempts import make_run_dir, remove_attempt_dir, sweep_attempt_dirs, write_attempt
 from ..executors.base import ExitInfo, Limits, validate_spawn_spec
 from ..executors.sandbox import IN_SOCKET
 from ..gateway import auth as grants_io
@@ -45,10 +46,10 @@ from ..gateway.server import WorkerGateway
 from ..gateway.worker_tools import GatewayBackend, build_tools
 from ..runstate import RunState, fold
 from ..scheduler import SchedulerPolicy, decide, statuses
-from ..workqueue import WorkQueue, load_work_queue, parse_work_queue
+from ..preflight import Prepared, prepare
+from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
 from .lease import LeaseKeeper
-from .workdir import new_work_dir, remove_stale_work_dirs, write_attempt
 from .writer import LedgerWriter, WriterLedger
 
 TASK_BASE_DERIVED = "task.base_derived"
@@ -85,12 +86,6 @@ def _git(repo: Path, *args: str) -> str:
         raise BaseRefUnresolved(f"git {' '.join(args)} failed: {r.stderr.strip()[:300]}",
                                 details={"repo": str(repo), "args": list(args)})
     return r.stdout.strip()
-
-
-def resolve_base(repo: Path, ref: str) -> tuple[str, str]:
-    sha = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
-    tree = _git(repo, "rev-parse", "--verify", f"{sha}^{{tree}}")
-    return sha, tree
 
 
 def registry_ref() -> str:
@@ -255,7 +250,7 @@ class RunLoop:
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
                                    guard=self._check_lease)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
-        self.work = new_work_dir(run_id)
+        self.work = make_run_dir(run_id)  # findable by run id: sweep_attempt_dirs after a kill -9
         self.base_git = self.work / "base.git"
         self.pub = self.work / "coordinator.pub"
         self.socket = self.work / "gw.sock"
@@ -268,11 +263,11 @@ class RunLoop:
 
     # -- construction -----------------------------------------------------------
     @classmethod
-    def start(cls, queue_path: Path | str, ctx: RunContext, *, run_id: str | None = None) -> "RunLoop":
-        queue_path = Path(queue_path).resolve()
-        wq = load_work_queue(queue_path)
-        repo = (queue_path.parent / wq.repo).resolve() if not Path(wq.repo).is_absolute() else Path(wq.repo)
-        sha, tree = resolve_base(repo, wq.base_ref)
+    def start(cls, queue_path: Path | str, ctx: RunContext, *, run_id: str | None = None,
+              prepared: Prepared | None = None) -> "RunLoop":
+        # pre-flight before anything is written (the CLI runs it before it opens the ledger)
+        prep = prepared or prepare(queue_path, integrate=ctx.finish is not None)
+        queue_path, wq, repo, sha, tree = prep.queue_path, prep.wq, prep.repo, prep.base_sha, prep.base_tree
         run_id = run_id or new_run_id()
         seed = wq.seed if ctx.seed is None else int(ctx.seed)
         ops_dir = Path(ctx.ops_root) / "runs" / run_id
@@ -286,6 +281,8 @@ class RunLoop:
             "policy_version": POLICY_VERSION, "registry_ref": registry_ref(), "environment": env,
             "graph_digest": wq.graph.digest, "nodes": len(wq.graph), "promote_to": wq.promote_to,
             "created_at": utc_stamp(),
+            **({"base_source": prep.base_source, "target_at_load": prep.target_sha}
+               if prep.base_source != "base_ref" else {}),
         }
         lease = LeaseKeeper.take(ctx.ledger, run_id, ctx.lease_ttl_s)
         loop = cls(ctx, wq, run_id, repo, (sha, tree), RunState(), started)
@@ -333,7 +330,7 @@ class RunLoop:
     def _remove_stale_work(self) -> None:
         """A killed coordinator's temp dir (attempt dirs with spawn.json and worker.key,
         the gateway socket, the base mirror): its lease lapsed, so nobody uses it."""
-        remove_stale_work_dirs(self.run_id, keep=self.work)
+        sweep_attempt_dirs(self.run_id, keep=self.work)
 
     # -- events -----------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
@@ -528,7 +525,7 @@ class RunLoop:
 
     def _on_exit(self, ex: ExitInfo) -> None:
         neid = ex.node_execution_id
-        (self.work / "attempts" / neid / "worker.key").unlink(missing_ok=True)  # the worker is gone
+        remove_attempt_dir(self.work / "attempts" / neid)  # the worker is gone: its files and key go too
         att = self.attempts.get(neid, {})
         for v in ex.violations:
             self.writer.append(rs.SANDBOX_VIOLATION, {"node_execution_id": neid, **v, "stopped": True},
