@@ -287,6 +287,9 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
 def finish_run(ctx: FinishContext) -> FinishResult:
     done = recorded_result(ctx.ledger, ctx.run_id)
     if done is not None:  # resumed after the decision: nothing is applied or promoted twice
+        if done.promotion is not None:  # a kill may have come before its files were written
+            export_promotion(records_of(ctx.ledger, ctx.run_id), done.promotion, ctx.signing_key, ctx.ops_root,
+                             ctx.run_id)
         return finish_recorded_promotion(Path(ctx.repo), done)
     policy = ctx.policy or IntegrationPolicy.load()
     keyring = ctx.keyring or Keyring({ctx.signing_key.kid: ctx.signing_key.public})
@@ -575,10 +578,16 @@ def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref:
     if previous:
         decision["previous_target"] = previous
     signed = emit(T_PROMOTION, decision)
-    out_dir = run_dir(ops_root, run_id) / "promotion"
-    _write_json(out_dir / "promotion.decision.json", signed)
-    export_intoto(records, signed, key, out_dir)
+    export_promotion(records, signed, key, ops_root, run_id)
     return signed
+
+
+def export_promotion(records: Sequence[Record], decision: Mapping[str, Any], key: SigningKey, ops_root: Path,
+                     run_id: str) -> None:
+    """promotion/promotion.decision.json and its in-toto evidence (rewritten alike on resume)."""
+    out_dir = run_dir(ops_root, run_id) / "promotion"
+    _write_json(out_dir / "promotion.decision.json", decision)
+    export_intoto(records, decision, key, out_dir)
 
 
 def move_target(repo: Path, run_id: str, decision: Mapping[str, Any]) -> None:
