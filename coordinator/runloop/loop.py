@@ -584,7 +584,8 @@ class RunLoop:
         self.lease.start()
         try:
             st = self.writer.state
-            if st.finished is not None:
+            if st.finished is not None:  # nothing to write; the files a kill may have cut short are rebuilt
+                self._export()
                 return self._outcome(st.finished)
             return self._drive()
         finally:
@@ -672,9 +673,12 @@ class RunLoop:
         payload = {**result, "counts": counts, "proposals": [p["proposal_id"] for p in self._accepted_proposals()],
                    "finished_at": utc_stamp()}
         self.writer.append(rs.RUN_FINISHED, payload, signed=True)
+        self._export()
+        return self._outcome(payload)
+
+    def _export(self) -> None:
         from .export import export_run
         export_run(self.ctx.ledger, self.run_id, self.ops_dir, self.graph)
-        return self._outcome(payload)
 
     def _outcome(self, finished: Mapping[str, Any]) -> RunOutcome:
         return RunOutcome(run_id=self.run_id, status=finished["status"], head=finished.get("head"),
