@@ -92,3 +92,24 @@ def test_a_target_moved_after_the_decision_ends_the_run_failed_not_promoted(git_
     assert st["status"] == "failed" and "PROMOTION_TARGET_MOVED" in st["reason"]
     v = dome_cli("verify", run_id, "--ops-root", str(ops), "--json")
     assert v.returncode == 1 and json.loads(v.stdout)["valid"] is False
+
+
+def test_a_kill_between_a_consented_decision_and_the_swap_is_finished_by_promote_again(git_repo: Path,
+                                                                                        tmp_path: Path) -> None:
+    from tests.conftest import GATED_REF, gated_queue
+
+    ops = tmp_path / "ops"
+    out = json.loads(dome_cli("run", str(gated_queue(tmp_path, git_repo)), "--ops-root", str(ops), "--json").stdout)
+    assert out["awaiting_consent"] is True, out
+    token = Path(out["consent_token_file"]).read_text().strip()
+    killed = dome_cli("promote", out["run_id"], "--consent", token, "--ops-root", str(ops), "--json",
+                      env={ENV: "promotion.computed"})
+    assert killed.returncode == EXIT_STATUS, killed.stderr[-2000:]
+    again = dome_cli("promote", out["run_id"], "--consent", token, "--ops-root", str(ops), "--json")
+    res = json.loads(again.stdout)
+    assert again.returncode == 0 and res["status"] == "promoted", again.stdout + again.stderr[-2000:]
+    assert git(git_repo, "rev-parse", GATED_REF) == res["head_ref"]
+    v = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json")
+    assert v.returncode == 0 and json.loads(v.stdout)["valid"] is True, v.stdout[-2000:]
+    third = dome_cli("promote", out["run_id"], "--consent", token, "--ops-root", str(ops), "--json")
+    assert third.returncode == 1 and json.loads(third.stdout)["error"]["code"] == "CONSENT_ALREADY_USED"
