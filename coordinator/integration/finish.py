@@ -278,7 +278,7 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
     for r in records:
         for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
             v = r.artifact.get(k)
-            if isinstance(v, str) and diffs._OID.match(v.encode()):
+            if isinstance(v, str) and diffs.OID_RE.match(v.encode()):
                 commits.add(v)
     with gitio.ObjectReader(repo) as reader:
         return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
@@ -369,7 +369,8 @@ def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPoli
                           "requires": list(p.get("_requires", [])),
                           "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                           "atomicity": p.get("atomicity", "atomic_proposal"),
-                          "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints)})
+                          "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
+                          "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
         checked[pid] = cp
     return checked, rejected
 
@@ -380,7 +381,7 @@ def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPo
     record the final plan. Returns why each proposal left out was left out."""
     canvas = Canvas(ctx.repo, ctx.base_ref, run_id=ctx.run_id,
                     workdir=run_dir(ctx.ops_root, ctx.run_id) / "canvas",
-                    max_binary_bytes=policy.max_binary_bytes, reader=reader)
+                    max_binary_bytes=policy.max_binary_bytes, reader=reader, policy=policy)
     try:
         stacker = Stacker(canvas, checked, plan, index, policy, emit=emit,
                           resolver_hook=ctx.resolver_hook,
@@ -435,7 +436,7 @@ def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: S
         return None
     by_id = {str(p.get("proposal_id")): p for p in proposals}
     canvas = Canvas(ctx.repo, ctx.base_ref, run_id=f"{ctx.run_id}-derive", create_worktree=False,
-                    reader=reader)
+                    reader=reader, policy=ctx.policy)
     try:
         for a in d.get("applied", []):
             src = by_id.get(str(a.get("proposal_id")))

@@ -496,7 +496,8 @@ class RunLoop:
         for nid, neid, spec, grant, worker_key in launches:
             files = write_attempt(self.work, spec, worker_key, self.graph.nodes[nid].task, self.limits)
             del worker_key
-            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": spec["base_ref"],
+            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
+                                   "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
             self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
             try:
