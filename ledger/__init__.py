@@ -6,7 +6,7 @@
     report = ledger.verify(keyring)
 """
 from .errors import (BlobCorrupt, BlobNotFound, GrantReplayed, IdempotencyKeyReused,
-                     InvalidEvent, LedgerError, LedgerUnavailable, PayloadTooLarge,
+                     InvalidEvent, LedgerError, LedgerNotFound, LedgerUnavailable, PayloadTooLarge,
                      SequenceConflict)
 from .lease import Lease, RunLeaseHeld, RunLeaseLost
 from .record import MAX_PAYLOAD_BYTES, PAYLOAD_TYPE, SCHEMA_VERSION, EventDraft, EventRecord
@@ -16,6 +16,6 @@ from .verify import LedgerVerifyReport, Problem
 __all__ = [
     "Ledger", "LedgerTransaction", "EventDraft", "EventRecord", "LedgerVerifyReport", "Problem",
     "LedgerError", "SequenceConflict", "PayloadTooLarge", "InvalidEvent", "GrantReplayed",
-    "IdempotencyKeyReused", "LedgerUnavailable", "BlobNotFound", "BlobCorrupt",
+    "IdempotencyKeyReused", "LedgerNotFound", "LedgerUnavailable", "BlobNotFound", "BlobCorrupt",
     "Lease", "RunLeaseHeld", "RunLeaseLost", "MAX_PAYLOAD_BYTES", "PAYLOAD_TYPE", "SCHEMA_VERSION",
 ]

@@ -31,7 +31,7 @@ from registry.signing import Keyring, SigningKey
 from . import crashpoint, lease
 from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
-from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerUnavailable,
+from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerNotFound, LedgerUnavailable,
                      SequenceConflict)
 from .models import events, idempotency_records, revocations, spent_grants
 from .record import (EventDraft, EventRecord, build_batch, loads_record, make_record,
@@ -185,6 +185,16 @@ class LedgerTransaction:
             self.topics.extend(d.topic for d in drafts)
         return records
 
+    def last_payload(self, run_id: str, topics: Sequence[str], *, node_id: str | None = None) -> dict[str, Any] | None:
+        """The payload of a run's latest event with one of these topics (and node), read
+        inside this transaction: a decision taken on it (a budget) and the event that
+        records the decision commit under the same write lock."""
+        q = select(events.c.payload).where(events.c.run_id == run_id, events.c.topic.in_(list(topics)))
+        if node_id is not None:
+            q = q.where(events.c.node_id == node_id)
+        row = self._conn.execute(q.order_by(events.c.sequence.desc()).limit(1)).first()
+        return None if row is None else loads_record(row[0])
+
     # -- grants ---------------------------------------------------------
     def spend_jti(self, jti: str, run_id: str, profile_id: str | None = None) -> None:
         """Mark a grant id used; a second use raises GrantReplayed."""
@@ -275,14 +285,22 @@ class Ledger:
 
     @classmethod
     def open(cls, db_url: str | None = None, ops_root: Path | str = Path("ops"), *,
-             clock: Clock = utc_now, migrate_schema: bool = True) -> "Ledger":
+             clock: Clock = utc_now, migrate_schema: bool = True, must_exist: bool = False) -> "Ledger":
+        """The ledger at `db_url` (default: sqlite:///OPS_ROOT/dome.db). With `must_exist`,
+        a missing default file raises LedgerNotFound instead of creating an empty ledger."""
         ops_root = Path(ops_root)
         url = db_url or default_url(ops_root)
+        if must_exist and db_url is None and not (ops_root / "dome.db").is_file():
+            raise LedgerNotFound(f"no ledger at {ops_root / 'dome.db'}", details={"path": str(ops_root / "dome.db")},
+                                 hints=["pass the --ops-root the run used (or --db)"])
         try:
             engines = make_engines(url)
             if migrate_schema:
                 from . import migrate  # alembic is imported only when a schema may change
                 migrate.upgrade(engines.write)
+            else:  # opened as it is: a file that is not a dome ledger is refused here, not mid-read
+                with engines.read.connect() as conn:
+                    conn.execute(select(events.c.sequence).limit(1)).all()
         except SQLAlchemyError as exc:
             raise LedgerUnavailable(f"cannot open the ledger at {url}: {exc}",
                                     details={"url": url},

@@ -35,8 +35,8 @@ from urllib.parse import urlparse
 from registry.canonical import digest_bytes
 from registry.errors import DomeError, ErrorObject
 from registry.signing import SigningKey
+from registry.toolprofile import PROOF_HEADER
 
-PROOF_HEADER = "dome-call-proof"  # coordinator.gateway.auth.PROOF_HEADER
 PROTOCOL_VERSION = "2026-07-28"  # the sessionless MCP revision: no initialize round trip per worker
 
 
@@ -98,6 +98,10 @@ class GatewayClient:
             self._conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=self._timeout)
             self._path = u.path or "/mcp"
         return self._conn
+
+    def proof(self, method: str, args: Mapping[str, Any]) -> str | None:
+        """A fresh call proof for a request outside MCP (the egress gate), or None for a bearer grant."""
+        return self._proof(method, args) if self._worker_key is not None else None
 
     def _proof(self, name: str, args: Mapping[str, Any]) -> str:
         from registry.toolprofile import make_call_proof

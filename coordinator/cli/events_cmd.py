@@ -11,11 +11,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments
+from .main import EXIT_OK, EXIT_USAGE, add_common_arguments, open_ledger, refuse
 
 POLL_SECONDS = 0.25
 FINAL_TOPIC = "run.finished"
@@ -43,18 +42,10 @@ def _line(rec) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ledger import Ledger
-
-    ops_root = Path(args.ops_root)
     try:
-        if args.db is None and not (ops_root / "dome.db").exists():
-            raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
-                            hints=["pass --ops-root or --db"])
-        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+        ledger = open_ledger(args)
     except DomeError as exc:
-        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome events: {exc}",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+        return refuse("events", args, exc)
     try:
         since = args.since
         seen_any = False

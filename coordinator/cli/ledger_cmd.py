@@ -21,7 +21,7 @@ from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments
+from .main import EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments, ledger_exit_code, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,20 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ledger import Ledger
     from ledger.export import export_run
     from ledger.otel import write_projection
 
     ops_root = Path(args.ops_root)
     try:
-        if args.db is None and not (ops_root / "dome.db").exists():
-            raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
-                            hints=["pass --ops-root or --db"])
-        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+        ledger = open_ledger(args)
     except DomeError as exc:
-        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome ledger export: {exc}",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+        return refuse("ledger export", args, exc)
     with ledger:
         known = ledger.run_ids()
         wanted = args.run_ids or known
@@ -89,14 +83,9 @@ def run(args: argparse.Namespace) -> int:
         print("usage: dome ledger verify|export [RUN_ID ...] [--db URL] [--ops-root DIR] [--json]",
               file=sys.stderr)
         return EXIT_USAGE
-    from ledger import Ledger
-
     ops_root = Path(args.ops_root)
     try:
-        if args.db is None and not (ops_root / "dome.db").exists():
-            raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
-                            hints=["pass --ops-root or --db"])
-        with Ledger.open(args.db, ops_root, migrate_schema=False) as ledger:
+        with open_ledger(args) as ledger:
             from coordinator.keys import load_keyring
             from ledger.export import check_against_exports
             report = ledger.verify(load_keyring(ops_root))
@@ -107,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"ok": False, "error": exc.to_object()}))
         else:
             print(f"dome ledger verify: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return ledger_exit_code(exc)
     except Exception as exc:  # noqa: BLE001 - a damaged database is a finding
         err = {"code": "LEDGER_UNREADABLE", "message": str(exc), "details": {}, "hints": [],
                "retry": "none"}

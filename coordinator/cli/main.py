@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -44,6 +46,30 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None,
                         help="SQLAlchemy URL of the ledger (default: sqlite:///OPS_ROOT/dome.db)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def open_ledger(args: argparse.Namespace, *, migrate: bool = False) -> Any:
+    """The ledger of an existing run (--db, else OPS_ROOT/dome.db): never created, and
+    migrated only for a command that writes (`migrate`). Raises LedgerNotFound /
+    LedgerUnavailable; `ledger_exit_code` turns either into the command's exit code."""
+    from ledger import Ledger
+
+    return Ledger.open(args.db, Path(args.ops_root), migrate_schema=migrate, must_exist=True)
+
+
+def ledger_exit_code(exc: Exception) -> int:
+    """Why a command could not open its ledger, as an exit code: a missing ledger is bad
+    input (the wrong --ops-root or --db); one that cannot be opened is an internal failure."""
+    from ledger import LedgerNotFound
+
+    return EXIT_USAGE if isinstance(exc, LedgerNotFound) else EXIT_INTERNAL
+
+
+def refuse(command: str, args: argparse.Namespace, exc: Any) -> int:
+    """Say on stderr why `dome COMMAND` cannot go on (the typed error under --json) and
+    return its exit code."""
+    print(json.dumps({"error": exc.to_object()}) if args.json else f"dome {command}: {exc}", file=sys.stderr)
+    return ledger_exit_code(exc)
 
 
 def _top_help() -> str:

@@ -8,7 +8,8 @@ import argparse
 import json
 import sys
 
-from coordinator.cli.main import add_common_arguments
+from coordinator.cli.main import add_common_arguments, ledger_exit_code, open_ledger
+from ledger import LedgerError
 from registry.errors import DomeError
 
 
@@ -21,10 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from coordinator.integration.consent import grant_consent
-    from coordinator.integration.store import open_ledger
     from coordinator.keys import load_keyring, load_or_create_signing_key
     try:
-        ledger = open_ledger(args.db, args.ops_root)
+        ledger = open_ledger(args, migrate=True)
         key = load_or_create_signing_key(args.ops_root)
         res = grant_consent(ledger, args.run_id, args.consent, key=key, ops_root=args.ops_root,
                             keyring=load_keyring(args.ops_root), approved_by=args.approved_by)
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": args.run_id, "error": exc.to_object()}))
         else:
             print(f"dome promote: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2 if exc.code == "LEDGER_NOT_FOUND" else 1
+        return ledger_exit_code(exc) if isinstance(exc, LedgerError) else 1
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments
+from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,16 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ledger import Ledger
-
     from coordinator.report.build import build_report
 
     ops_root = Path(args.ops_root)
     try:
-        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+        ledger = open_ledger(args)
     except DomeError as exc:
-        print(f"dome report: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return refuse("report", args, exc)
     try:
         if args.run_id not in ledger.run_ids():
             print(f"dome report: no run {args.run_id!r} in the ledger", file=sys.stderr)
@@ -50,11 +47,15 @@ def run(args: argparse.Namespace) -> int:
         Path(args.html).write_text(report.html)
     if args.json:
         print(json.dumps({"run_id": args.run_id, "status": report.model.status, "html": args.html,
-                          "clips": [c.name for c in report.clips]}))
+                          "clips": [c.name for c in report.clips], "model_usage": report.model.model_usage}))
     else:
         m = report.model
         print(f"run {m.run_id}: {m.status}; {m.waves} waves, {len(m.attempts)} attempts, "
               f"{len(m.proposals)} proposals, {len(m.validations)} validations")
+        run = (m.model_usage or {}).get("run") or {}
+        if run.get("calls"):
+            print(f"model calls: {run['calls']}, tokens in {run['tokens_in']}, out {run['tokens_out']}, "
+                  f"cost ${run['cost_micros'] / 1e6:.6f}")
         if args.html:
             print(f"report written to {args.html}")
     return EXIT_OK

@@ -9,7 +9,6 @@ consent_token_file} (the last two say a run is held at the human gate).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -32,19 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
                         help="worker sandbox (default bwrap; `none` must be asked for explicitly)")
     parser.add_argument("--max-parallel", type=int, default=None, help="attempts in flight at once")
+    parser.add_argument("--egress", metavar="CONFIG", default=None,
+                        help="egress gate routes for agent workers (JSON: host -> upstream, key env var, prices); "
+                             "default OPS_ROOT/egress.json when it exists")
     parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
                         help="time to live of the run's lease (default 30): how long after this "
                              "coordinator stops renewing it another one may take the run over")
-
-
-def _finish_stage():
-    """The integration area's finish stage when it is installed, else the default."""
-    try:
-        import coordinator.integration.finish  # noqa: F401
-    except ImportError:
-        return None
-    from coordinator.runloop.finish import integration_finish
-    return integration_finish
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,21 +49,32 @@ def run(args: argparse.Namespace) -> int:
     try:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
-        integrate = importlib.util.find_spec("coordinator.integration.finish") is not None
-        prepared = None if args.resume else prepare(args.work_queue, integrate=integrate)
-        finish = _finish_stage()
+        prepared = None if args.resume else prepare(args.work_queue, integrate=True)
         from coordinator.keys import load_keyring, load_or_create_signing_key
+        from coordinator.runloop.finish import integration_finish
         from coordinator.runloop.loop import RunContext, RunLoop
         from coordinator.runloop.view import LiveView, PlainView
         from ledger import Ledger
 
         view = None if args.json else (LiveView() if sys.stderr.isatty() else PlainView())
+        # read before anything is created: a bad egress configuration is refused up front
+        egress_path = args.egress or (ops_root / "egress.json" if (ops_root / "egress.json").is_file() else None)
+        egress = None
+        if egress_path is not None:
+            from coordinator.egress.config import EgressConfig
+            egress = EgressConfig.load(egress_path)
+        agents = [n for n, t in prepared.wq.graph.nodes.items() if t.action_spec.get("intent") == "agent"] \
+            if prepared is not None else []
+        if agents and egress is None:  # they could not reach any model: refuse before the run starts
+            raise DomeError("the work queue has agent nodes but the run has no egress configuration",
+                            code="EGRESS_NOT_CONFIGURED", details={"nodes": sorted(agents)},
+                            hints=["pass --egress CONFIG or put it at OPS_ROOT/egress.json (docs/agent-swarm.md)"])
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=finish, view=view,
+                         max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
                          lease_ttl_s=args.lease_ttl)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             for h in exc.hints:
                 print(f"  hint: {h}", file=sys.stderr)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_"))
         return 2 if bad_input else 3
     if args.json:
         print(json.dumps(outcome.to_json(), sort_keys=True))

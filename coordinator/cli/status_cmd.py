@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .main import add_common_arguments
+from registry.errors import DomeError
+
+from .main import add_common_arguments, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,9 +67,10 @@ def liveness(ledger: Any, run_id: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ledger import Ledger
-
-    ledger = Ledger.open(args.db, Path(args.ops_root))
+    try:
+        ledger = open_ledger(args)
+    except DomeError as exc:
+        return refuse("status", args, exc)
     ids = [args.run_id] if args.run_id else ledger.run_ids()
     if args.run_id and not ledger.events(args.run_id, limit=1):
         print(f"dome status: no run {args.run_id!r}", file=sys.stderr)

@@ -92,7 +92,7 @@ def write_worker_key(path: Path, key: SigningKey) -> Path:
 
 
 def write_attempt(work: Path, spec: Mapping[str, Any], worker_key: SigningKey, task: Mapping[str, Any],
-                  limits: Limits) -> AttemptFiles:
+                  limits: Limits, *, egress_socket: Path | None = None) -> AttemptFiles:
     """The attempt dir of one dispatch: its spawn spec, key, task facts, scratch checkout."""
     adir = work / "attempts" / str(spec["node_execution_id"])
     (adir / "scratch").mkdir(parents=True)
@@ -104,4 +104,5 @@ def write_attempt(work: Path, spec: Mapping[str, Any], worker_key: SigningKey, t
         "task": {k: task[k] for k in ("intent_tags", "declared_constraints", "risk") if k in task}}))
     return AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=work / "base.git",
                         gateway_socket=work / "gw.sock", coordinator_pub=work / "coordinator.pub",
-                        log_dir=adir / "logs", task_json=adir / "task.json", worker_key=key_path)
+                        log_dir=adir / "logs", task_json=adir / "task.json", worker_key=key_path,
+                        egress_socket=egress_socket)

@@ -86,6 +86,15 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None) -> str:
                          [[v.suite, "pass" if v.passed else "FAIL", v.head_ref,
                            "" if v.duration_s is None else f"{v.duration_s:.2f}", len(v.proposals)]
                           for v in m.validations]) if m.validations else '<p class="muted">No validations ran.</p>'
+    usage = m.model_usage or {}
+    usage_html = ""
+    if usage.get("attempts"):
+        run = usage["run"]
+        usage_html = "<h2>Model usage</h2>" + _table(
+            ["node", "attempt", "calls", "tokens in", "tokens out", "cost (USD)"],
+            [[r["node_id"], r["node_execution_id"], r["calls"], r["tokens_in"], r["tokens_out"],
+              f"{r['cost_micros'] / 1e6:.6f}"] for r in usage["attempts"]]
+            + [["run", "", run["calls"], run["tokens_in"], run["tokens_out"], f"{run['cost_micros'] / 1e6:.6f}"]])
     clip_html = ""
     if clips:
         clip_html = "<h2>Lithography: per-clip results</h2>" + "".join(_clip_html(c) for c in clips)
@@ -102,7 +111,7 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None) -> str:
 {evidence_graph_svg(m.chain_nodes, m.chain_edges)}
 {links}
 <h2>Proposals</h2>{proposals}
-<h2>Validations</h2>{validations}
+<h2>Validations</h2>{validations}{usage_html}
 {clip_html}
 <p class="muted">Re-check this run offline with <code>dome verify {escape(m.run_id)}</code>.</p>
 </body></html>

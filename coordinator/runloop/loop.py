@@ -9,7 +9,7 @@ coordinator resumes exactly: attempts that were in flight are recorded
 `task.lost` (their grants revoked) and scheduled again with fresh
 node_execution_ids and grants; finished work is never redone.
 
-The `finish` stage is pluggable: `finish(FinishContext) -> dict` gets the
+The `finish` stage is pluggable: `finish(FinishedRun) -> dict` gets the
 run's accepted proposals (one winner per node) and returns at least
 `{"status": ...}` (plus `head`, `promoted_ref`); the integration area plugs
 stacking, validation and promotion in here. The default ends the run
@@ -127,8 +127,13 @@ def node_seed(seed: int, node_id: str) -> int:
     return int(digest_json([seed, node_id])[7:20], 16) % (2 ** 53)
 
 
-def safe_name(node_id: str) -> str:
-    return node_id.replace("/", "_")
+def egress_terms(action_spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The grant terms of an agent node's runtime card (hosts, models, budgets), or None."""
+    if action_spec.get("intent") != "agent":
+        return None
+    from registry.agent_card import grant_terms
+
+    return grant_terms((action_spec.get("params") or {}).get("card") or action_spec.get("card"))
 
 
 @dataclass
@@ -143,16 +148,18 @@ class RunContext:
     sandbox: str = "bwrap"
     seed: int | None = None
     max_parallel: int | None = None
-    finish: Callable[["FinishContext"], dict[str, Any]] | None = None
+    finish: Callable[["FinishedRun"], dict[str, Any]] | None = None
     view: Any = None
     executor: Any = None  # injected executor (tests, benchmarks)
     # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
     lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
+    egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
 
 
 @dataclass
-class FinishContext:
+class FinishedRun:
+    """What the run loop hands its finish stage: the run, its graph state and accepted proposals."""
     run_id: str
     work_queue: WorkQueue
     repo: Path
@@ -187,7 +194,7 @@ class RunOutcome:
                 "awaiting_consent": self.awaiting_consent, "consent_token_file": self.consent_token_file}
 
 
-def default_finish(fc: FinishContext) -> dict[str, Any]:
+def default_finish(fc: FinishedRun) -> dict[str, Any]:
     ok = all(s == "succeeded" for s in fc.node_status.values())
     return {"status": "completed" if ok else "failed", "head": fc.base_ref, "promoted_ref": None,
             "reason": None if ok else "some nodes failed or were blocked"}
@@ -256,6 +263,7 @@ class RunLoop:
         self.socket = self.work / "gw.sock"
         self.cancel_reason: str | None = None
         self.gateway: WorkerGateway | None = None
+        self.egress_gate: Any = None
         self.container_ref = host_container_ref(self.started.get("environment", {}))
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
@@ -361,6 +369,13 @@ class RunLoop:
                                      dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket,
                                      attempt=self.attempts.get)
         self.gateway.start()
+        if self.ctx.egress is not None:
+            from coordinator.egress.gate import EgressGate
+
+            self.egress_gate = EgressGate(run_id=self.run_id, verifier=self.verifier, config=self.ctx.egress,
+                                          transact=self.writer.transact, blobs=self.ctx.ledger.blobs,
+                                          socket_path=self.work / "egress.sock")
+            self.egress_gate.start()
 
     def _recover(self) -> None:
         """Attempts in flight when a previous coordinator died are lost: record it, revoke, reschedule."""
@@ -476,7 +491,7 @@ class RunLoop:
                     key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
                     capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
                     policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
-                    worker_public_key=worker_key.public.raw)
+                    worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
                 spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant, (base_sha, base_tree))
                 validate_spawn_spec(spec)
                 keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
@@ -494,7 +509,8 @@ class RunLoop:
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
         now = time.monotonic()
         for nid, neid, spec, grant, worker_key in launches:
-            files = write_attempt(self.work, spec, worker_key, self.graph.nodes[nid].task, self.limits)
+            files = write_attempt(self.work, spec, worker_key, self.graph.nodes[nid].task, self.limits,
+                                  egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             del worker_key
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
                                    "base_ref": spec["base_ref"],
@@ -624,6 +640,8 @@ class RunLoop:
             self.executor.shutdown()
             if self.gateway is not None:
                 self.gateway.stop()
+            if self.egress_gate is not None:
+                self.egress_gate.stop()
 
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -651,7 +669,7 @@ class RunLoop:
 
     def _finish(self) -> RunOutcome:
         st = self.writer.state
-        fc = FinishContext(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
+        fc = FinishedRun(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
                            base_tree_hash=self.base_tree, state=st, node_status=statuses(self.graph, st),
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
                            ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
@@ -678,8 +696,8 @@ class RunLoop:
         return self._outcome(payload)
 
     def _export(self) -> None:
-        from .export import export_run
-        export_run(self.ctx.ledger, self.run_id, self.ops_dir, self.graph)
+        from .export import write_run_files
+        write_run_files(self.ctx.ledger, self.run_id, Path(self.ctx.ops_root), self.graph)
 
     def _outcome(self, finished: Mapping[str, Any]) -> RunOutcome:
         return RunOutcome(run_id=self.run_id, status=finished["status"], head=finished.get("head"),
