@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from registry import diffs
 from registry.canonical import canonical_json, digest_json
+from registry.errors import DomeError
 from registry.gitoid import is_git_oid
 from registry.signing import Keyring, SigningKey, dsse_sign
 
