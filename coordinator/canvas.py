@@ -226,11 +226,13 @@ class Canvas:
         self.workdir: Path | None = None
         if create_worktree:
             self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dome-canvas-"))
-            if self.workdir.exists():
-                shutil.rmtree(self.workdir)
-            gitpython.Repo(self.repo).git.worktree("add", "--detach", "--no-checkout",
-                                                   str(self.workdir), base_ref)
-        self._index = Path(tempfile.mkdtemp(prefix="dome-index-")) / "index"
+            _fresh_worktree(self.repo, self.workdir, base_ref)
+            # the private index lives beside the worktree, so a crash leaves nothing in the temp dir
+            self._index = Path(str(self.workdir) + ".index") / "index"
+            shutil.rmtree(self._index.parent, ignore_errors=True)
+            self._index.parent.mkdir(parents=True)
+        else:
+            self._index = Path(tempfile.mkdtemp(prefix="dome-index-")) / "index"
         self._pending_refs: list[tuple[str, str]] = []
 
     # -- queries -----------------------------------------------------------
@@ -519,6 +521,16 @@ class Canvas:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _fresh_worktree(repo: Path, workdir: Path, base_ref: str) -> None:
+    """A new detached worktree at `workdir`, replacing whatever a killed
+    coordinator left there (the directory, and its registration in the repo)."""
+    if workdir.exists():
+        gitio.git(repo, "worktree", "remove", "--force", str(workdir), check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
+    # --force: the path may still be registered although its directory is gone
+    gitpython.Repo(repo).git.worktree("add", "--force", "--detach", "--no-checkout", str(workdir), base_ref)
 
 
 def checkout_readonly(repo: Path | str, commit: str, dest: Path) -> Path:

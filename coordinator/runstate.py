@@ -58,6 +58,7 @@ class RunState:
     ended: frozenset[str] = frozenset()
     waves: int = 0
     total_attempts: int = 0
+    lost_attempts: int = 0  # ended by a coordinator restart: they do not spend the retry budget
     last_sequence: int = 0
     finished: Mapping[str, Any] | None = None
     proposals: tuple[Mapping[str, Any], ...] = ()
@@ -80,18 +81,19 @@ class _Folding:
     folding n events costs O(n) however many nodes the run has."""
 
     __slots__ = ("run_id", "started", "nodes", "executions", "ended", "waves", "total_attempts",
-                 "last_sequence", "finished", "proposals")
+                 "lost_attempts", "last_sequence", "finished", "proposals")
 
     def __init__(self, s: RunState) -> None:
         self.run_id, self.started, self.finished = s.run_id, s.started, s.finished
         self.nodes, self.executions = dict(s.nodes), dict(s.executions)
         self.ended, self.proposals = set(s.ended), list(s.proposals)
         self.waves, self.total_attempts, self.last_sequence = s.waves, s.total_attempts, s.last_sequence
+        self.lost_attempts = s.lost_attempts
 
     def freeze(self) -> RunState:
         return RunState(run_id=self.run_id, started=self.started, nodes=self.nodes, executions=self.executions,
                         ended=frozenset(self.ended), waves=self.waves, total_attempts=self.total_attempts,
-                        last_sequence=self.last_sequence, finished=self.finished, proposals=tuple(self.proposals))
+                        lost_attempts=self.lost_attempts, last_sequence=self.last_sequence, finished=self.finished, proposals=tuple(self.proposals))
 
     def step(self, event: Any) -> None:
         """One event: the only place that says what each topic does to the state."""
@@ -128,6 +130,7 @@ class _Folding:
             self.nodes[node_id] = NodeState(ns.attempts, failures, tuple(a for a in ns.active if a != neid),
                                             succeeded_by, ns.acked)
             self.ended.add(neid)
+            self.lost_attempts += topic == TASK_LOST
         elif topic == TASK_ACK:
             node_id = _get(event, "node_id") or payload.get("node_id")
             ns = self.nodes.get(node_id, _NEW)

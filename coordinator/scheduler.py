@@ -116,7 +116,8 @@ def decide(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int,
     st = dict(status) if status is not None else statuses(graph, state)
     active_total = sum(len(state.node(n).active) for n in graph.nodes)
     free = policy.max_parallel - active_total
-    budget_left = None if policy.max_total_attempts is None else policy.max_total_attempts - state.total_attempts
+    spent = state.total_attempts - state.lost_attempts  # a coordinator crash costs the tasks nothing
+    budget_left = None if policy.max_total_attempts is None else policy.max_total_attempts - spent
     if budget_left is not None:
         free = min(free, budget_left)
     if free <= 0:

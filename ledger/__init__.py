@@ -8,6 +8,7 @@
 from .errors import (BlobCorrupt, BlobNotFound, GrantReplayed, IdempotencyKeyReused,
                      InvalidEvent, LedgerError, LedgerNotFound, LedgerUnavailable, PayloadTooLarge,
                      SequenceConflict)
+from .lease import Lease, RunLeaseHeld, RunLeaseLost
 from .record import MAX_PAYLOAD_BYTES, PAYLOAD_TYPE, SCHEMA_VERSION, EventDraft, EventRecord
 from .store import Ledger, LedgerTransaction
 from .verify import LedgerVerifyReport, Problem
@@ -16,5 +17,5 @@ __all__ = [
     "Ledger", "LedgerTransaction", "EventDraft", "EventRecord", "LedgerVerifyReport", "Problem",
     "LedgerError", "SequenceConflict", "PayloadTooLarge", "InvalidEvent", "GrantReplayed",
     "IdempotencyKeyReused", "LedgerNotFound", "LedgerUnavailable", "BlobNotFound", "BlobCorrupt",
-    "MAX_PAYLOAD_BYTES", "PAYLOAD_TYPE", "SCHEMA_VERSION",
+    "Lease", "RunLeaseHeld", "RunLeaseLost", "MAX_PAYLOAD_BYTES", "PAYLOAD_TYPE", "SCHEMA_VERSION",
 ]

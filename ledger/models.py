@@ -7,7 +7,7 @@ tables (`Model.__table__`) directly.
 """
 from __future__ import annotations
 
-from sqlalchemy import Index, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import Float, Index, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -89,9 +89,27 @@ class IdempotencyRow(Base):
     created_at: Mapped[str] = mapped_column(String(40), nullable=False)
 
 
+class RunLeaseRow(Base):
+    """Which coordinator drives a run (ledger.lease). Mutable: a heartbeat
+    moves `expires_at`; not evidence, so not append-only."""
+
+    __tablename__ = "run_leases"
+
+    run_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    holder: Mapped[str] = mapped_column(ID, nullable=False)
+    host: Mapped[str] = mapped_column(ID, nullable=False)
+    pid: Mapped[int] = mapped_column(Integer, nullable=False)
+    pid_start: Mapped[str | None] = mapped_column(String(40))
+    acquired_at: Mapped[str] = mapped_column(String(40), nullable=False)
+    heartbeat_at: Mapped[str] = mapped_column(String(40), nullable=False)
+    expires_at: Mapped[float] = mapped_column(Float, nullable=False)
+    ttl_s: Mapped[float] = mapped_column(Float, nullable=False)
+
+
 events = EventRow.__table__
 spent_grants = SpentGrantRow.__table__
 revocations = RevocationRow.__table__
 idempotency_records = IdempotencyRow.__table__
+run_leases = RunLeaseRow.__table__
 
 APPEND_ONLY_TABLES = ("events", "spent_grants", "revocations", "idempotency_records")

@@ -28,6 +28,7 @@ from registry.canonical import canonical_json
 from registry.signing import Keyring, SigningKey
 
 
+from . import crashpoint, lease
 from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerNotFound, LedgerUnavailable,
@@ -115,6 +116,7 @@ class LedgerTransaction:
         self._ledger = ledger
         self._conn = conn
         self._heads: dict[str, tuple[int, str | None]] = {}
+        self.topics: list[str] = []  # appended in this transaction (for the crash-test hook)
         # SQLite hot path: the driver connection inside SQLAlchemy's transaction
         self._raw = conn.connection.driver_connection if ledger.engines.dialect == "sqlite" else None
 
@@ -179,6 +181,8 @@ class LedgerTransaction:
                 f"another writer appended to run {run_id!r} concurrently",
                 details={"run_id": run_id}, hints=["retry the append"]) from exc
         self._heads[run_id] = (seq, prev)
+        if self._ledger._crash is not None:
+            self.topics.extend(d.topic for d in drafts)
         return records
 
     def last_payload(self, run_id: str, topics: Sequence[str], *, node_id: str | None = None) -> dict[str, Any] | None:
@@ -277,6 +281,7 @@ class Ledger:
         self._new_ids = new_ids
         self._lock = threading.RLock()
         self._wconn: Connection | None = None
+        self._crash = crashpoint.from_env()  # None unless a crash test asks for it
 
     @classmethod
     def open(cls, db_url: str | None = None, ops_root: Path | str = Path("ops"), *,
@@ -326,7 +331,10 @@ class Ledger:
             conn = self._wconn
             try:
                 with conn.begin():
-                    yield LedgerTransaction(self, conn)
+                    tx = LedgerTransaction(self, conn)
+                    yield tx
+                if self._crash is not None:
+                    self._crash.after_commit(tx.topics)
             except OperationalError:
                 conn.close()
                 self._wconn = None
@@ -407,6 +415,23 @@ class Ledger:
             rows = conn.execute(select(events.c.run_id).group_by(events.c.run_id)
                                 .order_by(func.min(events.c.id))).all()
         return [r[0] for r in rows]
+
+    # -- run leases (ledger.lease) ---------------------------------------
+    def lease_acquire(self, run_id: str, me: dict[str, Any], ttl_s: float) -> "lease.Lease":
+        with self.transaction() as tx:
+            return lease.acquire(tx._conn, run_id, me, ttl_s, time.time())
+
+    def lease_renew(self, run_id: str, holder: str, ttl_s: float) -> bool:
+        with self.transaction() as tx:
+            return lease.renew(tx._conn, run_id, holder, ttl_s, time.time())
+
+    def lease_release(self, run_id: str, holder: str) -> None:
+        with self.transaction() as tx:
+            lease.release(tx._conn, run_id, holder)
+
+    def lease(self, run_id: str) -> "lease.Lease | None":
+        with self.engines.read.connect() as conn:
+            return lease.read(conn, run_id)
 
     def verify(self, keyring: Keyring | None = None) -> LedgerVerifyReport:
         """Check every stored byte of every run (see ledger.verify)."""

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--egress", metavar="CONFIG", default=None,
                         help="egress gate routes for agent workers (JSON: host -> upstream, key env var, prices); "
                              "default OPS_ROOT/egress.json when it exists")
+    parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
+                        help="time to live of the run's lease (default 30): how long after this "
+                             "coordinator stops renewing it another one may take the run over")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress)
+                         max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
+                         lease_ttl_s=args.lease_ttl)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:

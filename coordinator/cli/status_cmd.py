@@ -40,10 +40,29 @@ def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
             out["nodes"] = {k: sum(1 for v in s.values() if v == k) for k in sorted(set(s.values()))}
     except Exception:  # noqa: BLE001 - the ledger summary stands without the queue file
         pass
+    if not st.finished:
+        out.update(liveness(ledger, run_id))
     if st.finished:
         out.update({k: st.finished.get(k) for k in ("head", "promoted_ref", "counts", "reason")})
         if st.finished.get("awaiting_consent"):  # held at the human gate
             out.update({k: st.finished.get(k) for k in ("awaiting_consent", "consent_token_file", "missing")})
+    return out
+
+
+def liveness(ledger: Any, run_id: str) -> dict[str, Any]:
+    """An unfinished run is `running` while a coordinator holds its lease, else
+    `stalled` (its coordinator died or hung): someone must resume it."""
+    import socket
+    import time
+
+    from ledger.lease import is_live
+
+    lease = ledger.lease(run_id) if hasattr(ledger, "lease") else None
+    live = is_live(lease, time.time(), socket.gethostname())
+    out: dict[str, Any] = {"status": "running" if live else "stalled",
+                           "lease": None if lease is None else {**lease.to_dict(), "live": live}}
+    if not live:
+        out["next_step"] = f"dome run --resume {run_id}"
     return out
 
 
@@ -64,4 +83,6 @@ def run(args: argparse.Namespace) -> int:
         nodes = " ".join(f"{k}={v}" for k, v in (r.get("nodes") or {}).items())
         print(f"{r['run_id']}  {r['status']:<10} waves={r['waves']} attempts={r['attempts']} "
               f"active={len(r['active_attempts'])} proposals={r['proposals']} {nodes}")
+        if r.get("next_step"):
+            print(f"  no coordinator holds this run (it was killed or hung): resume with {r['next_step']}")
     return 0

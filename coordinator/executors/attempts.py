@@ -1,6 +1,6 @@
 """Attempt directories on the host: one per run, one below it per attempt.
 
-    <tmp>/dome-run-<run_id>-<random>/      base.git, coordinator.pub, gw.sock
+    <tmp>/dome-run-<random>/               run_id, base.git, coordinator.pub, gw.sock
         attempts/<node_execution_id>/      spawn.json, task.json, worker.key, scratch/, logs/
 
 An attempt's directory (its private key included) is removed as soon as the
@@ -11,30 +11,43 @@ directories owned by this user are touched, never a symlink.
 """
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any, Mapping
+
+from registry.signing import SigningKey
+
+from .base import AttemptFiles, Limits
 
 RUN_DIR_PREFIX = "dome-run-"
+RUN_ID_FILE = "run_id"  # names the run a directory belongs to
 
 
 def make_run_dir(run_id: str) -> Path:
-    """A fresh private (0700) directory for a run's host-side files, findable by run id."""
-    return Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{run_id}-"))
+    """A fresh private (0700) directory for a run's host-side files, findable by run id.
+    Its name stays short (the gateway's unix socket lives in it, and socket paths are
+    limited to 108 bytes); the run id is in a file inside."""
+    root = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+    (root / RUN_ID_FILE).write_text(run_id)
+    return root
 
 
 def attempt_roots(run_id: str, tmp: Path | None = None) -> list[Path]:
     """Run directories of `run_id` left in the temp dir (ours, real directories only)."""
     base = Path(tmp or tempfile.gettempdir())
     out = []
-    for p in sorted(base.glob(f"{RUN_DIR_PREFIX}{run_id}-*")):
+    for p in sorted(base.glob(f"{RUN_DIR_PREFIX}*")):
         try:
             st = p.lstat()
+            owner = (p / RUN_ID_FILE).read_text() if stat.S_ISDIR(st.st_mode) else None
         except OSError:
             continue
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+        if owner == run_id and st.st_uid == os.getuid():
             out.append(p)
     return out
 
@@ -66,3 +79,30 @@ def sweep_attempt_dirs(run_id: str, *, keep: Path | None = None, tmp: Path | Non
         shutil.rmtree(root, ignore_errors=True)
         removed.append(root)
     return removed
+
+
+def write_worker_key(path: Path, key: SigningKey) -> Path:
+    """The attempt's private key as a 0600 file (`<kid> <base64 seed>`), created
+    exclusively; it is bound read-only into that attempt's sandbox only and is
+    never logged, never in the ledger or the SpawnSpec."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{key.kid} {base64.b64encode(key.seed).decode('ascii')}\n")
+    return path
+
+
+def write_attempt(work: Path, spec: Mapping[str, Any], worker_key: SigningKey, task: Mapping[str, Any],
+                  limits: Limits, *, egress_socket: Path | None = None) -> AttemptFiles:
+    """The attempt dir of one dispatch: its spawn spec, key, task facts, scratch checkout."""
+    adir = work / "attempts" / str(spec["node_execution_id"])
+    (adir / "scratch").mkdir(parents=True)
+    (adir / "spawn.json").write_text(json.dumps(spec))
+    key_path = write_worker_key(adir / "worker.key", worker_key)
+    (adir / "task.json").write_text(json.dumps({
+        "max_processes": limits.max_processes, "landlock": True,
+        "required_outputs": list(task.get("required_outputs", [])),
+        "task": {k: task[k] for k in ("intent_tags", "declared_constraints", "risk") if k in task}}))
+    return AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=work / "base.git",
+                        gateway_socket=work / "gw.sock", coordinator_pub=work / "coordinator.pub",
+                        log_dir=adir / "logs", task_json=adir / "task.json", worker_key=key_path,
+                        egress_socket=egress_socket)

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -43,6 +44,9 @@ class _Proc:
     killed: str | None = None
 
 
+STALE_CGROUP_S = 120  # an empty attempt cgroup older than this has no coordinator
+
+
 class LocalExecutor:
     name = "local"
 
@@ -63,11 +67,13 @@ class LocalExecutor:
         self.memory_parent, self.memory_version = memory if memory else (None, None)
         for parent in (self.cgroup_parent, self.memory_parent):  # left by a killed coordinator (empty ones only)
             for child in (parent.iterdir() if parent is not None else ()):
-                if child.is_dir() and child.name.startswith("ne-"):
-                    try:
+                try:
+                    # not one another coordinator on this host made a moment ago and has not filled yet
+                    if child.is_dir() and child.name.startswith("ne-") \
+                            and time.time() - child.stat().st_mtime > STALE_CGROUP_S:
                         child.rmdir()
-                    except OSError:
-                        pass
+                except OSError:
+                    pass
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.Lock()
 

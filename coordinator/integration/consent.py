@@ -8,8 +8,10 @@ from typing import Any
 from registry.errors import DomeError
 from registry.signing import Keyring, SigningKey
 
-from .evidence import T_CONSENT, T_CONSENT_REQ, T_REQUIREMENTS, verify_artifact
-from .finish import Emitter, FinishResult, gate_and_promote, records_of, token_digest, utc_now
+from . import gitio
+from .evidence import T_CONSENT, T_CONSENT_REQ, T_PROMOTION, T_REQUIREMENTS, verify_artifact
+from .finish import (Emitter, FinishResult, export_promotion, finish_recorded_promotion, gate_and_promote,
+                     recorded_result, records_of, token_digest, utc_now)
 from .policy import IntegrationPolicy
 
 
@@ -32,7 +34,16 @@ def grant_consent(ledger: Any, run_id: str, token: str, *, key: SigningKey, ops_
         raise ConsentError("consent token does not match this run", code="CONSENT_INVALID")
     req = match[-1]
     verify_artifact(req.artifact, keyring)
-    if any(r.topic == T_CONSENT and r.artifact.get("token_digest") == digest for r in records):
+    spent = [r for r in records if r.topic == T_CONSENT and r.artifact.get("token_digest") == digest]
+    if spent:
+        done = recorded_result(ledger, run_id)
+        repo = Path([r for r in records if r.topic == T_REQUIREMENTS][-1].artifact["repo"])
+        if done is not None and done.promotion is not None and done.status == "promoted" \
+                and spent[-1].sequence < max(r.sequence for r in records if r.topic == T_PROMOTION) \
+                and gitio.ref_target(repo, str(done.promotion["to_ref"])) != done.promotion["from_head_ref"]:
+            # this token's promotion was decided but a kill came before the ref moved: finish it
+            export_promotion(records, done.promotion, key, ops_root, run_id)
+            return finish_recorded_promotion(repo, done)
         raise ConsentError("consent token already used", code="CONSENT_ALREADY_USED")
     if str(req.artifact.get("expires_at", "")) < utc_now()[:19] + "Z":
         raise ConsentError("consent token expired", code="CONSENT_EXPIRED")

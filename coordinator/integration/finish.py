@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from registry import diffs
 from registry.canonical import canonical_json, digest_json
+from registry.errors import DomeError
 from registry.gitoid import is_git_oid
 from registry.signing import Keyring, SigningKey, dsse_sign
 
@@ -37,8 +38,13 @@ PRODUCER = "dome-coordinator"
 EXTERNALIZE_BYTES = 128 * 1024
 """Artifacts larger than this (canonical bytes) live in the blob store; the
 ledger record keeps their digest, signature and `artifact_ref`."""
-EXIT_OK, EXIT_BLOCKED = 0, 4
+EXIT_OK, EXIT_BLOCKED, EXIT_FAILED = 0, 4, 5
 ZERO = "0" * 40
+
+
+class PromotionError(DomeError):
+    """The decision said promote but the target ref did not end at the head."""
+    code = "PROMOTION_REF_UPDATE_FAILED"
 
 
 def utc_now() -> str:
@@ -73,7 +79,7 @@ class FinishContext:
 
 @dataclass
 class FinishResult:
-    status: str  # promoted | blocked | awaiting_consent
+    status: str  # promoted | blocked | awaiting_consent | failed (the ref could not be moved)
     run_id: str
     base_ref: str
     head_ref: str | None
@@ -84,26 +90,54 @@ class FinishResult:
     promotion: dict[str, Any] | None
     consent_token: str | None = None
     rejected: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None  # why a promoted decision did not move the ref
 
     @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.status == "promoted" else EXIT_BLOCKED
+        return {"promoted": EXIT_OK, "failed": EXIT_FAILED}.get(self.status, EXIT_BLOCKED)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "run_id": self.run_id, "base_ref": self.base_ref,
                 "head_ref": self.head_ref, "included_proposals": self.included,
                 "missing": self.missing, "why_blocked": self.why_blocked,
                 "rejected": self.rejected,
-                "promotion": self.promotion, "awaiting_consent": self.consent_token is not None}
+                "promotion": self.promotion, "awaiting_consent": self.consent_token is not None,
+                "error": self.error}
 
 
 class Emitter:
-    """Stamps the artifact header, signs, appends to the ledger."""
+    """Stamps the artifact header, signs, appends to the ledger.
+
+    Given `replay` (the integration records a killed coordinator already
+    wrote for this run), it re-walks them: a step whose record is already in
+    the ledger is adopted (the recorded, signed artifact is returned and
+    nothing is appended), so a resumed integration never records a step twice.
+    The first step not found ends the replay; from there every step is new."""
 
     def __init__(self, ledger: Any, run_id: str, key: SigningKey, clock: Callable[[], str],
-                 wave_id: str | None = None) -> None:
+                 wave_id: str | None = None, replay: Sequence[Record] = ()) -> None:
         self.ledger, self.run_id, self.key, self.clock, self.wave_id = ledger, run_id, key, clock, wave_id
         self.count = 0
+        self._replay = list(replay)
+        self._cursor = 0
+
+    def recorded(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
+        """For a caller that can skip a step's work (a validation suite): the
+        recorded artifact of the step, counted as emitted; or None (emit it)."""
+        got = self._adopt(topic, same)
+        if got is not None:
+            self.count += 1  # object ids further on count the emitted steps
+        return got
+
+    def _adopt(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
+        """The recorded artifact of this step, or None (and the replay ends)."""
+        for k in range(self._cursor, len(self._replay)):
+            r = self._replay[k]
+            if r.topic == topic and same(r.artifact):
+                self._cursor = k + 1
+                return dict(r.artifact)
+        self._replay = []
+        return None
 
     def __call__(self, topic: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
         self.count += 1
@@ -114,6 +148,10 @@ class Emitter:
         a.setdefault("created_at", self.clock())
         a.setdefault("producer", PRODUCER)
         a.setdefault("object_id", _object_id(a, self.count))
+        if self._replay:
+            got = self._adopt(topic, lambda rec: same_step(topic, rec, a))
+            if got is not None:
+                return got
         signed = sign_artifact(a, self.key)
         payload: dict[str, Any] = signed
         blobs = getattr(self.ledger, "blobs", None)
@@ -129,6 +167,26 @@ class Emitter:
                 payload["artifact_ref"] = blobs.put(raw)
         self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
         return signed
+
+
+ONE_PER_PASS = frozenset({T_GATE, T_PROMOTION})
+"""Topics an integration pass records once (their ids count the ledger's records)."""
+DECISIVE = ("head_ref", "tree", "applied", "action", "outcome", "proposal_id", "stack_plan_id")
+
+
+def same_step(topic: str, recorded: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Is `recorded` the record of the step that just produced `new` (pure)?
+    Every integration id is derived from content or position, and a pass is
+    deterministic; the decisive fields guard against a step that went another way."""
+    if topic in ONE_PER_PASS:
+        return recorded.get("artifact_kind") == new.get("artifact_kind")
+    return recorded.get("object_id") == new.get("object_id") and \
+        all(recorded.get(k) == new.get(k) for k in DECISIVE if k in new)
+
+
+def integration_records(ledger: Any, run_id: str) -> list[Record]:
+    """What an earlier, interrupted integration pass of this run recorded."""
+    return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in ("integration", "gate", "promotion")]
 
 
 def _object_id(a: Mapping[str, Any], n: int) -> str:
@@ -230,12 +288,33 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
 def finish_run(ctx: FinishContext) -> FinishResult:
     done = recorded_result(ctx.ledger, ctx.run_id)
     if done is not None:  # resumed after the decision: nothing is applied or promoted twice
-        return done
+        if done.promotion is not None:  # a kill may have come before its files were written
+            export_promotion(records_of(ctx.ledger, ctx.run_id), done.promotion, ctx.signing_key, ctx.ops_root,
+                             ctx.run_id)
+        return finish_recorded_promotion(Path(ctx.repo), done)
     policy = ctx.policy or IntegrationPolicy.load()
     keyring = ctx.keyring or Keyring({ctx.signing_key.kid: ctx.signing_key.public})
-    emit = Emitter(ctx.ledger, ctx.run_id, ctx.signing_key, ctx.clock, ctx.wave_id)
-    load = ctx.diff_loader or default_diff_loader(ctx.ledger)
+    emit = Emitter(ctx.ledger, ctx.run_id, ctx.signing_key, ctx.clock, ctx.wave_id,
+                   replay=integration_records(ctx.ledger, ctx.run_id))
     to_ref = ctx.promote_to or policy.promote_to
+    _record_inputs(ctx, emit, policy, to_ref)
+    with gitio.ObjectReader(ctx.repo) as reader:  # shared with the canvas (blob cache)
+        checked, rejected = _verify_proposals(ctx, emit, policy, reader)
+        cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
+                                         ctx.critical_ids) for c in checked.values()]
+        plan, index = plan_stack(cands, base_ref=ctx.base_ref, seed=ctx.seed, policy=policy,
+                                 rejected=rejected, run_id=ctx.run_id, created_at=ctx.clock())
+        emit(T_PLAN, plan.to_dict())
+        emit(T_SELECTION, plan.selection_decision())
+        why = _stack_and_validate(ctx, emit, policy, checked, plan, index, reader)
+    return gate_and_promote(ctx.ledger, ctx.run_id, repo=Path(ctx.repo), key=ctx.signing_key,
+                            keyring=keyring, policy=policy, to_ref=to_ref, ops_root=ctx.ops_root,
+                            emit=emit, why=why, rejected=[{"proposal_id": p, **r.to_dict()}
+                                                          for p, r in rejected],
+                            base_ref=ctx.base_ref)
+
+
+def _record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, to_ref: str) -> None:
     emit(T_POLICY, {"artifact_kind": "dome.integration_policy/v1", "policy": policy.to_dict(),
                     "policy_digest": policy.digest, "policy_version": f"{policy.name}@{policy.version}"})
     required_wq = sorted({suite_name(v) for v in ctx.validations if v.get("required", True)})
@@ -244,66 +323,63 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                           "promote_to": to_ref, "base_ref": ctx.base_ref,
                           "validations": [dict(v) for v in ctx.validations]})
 
-    # 1. verify every proposal ---------------------------------------------------
+
+def _reject(emit: Emitter, rejected: list, pid: str, p: Mapping[str, Any], rej: Sequence[Any]) -> None:
+    emit(T_REJECTED, {"artifact_kind": "dome.proposal_rejection/v1", "proposal_id": pid,
+                      "diff_digest": p.get("diff_digest"), "rejections": [r.to_dict() for r in rej]})
+    rejected.extend((pid, r) for r in rej)
+
+
+def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy,
+                      reader: gitio.ObjectReader) -> tuple[dict[str, Any], list]:
+    """Step 1: check every proposal on its own; returns (checked by id, rejections)."""
+    from .proposals import INTEGRITY, REDUNDANT, Rejection
+
+    load = ctx.diff_loader or default_diff_loader(ctx.ledger)
     proposals = [apply_task_meta(unwrap_proposal(p), ctx.task_meta) for p in ctx.proposals]
     derived = derived_bases(ctx.ledger, ctx.run_id, ctx.base_ref)
     derived_trees: dict[str, str] = {}
-    checked = {}
-    rejected = []
-    reader = gitio.ObjectReader(ctx.repo)  # shared with the canvas (blob cache)
-    if True:
-        insp = BaseInspector(ctx.repo, reader)
-        for p in sorted(proposals, key=lambda p: (str(p.get("proposal_id")), str(p.get("created_at")))):
-            pid = str(p.get("proposal_id"))
-            wave_base = ctx.base_ref
-            pbase = str(p.get("base_ref", ""))
-            if pbase != ctx.base_ref and pbase in derived:
-                err = _rebuild_derived_base(ctx, derived[pbase], proposals, load, reader, insp,
-                                            derived_trees, pbase)
-                if err is None:
-                    wave_base = pbase
-                    p = {**p, "_requires": [a["proposal_id"] for a in derived[pbase]["applied"]]}
-                else:
-                    from .proposals import INTEGRITY, Rejection
-                    rej = [Rejection("PROPOSAL_DERIVED_BASE_MISMATCH", err, INTEGRITY,
-                                     {"base_ref": pbase})]
-                    emit(T_REJECTED, {"artifact_kind": "dome.proposal_rejection/v1", "proposal_id": pid,
-                                      "diff_digest": p.get("diff_digest"),
-                                      "rejections": [r.to_dict() for r in rej]})
-                    rejected.extend((pid, r) for r in rej)
-                    continue
-            rej, cp = verify_proposal(p, load(p), wave_base=wave_base, policy=policy, inspector=insp)
-            if cp is None or pid in checked:
-                if pid in checked:
-                    from .proposals import REDUNDANT, Rejection
-                    rej = [Rejection("PROPOSAL_DUPLICATE_ID", "proposal id already submitted", REDUNDANT)]
-                emit(T_REJECTED, {"artifact_kind": "dome.proposal_rejection/v1", "proposal_id": pid,
-                                  "diff_digest": p.get("diff_digest"),
-                                  "rejections": [r.to_dict() for r in rej]})
-                rejected.extend((pid, r) for r in rej)
+    checked: dict[str, Any] = {}
+    rejected: list = []
+    insp = BaseInspector(ctx.repo, reader)
+    for p in sorted(proposals, key=lambda p: (str(p.get("proposal_id")), str(p.get("created_at")))):
+        pid = str(p.get("proposal_id"))
+        wave_base = ctx.base_ref
+        pbase = str(p.get("base_ref", ""))
+        if pbase != ctx.base_ref and pbase in derived:
+            err = _rebuild_derived_base(ctx, derived[pbase], proposals, load, reader, insp,
+                                        derived_trees, pbase)
+            if err is not None:
+                _reject(emit, rejected, pid, p, [Rejection("PROPOSAL_DERIVED_BASE_MISMATCH", err, INTEGRITY,
+                                                           {"base_ref": pbase})])
                 continue
-            blob = ctx.ledger.blobs.put(cp.canonical) if getattr(ctx.ledger, "blobs", None) else None
-            emit(T_PROPOSAL, {"artifact_kind": "dome.proposal_verification/v1", "proposal_id": pid,
-                              "diff_digest": cp.diff_digest, "diff_blob": blob,
-                              "diff_canonicalization": diffs.DIFF_CANONICALIZATION,
-                              "base_ref": ctx.base_ref, "base_tree_hash": p.get("base_tree_hash"),
-                              "proposal_base_ref": p.get("base_ref"),
-                              "requires": list(p.get("_requires", [])),
-                              "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
-                              "atomicity": p.get("atomicity", "atomic_proposal"),
-                              "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
-                              "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
-            checked[pid] = cp
+            wave_base = pbase
+            p = {**p, "_requires": [a["proposal_id"] for a in derived[pbase]["applied"]]}
+        rej, cp = verify_proposal(p, load(p), wave_base=wave_base, policy=policy, inspector=insp)
+        if pid in checked:
+            rej, cp = [Rejection("PROPOSAL_DUPLICATE_ID", "proposal id already submitted", REDUNDANT)], None
+        if cp is None:
+            _reject(emit, rejected, pid, p, rej)
+            continue
+        blob = ctx.ledger.blobs.put(cp.canonical) if getattr(ctx.ledger, "blobs", None) else None
+        emit(T_PROPOSAL, {"artifact_kind": "dome.proposal_verification/v1", "proposal_id": pid,
+                          "diff_digest": cp.diff_digest, "diff_blob": blob,
+                          "diff_canonicalization": diffs.DIFF_CANONICALIZATION,
+                          "base_ref": ctx.base_ref, "base_tree_hash": p.get("base_tree_hash"),
+                          "proposal_base_ref": p.get("base_ref"),
+                          "requires": list(p.get("_requires", [])),
+                          "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
+                          "atomicity": p.get("atomicity", "atomic_proposal"),
+                          "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
+                          "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
+        checked[pid] = cp
+    return checked, rejected
 
-    # 2. plan ------------------------------------------------------------------------
-    cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
-                                     ctx.critical_ids) for c in checked.values()]
-    plan, index = plan_stack(cands, base_ref=ctx.base_ref, seed=ctx.seed, policy=policy,
-                             rejected=rejected, run_id=ctx.run_id, created_at=ctx.clock())
-    emit(T_PLAN, plan.to_dict())
-    emit(T_SELECTION, plan.selection_decision())
 
-    # 3. stack, 4. validate ------------------------------------------------------------
+def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, checked: Mapping[str, Any],
+                        plan: Any, index: Any, reader: gitio.ObjectReader) -> dict[str, Any]:
+    """Steps 3 and 4: stack the plan on the canvas, validate (bisect on failure),
+    record the final plan. Returns why each proposal left out was left out."""
     canvas = Canvas(ctx.repo, ctx.base_ref, run_id=ctx.run_id,
                     workdir=run_dir(ctx.ops_root, ctx.run_id) / "canvas",
                     max_binary_bytes=policy.max_binary_bytes, reader=reader, policy=policy)
@@ -328,17 +404,9 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                            not_applied=not_applied,
                            expected_validations=[suite_name(s) for s in suites], run_id=ctx.run_id)
         emit(T_PLAN, fplan.to_dict())
-        why = dict(state.why_blocked)
+        return dict(state.why_blocked)
     finally:
         canvas.close()
-        reader.close()
-
-    # 5. gate and promotion -------------------------------------------------------------
-    return gate_and_promote(ctx.ledger, ctx.run_id, repo=Path(ctx.repo), key=ctx.signing_key,
-                            keyring=keyring, policy=policy, to_ref=to_ref, ops_root=ctx.ops_root,
-                            emit=emit, why=why, rejected=[{"proposal_id": p, **r.to_dict()}
-                                                          for p, r in rejected],
-                            base_ref=ctx.base_ref)
 
 
 T_BASE_DERIVED = "task.base_derived"
@@ -471,10 +539,9 @@ def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, k
                             consent_token, rejected or [])
     promotion = promote(ledger, run_id, repo=repo, chain=chain, to_ref=to_ref, emit=emit,
                         ops_root=ops_root, key=key, policy=policy, records=records)
-    status = promotion["outcome"]
-    return FinishResult(status, run_id, chain.base_ref or base_ref, chain.head_ref, chain.included,
-                        list(promotion.get("missing", [])), why or {}, signed_gate, promotion, None,
-                        rejected or [])
+    return finish_recorded_promotion(repo, FinishResult(
+        promotion["outcome"], run_id, chain.base_ref or base_ref, chain.head_ref, chain.included,
+        list(promotion.get("missing", [])), why or {}, signed_gate, promotion, None, rejected or []))
 
 
 def token_digest(token: str) -> str:
@@ -493,6 +560,11 @@ def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref:
         if previous is not None and not gitio.is_ancestor(repo, previous, chain.head_ref):
             outcome = "blocked"
             missing.append(f"target:{to_ref}: invalid (moved since the base; not an ancestor of the head)")
+    holder = gitio.worktree_holding(repo, to_ref) if outcome == "promoted" else None
+    if holder is not None:
+        outcome = "blocked"
+        missing.append(f"target:{to_ref}: invalid (checked out in the worktree {holder}; "
+                       "dome does not move a branch under someone's files)")
     pol = policy or IntegrationPolicy()
     decision = {
         "artifact_kind": "dome.promotion_decision/v1",
@@ -508,14 +580,53 @@ def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref:
     if previous:
         decision["previous_target"] = previous
     signed = emit(T_PROMOTION, decision)
-    if outcome == "promoted":
-        # compare-and-swap: the ref moves only from the value the decision names
-        gitio.git(repo, "update-ref", "-m", f"dome promote {run_id}", to_ref, chain.head_ref,
-                  previous or ZERO)
-    out_dir = run_dir(ops_root, run_id) / "promotion"
-    _write_json(out_dir / "promotion.decision.json", signed)
-    export_intoto(records, signed, key, out_dir)
+    export_promotion(records, signed, key, ops_root, run_id)
     return signed
+
+
+def export_promotion(records: Sequence[Record], decision: Mapping[str, Any], key: SigningKey, ops_root: Path,
+                     run_id: str) -> None:
+    """promotion/promotion.decision.json and its in-toto evidence (rewritten alike on resume)."""
+    out_dir = run_dir(ops_root, run_id) / "promotion"
+    _write_json(out_dir / "promotion.decision.json", decision)
+    export_intoto(records, decision, key, out_dir)
+
+
+def move_target(repo: Path, run_id: str, decision: Mapping[str, Any]) -> None:
+    """Move the decision's target ref to its head by compare-and-swap from the
+    target the decision saw, and check that it points at the head afterwards.
+    A ref already at the head is done (a coordinator killed after the swap);
+    anything else raises PromotionError and the ref is left as it is."""
+    to_ref, head = str(decision["to_ref"]), str(decision["from_head_ref"])
+    previous = decision.get("previous_target")
+    now = gitio.ref_target(repo, to_ref)
+    if now != head:
+        if now != previous:
+            raise PromotionError(f"{to_ref} moved since the promotion decision (now {now}, decided from "
+                                 f"{previous})", code="PROMOTION_TARGET_MOVED",
+                                 details={"to_ref": to_ref, "now": now, "expected": previous, "head": head},
+                                 hints=["start a new run on the new target"])
+        proc = gitio.git(repo, "update-ref", "-m", f"dome promote {run_id}", to_ref, head, previous or ZERO,
+                         check=False)
+        if proc.returncode != 0:
+            raise PromotionError(f"cannot move {to_ref}: {proc.stderr.decode('utf-8', 'replace').strip()[:300]}",
+                                 details={"to_ref": to_ref, "head": head, "expected": previous},
+                                 hints=["check that the repository is writable and the ref is not locked"])
+    if gitio.ref_target(repo, to_ref) != head:
+        raise PromotionError(f"{to_ref} does not point at the promoted head {head} after the update",
+                             details={"to_ref": to_ref, "head": head})
+
+
+def finish_recorded_promotion(repo: Path, result: FinishResult) -> FinishResult:
+    """Complete a recorded `promoted` decision: the ref moves (or is checked to
+    have moved) before the run may say promoted; otherwise it ends failed, with why."""
+    if result.status != "promoted" or result.promotion is None:
+        return result
+    try:
+        move_target(repo, result.run_id, result.promotion)
+    except PromotionError as exc:
+        result.status, result.error = "failed", exc.to_object()
+    return result
 
 
 def export_intoto(records: Sequence[Record], decision: Mapping[str, Any], key: SigningKey,

@@ -259,6 +259,17 @@ def ref_target(repo: "Path | str", ref: str) -> str | None:
     return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
 
+def worktree_holding(repo: "Path | str", ref: str) -> str | None:
+    """The path of a worktree of `repo` that has branch `ref` checked out, or None."""
+    path = None
+    for line in git_out(repo, "worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            path = line[len("worktree "):]
+        elif line == f"branch {ref}":
+            return path
+    return None
+
+
 _TYPE_CODE = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
 
 

@@ -398,6 +398,14 @@ class Stacker:
     def _run_suite(self, cp: Checkpoint, suite: Mapping[str, Any], validator: Validator,
                    phase: str) -> dict[str, Any]:
         self.canvas.flush_refs()  # suites read the checkpoint from the repository
+        recorded = getattr(self.emit, "recorded", None)  # a resumed run adopts a report already recorded
+        if recorded is not None:
+            got = recorded(T_VALIDATION, lambda r: (r.get("checkpoint_id"), r.get("head_ref"), r.get("phase"),
+                                                    r.get("suite")) == (cp.checkpoint_id, cp.commit, phase,
+                                                                        suite_name(suite)))
+            if got is not None:
+                self.state.reports.append(got)
+                return got
         report = dict(validator(cp, suite))
         report.setdefault("artifact_kind", "dome.validation_report/v1")
         report.update({"run_id": self.canvas.run_id, "head_ref": cp.commit,

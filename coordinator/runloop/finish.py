@@ -56,11 +56,19 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
         seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
         policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical))
-    status = "promoted" if res.status == "promoted" else "blocked"
+    status = res.status if res.status in ("promoted", "failed") else "blocked"
     promotion = res.promotion or {}
     return {"status": status, "head": res.head_ref, "promoted_ref": promotion.get("to_ref") if status == "promoted" else None,
             "included_proposals": res.included, "missing": res.missing,
             "awaiting_consent": res.consent_token is not None,
             "consent_token_file": (str(fc.ops_root / "runs" / fc.run_id / "gate" / "consent.token")
                                    if res.consent_token else None),
-            "reason": None if status == "promoted" else "evidence chain incomplete or human gate"}
+            "reason": _reason(status, res.error), **({"error": res.error} if res.error else {})}
+
+
+def _reason(status: str, error: dict[str, Any] | None) -> str | None:
+    if status == "promoted":
+        return None
+    if error is not None:  # the decision said promote, the ref did not move: never recorded as promoted
+        return f"{error.get('code')}: {error.get('message')}"
+    return "evidence chain incomplete or human gate"

@@ -18,7 +18,6 @@ stacking, validation and promotion in here. The default ends the run
 from __future__ import annotations
 
 import json
-import os
 import platform
 import secrets
 import shutil
@@ -37,8 +36,8 @@ from registry.errors import DomeError
 from registry.signing import SigningKey
 
 from .. import runstate as rs
-from ..executors.attempts import make_run_dir, remove_attempt_dir
-from ..executors.base import AttemptFiles, ExitInfo, Limits, validate_spawn_spec
+from ..executors.attempts import make_run_dir, remove_attempt_dir, sweep_attempt_dirs, write_attempt
+from ..executors.base import ExitInfo, Limits, validate_spawn_spec
 from ..executors.sandbox import IN_SOCKET
 from ..gateway import auth as grants_io
 from ..grants import GrantVerifier
@@ -50,6 +49,7 @@ from ..scheduler import SchedulerPolicy, decide, statuses
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
+from .lease import LeaseKeeper
 from .writer import LedgerWriter, WriterLedger
 
 TASK_BASE_DERIVED = "task.base_derived"
@@ -70,17 +70,6 @@ class BaseRefUnresolved(RunError):
 
 class RunNotFound(RunError):
     code = "RUN_NOT_FOUND"
-
-
-def write_worker_key(path: Path, key: SigningKey) -> Path:
-    """The attempt's private key as a 0600 file (`<kid> <base64 seed>`), created
-    exclusively; it is bound read-only into that attempt's sandbox only and is
-    never logged, never in the ledger or the SpawnSpec."""
-    import base64
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{key.kid} {base64.b64encode(key.seed).decode('ascii')}\n")
-    return path
 
 
 def utc_stamp() -> str:
@@ -164,6 +153,7 @@ class RunContext:
     executor: Any = None  # injected executor (tests, benchmarks)
     # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
+    lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
     egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
 
 
@@ -264,7 +254,8 @@ class RunLoop:
         self._derived: dict[tuple[str, ...], DerivedBase] = {}
         self._to_check: set[str] = set(wq.graph.nodes)  # nodes whose acks/losers need a look (all, at start)
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
-        self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
+        self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
+                                   guard=self._check_lease)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
         self.work = make_run_dir(run_id)  # findable by run id: sweep_attempt_dirs after a kill -9
         self.base_git = self.work / "base.git"
@@ -276,6 +267,7 @@ class RunLoop:
         self.container_ref = host_container_ref(self.started.get("environment", {}))
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
+        self.lease: LeaseKeeper | None = None  # taken by start()/resume() before any write
 
     # -- construction -----------------------------------------------------------
     @classmethod
@@ -300,16 +292,32 @@ class RunLoop:
             **({"base_source": prep.base_source, "target_at_load": prep.target_sha}
                if prep.base_source != "base_ref" else {}),
         }
+        lease = LeaseKeeper.take(ctx.ledger, run_id, ctx.lease_ttl_s)
         loop = cls(ctx, wq, run_id, repo, (sha, tree), RunState(), started)
-        loop.started = started
+        loop.started, loop.lease = started, lease
         loop.writer.append(rs.RUN_STARTED, started, signed=True)
         return loop
 
     @classmethod
     def resume(cls, run_id: str, ctx: RunContext) -> "RunLoop":
-        events = ctx.ledger.events(run_id)
-        if not events:
+        """Carry on a run from its ledger. Refused (RunLeaseHeld) while another
+        coordinator holds the run's lease; nothing is written before it is ours."""
+        if not ctx.ledger.head(run_id):
             raise RunNotFound(f"no run {run_id!r} in the ledger", details={"run_id": run_id})
+        lease = LeaseKeeper.take(ctx.ledger, run_id, ctx.lease_ttl_s)
+        try:
+            loop = cls._from_ledger(run_id, ctx)
+        except BaseException:
+            lease.stop()
+            raise
+        loop.lease = lease
+        loop.resumed = True
+        loop._remove_stale_work()
+        return loop
+
+    @classmethod
+    def _from_ledger(cls, run_id: str, ctx: RunContext) -> "RunLoop":
+        events = ctx.ledger.events(run_id)
         state = fold(events)
         started = dict(state.started or {})
         ops_dir = Path(ctx.ops_root) / "runs" / run_id
@@ -320,10 +328,17 @@ class RunLoop:
             raise RunError("the work queue changed since the run started", code="WORK_QUEUE_CHANGED",
                            details={"recorded": started.get("work_queue_digest"), "now": wq.digest})
         ctx.executor_kind = started.get("environment", {}).get("executor", ctx.executor_kind)
-        loop = cls(ctx, wq, run_id, Path(started["repo"]), (started["base_ref"], started["base_tree_hash"]),
+        return cls(ctx, wq, run_id, Path(started["repo"]), (started["base_ref"], started["base_tree_hash"]),
                    state, started)
-        loop.resumed = True
-        return loop
+
+    def _check_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
+
+    def _remove_stale_work(self) -> None:
+        """A killed coordinator's temp dir (attempt dirs with spawn.json and worker.key,
+        the gateway socket, the base mirror): its lease lapsed, so nobody uses it."""
+        sweep_attempt_dirs(self.run_id, keep=self.work)
 
     # -- events -----------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
@@ -371,10 +386,16 @@ class RunLoop:
                            signed=True)
         for neid in lost:
             ex = st.executions[neid]
-            self.writer.append(rs.TASK_LOST, {"node_execution_id": neid, "reason": "coordinator restarted"},
-                               node_id=ex["node_id"], node_execution_id=neid, wave_id=ex.get("wave_id"),
-                               task_id=ex["node_id"])
-            self.writer.revoke(jti=ex.get("jti"), profile_id=ex.get("profile_id"), reason="attempt lost on restart")
+
+            def lose(tx: Any, neid: str = neid, ex: Any = ex) -> tuple[None, list]:
+                # one transaction: an attempt is never recorded lost with its grant still valid
+                rec = tx.append(self.run_id, rs.TASK_LOST, {"node_execution_id": neid, "reason": "coordinator restarted"},
+                                node_id=ex["node_id"], node_execution_id=neid, wave_id=ex.get("wave_id"),
+                                task_id=ex["node_id"])
+                rev = tx.revoke(run_id=self.run_id, jti=ex.get("jti"), profile_id=ex.get("profile_id"),
+                                reason="attempt lost on restart")
+                return None, [rec, rev]
+            self.writer.transact(lose)
 
     # -- dispatch ---------------------------------------------------------------
     def _wave_base(self) -> str:
@@ -488,20 +509,9 @@ class RunLoop:
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
         now = time.monotonic()
         for nid, neid, spec, grant, worker_key in launches:
-            adir = self.work / "attempts" / neid
-            (adir / "scratch").mkdir(parents=True)
-            (adir / "spawn.json").write_text(json.dumps(spec))
-            key_path = write_worker_key(adir / "worker.key", worker_key)
+            files = write_attempt(self.work, spec, worker_key, self.graph.nodes[nid].task, self.limits,
+                                  egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             del worker_key
-            task = self.graph.nodes[nid].task
-            (adir / "task.json").write_text(json.dumps({
-                "max_processes": self.limits.max_processes, "landlock": True,
-                "required_outputs": list(task.get("required_outputs", [])),
-                "task": {k: task[k] for k in ("intent_tags", "declared_constraints", "risk") if k in task}}))
-            files = AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=self.base_git,
-                                 gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs",
-                                 task_json=adir / "task.json", worker_key=key_path,
-                                 egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
                                    "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
@@ -586,16 +596,29 @@ class RunLoop:
 
     # -- main ---------------------------------------------------------------------
     def run(self) -> RunOutcome:
-        st = self.writer.state
-        if st.finished is not None:
-            return self._outcome(st.finished)
-        resumed = self.resumed
+        if self.lease is None:  # built without start()/resume(): take the run now
+            self.lease = LeaseKeeper.take(self.ctx.ledger, self.run_id, self.ctx.lease_ttl_s)
+        self.lease.start()
+        try:
+            st = self.writer.state
+            if st.finished is not None:  # nothing to write; the files a kill may have cut short are rebuilt
+                self._export()
+                return self._outcome(st.finished)
+            return self._drive()
+        finally:
+            self.lease.stop()
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def _drive(self) -> RunOutcome:
+        assert self.lease is not None
         self._prepare()
         old_handlers = self._install_signals()
         try:
-            if resumed:
+            if self.resumed:
+                self.lease.check()
                 self._recover()
             while True:
+                self.lease.check()  # a coordinator that lost the run stops (every write checks too)
                 t0 = time.perf_counter()
                 c0 = time.thread_time()
                 self._reap()
@@ -619,7 +642,6 @@ class RunLoop:
                 self.gateway.stop()
             if self.egress_gate is not None:
                 self.egress_gate.stop()
-            shutil.rmtree(self.work, ignore_errors=True)
 
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -650,7 +672,8 @@ class RunLoop:
         fc = FinishedRun(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
                            base_tree_hash=self.base_tree, state=st, node_status=statuses(self.graph, st),
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
-                           ledger=self.ctx.ledger, signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
+                           ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
+                           signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
                            sandbox=self.ctx.sandbox, seed=self.seed)
         if any(s != "succeeded" for s in fc.node_status.values()):
             result = default_finish(fc)  # tasks failed: nothing is integrated
@@ -669,9 +692,12 @@ class RunLoop:
         payload = {**result, "counts": counts, "proposals": [p["proposal_id"] for p in self._accepted_proposals()],
                    "finished_at": utc_stamp()}
         self.writer.append(rs.RUN_FINISHED, payload, signed=True)
+        self._export()
+        return self._outcome(payload)
+
+    def _export(self) -> None:
         from .export import write_run_files
         write_run_files(self.ctx.ledger, self.run_id, Path(self.ctx.ops_root), self.graph)
-        return self._outcome(payload)
 
     def _outcome(self, finished: Mapping[str, Any]) -> RunOutcome:
         return RunOutcome(run_id=self.run_id, status=finished["status"], head=finished.get("head"),

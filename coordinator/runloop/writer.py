@@ -18,8 +18,10 @@ from ..runstate import RunState, apply
 
 class LedgerWriter:
     def __init__(self, ledger: Any, run_id: str, signer: SigningKey, state: RunState,
-                 on_record: Callable[[Any], None] | None = None) -> None:
+                 on_record: Callable[[Any], None] | None = None,
+                 guard: Callable[[], None] | None = None) -> None:
         self.ledger = ledger
+        self.guard = guard or (lambda: None)  # raises when this process may no longer write (lost lease)
         self.run_id = run_id
         self.signer = signer
         self.state = state
@@ -38,6 +40,7 @@ class LedgerWriter:
 
     def append(self, topic: str, payload: dict[str, Any], *, signed: bool = False, **keys: Any) -> Any:
         with self.lock:
+            self.guard()
             rec = self.ledger.append(self.run_id, topic, payload, signer=self.signer if signed else None, **keys)
             self._applied([rec])
             return rec
@@ -51,6 +54,7 @@ class LedgerWriter:
             return self.signer if ok else None
 
         with self.lock:
+            self.guard()
             with self.ledger.transaction() as tx:
                 recs = [tx.append(self.run_id, t, p, signer=signer_for(t), **k) for t, p, k in drafts]
             self._applied(recs)
@@ -59,6 +63,7 @@ class LedgerWriter:
     def transact(self, fn: Callable[[Any], Any]) -> Any:
         """Run fn(tx) in one ledger transaction; records it returns (as result[1]) are applied."""
         with self.lock:
+            self.guard()
             with self.ledger.transaction() as tx:
                 result, records = fn(tx)
             self._applied(records)
@@ -66,6 +71,7 @@ class LedgerWriter:
 
     def revoke(self, *, jti: str | None, profile_id: str | None, reason: str) -> None:
         with self.lock:
+            self.guard()
             rec = self.ledger.revoke(jti=jti, profile_id=profile_id, run_id=self.run_id, reason=reason)
             self._applied([rec] if rec is not None else [])
 
@@ -121,12 +127,14 @@ class WriterLedger:
 
     def append(self, run_id: str, topic: str, payload: dict[str, Any], **kw: Any) -> Any:
         with self._w.lock:
+            self._w.guard()
             rec = self._l.append(run_id, topic, payload, **kw)
             self._apply([rec])
             return rec
 
     def revoke(self, *a: Any, **kw: Any) -> Any:
         with self._w.lock:
+            self._w.guard()
             rec = self._l.revoke(*a, **kw)
             self._apply([rec])
             return rec
@@ -137,6 +145,7 @@ class WriterLedger:
         @contextmanager
         def _cm():
             with self._w.lock:
+                self._w.guard()
                 records: list = []
                 with self._l.transaction() as tx:
                     yield _TxRecorder(tx, records)
