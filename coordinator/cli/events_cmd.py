@@ -1,15 +1,16 @@
 """`dome events RUN_ID [--json] [--follow] [--since N]`: a run's ledger events.
 
---json prints one JSON object per line (the record's export form).
+--json prints one JSON object per line (the record's export form); an
+error is one JSON object `{"error": ...}`.
 --follow keeps polling for new events until the run's `run.finished` event
-(or Ctrl-C). Exit codes: 0 ok, 2 unknown run or bad arguments, 3 the ledger
-could not be opened.
+(or Ctrl-C). Piped into a reader that stops early (`| head`) it exits
+quietly. Exit codes: 0 ok, 2 unknown run, no ledger or bad arguments, 3 the
+ledger could not be opened. Reading never creates a ledger.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -43,36 +44,29 @@ def _line(rec) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ledger import Ledger
+    from .main import open_ledger_for_reading, report_error, run_not_found
 
-    ops_root = Path(args.ops_root)
     try:
-        if args.db is None and not (ops_root / "dome.db").exists():
-            raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
-                            hints=["pass --ops-root or --db"])
-        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+        ledger = open_ledger_for_reading(args)
     except DomeError as exc:
-        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome events: {exc}",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+        report_error("events", exc, as_json=args.json)
+        return EXIT_USAGE if exc.code == "LEDGER_NOT_FOUND" else EXIT_INTERNAL
     try:
+        if ledger.head(args.run_id) == 0:
+            report_error("events", run_not_found(args.run_id), as_json=args.json)
+            return EXIT_USAGE
         since = args.since
-        seen_any = False
         while True:
             batch = ledger.events(args.run_id, since=since)
             for rec in batch:
                 print(json.dumps(rec.to_json(), ensure_ascii=False) if args.json else _line(rec),
                       flush=True)
                 since = rec.sequence
-                seen_any = True
                 if args.follow and rec.topic == FINAL_TOPIC:
                     return EXIT_OK
             if not args.follow:
                 break
             time.sleep(POLL_SECONDS)
-        if not seen_any and ledger.head(args.run_id) == 0:
-            print(f"dome events: no run {args.run_id!r} in the ledger", file=sys.stderr)
-            return EXIT_USAGE
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_OK

@@ -5,12 +5,13 @@ the exported copies under OPS_ROOT/runs/ (records cut off the end of a run
 show up there as LEDGER_TRUNCATED; stale copies are warnings). Signatures are checked against the keyring of OPS_ROOT/keys/*.pub
 (coordinator.keys.load_keyring); a signed record whose key is not there fails
 closed. Exit codes: 0 the ledger is valid, 1 a record is bad (the first one
-is named), 2 bad arguments, 3 the ledger or the keyring could not be opened.
+is named), 2 bad arguments or no ledger there, 3 the ledger or the keyring could
+not be opened. Reading never creates a ledger.
 
 `export [RUN_ID ...]` rewrites the projections from the ledger (the ledger
 wins): OPS_ROOT/runs/<run_id>/events/event.<sequence>.json and
 OPS_ROOT/runs/<run_id>/otel/otlp.json, for the named runs or every run.
-Exit codes: 0 done, 2 unknown run, 3 the ledger could not be opened.
+Exit codes: 0 done, 2 unknown run or no ledger, 3 the ledger could not be opened.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments
+from .main import (EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments, error_object, exit_code_for,
+                   open_ledger_for_reading, report_error, run_not_found)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,26 +36,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ledger import Ledger
     from ledger.export import export_run
     from ledger.otel import write_projection
 
     ops_root = Path(args.ops_root)
     try:
-        if args.db is None and not (ops_root / "dome.db").exists():
-            raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
-                            hints=["pass --ops-root or --db"])
-        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+        ledger = open_ledger_for_reading(args)
     except DomeError as exc:
-        print(json.dumps({"error": exc.to_object()}) if args.json else f"dome ledger export: {exc}",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+        report_error("ledger export", exc, as_json=args.json)
+        return exit_code_for(exc)
     with ledger:
         known = ledger.run_ids()
         wanted = args.run_ids or known
         unknown = [r for r in wanted if r not in known]
         if unknown:
-            print(f"dome ledger export: no run {unknown[0]!r} in the ledger", file=sys.stderr)
+            report_error("ledger export", run_not_found(unknown[0]), as_json=args.json)
             return EXIT_USAGE
         out = []
         for run_id in wanted:
@@ -86,28 +83,21 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "export":
         return _export(args)
     if args.action != "verify":
-        print("usage: dome ledger verify|export [RUN_ID ...] [--db URL] [--ops-root DIR] [--json]",
-              file=sys.stderr)
+        report_error("ledger", error_object("USAGE", "give an action: verify or export",
+                                            hints=["dome ledger verify|export [RUN_ID ...] [--ops-root DIR]"]),
+                     as_json=getattr(args, "json", False))
         return EXIT_USAGE
-    from ledger import Ledger
-
     ops_root = Path(args.ops_root)
     try:
-        if args.db is None and not (ops_root / "dome.db").exists():
-            raise DomeError(f"no ledger at {ops_root / 'dome.db'}", code="LEDGER_NOT_FOUND",
-                            hints=["pass --ops-root or --db"])
-        with Ledger.open(args.db, ops_root, migrate_schema=False) as ledger:
+        with open_ledger_for_reading(args) as ledger:
             from coordinator.keys import load_keyring
             from ledger.export import check_against_exports
             report = ledger.verify(load_keyring(ops_root))
             problems, warnings = check_against_exports(ledger, ops_root)
             report.problems.extend(problems)
     except DomeError as exc:
-        if args.json:
-            print(json.dumps({"ok": False, "error": exc.to_object()}))
-        else:
-            print(f"dome ledger verify: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+        report_error("ledger verify", exc, as_json=args.json, extra={"ok": False})
+        return exit_code_for(exc)
     except Exception as exc:  # noqa: BLE001 - a damaged database is a finding
         err = {"code": "LEDGER_UNREADABLE", "message": str(exc), "details": {}, "hints": [],
                "retry": "none"}

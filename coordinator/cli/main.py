@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
-from typing import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from registry.errors import DomeError
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,6 +36,9 @@ EXIT_INVALID = 1  # a check ran and found a problem (verify, registry check)
 EXIT_USAGE = 2  # bad arguments or input
 EXIT_INTERNAL = 3  # an unexpected failure inside dome
 
+# error codes that mean the caller asked for something that is not there or not valid
+BAD_INPUT_CODES = frozenset({"LEDGER_NOT_FOUND", "RUN_NOT_FOUND", "USAGE", "UNKNOWN_COMMAND"})
+
 
 def default_ops_root() -> str:
     return os.environ.get("DOME_OPS_ROOT", "./ops")
@@ -46,6 +53,69 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def error_object(code: str, message: str, *, hints: Sequence[str] = (), details: dict | None = None) -> dict:
+    """The project's error object for errors that are not raised as DomeError."""
+    return {"code": code, "message": message, "details": details or {}, "hints": list(hints),
+            "retry": "none"}
+
+
+def report_error(command: str, err: Any, *, as_json: bool, extra: dict | None = None) -> None:
+    """Print an error the one way every command does: with --json one object
+    `{"error": {code, message, details, hints, retry}}` on stdout, otherwise
+    `dome COMMAND: CODE: message` and its hints on stderr."""
+    obj = err.to_object() if isinstance(err, DomeError) else dict(err)
+    if as_json:
+        print(json.dumps({**(extra or {}), "error": obj}, sort_keys=True))
+        return
+    print(f"dome {command}: {obj.get('code')}: {obj.get('message')}", file=sys.stderr)
+    for h in obj.get("hints") or []:
+        print(f"  hint: {h}", file=sys.stderr)
+
+
+def exit_code_for(err: DomeError, default: int = EXIT_INTERNAL) -> int:
+    return EXIT_USAGE if err.code in BAD_INPUT_CODES else default
+
+
+def open_ledger_for_reading(args: argparse.Namespace) -> Any:
+    """The ledger for a command that only reads it. Refuses (LEDGER_NOT_FOUND,
+    bad input) where there is none: a read never creates ops/dome.db, the ops
+    folder or a database file named by --db."""
+    from ledger import Ledger
+    from sqlalchemy.engine import make_url
+
+    ops_root = Path(args.ops_root)
+    where = ops_root / "dome.db"
+    if args.db is not None:
+        url = make_url(args.db)
+        database = url.database or ""
+        if url.get_backend_name() != "sqlite" or database in ("", ":memory:") or "mode=memory" in args.db:
+            return Ledger.open(args.db, ops_root, migrate_schema=False)
+        where = Path(database)
+    if not where.is_file():
+        raise DomeError(f"no ledger at {where}", code="LEDGER_NOT_FOUND",
+                        hints=["pass --ops-root of the runs (or --db)"])
+    return Ledger.open(args.db, ops_root, migrate_schema=False)
+
+
+def run_not_found(run_id: str) -> DomeError:
+    return DomeError(f"no run {run_id!r} in the ledger", code="RUN_NOT_FOUND", details={"run_id": run_id},
+                     hints=["dome status lists the runs of this ledger"])
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors follow the CLI contract: exit 2, and with --json
+    a JSON error object on stdout."""
+
+    json_errors = False  # set per invocation; sub-command parsers share it
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            report_error(self.prog.removeprefix("dome "), error_object("USAGE", message, hints=[
+                f"{self.prog} --help lists the options"]), as_json=True)
+            sys.exit(EXIT_USAGE)
+        super().error(message)
+
+
 def _top_help() -> str:
     width = max(len(c) for c in COMMANDS)
     lines = ["usage: dome COMMAND [options]", "", "commands:"]
@@ -56,6 +126,20 @@ def _top_help() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`dome events RUN | head`): stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return EXIT_OK
+
+
+def _main(argv: list[str]) -> int:
+    as_json = "--json" in argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_top_help())
         return EXIT_OK
@@ -65,7 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     name = argv[0]
     if name not in COMMANDS:
-        print(f"dome: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
+        if as_json:
+            report_error(name, error_object("UNKNOWN_COMMAND", f"unknown command {name!r}",
+                                            hints=["dome --help lists the commands"]), as_json=True)
+        else:
+            print(f"dome: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
         return EXIT_USAGE
     module_name, text = COMMANDS[name]
     try:
@@ -75,10 +163,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"dome {name}: not available in this build", file=sys.stderr)
         return EXIT_USAGE
-    parser = argparse.ArgumentParser(prog=f"dome {name}", description=text)
+    _Parser.json_errors = as_json
+    parser = _Parser(prog=f"dome {name}", description=text)
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except BrokenPipeError:
+        raise
+    except DomeError as exc:  # a typed error a command did not handle itself
+        report_error(name, exc, as_json=bool(getattr(args, "json", as_json)))
+        return exit_code_for(exc)
+    except Exception as exc:  # noqa: BLE001 - the contract: exit 3, still a typed error
+        report_error(name, error_object("INTERNAL_ERROR", f"{type(exc).__name__}: {exc}",
+                                        hints=["this is a bug in dome; please report it"]),
+                     as_json=bool(getattr(args, "json", as_json)))
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

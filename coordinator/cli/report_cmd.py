@@ -3,7 +3,8 @@
 Without --html it prints a short text summary. With --html it writes one
 self-contained page: summary and verdict, wave timeline, evidence chain, and
 for litho runs per-clip pictures beside the published numbers. Exit codes:
-0 written, 2 unknown run, 3 internal failure.
+0 written, 2 unknown run or no ledger, 3 internal failure. Progress goes to
+stderr while it renders; reading never creates a ledger.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from registry.errors import DomeError
 
@@ -26,26 +28,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ledger import Ledger
-
     from coordinator.report.build import build_report
 
-    ops_root = Path(args.ops_root)
+    from .main import open_ledger_for_reading, report_error, run_not_found
+
     try:
-        ledger = Ledger.open(args.db, ops_root, migrate_schema=False)
+        ledger = open_ledger_for_reading(args)
     except DomeError as exc:
-        print(f"dome report: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+        report_error("report", exc, as_json=args.json)
+        return EXIT_USAGE if exc.code == "LEDGER_NOT_FOUND" else EXIT_INTERNAL
+    progress = ReportProgress(sys.stderr)
     try:
         if args.run_id not in ledger.run_ids():
-            print(f"dome report: no run {args.run_id!r} in the ledger", file=sys.stderr)
+            report_error("report", run_not_found(args.run_id), as_json=args.json)
             return EXIT_USAGE
-        report = build_report(ledger, ops_root, args.run_id, pictures=not args.no_pictures)
+        report = build_report(ledger, Path(args.ops_root), args.run_id, pictures=not args.no_pictures,
+                              progress=progress)
     except DomeError as exc:
-        print(f"dome report: {exc}", file=sys.stderr)
+        report_error("report", exc, as_json=args.json)
         return EXIT_INTERNAL
     finally:
         ledger.close()
+        progress.done()
     if args.html:
         Path(args.html).write_text(report.html)
     if args.json:
@@ -58,3 +62,29 @@ def run(args: argparse.Namespace) -> int:
         if args.html:
             print(f"report written to {args.html}")
     return EXIT_OK
+
+
+class ReportProgress:
+    """Progress on stderr while the report renders (pictures take a while):
+    one line per step, redrawn in place on a terminal."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        self.shown = False
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        import shutil
+        text = f"dome report: {what} ({done}/{total})" if total else f"dome report: {what}"
+        if self.tty:
+            width = shutil.get_terminal_size((80, 24)).columns
+            self.out.write("\r\x1b[K" + text[: max(10, width - 1)])
+        else:
+            self.out.write(text + "\n")
+        self.out.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.tty and self.shown:
+            self.out.write("\r\x1b[K")
+            self.out.flush()

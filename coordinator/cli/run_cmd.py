@@ -4,7 +4,9 @@ Exit codes: 0 completed or promoted, 2 bad input (work queue, arguments),
 3 internal failure or no sandbox, 4 blocked, 5 failed, 6 cancelled.
 With --json, stdout carries exactly one JSON object:
 {run_id, status, head, promoted_ref, ops_path, counts, awaiting_consent,
-consent_token_file} (the last two say a run is held at the human gate).
+consent_token_file, why} (awaiting_consent and consent_token_file say a run
+is held at the human gate; `why` holds the reasons the verdict block prints).
+The live view and the verdict block go to stderr, with or without --json.
 """
 from __future__ import annotations
 
@@ -44,16 +46,20 @@ def _finish_stage():
 def run(args: argparse.Namespace) -> int:
     from coordinator.keys import load_keyring, load_or_create_signing_key
     from coordinator.runloop.loop import RunContext, RunLoop
-    from coordinator.runloop.view import LiveView, PlainView
+    from coordinator.runloop.view import make_view
     from ledger import Ledger
 
+    from .main import error_object, report_error
+    from .status_cmd import run_reasons
+
     if not args.work_queue and not args.resume:
-        print("dome run: give a WORK_QUEUE or --resume RUN_ID", file=sys.stderr)
+        report_error("run", error_object("USAGE", "give a WORK_QUEUE or --resume RUN_ID",
+                                         hints=["dome run examples/hello.queue.json"]), as_json=args.json)
         return 2
     ops_root = Path(args.ops_root)
-    ops_root.mkdir(parents=True, exist_ok=True)
-    view = None if args.json else (LiveView() if sys.stderr.isatty() else PlainView())
+    view = make_view(sys.stderr)  # on stderr, so it shows with --json too
     try:
+        ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
@@ -62,20 +68,19 @@ def run(args: argparse.Namespace) -> int:
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx)
         outcome = loop.run()
     except DomeError as exc:
-        obj = exc.to_object()
-        if args.json:
-            print(json.dumps({"error": obj}))
-        else:
-            print(f"dome run: {exc.code}: {exc.message}", file=sys.stderr)
-            for h in exc.hints:
-                print(f"  hint: {h}", file=sys.stderr)
+        view.close()
+        report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, SchemaValidationError) or exc.code.startswith(("WORK_QUEUE", "DUPLICATE",
                                                                                    "UNKNOWN_DEP", "SELF_DEP",
                                                                                    "DEPENDENCY_CYCLE", "BASE_REF",
                                                                                    "RUN_NOT_FOUND"))
         return 2 if bad_input else 3
+    view.close()
+    why = run_reasons(ledger, outcome.run_id)
     if args.json:
-        print(json.dumps(outcome.to_json(), sort_keys=True))
+        print(json.dumps({**outcome.to_json(), "why": why}, sort_keys=True))
+        print("\n".join(why["verdict"]), file=sys.stderr)  # the person watching stderr reads it too
     else:
-        print(f"run {outcome.run_id}: {outcome.status}  ({outcome.counts})  ops: {outcome.ops_path}")
+        print("\n".join(why["verdict"]))
+        print(f"  ledger: {outcome.ops_path}   next: dome report {outcome.run_id} --html report.html")
     return STATUS_EXIT.get(outcome.status, 3)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,20 +44,39 @@ def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
-    from ledger import Ledger
+def run_reasons(ledger: Any, run_id: str) -> dict[str, Any]:
+    """Why the run stands where it does: the reasons and the verdict block that
+    `dome run` ends with, worded for this terminal's width."""
+    import shutil
 
-    ledger = Ledger.open(args.db, Path(args.ops_root))
-    ids = [args.run_id] if args.run_id else ledger.run_ids()
-    if args.run_id and not ledger.events(args.run_id, limit=1):
-        print(f"dome status: no run {args.run_id!r}", file=sys.stderr)
-        return 2
-    rows = [summarize(ledger, r) for r in ids]
+    from coordinator.report.explain import explain, reasons
+
+    width = shutil.get_terminal_size((100, 24)).columns
+    return reasons(explain(run_id, [e.to_json() for e in ledger.events(run_id)]), width)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .main import open_ledger_for_reading, report_error, run_not_found
+
+    ledger = open_ledger_for_reading(args)
+    try:
+        ids = [args.run_id] if args.run_id else ledger.run_ids()
+        if args.run_id and not ledger.events(args.run_id, limit=1):
+            report_error("status", run_not_found(args.run_id), as_json=args.json)
+            return 2
+        rows = [summarize(ledger, r) for r in ids]
+        if args.run_id:
+            rows[0]["why"] = run_reasons(ledger, args.run_id)
+    finally:
+        ledger.close()
     if args.json:
-        print(json.dumps(rows[0] if args.run_id else rows, sort_keys=True))
+        print(json.dumps(rows[0] if args.run_id else {"runs": rows}, sort_keys=True))
         return 0
     for r in rows:
         nodes = " ".join(f"{k}={v}" for k, v in (r.get("nodes") or {}).items())
         print(f"{r['run_id']}  {r['status']:<10} waves={r['waves']} attempts={r['attempts']} "
               f"active={len(r['active_attempts'])} proposals={r['proposals']} {nodes}")
+    if args.run_id:
+        for line in rows[0]["why"]["verdict"][1:]:
+            print(line)
     return 0

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .html import ClipSection, render_html
 from .model import ReportModel, build_model
@@ -80,16 +80,23 @@ def _test_number(name: str) -> int | None:
     return int(digits[-1]) if digits else None
 
 
-def litho_clips(model: ReportModel, *, pictures: bool) -> list[ClipSection]:
+Progress = Callable[[int, int, str], None]  # (done, total, what)
+
+
+def _no_progress(done: int, total: int, what: str) -> None:
+    pass
+
+
+def litho_clips(model: ReportModel, *, pictures: bool, progress: Progress = _no_progress) -> list[ClipSection]:
     """One section per optimized clip: metrics from the task's evidence, the
     layout named by its committed metrics report, pictures from the head."""
     repo = model.manifest.get("repo")
     head = model.finished.get("head")
     csv_path = _published_csv()
     clips: list[ClipSection] = []
-    for ev in model.evidence:
-        if ev.kind != "litho.optimize":
-            continue
+    todo = [ev for ev in model.evidence if ev.kind == "litho.optimize"]
+    for i, ev in enumerate(todo):
+        progress(i, len(todo), f"clip {ev.node_id}: {'rendering pictures' if pictures else 'metrics'}")
         files = ev.data.get("files") or {}
         report = {}
         if repo and head and files.get("metrics"):
@@ -113,8 +120,11 @@ def _pinned_kernels(repo: str, rev: str) -> str | None:
     return "kernels/iccad13" if r.returncode == 0 and r.stdout.strip() else None
 
 
-def build_report(ledger: Any, ops_root: Path, run_id: str, *, pictures: bool = True) -> Report:
+def build_report(ledger: Any, ops_root: Path, run_id: str, *, pictures: bool = True,
+                 progress: Progress = _no_progress) -> Report:
+    progress(0, 0, "reading the ledger")
     events = [json.loads(json.dumps(r.to_json())) for r in ledger.events(run_id)]
     model = build_model(run_id, events)
-    clips = litho_clips(model, pictures=pictures)
+    clips = litho_clips(model, pictures=pictures, progress=progress)
+    progress(len(clips), len(clips), "writing the page")
     return Report(model=model, clips=clips, html=render_html(model, clips))

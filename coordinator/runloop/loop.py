@@ -183,6 +183,7 @@ class FinishContext:
     ops_root: Path | None = None
     sandbox: str = "bwrap"
     seed: int = 0
+    view: Any = None  # the live view: integration reports its steps to it
 
 
 @dataclass
@@ -635,7 +636,7 @@ class RunLoop:
                            base_tree_hash=self.base_tree, state=st, node_status=statuses(self.graph, st),
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
                            ledger=self.ctx.ledger, signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
-                           sandbox=self.ctx.sandbox, seed=self.seed)
+                           sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view)
         if any(s != "succeeded" for s in fc.node_status.values()):
             result = default_finish(fc)  # tasks failed: nothing is integrated
         else:
