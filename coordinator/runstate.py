@@ -43,6 +43,7 @@ class NodeState:
     active: tuple[str, ...] = ()  # node_execution_ids dispatched and not yet ended
     succeeded_by: str | None = None
     acked: bool = False
+    last_error: str | None = None  # error code of the latest failed attempt (what retry policy reads)
 
     @property
     def succeeded(self) -> bool:
@@ -105,7 +106,10 @@ def apply(state: RunState, event: Any) -> RunState:
                 ns = replace(ns, succeeded_by=neid)
         elif topic in (TASK_FAILED, TASK_TIMEOUT) or (
                 topic == TASK_COMPLETED and payload.get("outcome") != "succeeded"):
-            ns = replace(ns, failures=ns.failures + 1)
+            err = payload.get("error")
+            code = err.get("code") if isinstance(err, Mapping) else None
+            ns = replace(ns, failures=ns.failures + 1,
+                         last_error=str(code) if code else ("TIMEOUT" if topic == TASK_TIMEOUT else None))
         return replace(state, nodes={**state.nodes, node_id: ns}, ended=state.ended | {neid})
     if topic == TASK_ACK:
         ns = state.node(node_id)
