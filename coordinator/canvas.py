@@ -215,7 +215,8 @@ class Canvas:
         self._base_cp = Checkpoint("cp-0000", 0, base_ref, base_tree, "", (), ())
         self.workdir: Path | None = None
         if create_worktree:
-            self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dome-canvas-"))
+            # absolute: git creates the worktree from the repository, not from our cwd
+            self.workdir = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="dome-canvas-"))
             if self.workdir.exists():
                 shutil.rmtree(self.workdir)
             gitpython.Repo(self.repo).git.worktree("add", "--detach", "--no-checkout",

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("coordinator.cli.mcp_cmd", "serve the MCP front door"),
     "litho": ("coordinator.cli.litho_cmd", "lithography engine (evaluate, optimize)"),
     "registry": ("coordinator.cli.registry_cmd", "tool registry: check, openrpc, gen-client"),
+    "gc": ("coordinator.cli.gc_cmd", "prune the refs old runs left in a repository"),
 }
 
 EXIT_OK = 0
