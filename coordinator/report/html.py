@@ -10,13 +10,18 @@ from .model import ReportModel
 from .svg import color_for, evidence_graph_svg, timeline_svg
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1100px;color:#222}
-h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
-.badge{display:inline-block;padding:3px 10px;border-radius:12px;color:#fff;font-weight:600}
-table{border-collapse:collapse;font-size:13px;margin:6px 0} td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
-th{background:#f3f3f3} code{font-size:12px} .muted{color:#777} .grid{display:flex;flex-wrap:wrap;gap:10px}
-figure{margin:0;text-align:center;font-size:12px} figure img{width:200px;height:200px;image-rendering:pixelated;border:1px solid #ccc}
-.kv td:first-child{font-weight:600;background:#fafafa}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:16px auto;max-width:1100px;padding:0 12px;color:#222}
+h1{font-size:20px;margin-bottom:4px;overflow-wrap:anywhere} h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
+.badge{display:inline-block;padding:2px 9px;border-radius:12px;color:#fff;font-weight:600;font-size:12px;white-space:nowrap}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;font-size:13px;margin:6px 0} td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+td{overflow-wrap:break-word} th{background:#f3f3f3} td:first-child{white-space:nowrap} code{font-size:12px;overflow-wrap:anywhere} .muted{color:#777}
+.grid{display:flex;flex-wrap:wrap;gap:10px}
+figure{margin:0;text-align:center;font-size:12px} figure img{width:200px;height:200px;max-width:100%;image-rendering:pixelated;border:1px solid #ccc}
+.kv td:first-child{font-weight:600;background:#fafafa;white-space:nowrap}
+ul.why li{margin:3px 0} pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:4px 6px;margin:2px 0;font-size:12px}
+@media (max-width:600px){body{margin:8px auto} td,th{padding:2px 4px;font-size:12px}}
 """
 
 ROLE_TITLES = {"target": "target", "mask": "optimized mask", "print_nominal": "print, nominal",
@@ -60,6 +65,48 @@ def _clip_html(c: ClipSection) -> str:
             + _table(["method", "L2 (nm²)", "PVB (nm²)", "EPE violations", "conventions"], rows))
 
 
+def _badge(status: str) -> str:
+    return f'<span class="badge" style="background:{color_for(status)}">{escape(status.replace("_", " "))}</span>'
+
+
+def _why_html(m: ReportModel) -> str:
+    """The verdict's reasons: what the gate is missing, failed tasks, work that did not land whole."""
+    ex = m.explanation
+    if ex is None:
+        return ""
+    items: list[str] = []
+    if m.status != "promoted":
+        items += [f"<li>gate: <code>{escape(g.link)}</code> {escape(g.status)}"
+                  + (f" ({escape(g.detail)})" if g.detail else "") + "</li>" for g in ex.gate_problems]
+    for t in ex.failed_tasks:
+        tail = f"<pre>{escape(t.stderr_tail)}</pre>" if t.stderr_tail else ""
+        items.append(f"<li>task <b>{escape(t.node_id)}</b> failed after {t.attempts} attempt(s): "
+                     f"<code>{escape(t.code)}</code> {escape(t.message)}{tail}</li>")
+    for r in m.proposals:
+        if r.status not in ("applied", "submitted"):
+            items.append(f"<li>{escape(r.node_id)}: {_badge(r.status)} {escape(r.why)}</li>")
+    if not items:
+        return ""
+    return '<h2>Why</h2><ul class="why">' + "".join(items) + "</ul>"
+
+
+def _proposal_details(r: Any) -> str:
+    bits = []
+    if r.parts:
+        bits.append("parts: " + ", ".join(r.parts))
+    if r.hunks:
+        bits.append("at " + ", ".join(r.hunks))
+    if r.conflicts_with:
+        bits.append("conflicts with " + ", ".join(r.conflicts_with))
+    if r.failing_suites:
+        bits.append("failing suite: " + ", ".join(r.failing_suites))
+    return "; ".join(bits)
+
+
+def _scroll(inner: str) -> str:
+    return f'<div class="scroll">{inner}</div>'
+
+
 def render_html(m: ReportModel, clips: list[ClipSection] | None = None) -> str:
     verdict = m.status
     man, fin = m.manifest, m.finished
@@ -71,38 +118,47 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None) -> str:
         ("waves / attempts", f"{m.waves} / {len(m.attempts)}"), ("duration", f"{m.duration_s:.1f} s"),
         ("events in ledger", m.event_count),
     ])
-    missing = fin.get("missing") or m.gate.get("missing") or []
-    missing_html = ""
-    if missing:
-        missing_html = "<p><b>Missing or failing links:</b></p><ul>" + "".join(
-            f"<li><code>{escape(str(x))}</code></li>" for x in missing) + "</ul>"
-    links = _table(["link", "status", "detail"], [[l.get("link"), l.get("status"), l.get("detail", "")]
-                                                   for l in m.gate.get("links", [])]) if m.gate else \
+    links = _scroll(_table(["link", "status", "detail"], [[l.get("link"), l.get("status"), l.get("detail", "")]
+                                                          for l in m.gate.get("links", [])])) if m.gate else \
         '<p class="muted">No gate decision was computed for this run.</p>'
-    proposals = _table(["node", "proposal", "status", "files", "why"],
-                       [[r.node_id, r.proposal_id, r.status, ", ".join(r.files[:6]) + (" ..." if len(r.files) > 6 else ""),
-                         r.why] for r in m.proposals]) if m.proposals else '<p class="muted">No proposals.</p>'
-    validations = _table(["suite", "result", "head", "duration (s)", "proposals included"],
-                         [[v.suite, "pass" if v.passed else "FAIL", v.head_ref,
-                           "" if v.duration_s is None else f"{v.duration_s:.2f}", len(v.proposals)]
-                          for v in m.validations]) if m.validations else '<p class="muted">No validations ran.</p>'
+    if m.proposals:
+        rows = "".join(
+            f"<tr data-proposal=\"{escape(r.proposal_id)}\"><td>{escape(r.node_id)}</td><td><code>{escape(r.proposal_id)}</code></td>"
+            f"<td class=\"status\">{_badge(r.status)}</td><td>{escape(', '.join(r.files[:6]) + (' ...' if len(r.files) > 6 else ''))}</td>"
+            f"<td>{escape(r.why)}</td><td>{escape(_proposal_details(r))}</td></tr>" for r in m.proposals)
+        proposals = _scroll('<table id="proposals"><tr><th>node</th><th>proposal</th><th>status</th><th>files</th>'
+                            f'<th>why</th><th>details</th></tr>{rows}</table>')
+    else:
+        proposals = '<p class="muted">No proposals.</p>'
+    validations = _scroll(_table(["#", "phase", "suite", "result", "checkpoint", "head", "duration (s)", "proposals included"],
+                                 [[i + 1, v.phase, v.suite, "pass" if v.passed else "FAIL", v.checkpoint_id, v.head_ref,
+                                   "" if v.duration_s is None else f"{v.duration_s:.2f}", ", ".join(v.proposals)]
+                                  for i, v in enumerate(m.validations)])) if m.validations else \
+        '<p class="muted">No validations ran.</p>'
+    decisions = _scroll(_table(["#", "step", "what happened"], [[d.sequence, d.kind, d.text] for d in m.decisions])) \
+        if m.decisions else '<p class="muted">No integration took place.</p>'
     clip_html = ""
     if clips:
         clip_html = "<h2>Lithography: per-clip results</h2>" + "".join(_clip_html(c) for c in clips)
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>dome run {escape(m.run_id)}</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>dome run {escape(m.run_id)}</title>
 <style>{CSS}</style></head><body>
 <h1>dome run <code>{escape(m.run_id)}</code></h1>
-<p><span class="badge" style="background:{color_for(verdict)}">{escape(verdict)}</span></p>
-<h2>Summary</h2>{summary}{missing_html}
-<h2>Wave timeline</h2><p class="muted">One row per task, one bar per attempt; colour is the outcome
-(green completed, red failed, orange timeout, grey cancelled). Hover a bar for its attempt id.</p>
-{timeline_svg(m.attempts)}
+<p id="verdict">{_badge(verdict)}</p>
+<h2>Summary</h2>{_scroll(summary)}{_why_html(m)}
+<h2>Wave timeline</h2><p class="muted">One row per task in the order they started, one bar per attempt; colour
+is the outcome (green completed, red failed, orange timeout, grey cancelled); dashed lines mark where each
+wave starts. Hover a bar for its attempt id.</p>
+{_scroll(timeline_svg(m.attempts, duration=m.duration_s, wave_starts=m.wave_starts))}
+<h2>Integration</h2><p class="muted">Every integration decision in the order it was made, with its reason.</p>
+{decisions}
 <h2>Evidence chain</h2><p class="muted">Promotion needs every link below the gate to be present and signed.</p>
-{evidence_graph_svg(m.chain_nodes, m.chain_edges)}
+{_scroll(evidence_graph_svg(m.chain_nodes, m.chain_edges))}
 {links}
 <h2>Proposals</h2>{proposals}
-<h2>Validations</h2>{validations}
+<h2>Validations</h2><p class="muted">Phase <i>final</i> checks the whole stack; <i>bisect</i> checks a prefix of
+it to find the proposal that breaks a suite.</p>{validations}
 {clip_html}
 <p class="muted">Re-check this run offline with <code>dome verify {escape(m.run_id)}</code>.</p>
 </body></html>
