@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                                                                                    "RUN_NOT_FOUND"))
         return 2 if bad_input else 3
     view.close()
-    why = run_reasons(ledger, outcome.run_id)
+    why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps({**outcome.to_json(), "why": why}, sort_keys=True))
         print("\n".join(why["verdict"]), file=sys.stderr)  # the person watching stderr reads it too

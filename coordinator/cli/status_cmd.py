@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,13 @@ def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
     return out
 
 
-def run_reasons(ledger: Any, run_id: str) -> dict[str, Any]:
+def run_reasons(ledger: Any, run_id: str, out: Any = None) -> dict[str, Any]:
     """Why the run stands where it does: the reasons and the verdict block that
-    `dome run` ends with, worded for this terminal's width."""
-    import shutil
-
+    `dome run` ends with, worded for the width of the terminal `out` writes to."""
     from coordinator.report.explain import explain, reasons
+    from coordinator.runloop.view import columns
 
-    width = shutil.get_terminal_size((100, 24)).columns
-    return reasons(explain(run_id, [e.to_json() for e in ledger.events(run_id)]), width)
+    return reasons(explain(run_id, [e.to_json() for e in ledger.events(run_id)]), columns(out or sys.stdout))
 
 
 def run(args: argparse.Namespace) -> int:

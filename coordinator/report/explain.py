@@ -350,7 +350,7 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
         out.append(f"  proposals: {len(landed)} applied whole, {len(others)} not"
                    + (":" if others else ""))
         out += [_fit(f"    - {p.node_id or _short(p.proposal_id)}: {p.reason}", w) for p in others]
-    return out
+    return [line for item in out for line in _fit(item, w).split("\n")]  # wrapped items: one line each
 
 
 def _fit(line: str, width: int) -> str:

@@ -35,7 +35,8 @@ def _bar(fraction: float, width: int = 20) -> str:
     return "[" + "#" * n + "." * (width - n) + "]"
 
 
-def _columns(out: TextIO) -> int:
+def columns(out: TextIO) -> int:
+    """The width of the terminal `out` writes to (100 when it is not one)."""
     try:
         import os
         return os.get_terminal_size(out.fileno()).columns
@@ -145,7 +146,7 @@ class LiveView:
             counts[s] = counts.get(s, 0) + 1
         done = counts.get("succeeded", 0) + counts.get("failed", 0) + counts.get("blocked", 0)
         total = len(loop.graph)
-        width = _columns(self.out)
+        width = columns(self.out)
         lines = [f"dome run {loop.run_id}  wave {st.waves}  attempts {st.total_attempts}",
                  f"{_bar(done / total if total else 1, max(10, min(30, width - 40)))} {done}/{total}  " +
                  "  ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
@@ -169,7 +170,7 @@ class LiveView:
         if not force and now - self.last < REDRAW_S:
             return
         self.last = now
-        width = max(10, _columns(self.out) - 1)
+        width = max(10, columns(self.out) - 1)
         lines = [line[:width] for line in self._block()]  # never wrap: the redraw counts lines
         if self.lines:
             self.out.write(f"\x1b[{self.lines}F\x1b[J")

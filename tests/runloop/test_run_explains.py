@@ -213,3 +213,50 @@ def test_verify_on_a_correctly_blocked_run_says_valid_and_blocked(blocked_run):
     assert re.fullmatch(r"  (\d+)/\1 integrity checks passed", lines[1]), lines
     assert "target:refs/heads/target: invalid (moved since the base" in res.stdout
     assert "promoted head" not in res.stdout
+
+
+# -- progress in every phase ------------------------------------------------------
+
+def test_live_view_on_a_50_column_terminal_never_wraps(tmp_path):
+    """`dome run` on a real pseudo-terminal 50 columns wide: the redrawn block
+    covers integration and no line is wider than the terminal (a wrapped line
+    would make the redraw erase the wrong lines)."""
+    import pty
+    import select
+    import struct
+    import termios
+
+    repo = _repo(tmp_path / "repo")
+    q = write_queue(tmp_path, repo, [cmd_task("a-task-with-a-rather-long-node-name", "sleep 1; echo a > A.txt")],
+                    scheduling={"max_parallel": 1, "default_max_attempts": 1, "default_timeout_s": 60},
+                    validations=[{"suite": "command", "name": "tests", "argv": ["test", "-f", "A.txt"]}])
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 50, 0, 0))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("COLUMNS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "run", str(q), "--ops-root",
+                             str(tmp_path / "ops"), "--json"], stdin=slave, stdout=subprocess.PIPE, stderr=slave,
+                            env=env, cwd=tmp_path)
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            break
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    out, _ = proc.communicate(timeout=120)
+    os.close(master)
+    assert json.loads(out)["status"] == "promoted"
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert "\x1b[" in screen  # redrawn in place
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "\n", screen).replace("\r", "\n")
+    lines = [line for line in plain.split("\n") if line.strip()]
+    assert max(len(line) for line in lines) <= 50, max(lines, key=len)
+    assert any(line.startswith("integration: ") for line in lines)
+    assert any("final validation tests" in line for line in lines)
