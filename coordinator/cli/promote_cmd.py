@@ -1,6 +1,7 @@
 """`dome promote RUN_ID --consent TOKEN`: approve a run held at the human
 gate. The token is single-use; the run is promoted only if the rest of the
-evidence chain is still complete. Exit 0 promoted, 1 token refused, 4 blocked.
+evidence chain is still complete. Exit 0 promoted, 1 token refused, 2 unknown
+run or no ledger, 4 blocked.
 """
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ def run(args: argparse.Namespace) -> int:
     from coordinator.integration.consent import grant_consent
     from coordinator.integration.store import open_ledger
     from coordinator.keys import load_keyring, load_or_create_signing_key
+    from .main import run_not_found
     try:
         ledger = open_ledger(args.db, args.ops_root)
+        if not ledger.events(args.run_id, limit=1):
+            raise run_not_found(args.run_id)
         key = load_or_create_signing_key(args.ops_root)
         res = grant_consent(ledger, args.run_id, args.consent, key=key, ops_root=args.ops_root,
                             keyring=load_keyring(args.ops_root), approved_by=args.approved_by)
@@ -33,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": args.run_id, "error": exc.to_object()}))
         else:
             print(f"dome promote: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2 if exc.code == "LEDGER_NOT_FOUND" else 1
+        return 2 if exc.code in ("LEDGER_NOT_FOUND", "RUN_NOT_FOUND") else 1
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:

@@ -154,7 +154,8 @@ def test_read_only_commands_create_nothing_and_exit_2(tmp_path, argv):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("argv", [["status", "run-nope"], ["events", "run-nope"], ["report", "run-nope"]])
+@pytest.mark.parametrize("argv", [["status", "run-nope"], ["events", "run-nope"], ["report", "run-nope"],
+                                  ["promote", "run-nope", "--consent", "x"], ["run", "--resume", "run-nope"]])
 def test_unknown_run_is_bad_input_with_a_json_error(failed_run, argv):
     res = dome_cli(*argv, "--ops-root", str(failed_run["ops"]), "--json")
     assert res.returncode == 2
