@@ -105,7 +105,8 @@ def litho_clips(model: ReportModel, *, pictures: bool, progress: Progress = _no_
         layout_path = report.get("layout") or files.get("layout")
         name = Path(layout_path).stem if layout_path else ev.node_id
         clip = ClipSection(name=name, metrics=dict(ev.data.get("metrics") or {}),
-                           published=published_rows(csv_path, _test_number(name)))
+                           published=published_rows(csv_path, _test_number(name)),
+                           iterations=(report.get("ilt") or {}).get("iterations"))
         kernels = (ev.data.get("provenance") or {}).get("kernels")
         kernels = kernels if isinstance(kernels, str) and not Path(kernels).is_absolute() else None
         if pictures and repo and head and layout_path and files.get("mask") and report:
@@ -127,4 +128,18 @@ def build_report(ledger: Any, ops_root: Path, run_id: str, *, pictures: bool = T
     model = build_model(run_id, events)
     clips = litho_clips(model, pictures=pictures, progress=progress)
     progress(len(clips), len(clips), "writing the page")
-    return Report(model=model, clips=clips, html=render_html(model, clips))
+    return Report(model=model, clips=clips,
+                  html=render_html(model, clips, quick_iterations=quick_iterations(ops_root, run_id)))
+
+
+def quick_iterations(ops_root: Path, run_id: str) -> int | None:
+    """The ILT iteration count the run's work queue set for its optimize tasks
+    (a shortened schedule), or None when they ran the full default."""
+    try:
+        queue = json.loads((Path(ops_root) / "runs" / run_id / "work.queue.json").read_text())
+    except (OSError, ValueError):
+        return None
+    counts = {int(t["action_spec"]["params"]["iterations"]) for t in queue.get("tasks", [])
+              if isinstance(t, dict) and (t.get("action_spec") or {}).get("intent") == "litho.optimize"
+              and ((t.get("action_spec") or {}).get("params") or {}).get("iterations")}
+    return min(counts) if counts else None

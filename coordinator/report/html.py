@@ -20,7 +20,7 @@ td{overflow-wrap:break-word} th{background:#f3f3f3} td:first-child{white-space:n
 .grid{display:flex;flex-wrap:wrap;gap:10px}
 figure{margin:0;text-align:center;font-size:12px} figure img{width:200px;height:200px;max-width:100%;image-rendering:pixelated;border:1px solid #ccc}
 .kv td:first-child{font-weight:600;background:#fafafa;white-space:nowrap}
-ul.why li{margin:3px 0} pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:4px 6px;margin:2px 0;font-size:12px}
+ul.why li{margin:3px 0} .note{background:#fff8e1;border-left:4px solid #f9a825;padding:4px 8px} pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:4px 6px;margin:2px 0;font-size:12px}
 @media (max-width:600px){body{margin:8px auto} td,th{padding:2px 4px;font-size:12px}}
 """
 
@@ -34,6 +34,7 @@ class ClipSection:
     images: dict[str, bytes] = field(default_factory=dict)  # role -> PNG bytes
     metrics: dict[str, Any] = field(default_factory=dict)
     published: list[Mapping[str, Any]] = field(default_factory=list)  # rows of published_results.csv
+    iterations: int | None = None  # ILT iterations the mask was optimised with
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -61,8 +62,9 @@ def _clip_html(c: ClipSection) -> str:
     for p in c.published:
         rows.append([p.get("method", ""), p.get("L2_nm2", ""), p.get("PVB_nm2", ""), p.get("EPE", ""),
                      p.get("setting", "")])
-    return (f'<h3>{escape(c.name)}</h3><div class="grid">{figs}</div>'
-            + _table(["method", "L2 (nm²)", "PVB (nm²)", "EPE violations", "conventions"], rows))
+    iters = f'<p class="muted">{c.iterations} ILT iterations</p>' if c.iterations else ""
+    return (f'<h3>{escape(c.name)}</h3>{iters}<div class="grid">{figs}</div>'
+            + _scroll(_table(["method", "L2 (nm²)", "PVB (nm²)", "EPE violations", "conventions"], rows)))
 
 
 def _badge(status: str) -> str:
@@ -107,7 +109,59 @@ def _scroll(inner: str) -> str:
     return f'<div class="scroll">{inner}</div>'
 
 
-def render_html(m: ReportModel, clips: list[ClipSection] | None = None) -> str:
+def _num(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got and len(got) == len(values) else None
+
+
+def litho_summary_html(clips: list[ClipSection], quick_iterations: int | None) -> str:
+    """One row of averages over the clips beside the best published result for
+    the same clips, and the gap; a note when a shortened ILT schedule ran."""
+    rows = []
+    ours = {k: _mean([_num(c.metrics.get(k)) for c in clips]) for k in ("l2_nm2", "pvb_nm2", "epe_violations")}
+    best = [c.published[0] if c.published else {} for c in clips]
+    pub = {k: _mean([_num(b.get(col)) for b in best]) for k, col in
+           (("l2_nm2", "L2_nm2"), ("pvb_nm2", "PVB_nm2"), ("epe_violations", "EPE"))}
+
+    def fmt(v: float | None) -> str:
+        return "" if v is None else f"{v:,.0f}"
+
+    def gap(k: str) -> str:
+        o, b = ours[k], pub[k]
+        return "" if o is None or b is None or b == 0 else f"{100 * (o - b) / b:+.1f}%"
+
+    rows.append([f"dome, mean of {len(clips)} clip(s)", fmt(ours["l2_nm2"]), fmt(ours["pvb_nm2"]),
+                 fmt(ours["epe_violations"])])
+    rows.append(["best published per clip, mean", fmt(pub["l2_nm2"]), fmt(pub["pvb_nm2"]),
+                 fmt(pub["epe_violations"])])
+    rows.append(["gap to best published", gap("l2_nm2"), gap("pvb_nm2"), gap("epe_violations")])
+    note = ""
+    if quick_iterations:
+        note = (f'<p class="note">Quick schedule: the masks were optimised with {quick_iterations} ILT '
+                "iterations (set by the work queue), fewer than the full schedule; expect a larger gap "
+                "than the full job.</p>")
+    return ('<h3>All clips</h3>' + note
+            + _scroll(_table(["", "L2 (nm²)", "PVB (nm²)", "EPE violations"], rows)))
+
+
+def drc_html(drc: list[dict[str, Any]]) -> str:
+    if not drc:
+        return ""
+    rows = [[d["node_id"], d.get("layout") or "", d.get("deck") or "", d.get("markers"),
+             ", ".join(f"{rule}: {n}" for rule, n in sorted(d["rule_counts"].items())) or "none"] for d in drc]
+    return ("<h2>Mask rules (DRC) per mask</h2>"
+            + _scroll(_table(["task", "mask", "deck", "markers", "markers by rule"], rows)))
+
+
+def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
+                quick_iterations: int | None = None) -> str:
     verdict = m.status
     man, fin = m.manifest, m.finished
     summary = _kv([
@@ -139,7 +193,9 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None) -> str:
         if m.decisions else '<p class="muted">No integration took place.</p>'
     clip_html = ""
     if clips:
-        clip_html = "<h2>Lithography: per-clip results</h2>" + "".join(_clip_html(c) for c in clips)
+        clip_html = ("<h2>Lithography: per-clip results</h2>" + litho_summary_html(clips, quick_iterations)
+                     + "".join(_clip_html(c) for c in clips))
+    clip_html += drc_html(m.drc)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>dome run {escape(m.run_id)}</title>

@@ -68,6 +68,7 @@ class ReportModel:
     evidence: list[TaskEvidence] = field(default_factory=list)
     duration_s: float = 0.0
     event_count: int = 0
+    drc: list[dict[str, Any]] = field(default_factory=list)  # per-mask DRC task results
     decisions: list[Decision] = field(default_factory=list)  # integration, in ledger order
     wave_starts: list[float] = field(default_factory=list)  # seconds since run start
     explanation: Explanation | None = None
@@ -105,6 +106,11 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
                                                 else "failed")
                 m.attempts.append(Attempt(lane=str(a["node"]), label=f"{neid} ({a['kind']})",
                                           start=a["start"], end=rel, status=status, wave=a["wave"]))
+            summary = p.get("summary") if isinstance(p.get("summary"), Mapping) else {}
+            if topic == "task.completed" and "rule_counts" in summary:  # a drc.run task's result
+                m.drc.append({"node_id": str(ev.get("node_id")), "layout": summary.get("layout"),
+                              "deck": summary.get("deck"), "markers": summary.get("marker_count"),
+                              "rule_counts": dict(summary.get("rule_counts") or {})})
             if topic == "task.completed":
                 for item in p.get("evidence") or []:
                     if isinstance(item, Mapping):
