@@ -360,4 +360,6 @@ def _fit(line: str, width: int) -> str:
     import textwrap
     body = line.lstrip()
     lead = len(line) - len(body) + (2 if body.startswith(("- ", "| ")) else 0)
-    return textwrap.fill(line, width=width, subsequent_indent=" " * lead, break_on_hyphens=False)
+    # long words (paths, tokens) stay whole so they can be copied
+    return textwrap.fill(line, width=width, subsequent_indent=" " * lead, break_on_hyphens=False,
+                         break_long_words=False)
