@@ -261,3 +261,28 @@ def test_live_view_on_a_50_column_terminal_never_wraps(tmp_path):
     assert max(len(line) for line in lines) <= 50, max(lines, key=len)
     assert any(line.startswith("integration: ") for line in lines)
     assert any("final validation tests" in line for line in lines)
+
+
+def test_pytest_suite_on_a_read_only_checkout_runs_without_cache_warnings(tmp_path):
+    """A `python3 -m pytest` validation (as the examples use) runs on a read-only
+    view of the head: pytest must not warn that it cannot write its cache."""
+    from coordinator.canvas import Checkpoint
+    from coordinator.integration.validation import SuiteRunner
+
+    repo = _repo(tmp_path / "repo")
+    (repo / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a test")
+    cp = Checkpoint("cp-0001", 1, git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}"), "",
+                    ("p",), ("p",))
+    seen = {}
+
+    def keep(data: bytes) -> str:
+        seen["log"] = data
+        return "sha256:" + "0" * 64
+
+    rep = SuiteRunner(repo, put_artifact=keep)(cp, {"suite": "command", "name": "tests",
+                                                    "argv": ["python3", "-m", "pytest", "-q", "-rw"]})
+    assert rep["result"] == "passed", rep.get("summary")
+    log = seen["log"].decode("utf-8", "replace")
+    assert "1 passed" in log and "warning" not in log.lower() and "cache" not in log.lower(), log[-1500:]
