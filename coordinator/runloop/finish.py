@@ -70,11 +70,15 @@ class AnnouncedValidator:
 
     def __init__(self, make: Callable[[], Any], view: Any) -> None:
         self.make, self.view, self.inner = make, view, None
+        self.newest = -1  # the newest checkpoint validated: the head of the stack
 
     def __call__(self, cp: Any, suite: Mapping[str, Any]) -> dict[str, Any]:
         from coordinator.integration.validation import suite_name
         if self.inner is None:  # built on first use, as finish_run would (it may need a sandbox)
             self.inner = self.make()
-        self.view.on_step(f"validating {suite_name(suite)} on {cp.checkpoint_id} "
+        # the whole stack is validated on its head; a bisect step checks an older prefix
+        phase = "final" if cp.index >= self.newest else "bisect step"
+        self.newest = max(self.newest, cp.index)
+        self.view.on_step(f"validating {suite_name(suite)} ({phase}) on {cp.checkpoint_id} "
                           f"({len(cp.included)} proposal(s))")
         return self.inner(cp, suite)

@@ -118,7 +118,7 @@ def test_blocked_run_names_the_moved_target_and_integration_shows_on_stderr(bloc
     # the live view (plain lines: stderr is not a terminal) covers integration, with --json
     assert "integration write: proposal verified" in err
     assert "integration applied write" in err
-    assert "integration validating tests on cp-0001 (1 proposal(s))" in err
+    assert "integration validating tests (final) on cp-0001 (1 proposal(s))" in err
     assert "integration final validation tests on 1 proposal(s): passed" in err
     assert "integration gate passed" in err
     assert "integration promotion blocked to refs/heads/target" in err
