@@ -18,7 +18,9 @@ h1{font-size:20px;margin-bottom:4px;overflow-wrap:anywhere} h2{font-size:17px;bo
 table{border-collapse:collapse;font-size:13px;margin:6px 0} td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 td{overflow-wrap:break-word} th{background:#f3f3f3} td:first-child{white-space:nowrap} code{font-size:12px;overflow-wrap:anywhere} .muted{color:#777}
 .grid{display:flex;flex-wrap:wrap;gap:10px}
-figure{margin:0;text-align:center;font-size:12px} figure img{width:200px;height:200px;max-width:100%;image-rendering:pixelated;border:1px solid #ccc}
+figure{margin:0;text-align:center;font-size:12px} figure img{width:200px;height:200px;max-width:100%;image-rendering:pixelated;border:1px solid #ccc;cursor:zoom-in}
+figure img:focus{position:fixed;inset:0;margin:auto;width:min(96vw,96vh);height:min(96vw,96vh);z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.6);cursor:zoom-out;outline:none}
+.legend span{display:inline-block;width:12px;height:12px;vertical-align:middle;margin:0 4px 0 10px;border:1px solid #999}
 .kv td:first-child{font-weight:600;background:#fafafa;white-space:nowrap}
 ul.why li{margin:3px 0} .note{background:#fff8e1;border-left:4px solid #f9a825;padding:4px 8px} pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:4px 6px;margin:2px 0;font-size:12px}
 @media (max-width:600px){body{margin:8px auto} td,th{padding:2px 4px;font-size:12px}}
@@ -38,7 +40,13 @@ class ClipSection:
 
 
 def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+    # tabindex: a click (or Tab) focuses the picture and CSS shows it large; click outside to close
+    return f'<img tabindex="0" alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+LEGEND = ('<p class="legend muted">Click a picture to enlarge it.<span style="background:#cdcdcd"></span>target'
+          '<span style="background:#1e5ac8"></span>print<span style="background:#141414"></span>mask, target '
+          'alone<span style="border:2px solid #dc1e1e;border-radius:50%"></span>EPE violation</p>')
 
 
 def _kv(rows: list[tuple[str, Any]]) -> str:
@@ -63,7 +71,7 @@ def _clip_html(c: ClipSection) -> str:
         rows.append([p.get("method", ""), p.get("L2_nm2", ""), p.get("PVB_nm2", ""), p.get("EPE", ""),
                      p.get("setting", "")])
     iters = f'<p class="muted">{c.iterations} ILT iterations</p>' if c.iterations else ""
-    return (f'<h3>{escape(c.name)}</h3>{iters}<div class="grid">{figs}</div>'
+    return (f'<h3>{escape(c.name)}</h3>{iters}{LEGEND if figs else ""}<div class="grid">{figs}</div>'
             + _scroll(_table(["method", "L2 (nm²)", "PVB (nm²)", "EPE violations", "conventions"], rows)))
 
 
