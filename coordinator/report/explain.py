@@ -138,6 +138,7 @@ class Explainer:
         self.attempts: dict[str, int] = {}
         self.last_failure: dict[str, tuple[str, str, str]] = {}
         self.succeeded: set[str] = set()
+        self.bisect_suites: list[str] = []  # the suites the latest bisect searched on
 
     def fate(self, pid: str) -> ProposalFate:
         root = pid.split(":split-")[0]
@@ -245,16 +246,13 @@ class Explainer:
             ex.decisions.append(Decision(seq, "validation", f"{v.phase} validation {suite} on "
                                          f"{len(v.proposals)} proposal(s): {'passed' if passed else 'FAILED'}"))
         elif topic == "integration.bisect":
+            self.bisect_suites = [str(x) for x in p.get("failing_suites") or []]
             culprits = [node_of.get(c.split(":split-")[0], c) for c in p.get("culprit_proposal_ids") or []]
             ex.decisions.append(Decision(seq, "bisect", f"bisect over {len(p.get('steps') or [])} step(s): "
                                          f"{', '.join(p.get('failing_suites') or [])} fails first with "
                                          f"{', '.join(culprits) or '?'}"))
         elif topic == "integration.ejected":
-            suites = []
-            for d in reversed(ex.decisions):
-                if d.kind == "bisect":
-                    suites = d.text.split(": ", 1)[1].split(" fails first")[0].split(", ")
-                    break
+            suites = self.bisect_suites
             for e_pid in p.get("proposal_ids") or []:
                 f = fate(str(e_pid))
                 f.status, f.decision, f.sequence = "ejected", "bisect", seq
