@@ -41,7 +41,7 @@ class ClipSection:
 
 def _img(png: bytes, alt: str) -> str:
     # tabindex: a click (or Tab) focuses the picture and CSS shows it large; click outside to close
-    return f'<img tabindex="0" alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}" tabindex="0">'
 
 
 LEGEND = ('<p class="legend muted">Click a picture to enlarge it.<span style="background:#cdcdcd"></span>target'

@@ -40,5 +40,5 @@ def test_summary_row_gap_quick_note_and_drc_per_mask() -> None:
 def test_pictures_can_be_enlarged_and_have_a_legend() -> None:
     png = b"\x89PNG\r\n\x1a\nfake"
     html = render_html(build_model("run-l", EVENTS), [ClipSection("M1_test1", {"mask": png, "violations": png}, {})])
-    assert html.count('<img tabindex="0"') == 2 and "figure img:focus{position:fixed" in html
+    assert html.count('" tabindex="0">') == 2 and "figure img:focus{position:fixed" in html
     assert "Click a picture to enlarge it." in html and "EPE violation</p>" in html
