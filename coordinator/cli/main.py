@@ -54,17 +54,16 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def error_object(code: str, message: str, *, hints: Sequence[str] = (), details: dict | None = None) -> dict:
-    """The project's error object for errors that are not raised as DomeError."""
-    return {"code": code, "message": message, "details": details or {}, "hints": list(hints),
-            "retry": "none"}
+def error_object(code: str, message: str, *, hints: Sequence[str] = (), details: dict | None = None) -> DomeError:
+    """A typed error for a problem found in the CLI itself (bad flags, unknown command)."""
+    return DomeError(message, code=code, hints=list(hints), details=details or {})
 
 
-def report_error(command: str, err: Any, *, as_json: bool, extra: dict | None = None) -> None:
+def report_error(command: str, err: DomeError, *, as_json: bool, extra: dict | None = None) -> None:
     """Print an error the one way every command does: with --json one object
     `{"error": {code, message, details, hints, retry}}` on stdout, otherwise
     `dome COMMAND: CODE: message` and its hints on stderr."""
-    obj = err.to_object() if isinstance(err, DomeError) else dict(err)
+    obj = err.to_object()
     if as_json:
         print(json.dumps({**(extra or {}), "error": obj}, sort_keys=True))
         return
