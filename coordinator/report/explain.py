@@ -90,6 +90,7 @@ class Explanation:
     validations: list[ValidationRun] = field(default_factory=list)
     awaiting_consent: bool = False
     consent_token_file: str | None = None
+    blocked_tasks: int = 0  # tasks that never ran because a task they depend on failed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -286,6 +287,7 @@ class Explainer:
             ex.reason, ex.head, ex.promoted_ref = p.get("reason"), p.get("head"), p.get("promoted_ref")
             ex.awaiting_consent = bool(p.get("awaiting_consent"))
             ex.consent_token_file = p.get("consent_token_file")
+            ex.blocked_tasks = int((p.get("counts") or {}).get("blocked") or 0)
         return ex.decisions[n0:]
 
     def explanation(self) -> Explanation:
@@ -342,6 +344,8 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
         for t in ex.failed_tasks:
             out.append(_fit(f"    - {t.node_id} after {t.attempts} attempt(s): {t.code} {t.message}", w))
             out += [_fit(f"        | {line}", w) for line in t.stderr_tail.splitlines()]
+    if ex.blocked_tasks:
+        out.append(f"  {ex.blocked_tasks} task(s) did not run: they depend on a task that failed")
     landed = [p for p in ex.proposals if p.status == "applied" and ":split-" not in p.proposal_id]
     others = [p for p in ex.not_landed if ":split-" not in p.proposal_id]
     if ex.proposals and (others or ex.gate_passed is not None):

@@ -105,3 +105,18 @@ def test_reasons_are_data_without_split_parts() -> None:
     assert [p["proposal_id"] for p in r["proposals_not_landed"]] == ["pp-d", "pp-e", "pp-s", "pp-t"]
     assert r["gate_problems"] == [{"link": "target:refs/heads/out", "status": "invalid",
                                    "detail": "moved since the base; not an ancestor of the head"}]
+
+
+def test_tasks_blocked_by_a_failed_dependency_are_counted() -> None:
+    events = [ev("task.dispatched", "build", node_execution_id="ne-1"),
+              ev("task.completed", "build", node_execution_id="ne-1", outcome="failed",
+                 error={"code": "COMMAND_FAILED", "message": "command exited with 2",
+                        "details": {"stderr_tail": "make: *** [all] Error 2\n"}}),
+              ev("run.finished", status="failed", counts={"failed": 1, "blocked": 2, "succeeded": 0})]
+    assert explain("run-y", events).verdict_lines(100) == [
+        "run run-y: failed",
+        "  1 task(s) failed:",
+        "    - build after 1 attempt(s): COMMAND_FAILED command exited with 2",
+        "        | make: *** [all] Error 2",
+        "  2 task(s) did not run: they depend on a task that failed",
+    ]
