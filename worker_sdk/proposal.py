@@ -6,11 +6,22 @@ exact base commit with `git diff --cached --binary --full-index`; the diff
 is canonicalized by `registry.diffs` (the same code the coordinator uses to
 recompute it), so `diff_digest`, `touched_files` and `hunk_fingerprints`
 match on both sides byte for byte.
+
+The checkout's own `.git` belongs to the action, which may have planted
+hooks, `core.fsmonitor`, `include.path`, filters or an external diff in its
+config: git would run those here, in the runtime, outside the action's
+Landlock domain. So the diff is computed with a git directory made fresh
+for it after the action ended (config written by us, no hooks, objects of
+the read-only base repository borrowed as alternates), pointed at the
+checkout as a bare work tree; system and global config are off and hooks
+and fsmonitor are disabled on the command line as well.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +33,45 @@ LOCKFILES = ("package-lock.json", "poetry.lock", "Cargo.lock", "uv.lock", "requi
              "pyproject.toml", "go.sum", "yarn.lock", "Pipfile.lock")
 
 
-def _git(scratch: Path, *args: str) -> bytes:
-    return subprocess.run(["git", *args], cwd=scratch, check=True, capture_output=True,
-                          env={"GIT_CONFIG_NOSYSTEM": "1", "HOME": str(scratch), "PATH": "/usr/bin:/bin"}).stdout
+# what no repository config may turn on for the runtime's own git
+SAFE_GIT_OPTIONS = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.untrackedCache=false",
+                    "-c", "diff.external=", "-c", "core.pager=cat", "-c", "core.sshCommand=false",
+                    "-c", "protocol.allow=never")
+GIT_TIMEOUT_S = 600
 
 
-def canonical_worktree_diff(scratch: Path, base_ref: str) -> bytes:
-    """Raw `git diff --binary --full-index` of the checkout's changes against base_ref."""
-    _git(scratch, "add", "-A")
-    args = list(DIFF_GIT_ARGS)
-    args.insert(1, "--cached")
-    return _git(scratch, *args, base_ref, "--")
+def _git(git_dir: Path, work_tree: Path, *args: str) -> bytes:
+    env = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
+           "GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(work_tree), "HOME": str(git_dir),
+           "GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+    return subprocess.run(["git", *SAFE_GIT_OPTIONS, *args], cwd=work_tree, check=True, capture_output=True,
+                          env=env, timeout=GIT_TIMEOUT_S).stdout
+
+
+def base_objects(scratch: Path) -> Path:
+    """The object store holding the base commit: the read-only base repository
+    the sandbox binds ($DOME_BASE_GIT), else the checkout's own (tests, --sandbox none)."""
+    base_git = os.environ.get("DOME_BASE_GIT")
+    root = Path(base_git) if base_git else scratch / ".git"
+    return root / "objects" if (root / "objects").is_dir() else root
+
+
+def canonical_worktree_diff(scratch: Path, base_ref: str, objects: Path | None = None) -> bytes:
+    """Raw `git diff --binary --full-index` of the checkout's changes against base_ref,
+    computed with a fresh private git directory (the checkout's .git is never read).
+    It sits beside the checkout, under the scratch quota, where the action cannot write."""
+    with tempfile.TemporaryDirectory(prefix=".dome-diff-", dir=scratch.parent) as tmp:
+        git_dir = Path(tmp) / "git"
+        subprocess.run(["git", "init", "-q", "--bare", "--template=", str(git_dir)], check=True,
+                       capture_output=True, timeout=GIT_TIMEOUT_S,
+                       env={"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "PATH": "/usr/bin:/bin",
+                            "HOME": tmp})
+        (git_dir / "objects" / "info" / "alternates").write_text(f"{objects or base_objects(scratch)}\n")
+        _git(git_dir, scratch, "-c", "core.bare=false", "read-tree", base_ref)
+        _git(git_dir, scratch, "-c", "core.bare=false", "add", "-A")
+        args = list(DIFF_GIT_ARGS)
+        args.insert(1, "--cached")
+        return _git(git_dir, scratch, "-c", "core.bare=false", *args, base_ref, "--")
 
 
 def _risk(touched: list[str], stats: dict[str, int], declared: str | None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from registry.errors import DomeError
 from registry.schema_store import validate
 from registry.signing import Keyring, PublicKey, SignatureError, dsse_verify
 
+from . import sandbox_limits
 from .cancel import CancellationToken
 from .intents import IntentContext, handler_action, resolve
 
@@ -91,9 +92,11 @@ def load_worker_key(path: str | None, profile: dict[str, Any]) -> Any:
 
 def _git(cwd: Path, *args: str) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": os.devnull,
            "GIT_AUTHOR_NAME": "dome-worker", "GIT_AUTHOR_EMAIL": "worker@dome.invalid",
            "GIT_COMMITTER_NAME": "dome-worker", "GIT_COMMITTER_EMAIL": "worker@dome.invalid"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True,
+                          timeout=600).stdout.strip()
 
 
 def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> None:
@@ -149,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
                             put_artifact=lambda data, mt="application/octet-stream": (
                                 client.put_artifact(data, mt) if "put_artifact" in client.allowed else ""),
                             limits=constraints)
-        result = handler(ctx)
+        try:
+            result = handler(ctx)
+        except Exception:
+            sandbox_limits.check()  # a limit the action hit explains its failure better than the failure
+            raise
+        sandbox_limits.check()  # the limits held; an attempt that ran into one is not a success
         from .proposal import build_proposal
         task = constraints.get("task", {})
         built = build_proposal(scratch, spawn=spawn, profile=profile, intent_tags=task.get("intent_tags"),

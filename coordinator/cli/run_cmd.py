@@ -11,11 +11,14 @@ The live view and the verdict block go to stderr, with or without --json.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 from registry.errors import DomeError, SchemaValidationError
+
+from coordinator.workqueue import WorkQueueError
 
 from .main import add_common_arguments
 
@@ -44,10 +47,7 @@ def _finish_stage():
 
 
 def run(args: argparse.Namespace) -> int:
-    from coordinator.keys import load_keyring, load_or_create_signing_key
-    from coordinator.runloop.loop import RunContext, RunLoop
-    from coordinator.runloop.view import make_view
-    from ledger import Ledger
+    from coordinator.preflight import prepare
 
     from .main import error_object, report_error
     from .status_cmd import run_reasons
@@ -57,23 +57,33 @@ def run(args: argparse.Namespace) -> int:
                                          hints=["dome run examples/hello.queue.json"]), as_json=args.json)
         return 2
     ops_root = Path(args.ops_root)
-    view = make_view(sys.stderr)  # on stderr, so it shows with --json too
+    view = None
     try:
+        # pre-flight first, before the run loop is even imported: bad input is refused
+        # in well under a second, before the ledger, keys or ops/ exist
+        integrate = importlib.util.find_spec("coordinator.integration.finish") is not None
+        prepared = None if args.resume else prepare(args.work_queue, integrate=integrate)
+        finish = _finish_stage()
+        from coordinator.keys import load_keyring, load_or_create_signing_key
+        from coordinator.runloop.loop import RunContext, RunLoop
+        from coordinator.runloop.view import make_view
+        from ledger import Ledger
+
+        view = make_view(sys.stderr)  # on stderr, so it shows with --json too
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=_finish_stage(), view=view)
-        loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx)
+                         max_parallel=args.max_parallel, finish=finish, view=view)
+        loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:
-        view.close()
+        if view is not None:
+            view.close()
         report_error("run", exc, as_json=args.json)
-        bad_input = isinstance(exc, SchemaValidationError) or exc.code.startswith(("WORK_QUEUE", "DUPLICATE",
-                                                                                   "UNKNOWN_DEP", "SELF_DEP",
-                                                                                   "DEPENDENCY_CYCLE", "BASE_REF",
-                                                                                   "RUN_NOT_FOUND"))
+        bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
+            "BASE_REF", "RUN_NOT_FOUND"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)

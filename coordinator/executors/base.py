@@ -63,6 +63,8 @@ class Limits:
     max_open_files: int = 1024
     max_processes: int = 256
     max_file_mb: int = 1024
+    tmp_mb: int = 1024  # the private /tmp tmpfs
+    disk_mb: int = 4096  # the scratch tmpfs (checkout + diff): the attempt's disk quota
 
     @classmethod
     def from_work_queue(cls, limits: Mapping[str, Any]) -> "Limits":

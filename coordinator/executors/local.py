@@ -16,16 +16,30 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .base import AttemptFiles, ExitInfo, Limits, SandboxUnavailable
-from .sandbox import bwrap_argv, direct_argv, direct_env, make_preexec, pids_cgroup_parent, probe_bwrap
+from .sandbox import (bwrap_argv, direct_argv, direct_env, make_preexec, memory_cgroup_parent, oom_kills,
+                      pids_cgroup_parent, probe_bwrap, refused_forks)
 
 STDERR_TAIL = 4096
+
+
+def _key_pipe(path: Path | None) -> int | None:
+    """A pipe (read end) holding the attempt's key, for bwrap to copy into the sandbox."""
+    if path is None or not path.is_file():
+        return None
+    data = path.read_bytes()
+    r, w = os.pipe()
+    try:
+        os.write(w, data)  # a key is far smaller than a pipe's buffer
+    finally:
+        os.close(w)
+    return r
 
 
 @dataclass
 class _Proc:
     popen: subprocess.Popen
     files: AttemptFiles
-    cgroup: Path | None
+    cgroups: dict[str, Path]
     killed: str | None = None
 
 
@@ -45,8 +59,10 @@ class LocalExecutor:
         self.max_concurrency = max_concurrency
         self.limits = limits or Limits()
         self.cgroup_parent = pids_cgroup_parent() if sandbox == "bwrap" else None
-        if self.cgroup_parent is not None:  # groups left behind by a killed coordinator (empty ones only)
-            for child in self.cgroup_parent.iterdir():
+        memory = memory_cgroup_parent() if sandbox == "bwrap" else None
+        self.memory_parent, self.memory_version = memory if memory else (None, None)
+        for parent in (self.cgroup_parent, self.memory_parent):  # left by a killed coordinator (empty ones only)
+            for child in (parent.iterdir() if parent is not None else ()):
                 if child.is_dir() and child.name.startswith("ne-"):
                     try:
                         child.rmdir()
@@ -55,68 +71,91 @@ class LocalExecutor:
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.Lock()
 
-    def _cgroup_for(self, neid: str) -> Path | None:
-        if self.cgroup_parent is None:
-            return None
-        cg = self.cgroup_parent / neid
-        try:
-            cg.mkdir(exist_ok=True)
-            (cg / "pids.max").write_text(str(self.limits.max_processes))
-            return cg
-        except OSError:
-            return None
+    def _cgroups_for(self, neid: str) -> dict[str, Path]:
+        """The attempt's pids and memory cgroups (those the host lets dome create)."""
+        out: dict[str, Path] = {}
+        mem_file = "memory.limit_in_bytes" if self.memory_version == "v1" else "memory.max"
+        for controller, parent, limit_file, value in (
+                ("pids", self.cgroup_parent, "pids.max", self.limits.max_processes),
+                ("memory", self.memory_parent, mem_file, self.limits.memory_mb * 1024 * 1024)):
+            if parent is None:
+                continue
+            cg = parent / neid
+            try:
+                cg.mkdir(exist_ok=True)
+                (cg / limit_file).write_text(str(value))
+                out[controller] = cg
+            except OSError:
+                try:
+                    cg.rmdir()
+                except OSError:
+                    pass
+                continue
+            if controller == "memory":  # no escape into swap: the limit is on memory + swap where it can be
+                for swap_file, swap in (("memory.memsw.limit_in_bytes", value), ("memory.swap.max", 0)):
+                    try:
+                        (cg / swap_file).write_text(str(swap))
+                    except OSError:
+                        pass
+        return out
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
         neid = spec["node_execution_id"]
         files.log_dir.mkdir(parents=True, exist_ok=True)
-        cg = self._cgroup_for(neid)
+        cgs = self._cgroups_for(neid)
+        key_fd = None
         if self.sandbox == "bwrap":
-            argv, env = bwrap_argv(files, bwrap=self.bwrap), {}
+            key_fd = _key_pipe(files.worker_key)
+            argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
+                                   worker_key_fd=key_fd), {}
         else:
             argv, env = direct_argv(files), direct_env(files)
         out = open(files.log_dir / "worker.stdout", "wb")
         err = open(files.log_dir / "worker.stderr", "wb")
         try:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                 start_new_session=True, preexec_fn=make_preexec(self.limits, cg), close_fds=True)
+                                 start_new_session=True, preexec_fn=make_preexec(self.limits, cgs), close_fds=True,
+                                 pass_fds=(key_fd,) if key_fd is not None else ())
         finally:
             out.close()
             err.close()
+            if key_fd is not None:
+                os.close(key_fd)
+                files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
         with self._lock:
-            self._procs[neid] = _Proc(p, files, cg)
+            self._procs[neid] = _Proc(p, files, cgs)
 
     def running(self) -> list[str]:
         with self._lock:
             return sorted(self._procs)
 
     def _sweep(self, proc: _Proc) -> list[dict[str, Any]]:
+        """Limits the attempt hit (read from its cgroups), then kill what is left and remove the groups."""
         violations: list[dict[str, Any]] = []
-        cg = proc.cgroup
-        if cg is None:
-            return violations
-        try:
-            events = (cg / "pids.events").read_text().split()
-            if len(events) >= 2 and int(events[1]) > 0:
-                violations.append({"kind": "process_limit", "limit": self.limits.max_processes,
-                                   "refused_forks": int(events[1])})
-        except (OSError, ValueError):
-            pass
-        for _ in range(50):
-            try:
-                pids = [int(x) for x in (cg / "cgroup.procs").read_text().split()]
-            except OSError:
-                break
-            if not pids:
-                break
-            for pid in pids:
+        pids, mem = proc.cgroups.get("pids"), proc.cgroups.get("memory")
+        if pids is not None and refused_forks(pids) > 0:
+            violations.append({"kind": "process_limit", "limit": self.limits.max_processes,
+                               "refused_forks": refused_forks(pids)})
+        if mem is not None and oom_kills(mem) > 0:
+            violations.append({"kind": "memory_limit", "limit_mb": self.limits.memory_mb,
+                               "oom_kills": oom_kills(mem)})
+        for cg in proc.cgroups.values():
+            for _ in range(50):
                 try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        try:
-            cg.rmdir()
-        except OSError:
-            pass
+                    left = [int(x) for x in (cg / "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not left:
+                    break
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            try:
+                cg.rmdir()
+            except OSError:
+                pass
         return violations
 
     def poll(self) -> list[ExitInfo]:
@@ -147,9 +186,9 @@ class LocalExecutor:
             os.killpg(proc.popen.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        if proc.cgroup is not None:
+        for cg in proc.cgroups.values():
             try:
-                for pid in (proc.cgroup / "cgroup.procs").read_text().split():
+                for pid in (cg / "cgroup.procs").read_text().split():
                     try:
                         os.kill(int(pid), signal.SIGKILL)
                     except ProcessLookupError:

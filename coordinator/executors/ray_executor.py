@@ -78,7 +78,7 @@ class RayExecutor:
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
         if self.sandbox == "bwrap":
-            argv, env = bwrap_argv(files, bwrap=self.bwrap), {}
+            argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits), {}
         else:
             argv, env = direct_argv(files), direct_env(files)
         lim = {k: getattr(self.limits, k) for k in Limits.__dataclass_fields__}

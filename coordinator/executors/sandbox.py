@@ -9,28 +9,35 @@ Inside the sandbox a worker sees:
   /dome/base.git (read-only objects of the base commit), /dome/spawn.json,
   /dome/coordinator.pub, /dome/gateway.sock (the only way out) and, for a
   sender-constrained grant, /dome/worker.key (read-only; this attempt's
-  private key, 0600, bound into this attempt's sandbox only);
-- a private /tmp, /proc of its own PID namespace, a minimal /dev.
+  private key, copied into this attempt's sandbox only, after which the
+  local executor deletes the host file);
+- a private /tmp, /proc of its own PID namespace, a minimal /dev;
+- /dome/cgroup/<controller> (read-only): the attempt's own cgroups, so the
+  runtime can tell that the action hit a limit before it reports a result.
 
 Nothing else of the host: not the real repository or its .git, not
 OPS_ROOT (keys, ledger, blobs), not /root or /home. Namespaces: network
 (no interfaces but loopback), PID, IPC, UTS, cgroup; a new session;
-`--die-with-parent`; all capabilities dropped. Resource limits are rlimits
-set before exec (CPU seconds, address space, open files, file size, and
-processes where the kernel enforces them) plus, where the host lets dome
-create one, a pids cgroup per attempt so a fork bomb stops at the limit
-even for root. The worker adds Landlock before running its action.
+`--die-with-parent`; all capabilities dropped. Resource limits: rlimits set before exec (CPU seconds, open files, file
+size, core dumps; address space and processes only where no cgroup does the
+job); per attempt, where the host lets dome create them, a pids cgroup (a
+fork bomb stops at the limit, even for root) and a memory cgroup (every
+page the attempt touches, its tmpfs pages included); and /tmp and
+/dome/scratch are tmpfs mounts capped at `tmp_mb` and `disk_mb`, so what an
+attempt writes is bounded whatever the host's disks. The worker adds
+Landlock before running its action.
 """
 from __future__ import annotations
 
 import functools
+import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from .base import AttemptFiles, Limits
 
@@ -41,10 +48,13 @@ IN_PUB = "/dome/coordinator.pub"
 IN_SOCKET = "/dome/gateway.sock"
 IN_TASK = "/dome/task.json"
 IN_WORKER_KEY = "/dome/worker.key"
+IN_CGROUP = "/dome/cgroup"
+MIB = 1024 * 1024
 ETC_FILES = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "localtime", "alternatives",
              "ssl", "ca-certificates", "gitconfig", "resolv.conf", "ld.so.conf", "ld.so.conf.d")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-CGROUP_PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+CGROUP_FS = Path("/sys/fs/cgroup")
+CGROUP_PIDS_ROOTS = (CGROUP_FS / "pids", CGROUP_FS / "unified", CGROUP_FS)
 
 
 def dome_source_roots() -> list[Path]:
@@ -93,14 +103,15 @@ CONFINEMENT: tuple[str, ...] = (
 
 
 def host_view(bwrap: str = "bwrap", *, extra_ro: Iterable[Path] = (),
-              with_dome: bool = True) -> tuple[list[str], list[Path]]:
+              with_dome: bool = True, tmp_mb: int | None = None) -> tuple[list[str], list[Path]]:
     """The minimal read-only host every sandbox starts from: a private /tmp,
     system dirs, a few /etc files, the Python installation and (optionally)
     dome's own packages; never OPS_ROOT, keys, the ledger, the real repository
-    or home directories. Returns (argv so far, dome source roots bound)."""
+    or home directories. `tmp_mb` caps the private /tmp. Returns (argv so far,
+    dome source roots bound)."""
     # /tmp is a fresh tmpfs; it is mounted first so that binds below it (a
     # checkout or virtualenv living under /tmp) stay visible inside.
-    a: list[str] = [bwrap, "--tmpfs", "/tmp"]
+    a: list[str] = [bwrap, *(["--size", str(int(tmp_mb) * MIB)] if tmp_mb else []), "--tmpfs", "/tmp"]
     for d in SYSTEM_DIRS:
         a += ["--ro-bind-try", d, d]
     for name in ETC_FILES:
@@ -115,16 +126,29 @@ def host_view(bwrap: str = "bwrap", *, extra_ro: Iterable[Path] = (),
 
 
 def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
-               extra_ro: Iterable[Path] = ()) -> list[str]:
-    """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`."""
-    a, src = host_view(bwrap, extra_ro=extra_ro)
-    a += ["--bind", str(files.scratch), IN_SCRATCH,
+               extra_ro: Iterable[Path] = (), limits: Limits | None = None,
+               cgroups: Mapping[str, Path] | None = None, worker_key_fd: int | None = None) -> list[str]:
+    """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`.
+
+    The scratch is a tmpfs of `disk_mb` (the checkout is private to the attempt and
+    leaves only through the gateway), /tmp one of `tmp_mb`; `cgroups` (controller ->
+    the attempt's cgroup directory) are bound read-only under /dome/cgroup. With
+    `worker_key_fd` (a pipe holding the key) bwrap copies the attempt's key into the
+    sandbox, so the host file can go as soon as the sandbox starts."""
+    lim = limits or Limits()
+    a, src = host_view(bwrap, extra_ro=extra_ro, tmp_mb=lim.tmp_mb)
+    for controller, path in sorted((cgroups or {}).items()):
+        a += ["--ro-bind", str(path), f"{IN_CGROUP}/{controller}"]
+    budget = {"tmp_mb": lim.tmp_mb, "disk_mb": lim.disk_mb, "memory_mb": lim.memory_mb,
+              "max_processes": lim.max_processes, "cgroups": sorted(cgroups or {})}
+    a += ["--size", str(lim.disk_mb * MIB), "--tmpfs", IN_SCRATCH,
           "--ro-bind", str(files.base_git), IN_BASE,
           "--ro-bind", str(files.spawn_json), IN_SPAWN,
           "--ro-bind", str(files.coordinator_pub), IN_PUB,
           "--bind", str(files.gateway_socket), IN_SOCKET,
           *(["--ro-bind", str(files.task_json), IN_TASK] if files.task_json else []),
-          *(["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
+          *(["--perms", "0400", "--ro-bind-data", str(worker_key_fd), IN_WORKER_KEY] if worker_key_fd is not None
+            else ["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
           *CONFINEMENT,
           "--chdir", IN_SCRATCH, "--clearenv",
           "--setenv", "PATH", sandbox_path(),
@@ -132,7 +156,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--setenv", "PYTHONPATH", str(src[0].parent),
           "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
           "--setenv", "DOME_SCRATCH", IN_SCRATCH, "--setenv", "DOME_BASE_GIT", IN_BASE,
-          "--setenv", "DOME_COORDINATOR_PUB", IN_PUB,
+          "--setenv", "DOME_COORDINATOR_PUB", IN_PUB, "--setenv", "DOME_LIMITS", json.dumps(budget),
           *(["--setenv", "DOME_TASK_META", IN_TASK] if files.task_json else []),
           *(["--setenv", "DOME_WORKER_KEY", IN_WORKER_KEY] if files.worker_key else []),
           "--", python or sys.executable, "-s", "-m", "worker_sdk", IN_SPAWN]
@@ -184,35 +208,109 @@ def pids_cgroup_parent() -> Path | None:
             if root.name != "pids":
                 (root / "cgroup.subtree_control").write_text("+pids")
                 (parent / "cgroup.subtree_control").write_text("+pids")
-            probe = parent / f"probe-{os.getpid()}"
-            probe.mkdir(exist_ok=True)
-            ok = (probe / "pids.max").exists()
-            probe.rmdir()
-            if ok:
+            if _probe(parent, "pids.max"):
                 return parent
         except OSError:
             continue
     return None
 
 
-def make_preexec(limits: Limits, cgroup: Path | None):
-    """Runs in the child between fork and exec of bwrap: join the cgroup, set rlimits."""
+def _probe(parent: Path, limit_file: str) -> bool:
+    probe = parent / f"probe-{os.getpid()}"
+    probe.mkdir(exist_ok=True)
+    try:
+        return (probe / limit_file).exists()
+    finally:
+        probe.rmdir()
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path for a v1 controller (from /proc/self/cgroup)."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctls, path = line.split(":", 2)
+            if controller in ctls.split(","):
+                return path
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def memory_cgroup_parent() -> tuple[Path, str] | None:
+    """(directory to create per-attempt memory cgroups under, "v1" or "v2"), or None.
+
+    cgroup v1: nested under this process's own memory cgroup, so the host's
+    accounting of dome still holds; v2: a `dome` group at the root, as for pids."""
+    v1 = CGROUP_FS / "memory"
+    own = _own_cgroup("memory")
+    candidates: list[tuple[Path, str, Path | None]] = []
+    if (v1 / "cgroup.procs").exists() and own is not None:
+        candidates.append((v1 / own.lstrip("/") / "dome", "v1", None))
+    if (CGROUP_FS / "cgroup.controllers").exists():
+        candidates.append((CGROUP_FS / "dome", "v2", CGROUP_FS))
+    for parent, version, root in candidates:
+        try:
+            if "memory" not in ((root / "cgroup.controllers").read_text() if root else "memory"):
+                continue
+            parent.mkdir(exist_ok=True)
+            if root is not None:
+                (root / "cgroup.subtree_control").write_text("+memory")
+                (parent / "cgroup.subtree_control").write_text("+memory")
+            if _probe(parent, "memory.limit_in_bytes" if version == "v1" else "memory.max"):
+                return parent, version
+        except OSError:
+            continue
+    return None
+
+
+def oom_kills(cgroup: Path) -> int:
+    """How many processes the kernel killed in this memory cgroup for exceeding it."""
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            for line in (cgroup / name).read_text().splitlines():
+                key, _, val = line.partition(" ")
+                if key == "oom_kill":
+                    return int(val)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def refused_forks(cgroup: Path) -> int:
+    """How many forks the pids cgroup refused at its limit."""
+    try:
+        key, _, val = (cgroup / "pids.events").read_text().strip().partition(" ")
+        return int(val) if key == "max" else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def make_preexec(limits: Limits, cgroups: Mapping[str, Path] | Path | None):
+    """Runs in the child between fork and exec of bwrap: join the cgroups, set rlimits.
+
+    `cgroups` maps controller -> the attempt's cgroup (a bare Path is a pids cgroup).
+    Address space and process count are rlimits only where no cgroup bounds them:
+    an address-space rlimit would refuse a large reservation before the memory
+    cgroup could see (and report) real use."""
+    groups: dict[str, Path] = ({"pids": cgroups} if isinstance(cgroups, Path) else dict(cgroups or {}))
+
     def preexec() -> None:
         try:  # the sandbox dies with whoever started it (coordinator or Ray worker), even on SIGKILL
             import ctypes
             ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
         except Exception:  # noqa: BLE001 - best effort; bwrap --die-with-parent still holds
             pass
-        if cgroup is not None:
+        for cg in groups.values():
             try:
-                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+                (cg / "cgroup.procs").write_text(str(os.getpid()))
             except OSError:
                 pass
-        mem = limits.memory_mb * 1024 * 1024
-        for res, val in ((resource.RLIMIT_CPU, limits.cpu_seconds), (resource.RLIMIT_AS, mem),
+        mem = limits.memory_mb * MIB
+        for res, val in ((resource.RLIMIT_CPU, limits.cpu_seconds),
+                         *(((resource.RLIMIT_AS, mem),) if "memory" not in groups else ()),
                          (resource.RLIMIT_NOFILE, limits.max_open_files),
-                         *(((resource.RLIMIT_NPROC, limits.max_processes),) if cgroup is None else ()),
-                         (resource.RLIMIT_FSIZE, limits.max_file_mb * 1024 * 1024),
+                         *(((resource.RLIMIT_NPROC, limits.max_processes),) if "pids" not in groups else ()),
+                         (resource.RLIMIT_FSIZE, limits.max_file_mb * MIB),
                          (resource.RLIMIT_CORE, 0)):
             try:
                 resource.setrlimit(res, (val, val))

@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from registry.errors import DomeError
 from registry.signing import SigningKey
 
 from .. import runstate as rs
+from ..executors.attempts import make_run_dir, remove_attempt_dir
 from ..executors.base import AttemptFiles, ExitInfo, Limits, validate_spawn_spec
 from ..executors.sandbox import IN_SOCKET
 from ..gateway import auth as grants_io
@@ -47,7 +47,8 @@ from ..gateway.server import WorkerGateway
 from ..gateway.worker_tools import GatewayBackend, build_tools
 from ..runstate import RunState, fold
 from ..scheduler import SchedulerPolicy, decide, statuses
-from ..workqueue import WorkQueue, load_work_queue, parse_work_queue
+from ..preflight import Prepared, prepare
+from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
 from .writer import LedgerWriter, WriterLedger
 
@@ -96,12 +97,6 @@ def _git(repo: Path, *args: str) -> str:
         raise BaseRefUnresolved(f"git {' '.join(args)} failed: {r.stderr.strip()[:300]}",
                                 details={"repo": str(repo), "args": list(args)})
     return r.stdout.strip()
-
-
-def resolve_base(repo: Path, ref: str) -> tuple[str, str]:
-    sha = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
-    tree = _git(repo, "rev-parse", "--verify", f"{sha}^{{tree}}")
-    return sha, tree
 
 
 def registry_ref() -> str:
@@ -265,7 +260,7 @@ class RunLoop:
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
-        self.work = Path(tempfile.mkdtemp(prefix="dome-run-"))
+        self.work = make_run_dir(run_id)  # findable by run id: sweep_attempt_dirs after a kill -9
         self.base_git = self.work / "base.git"
         self.pub = self.work / "coordinator.pub"
         self.socket = self.work / "gw.sock"
@@ -277,11 +272,11 @@ class RunLoop:
 
     # -- construction -----------------------------------------------------------
     @classmethod
-    def start(cls, queue_path: Path | str, ctx: RunContext, *, run_id: str | None = None) -> "RunLoop":
-        queue_path = Path(queue_path).resolve()
-        wq = load_work_queue(queue_path)
-        repo = (queue_path.parent / wq.repo).resolve() if not Path(wq.repo).is_absolute() else Path(wq.repo)
-        sha, tree = resolve_base(repo, wq.base_ref)
+    def start(cls, queue_path: Path | str, ctx: RunContext, *, run_id: str | None = None,
+              prepared: Prepared | None = None) -> "RunLoop":
+        # pre-flight before anything is written (the CLI runs it before it opens the ledger)
+        prep = prepared or prepare(queue_path, integrate=ctx.finish is not None)
+        queue_path, wq, repo, sha, tree = prep.queue_path, prep.wq, prep.repo, prep.base_sha, prep.base_tree
         run_id = run_id or new_run_id()
         seed = wq.seed if ctx.seed is None else int(ctx.seed)
         ops_dir = Path(ctx.ops_root) / "runs" / run_id
@@ -295,6 +290,8 @@ class RunLoop:
             "policy_version": POLICY_VERSION, "registry_ref": registry_ref(), "environment": env,
             "graph_digest": wq.graph.digest, "nodes": len(wq.graph), "promote_to": wq.promote_to,
             "created_at": utc_stamp(),
+            **({"base_source": prep.base_source, "target_at_load": prep.target_sha}
+               if prep.base_source != "base_ref" else {}),
         }
         loop = cls(ctx, wq, run_id, repo, (sha, tree), RunState(), started)
         loop.started = started
@@ -519,7 +516,7 @@ class RunLoop:
 
     def _on_exit(self, ex: ExitInfo) -> None:
         neid = ex.node_execution_id
-        (self.work / "attempts" / neid / "worker.key").unlink(missing_ok=True)  # the worker is gone
+        remove_attempt_dir(self.work / "attempts" / neid)  # the worker is gone: its files and key go too
         att = self.attempts.get(neid, {})
         for v in ex.violations:
             self.writer.append(rs.SANDBOX_VIOLATION, {"node_execution_id": neid, **v, "stopped": True},

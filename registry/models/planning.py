@@ -67,13 +67,15 @@ class SchedulingKnobs(DomeModel):
 
 
 class SandboxLimits(DomeModel):
-    """Per-worker-process resource limits (rlimits)."""
+    """Per-attempt resource limits (rlimits, cgroups, tmpfs sizes)."""
 
     cpu_seconds: int | None = Field(default=None, ge=1)
     memory_mb: int | None = Field(default=None, ge=64)
     max_open_files: int | None = Field(default=None, ge=16)
     max_processes: int | None = Field(default=None, ge=8)
     max_file_mb: int | None = Field(default=None, ge=1)
+    tmp_mb: int | None = Field(default=None, ge=1)
+    disk_mb: int | None = Field(default=None, ge=8)
 
 
 class WorkQueue(DomeModel):
@@ -86,6 +88,7 @@ class WorkQueue(DomeModel):
     determinism_seed: Seed
     policy: Identifier
     promote_to: str = Field(min_length=1, pattern=_REF_NAME)
+    if_target_moved: Literal["refuse", "stack"] = "refuse"
     budgets: Budgets | None = None
     tasks: list[TaskNode] = Field(min_length=1)
     validations: list[ValidationSpec] | None = None

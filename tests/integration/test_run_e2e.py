@@ -82,15 +82,40 @@ def test_dome_run_held_at_the_human_gate_then_dome_promote(git_repo: Path, tmp_p
     assert _ref(git_repo, GATED_REF) == promoted["head_ref"]
 
 
-def test_a_policy_drc_suite_the_queue_does_not_define_is_missing_not_an_ejection(git_repo: Path,
-                                                                                  tmp_path: Path) -> None:
-    """The default policy's high class needs drc; a queue that defines none used to get a
-    deckless drc suite that errored on every head, so the bisect ejected the innocent proposal
-    and the run ended blocked with "the plan includes no proposal" and no consent token."""
+def test_a_policy_drc_suite_the_queue_does_not_define_is_refused_at_load(git_repo: Path,
+                                                                          tmp_path: Path) -> None:
+    """The default policy's high class needs drc. A queue that defines none could never pass
+    the gate (a deckless drc suite once got the innocent proposal ejected by the bisect); it is
+    refused before any worker starts, naming the suite, and nothing is written."""
     ops = tmp_path / "ops"
     run = dome_cli("run", str(gated_queue(tmp_path, git_repo, drc=False)), "--ops-root", str(ops), "--json")
-    out = json.loads(run.stdout)
-    assert run.returncode == 4 and out["status"] == "blocked" and out["awaiting_consent"] is False
+    err = json.loads(run.stdout)["error"]
+    assert run.returncode == 2 and err["code"] == "SUITE_NOT_DEFINED", run.stdout
+    assert err["details"]["missing"] == ["drc"] and not ops.exists()
+
+
+def test_a_policy_drc_suite_the_queue_does_not_define_is_missing_not_an_ejection(git_repo: Path,
+                                                                                  tmp_path: Path) -> None:
+    """Behind the pre-flight (which refuses such a queue at load), the gate holds on its own:
+    a policy suite with no definition is named missing, not synthesized; a deckless drc suite
+    once errored on every head, so the bisect ejected the innocent proposal and the run ended
+    blocked with "the plan includes no proposal" and no consent token."""
+    from coordinator.keys import load_keyring, load_or_create_signing_key
+    from coordinator.preflight import prepare
+    from coordinator.runloop.finish import integration_finish
+    from coordinator.runloop.loop import RunContext, RunLoop
+    from ledger import Ledger
+
+    ops = tmp_path / "ops"
+    q = gated_queue(tmp_path, git_repo, drc=False)
+    ledger = Ledger.open(None, ops)
+    try:
+        ctx = RunContext(ledger=ledger, ops_root=ops, signer=load_or_create_signing_key(ops),
+                         keyring=load_keyring(ops), finish=integration_finish)
+        out = RunLoop.start(q, ctx, prepared=prepare(q, integrate=False)).run().to_json()
+    finally:
+        ledger.close()
+    assert out["status"] == "blocked" and out["awaiting_consent"] is False
     run_dir = ops / "runs" / out["run_id"]
     gate = json.loads((run_dir / "gate" / "gate.decision.json").read_text())
     assert "validation:drc: missing (no report bound to the head)" in gate["missing"], gate["missing"]

@@ -16,9 +16,14 @@ def cmd_task(nid: str, script: str, deps=(), outputs=("patch_proposal",), **extr
             "action_spec": {"intent": "command", "argv": ["sh", "-c", script]}, **extra}
 
 
+# the suite the default policy requires for low-risk work (pre-flight refuses a queue without it)
+TESTS_SUITE = {"suite": "command", "name": "tests", "argv": ["true"]}
+
+
 def write_queue(dir_: Path, repo: Path, tasks: list[dict], **extra) -> Path:
     q = {"artifact_kind": "dome.work.queue/v1", "repo": str(repo), "base_ref": "main", "determinism_seed": 11,
-         "policy": "default", "promote_to": "refs/heads/dome/out", "tasks": tasks, **extra}
+         "policy": "default", "promote_to": "refs/heads/dome/out", "tasks": tasks, "validations": [TESTS_SUITE],
+         **extra}
     path = dir_ / "work.queue.json"
     path.write_text(json.dumps(q, indent=1))
     return path

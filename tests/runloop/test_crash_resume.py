@@ -97,6 +97,8 @@ def test_kill_9_at_random_points_then_resume(git_repo, ops_root, tmp_path):
         assert r.returncode in (0, 4), (trial, delay, r.stderr[-2000:])
         out = json.loads(r.stdout)
         check_run(ledger, out["run_id"], [t["node_id"] for t in tasks])
+        # each trial starts from main again: a target another trial moved is refused at load
+        subprocess.run(["git", "update-ref", "-d", "refs/heads/dome/out"], cwd=git_repo, check=True, timeout=30)
     assert ledger.verify(load_keyring(ops)).ok
     v = dome_cli("ledger", "verify", "--ops-root", str(ops))
     assert v.returncode == 0, v.stdout + v.stderr

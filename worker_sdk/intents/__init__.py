@@ -19,22 +19,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from registry.errors import DomeError
+from registry.intents import INTENTS, SUITES  # one table with the coordinator, which checks queues at load
 
 from ..cancel import CancellationToken
-
-INTENTS: dict[str, str] = {
-    "command": "worker_sdk.intents.command:run",
-    "litho.evaluate": "worker_sdk.litho.intents:evaluate",
-    "litho.optimize": "worker_sdk.litho.intents:optimize",
-    "drc.run": "worker_sdk.klayout_tools.intents:run_drc",
-}
-
-# validation suites run on the integration head the same way
-SUITES: dict[str, str] = {
-    "command": "worker_sdk.intents.command:suite",
-    "litho.resim": "worker_sdk.litho.intents:resimulate",
-    "drc": "worker_sdk.klayout_tools.intents:drc_suite",
-}
 
 
 class UnknownIntent(DomeError):

@@ -18,17 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from registry.errors import DomeError
 
 from ..cancel import Cancelled
+from ..sandbox_limits import SandboxViolation
 from . import IntentContext, IntentFailed, IntentResult
 
 TAIL_BYTES = 4096
 SAFE_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
-
-
-class SandboxViolation(DomeError):
-    code = "SANDBOX_VIOLATION"
 
 
 def _count_processes() -> int:

@@ -1,0 +1,213 @@
+"""Pre-flight: what a work queue needs from its repository and policy,
+checked at load, before any worker starts and before anything is written
+(no ledger row, no ops directory, no database).
+
+Checked, in order, each failure a WorkQueueError (exit 2) naming the problem:
+
+- the file parses (strict JSON, closed schema, known intents and suites,
+  promote_to a branch ref) - `coordinator.workqueue`;
+- the repository exists and `base_ref` names a commit in it;
+- `promote_to`, when it exists already, is an ancestor of the base, so the
+  promotion can fast-forward; when another run moved it past the base the
+  queue must say so (`"if_target_moved": "stack"` runs on the target's
+  current commit) or be fixed (the error says how);
+- the policy exists and grants every task's capabilities (no admin class,
+  no capability the resolver does not know, never an empty grant);
+- when the run will be integrated, every suite the policy requires for the
+  tasks' declared risk classes is defined in `validations`;
+- the script a root task runs (`argv[0]` as a relative path, or the script
+  an interpreter is given) exists in the base commit.
+
+Git is only read (rev-parse, merge-base, cat-file, check-ref-format).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping
+
+from registry.errors import DomeError
+
+from .workqueue import WorkQueue, WorkQueueError, load_work_queue
+
+INTERPRETERS = frozenset({"python", "python3", "sh", "bash", "zsh", "node", "perl", "ruby", "Rscript"})
+SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".js", ".mjs", ".pl", ".rb", ".R")
+GIT_TIMEOUT_S = 60
+
+
+class PreflightError(WorkQueueError):
+    code = "PREFLIGHT_FAILED"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A work queue that passed pre-flight, with the base the run will use."""
+
+    queue_path: Path
+    wq: WorkQueue
+    repo: Path
+    base_sha: str
+    base_tree: str
+    base_source: str  # "base_ref", or "promote_to" when stacking onto a moved target
+    target_sha: str | None  # promote_to's commit at load (None: the branch does not exist yet)
+
+
+def _git(repo: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
+           "HOME": os.environ.get("HOME", "/nonexistent"), "GIT_OPTIONAL_LOCKS": "0"}
+    try:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env,
+                              timeout=GIT_TIMEOUT_S, input=input)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PreflightError(f"git could not be run on {repo}: {exc}", code="REPO_UNREADABLE",
+                             details={"repo": str(repo)}) from None
+
+
+def _commit(repo: Path, ref: str) -> str | None:
+    r = _git(repo, "rev-parse", "-q", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
+
+
+def repo_path(queue_path: Path, wq: WorkQueue) -> Path:
+    """The queue's `repo`, relative to the queue file's directory unless absolute."""
+    return Path(wq.repo) if Path(wq.repo).is_absolute() else (queue_path.parent / wq.repo).resolve()
+
+
+def prepare(queue_path: Path | str, *, integrate: bool = True) -> Prepared:
+    """Load the work queue at `queue_path` and run every pre-flight check."""
+    path = Path(queue_path).resolve()
+    wq = load_work_queue(path)
+    return check(wq, path, integrate=integrate)
+
+
+def check(wq: WorkQueue, queue_path: Path, *, integrate: bool = True) -> Prepared:
+    repo = repo_path(queue_path, wq)
+    if not repo.is_dir():
+        raise PreflightError(f"repository not found: {repo}", code="REPO_NOT_FOUND",
+                             details={"repo": str(repo), "given": wq.repo},
+                             hints=["`repo` is a path relative to the work queue file, or absolute"])
+    top = _git(repo, "rev-parse", "--git-dir")
+    if top.returncode != 0:
+        raise PreflightError(f"not a git repository: {repo}", code="REPO_NOT_FOUND",
+                             details={"repo": str(repo), "git": top.stderr.strip()[:300]})
+    base = _commit(repo, wq.base_ref)
+    if base is None:
+        raise PreflightError(f"base_ref {wq.base_ref!r} names no commit in {repo}", code="BASE_REF_NOT_FOUND",
+                             details={"repo": str(repo), "base_ref": wq.base_ref},
+                             hints=["list branches with `git -C REPO branch -a`"])
+    to_ref = str(wq.promote_to)
+    fmt = _git(repo, "check-ref-format", to_ref)
+    if fmt.returncode != 0:  # the pure rule in workqueue mirrors git's; git has the last word
+        raise PreflightError(f"promote_to {to_ref!r} is not a valid ref name", code="PROMOTE_TO_INVALID",
+                             details={"promote_to": to_ref})
+    target = _commit(repo, to_ref)
+    base_source = "base_ref"
+    if target is not None and target != base:
+        behind = _git(repo, "merge-base", "--is-ancestor", target, base).returncode == 0
+        if not behind:
+            if wq.if_target_moved != "stack":
+                branch = to_ref.removeprefix("refs/heads/")
+                raise PreflightError(
+                    f"promote_to {to_ref} is at {target[:12]}, which is not an ancestor of base_ref "
+                    f"{wq.base_ref!r} ({base[:12]}): the promotion could not fast-forward, so the run would "
+                    "end blocked", code="TARGET_NOT_ANCESTOR",
+                    details={"promote_to": to_ref, "target": target, "base_ref": wq.base_ref, "base": base},
+                    hints=[f"build on what was promoted: set \"base_ref\": \"{to_ref}\"",
+                           "or set \"if_target_moved\": \"stack\" to run on the target's current commit",
+                           "or promote to another branch (change promote_to)",
+                           f"or, if that work is not wanted, delete the branch: git -C {repo} branch -D {branch}"])
+            base, base_source = target, "promote_to"
+    tree = _git(repo, "rev-parse", "--verify", f"{base}^{{tree}}").stdout.strip()
+    _check_grants(wq)
+    if integrate:
+        _check_suites(wq)
+    _check_scripts(wq, repo, base)
+    return Prepared(queue_path, wq, repo, base, tree, base_source, target)
+
+
+def _check_grants(wq: WorkQueue) -> None:
+    """Every task's capabilities give a grant under the policy (the same derivation dispatch uses)."""
+    from registry.contracts import default_registry
+    from registry.grant_scope import derive_scope
+
+    from .gateway.auth import CARD, grant_capabilities
+
+    reg = default_registry()
+    seen: set[tuple[str, ...]] = set()
+    for nid, node in wq.graph.nodes.items():
+        caps = tuple(grant_capabilities(list(node.task.get("required_capabilities", []))))
+        if caps in seen:
+            continue
+        seen.add(caps)
+        try:
+            derive_scope(reg, policy_id=wq.policy, card_ref=CARD, required_capabilities=caps)
+        except DomeError as exc:
+            raise PreflightError(f"task {node.source_id!r}: {exc.message}", code=exc.code,
+                                 details={**exc.details, "node_id": node.source_id, "policy": wq.policy},
+                                 hints=exc.hints) from None
+
+
+def _check_suites(wq: WorkQueue) -> None:
+    from registry.intents import SUITES_WITHOUT_CONFIG
+
+    from .integration.policy import IntegrationPolicy
+    from .integration.validation import suite_name
+
+    policy = IntegrationPolicy.load(wq.policy)
+    risks = sorted({n.risk_level for n in wq.graph.nodes.values()})
+    defined = {suite_name(v) for v in wq.validations}
+    missing = [s for s in policy.required_suites(risks) if s not in defined and s not in SUITES_WITHOUT_CONFIG]
+    if missing:
+        raise PreflightError(
+            f"policy {wq.policy!r} requires suite(s) {', '.join(missing)} for risk {', '.join(risks)}, "
+            "and the work queue does not define them: the gate could never pass",
+            code="SUITE_NOT_DEFINED", details={"policy": wq.policy, "risks": risks, "missing": missing,
+                                               "defined": sorted(defined)},
+            hints=[f"add a validation named {s!r} (e.g. {{\"suite\": \"command\", \"name\": \"{s}\", "
+                   f"\"argv\": [...]}})" if s == "tests" else f"add a {s!r} validation with its params"
+                   for s in missing])
+
+
+def script_of(action: Mapping[str, Any]) -> str | None:
+    """The repository path a command action runs as a script, when it names one."""
+    argv = list(action.get("argv") or [])
+    if not argv:
+        return None
+    first = argv[0]
+    if "/" in first and not first.startswith("/"):
+        cand = first
+    elif PurePosixPath(first).name in INTERPRETERS and len(argv) > 1 and not argv[1].startswith("-") \
+            and not argv[1].startswith("/") and ("/" in argv[1] or argv[1].endswith(SCRIPT_SUFFIXES)):
+        cand = argv[1]
+    else:
+        return None
+    cwd = str((action.get("params") or {}).get("cwd") or action.get("cwd") or "")
+    parts = [p for p in PurePosixPath(cwd, cand).parts if p not in (".", "")]
+    return "/".join(parts) if parts and ".." not in parts else None
+
+
+def _check_scripts(wq: WorkQueue, repo: Path, base: str) -> None:
+    """Root tasks run on the base commit, so their script must be in it (later tasks
+    may run on a base an earlier task changed, and are not checked)."""
+    wanted = []
+    for node in wq.graph.nodes.values():
+        if node.dependencies or node.action_spec.get("intent") != "command":
+            continue
+        path = script_of(node.action_spec)
+        if path and "\n" not in path:
+            wanted.append({"node_id": node.source_id, "script": path})
+    if not wanted:
+        return
+    r = _git(repo, "cat-file", "--batch-check=%(objecttype)", input="".join(f"{base}:{w['script']}\n"
+                                                                             for w in wanted))
+    answers = r.stdout.splitlines()
+    missing = [w for w, a in zip(wanted, answers) if a.strip() != "blob"] if r.returncode == 0 \
+        else wanted
+    if missing:
+        first = missing[0]
+        raise PreflightError(f"task {first['node_id']!r} runs {first['script']!r}, which is not in the base "
+                             f"commit {base[:12]}", code="SCRIPT_NOT_FOUND",
+                             details={"missing": missing, "base": base},
+                             hints=["commit the script, or fix the path (it is relative to the checkout)"])
