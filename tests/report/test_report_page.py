@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, dome_cli, git
-from tests.runloop.conftest import cmd_task, write_queue
+from tests.conftest import REPO_ROOT, dome_cli
 
 MEASURE = """<script>
 document.body.setAttribute('data-overflow',
@@ -203,23 +202,9 @@ def test_agent_swarm_page_states_what_landed(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_blocked_run_page_never_shows_the_gate_passed(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("hello\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "initial")
-    git(repo, "checkout", "-q", "-b", "elsewhere")
-    (repo / "X").write_text("x\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "elsewhere")
-    git(repo, "checkout", "-q", "main")
-    git(repo, "update-ref", "refs/heads/target", "elsewhere")
-    q = write_queue(tmp_path, repo, [cmd_task("write", "echo a > A.txt")], promote_to="refs/heads/target",
-                    scheduling={"max_parallel": 1, "default_max_attempts": 1, "default_timeout_s": 60},
-                    validations=[{"suite": "command", "name": "tests", "argv": ["test", "-f", "A.txt"]}])
-    ops = tmp_path / "ops"
-    run = dome_cli("run", str(q), "--ops-root", str(ops), "--json", timeout=240)
+    from tests.runloop.test_run_explains import run_with_target_moved_midway
+
+    run, repo, ops = run_with_target_moved_midway(tmp_path)
     assert run.returncode == 4, run.stderr[-3000:]
     run_id = json.loads(run.stdout)["run_id"]
     html = tmp_path / "report.html"

@@ -47,24 +47,56 @@ def failed_run(tmp_path_factory) -> dict:
     return {"base": base, "repo": repo, "res": res, "run_id": run_id, "ops": base / "ops"}
 
 
-@pytest.fixture(scope="module")
-def blocked_run(tmp_path_factory) -> dict:
-    """A run whose work passes every check but whose target branch moved to a
-    commit that is not an ancestor of the base (the README's old trap)."""
-    base = tmp_path_factory.mktemp("blocked")
+def run_with_target_moved_midway(base: Path) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """`dome run --json` whose work passes every check, while another party moves
+    the target branch (to a commit that is not an ancestor of the base) as
+    the task runs: the README's old trap, now met at promotion time.
+    Returns the finished process, the repository and the ops root."""
+    import time
+
+    from ledger import Ledger
+    from registry.errors import DomeError
+    from sqlalchemy.exc import SQLAlchemyError
+
     repo = _repo(base / "repo")
     git(repo, "checkout", "-q", "-b", "elsewhere")
     (repo / "X").write_text("x\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "elsewhere")
     git(repo, "checkout", "-q", "main")
-    git(repo, "update-ref", "refs/heads/target", "elsewhere")
-    q = write_queue(base, repo, [cmd_task("write", "echo a > A.txt")], promote_to="refs/heads/target",
+    q = write_queue(base, repo, [cmd_task("write", "sleep 3; echo a > A.txt")], promote_to="refs/heads/target",
                     scheduling={"max_parallel": 1, "default_max_attempts": 1, "default_timeout_s": 60},
                     validations=[{"suite": "command", "name": "tests", "argv": ["test", "-f", "A.txt"],
                                   "required": True}])
-    res = dome_cli("run", str(q), "--ops-root", "ops", "--json", cwd=base, timeout=240)
-    return {"base": base, "repo": repo, "res": res, "out": json.loads(res.stdout), "ops": base / "ops"}
+    ops = base / "ops"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "run", str(q), "--ops-root", "ops",
+                             "--json"], cwd=base, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    moved = False
+    while not moved and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+        if not (ops / "dome.db").is_file():
+            continue
+        try:
+            with Ledger.open(None, ops, migrate_schema=False) as led:
+                runs = led.run_ids()
+                started = bool(runs) and any(e.topic == "task.dispatched" for e in led.events(runs[0]))
+        except (SQLAlchemyError, DomeError):  # the run is still creating its ledger
+            continue
+        if started:
+            git(repo, "update-ref", "refs/heads/target", "elsewhere")
+            moved = True
+    out, err = proc.communicate(timeout=240)
+    assert moved, err[-2000:]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), repo, ops
+
+
+@pytest.fixture(scope="module")
+def blocked_run(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("blocked")
+    res, repo, ops = run_with_target_moved_midway(base)
+    return {"base": base, "repo": repo, "res": res, "out": json.loads(res.stdout), "ops": ops}
 
 
 # -- say why, at the end of every run --------------------------------------------------
