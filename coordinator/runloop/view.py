@@ -48,6 +48,15 @@ def _event(rec: Any) -> dict[str, Any]:
     return {"topic": rec.topic, "sequence": rec.sequence, "node_id": rec.node_id, "payload": rec.payload}
 
 
+def _decisions(explainer: Explainer, rec: Any) -> list[Any]:
+    """The integration decisions a record adds. What the person sees must never
+    stop the run: a record the fold cannot read shows nothing."""
+    try:
+        return explainer.feed(_event(rec))
+    except Exception:  # noqa: BLE001 - display only
+        return []
+
+
 def make_view(out: TextIO = sys.stderr) -> "PlainView | LiveView":
     return LiveView(out) if getattr(out, "isatty", lambda: False)() else PlainView(out)
 
@@ -66,7 +75,7 @@ class PlainView:
     def on_record(self, rec: Any, loop: Any = None) -> None:
         if self.explainer is None:
             self.explainer = Explainer(rec.run_id if hasattr(rec, "run_id") else "")
-        decisions = self.explainer.feed(_event(rec))
+        decisions = _decisions(self.explainer, rec)
         if rec.topic.startswith(INTEGRATION_PREFIXES):
             for d in decisions:
                 self._print(f"{rec.ts} #{rec.sequence} integration {d.text}")
@@ -119,7 +128,7 @@ class LiveView:
     def on_record(self, rec: Any, loop: Any = None) -> None:
         if self.explainer is None:
             self.explainer = Explainer("")
-        decisions = self.explainer.feed(_event(rec))
+        decisions = _decisions(self.explainer, rec)
         if rec.topic.startswith(INTEGRATION_PREFIXES):
             self.integration += [d.text for d in decisions]
             if decisions:

@@ -120,3 +120,21 @@ def test_tasks_blocked_by_a_failed_dependency_are_counted() -> None:
         "        | make: *** [all] Error 2",
         "  2 task(s) did not run: they depend on a task that failed",
     ]
+
+
+def test_a_record_the_view_cannot_read_never_stops_the_run() -> None:
+    import io
+    import types
+
+    from coordinator.runloop.view import LiveView, PlainView
+
+    odd = types.SimpleNamespace(topic="integration.validation_report", payload={"environment": "not a mapping"},
+                                sequence=7, node_id=None, ts="2026-01-01T00:00:00Z", node_execution_id=None)
+    for view in (PlainView(io.StringIO()), LiveView(io.StringIO())):
+        view.on_record(odd)  # must not raise
+    good = types.SimpleNamespace(topic="gate.computed", payload={"passed": True, "links": []}, sequence=8,
+                                 node_id=None, ts="2026-01-01T00:00:01Z", node_execution_id=None)
+    plain = PlainView(io.StringIO())
+    plain.on_record(odd)
+    plain.on_record(good)
+    assert plain.out.getvalue() == "2026-01-01T00:00:01Z #8 integration gate passed\n"
