@@ -68,6 +68,7 @@ class PlainView:
     def __init__(self, out: TextIO = sys.stderr) -> None:
         self.out = out
         self.explainer: Explainer | None = None
+        self.quarters: dict[str, int] = {}  # attempt -> last quarter of progress printed
 
     def _print(self, line: str) -> None:
         print(line.rstrip(), file=self.out, flush=True)
@@ -79,6 +80,13 @@ class PlainView:
         if rec.topic.startswith(INTEGRATION_PREFIXES):
             for d in decisions:
                 self._print(f"{rec.ts} #{rec.sequence} integration {d.text}")
+            return
+        if rec.topic == rs.TASK_PROGRESS:  # a long task says where it is at each quarter, no more
+            quarter = int(4 * max(0.0, min(1.0, float(rec.payload.get("fraction") or 0))))
+            if 0 < quarter < 4 and quarter > self.quarters.get(rec.node_execution_id or "", 0):
+                self.quarters[rec.node_execution_id or ""] = quarter
+                self._print(f"{rec.ts} #{rec.sequence} task.progress {rec.node_id} {25 * quarter}% "
+                            f"{str(rec.payload.get('message', ''))[:60]}")
             return
         if rec.topic not in PLAIN_TOPICS:
             return

@@ -138,3 +138,17 @@ def test_a_record_the_view_cannot_read_never_stops_the_run() -> None:
     plain.on_record(odd)
     plain.on_record(good)
     assert plain.out.getvalue() == "2026-01-01T00:00:01Z #8 integration gate passed\n"
+
+
+def test_plain_view_reports_a_long_task_at_each_quarter() -> None:
+    import io
+    import types
+
+    from coordinator.runloop.view import PlainView
+
+    view = PlainView(io.StringIO())
+    for seq, frac in enumerate((0.05, 0.2, 0.26, 0.3, 0.55, 0.8, 0.99, 1.0), start=1):
+        view.on_record(types.SimpleNamespace(topic="task.progress", payload={"fraction": frac, "message": f"it {seq}"},
+                                             sequence=seq, node_id="opt", ts="T", node_execution_id="ne-1"))
+    assert view.out.getvalue().splitlines() == ["T #3 task.progress opt 25% it 3", "T #5 task.progress opt 50% it 5",
+                                                "T #6 task.progress opt 75% it 6"]
