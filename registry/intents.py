@@ -19,6 +19,7 @@ INTENTS: dict[str, str] = {
 SUITES: dict[str, str] = {
     "command": "worker_sdk.intents.command:suite",
     "litho.resim": "worker_sdk.litho.intents:resimulate",
+    "litho.topology": "worker_sdk.litho.intents:topology",
     "drc": "worker_sdk.klayout_tools.intents:drc_suite",
 }
 

@@ -139,6 +139,9 @@ class GatewayClient:
                 raise GatewayError(f"gateway answered HTTP {resp.status}", details={"body": data[:500].decode("utf-8", "replace")})
             reply = json.loads(data)
             if "error" in reply:
+                data = reply["error"].get("data")
+                if isinstance(data, dict) and isinstance(data.get("code"), str) and "message" in data:
+                    ErrorObject.from_dict(data).raise_()  # a typed refusal, as a call's isError gives
                 raise GatewayError(f"gateway error: {reply['error'].get('message')}", details=reply["error"])
             return reply["result"]
 

@@ -12,7 +12,6 @@ import importlib
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from registry.errors import DomeError
@@ -80,21 +79,8 @@ def open_ledger_for_reading(args: argparse.Namespace) -> Any:
     """The ledger for a command that only reads it. Refuses (LEDGER_NOT_FOUND,
     bad input) where there is none: a read never creates ops/dome.db, the ops
     folder or a database file named by --db."""
-    from ledger import Ledger
-    from sqlalchemy.engine import make_url
-
-    ops_root = Path(args.ops_root)
-    where = ops_root / "dome.db"
-    if args.db is not None:
-        url = make_url(args.db)
-        database = url.database or ""
-        if url.get_backend_name() != "sqlite" or database in ("", ":memory:") or "mode=memory" in args.db:
-            return Ledger.open(args.db, ops_root, migrate_schema=False)
-        where = Path(database)
-    if not where.is_file():
-        raise DomeError(f"no ledger at {where}", code="LEDGER_NOT_FOUND",
-                        hints=["pass --ops-root of the runs (or --db)"])
-    return Ledger.open(args.db, ops_root, migrate_schema=False)
+    from coordinator.integration.store import open_ledger
+    return open_ledger(args.db, args.ops_root, must_exist=True, read_only=True)
 
 
 def run_not_found(run_id: str) -> DomeError:

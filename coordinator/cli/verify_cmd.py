@@ -1,7 +1,7 @@
-"""`dome verify RUN_ID [--json]`: re-check a promoted run offline.
+"""`dome verify RUN_ID [--json]`: re-check a run offline.
 
-Exit 0 when every check passes, 1 with the reasons otherwise, 2 on bad
-input, 3 on an internal failure.
+Exit 0 when every check passes, 1 with the failed checks otherwise, 2 on
+bad input (no ledger there), 3 when the ledger cannot be opened or read.
 """
 from __future__ import annotations
 
@@ -21,54 +21,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
 
 
+def exit_code(exc: DomeError) -> int:
+    """The exit code for an error that stopped verification, by its type."""
+    from coordinator.integration.store import LedgerNotBuilt, LedgerNotFound
+    from ledger.errors import LedgerError
+    if isinstance(exc, LedgerNotFound):
+        return 2
+    if isinstance(exc, (LedgerError, LedgerNotBuilt)):  # cannot open or read it
+        return 3
+    return 1
+
+
 # checks that fail for every blocked run by design: it was not promoted
-BLOCKED_BY_DESIGN = frozenset({"promotion_outcome", "evidence_chain", "target_ref"})
+BLOCKED_BY_DESIGN = frozenset({"promotion_outcome", "evidence_chain", "target_ref", "run_finished_agrees"})
 
 
-def render_text(rep, outcome: str | None) -> list[str]:
+def render_text(rep) -> list[str]:
     """The human report. A blocked run whose record is intact is said to be
-    exactly that, never "promoted head"; a promoted head is named only when it was."""
-    checks = [c if isinstance(c, dict) else c.to_dict() for c in rep.checks]
-    failed = [c for c in checks if not c["ok"]]
-    if outcome == "blocked" and failed and all(c["check"].split(":")[0] in BLOCKED_BY_DESIGN for c in failed):
-        integrity = [c for c in checks if c["check"].split(":")[0] not in BLOCKED_BY_DESIGN]
+    exactly that; "promoted head" is printed only for a run that was promoted."""
+    failed = rep.failures
+    if rep.outcome == "blocked" and failed and all(c.kind.value in BLOCKED_BY_DESIGN for c in failed):
+        integrity = [c for c in rep.checks if c.kind.value not in BLOCKED_BY_DESIGN]
         lines = [f"run {rep.run_id}: the evidence chain is valid and the run is blocked (not promoted)",
-                 f"  {sum(c['ok'] for c in integrity)}/{len(integrity)} integrity checks passed",
+                 f"  {sum(c.ok for c in integrity)}/{len(integrity)} integrity checks passed",
                  "  blocked because:"]
-        lines += [f"    - {c['detail']}" for c in failed if c["check"] == "promotion_outcome"]
+        lines += [f"    - {c.detail}" for c in failed if c.kind.value == "promotion_outcome"]
         return lines
     lines = [f"run {rep.run_id}: {'VALID' if rep.valid else 'INVALID'}"]
-    if rep.head_ref and outcome == "promoted":
+    if rep.head_ref and rep.outcome == "promoted":
         lines.append(f"  promoted head {rep.head_ref} -> {rep.to_ref}")
-    elif outcome:
-        lines.append(f"  the run is {outcome} (not promoted)")
-    lines.append(f"  {sum(c['ok'] for c in checks)}/{len(checks)} checks passed")
-    lines += [f"  x {c['check']}: {c['detail']}" if c["detail"] else f"  x {c['check']}" for c in failed]
+    elif rep.outcome:
+        lines.append(f"  the run is {rep.outcome} (not promoted)")
+    lines.append(f"  {sum(c.ok for c in rep.checks)}/{len(rep.checks)} checks passed")
+    lines.extend(f"  x {r}" for r in rep.reasons())
     return lines
 
 
 def run(args: argparse.Namespace) -> int:
     from coordinator.integration.verify import verify_run
     from coordinator.keys import load_keyring
-    from coordinator.report.explain import explain
 
     from .main import open_ledger_for_reading
     try:
         ledger = open_ledger_for_reading(args)
-        outcome = explain(args.run_id, [r.to_json() for r in ledger.events(args.run_id)]).status
-        keyring = load_keyring(args.ops_root)
-        rep = verify_run(ledger, args.run_id, keyring,
-                         repo=Path(args.repo) if args.repo else None)
+        try:
+            keyring = load_keyring(args.ops_root)
+            rep = verify_run(ledger, args.run_id, keyring,
+                             repo=Path(args.repo) if args.repo else None, ops_root=Path(args.ops_root))
+        finally:
+            ledger.close()
     except DomeError as exc:
         if args.json:
             print(json.dumps({"run_id": args.run_id, "valid": False, "error": exc.to_object()}))
         else:
             print(f"dome verify: {exc.code}: {exc.message}", file=sys.stderr)
-        if exc.code == "LEDGER_NOT_FOUND":
-            return 2
-        return 3 if exc.code in ("LEDGER_UNAVAILABLE",) else 1
+        return exit_code(exc)
     if args.json:
         print(json.dumps(rep.to_dict(), sort_keys=True))
     else:
-        print("\n".join(render_text(rep, outcome)))
+        print("\n".join(render_text(rep)))
     return 0 if rep.valid else 1

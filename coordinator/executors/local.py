@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .base import AttemptFiles, ExitInfo, Limits, SandboxUnavailable
-from .sandbox import (bwrap_argv, direct_argv, direct_env, make_preexec, memory_cgroup_parent, oom_kills,
-                      pids_cgroup_parent, probe_bwrap, refused_forks)
+from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, make_preexec, memory_cgroup_parent,
+                      oom_kills, pids_cgroup_parent, probe_bwrap, refused_forks)
 
 STDERR_TAIL = 4096
 
@@ -104,12 +104,13 @@ class LocalExecutor:
         files.log_dir.mkdir(parents=True, exist_ok=True)
         cgs = self._cgroups_for(neid)
         key_fd = None
+        cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
         if self.sandbox == "bwrap":
             key_fd = _key_pipe(files.worker_key)
             argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
-                                   worker_key_fd=key_fd), {}
+                                   worker_key_fd=key_fd, cpus=cpus), {}
         else:
-            argv, env = direct_argv(files), direct_env(files)
+            argv, env = direct_argv(files), direct_env(files, cpus=cpus)
         out = open(files.log_dir / "worker.stdout", "wb")
         err = open(files.log_dir / "worker.stderr", "wb")
         try:

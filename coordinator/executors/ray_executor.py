@@ -78,9 +78,9 @@ class RayExecutor:
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
         if self.sandbox == "bwrap":
-            argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits), {}
+            argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cpus=1), {}  # each task is scheduled with num_cpus=1
         else:
-            argv, env = direct_argv(files), direct_env(files)
+            argv, env = direct_argv(files), direct_env(files, cpus=1)
         lim = {k: getattr(self.limits, k) for k in Limits.__dataclass_fields__}
         ref = self._remote.options(num_gpus=gpus_for(spec["container_ref"]), num_cpus=1).remote(
             argv, env, str(files.log_dir), lim)

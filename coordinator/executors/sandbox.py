@@ -125,16 +125,28 @@ def host_view(bwrap: str = "bwrap", *, extra_ro: Iterable[Path] = (),
     return a, src
 
 
+def cpus_per_worker(max_concurrency: int) -> int:
+    """The cores one worker is granted when `max_concurrency` run side by side on this
+    process's CPUs (at least one); workers size their thread pools from it ($DOME_WORKER_CPUS)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - no affinity API on this platform
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, int(max_concurrency)))
+
+
 def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
                extra_ro: Iterable[Path] = (), limits: Limits | None = None,
-               cgroups: Mapping[str, Path] | None = None, worker_key_fd: int | None = None) -> list[str]:
+               cgroups: Mapping[str, Path] | None = None, worker_key_fd: int | None = None,
+               cpus: int | None = None) -> list[str]:
     """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`.
 
     The scratch is a tmpfs of `disk_mb` (the checkout is private to the attempt and
     leaves only through the gateway), /tmp one of `tmp_mb`; `cgroups` (controller ->
     the attempt's cgroup directory) are bound read-only under /dome/cgroup. With
     `worker_key_fd` (a pipe holding the key) bwrap copies the attempt's key into the
-    sandbox, so the host file can go as soon as the sandbox starts."""
+    sandbox, so the host file can go as soon as the sandbox starts. `cpus` is the
+    worker's CPU grant ($DOME_WORKER_CPUS), from which it sizes its thread pools."""
     lim = limits or Limits()
     a, src = host_view(bwrap, extra_ro=extra_ro, tmp_mb=lim.tmp_mb)
     for controller, path in sorted((cgroups or {}).items()):
@@ -159,6 +171,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--setenv", "DOME_COORDINATOR_PUB", IN_PUB, "--setenv", "DOME_LIMITS", json.dumps(budget),
           *(["--setenv", "DOME_TASK_META", IN_TASK] if files.task_json else []),
           *(["--setenv", "DOME_WORKER_KEY", IN_WORKER_KEY] if files.worker_key else []),
+          *(["--setenv", "DOME_WORKER_CPUS", str(cpus)] if cpus else []),
           "--", python or sys.executable, "-s", "-m", "worker_sdk", IN_SPAWN]
     return a
 
@@ -168,13 +181,14 @@ def direct_argv(files: AttemptFiles, python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "worker_sdk", str(files.spawn_json)]
 
 
-def direct_env(files: AttemptFiles) -> dict[str, str]:
+def direct_env(files: AttemptFiles, cpus: int | None = None) -> dict[str, str]:
     src = dome_source_roots()[0].parent
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(files.scratch),
             "PYTHONPATH": str(src), "DOME_SCRATCH": str(files.scratch), "DOME_BASE_GIT": str(files.base_git),
             "DOME_COORDINATOR_PUB": str(files.coordinator_pub), "LANG": "C.UTF-8",
             **({"DOME_TASK_META": str(files.task_json)} if files.task_json else {}),
-            **({"DOME_WORKER_KEY": str(files.worker_key)} if files.worker_key else {})}
+            **({"DOME_WORKER_KEY": str(files.worker_key)} if files.worker_key else {}),
+            **({"DOME_WORKER_CPUS": str(cpus)} if cpus else {})}
 
 
 @functools.lru_cache(maxsize=1)

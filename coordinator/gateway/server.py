@@ -7,8 +7,11 @@ revocation, method; for a sender-constrained grant the call proof in the
 `dome-call-proof` header, signed by the attempt's worker key), then dispatches through the schema-validated
 ToolDispatcher. Handlers run in a worker thread (the ledger is synchronous);
 results come back as `structuredContent`, errors as `isError` with the
-ErrorObject. The server runs in a thread of the coordinator process; only
-the socket is bound into worker sandboxes.
+ErrorObject. A refused tools/list is a JSON-RPC error REFUSED_RPC_CODE whose
+`data` is the same ErrorObject a call gets. Rejections are recorded in the
+ledger within the limits of ratelimit.RejectionLimiter, and not at all once
+the run has finished. The server runs in a thread of the coordinator
+process; only the socket is bound into worker sandboxes.
 """
 from __future__ import annotations
 
@@ -18,21 +21,26 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import mcp_types as types
 import uvicorn
 from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 
+from registry import toolprofile as tp
 from registry.errors import DomeError
+from registry.grant_errors import GrantError
 
 from .auth import PROOF_HEADER, GrantVerifier, gateway_audience, verify_for_listing
 from .dispatch import ToolDispatcher
+from .ratelimit import AGGREGATE, LIMITED_TOPIC, SUMMARY_TOPIC, RateLimited, RejectionLimiter, Verdict
 from .worker_tools import AttemptNotLive, CallContext
 
 HOST_HEADER = "dome-gateway"
+REFUSED_RPC_CODE = -32001  # a JSON-RPC request refused with a typed ErrorObject in `data`
 log = logging.getLogger("dome.gateway")
 
 
@@ -60,7 +68,9 @@ def _result(payload: dict[str, Any], *, error: bool) -> types.CallToolResult:
 
 class WorkerGateway:
     def __init__(self, *, run_id: str, verifier: GrantVerifier, dispatcher: ToolDispatcher,
-                 socket_path: Path, attempt: Any, audience: str | None = None) -> None:
+                 socket_path: Path, attempt: Any, audience: str | None = None,
+                 limiter: RejectionLimiter | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.run_id = run_id
         self.verifier = verifier
         self.attempt = attempt
@@ -68,12 +78,19 @@ class WorkerGateway:
         self.dispatcher = dispatcher
         self.socket_path = Path(socket_path)
         self.calls = 0
-        self.rejections: list[dict[str, Any]] = []
+        self.rejections: list[dict[str, Any]] = []  # the last few, for the run loop's view
+        self.limiter = limiter or RejectionLimiter()
+        self._clock = clock
+        self._limit_lock = threading.Lock()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-            profile = verify_for_listing(self.verifier, _bearer(ctx), run_id=self.run_id, audience=self.audience)
+            try:
+                token = _bearer(ctx)
+                profile = await anyio.to_thread.run_sync(self._listing, token)
+            except DomeError as exc:  # the same typed error a call gets, never a traceback
+                raise MCPError(REFUSED_RPC_CODE, f"{exc.code}: {exc.message}", exc.to_object()) from None
             return types.ListToolsResult(tools=[
                 types.Tool(name=s.name, description=s.description, input_schema=dict(s.input_schema))
                 for s in self.dispatcher.visible(profile["allowed_methods"])])
@@ -88,11 +105,16 @@ class WorkerGateway:
             proof = _proof(ctx)
             outcome = await anyio.to_thread.run_sync(self.dispatcher.guard,
                                                      lambda: self._invoke(token, name, args, proof))
-            if not outcome.ok and str(outcome.result.get("code", "")).startswith("GRANT_"):
-                self.rejections.append({"method": name, **outcome.result})
             return _result(outcome.result, error=not outcome.ok)
 
-        self.mcp = Server("dome-worker-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+        def input_schema(name: str) -> Any:
+            # the SDK checks Mcp-Param headers against this; without it, it would list the
+            # tools again (with the caller's grant) for every call
+            spec = self.dispatcher.specs.get(name)
+            return dict(spec.input_schema) if spec is not None else None
+
+        self.mcp = Server("dome-worker-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool,
+                          get_tool_input_schema=input_schema)
         security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                              allowed_hosts=[HOST_HEADER], allowed_origins=[])
         self.app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
@@ -105,10 +127,80 @@ class WorkerGateway:
         att = self.attempt(neid) if isinstance(neid, str) else None
         if att is None:
             raise AttemptNotLive("no live attempt with this node_execution_id", details={"node_execution_id": neid})
-        with self.verifier.authorize(token, method=name, run_id=self.run_id, wave_id=att["wave_id"],
-                                     audience=self.audience, args=args,
-                                     idempotency_key=args.get("idempotency_key"), proof=proof) as call:
-            return spec.handler(args, CallContext(profile=call.grant.payload, method=name, tx=call.tx))
+        try:
+            with self.verifier.authorize(token, method=name, run_id=self.run_id, wave_id=att["wave_id"],
+                                         audience=self.audience, args=args, record_rejections=False,
+                                         idempotency_key=args.get("idempotency_key"), proof=proof) as call:
+                return spec.handler(args, CallContext(profile=call.grant.payload, method=name, tx=call.tx))
+        except GrantError as err:
+            raise self._rejected(err, token=token, method=name, subject=f"attempt:{neid}",
+                                 wave_id=att["wave_id"], node_execution_id=neid) from None
+
+    def _listing(self, token: str) -> Any:
+        try:
+            return verify_for_listing(self.verifier, token, run_id=self.run_id, audience=self.audience)
+        except GrantError as err:
+            raise self._rejected(err, token=token, method="tools/list",
+                                 subject="token:" + tp.token_digest(token)[7:23]) from None
+
+    # -- rejected calls: recorded within the limiter's bounds ----------------------
+    def _run_open(self) -> bool:
+        """After run.finished the gateway records no rejections (only signed records may follow)."""
+        finished = getattr(self.verifier.ledger, "run_finished", None)
+        return not (finished is not None and finished())
+
+    def _rejected(self, err: GrantError, *, token: str, method: str, subject: str,
+                  wave_id: str | None = None, node_execution_id: str | None = None) -> DomeError:
+        """Record one rejection (or not, past the limits); return the error to answer with."""
+        answer = self._judge(err, token=token, method=method, subject=subject, wave_id=wave_id,
+                             node_execution_id=node_execution_id)
+        with self._limit_lock:
+            self.rejections = self.rejections[-99:] + [{"method": method, **answer.to_object()}]
+        return answer
+
+    def _judge(self, err: GrantError, *, token: str, method: str, subject: str,
+               wave_id: str | None, node_execution_id: str | None) -> DomeError:
+        now = self._clock()
+        with self._limit_lock:
+            ended = self.limiter.roll(now)
+            verdict = self.limiter.judge(subject, err.code, now)
+            retry_after = self.limiter.retry_after(now)
+            window = self.limiter.window_start
+            scope = AGGREGATE if AGGREGATE in self.limiter.limited else subject
+        if not self._run_open():
+            return err if verdict is Verdict.RECORD else self._limited(err, subject, retry_after)
+        if ended:
+            self._summary(ended, now)
+        if verdict is Verdict.RECORD:
+            self.verifier.record_rejection(err, run_id=self.run_id, method=method, token=token, wave_id=wave_id,
+                                           node_execution_id=node_execution_id)
+            return err
+        if verdict is Verdict.LIMIT:
+            self.verifier.ledger.append(self.run_id, LIMITED_TOPIC, {
+                "subject": scope, "code": err.code, "method": method, "window_started_at": round(window, 3),
+                "window_s": self.limiter.window_s, "per_subject": self.limiter.per_subject,
+                "aggregate": self.limiter.aggregate})
+        return self._limited(err, subject, retry_after)
+
+    def _limited(self, err: GrantError, subject: str, retry_after: float) -> RateLimited:
+        return RateLimited(
+            f"too many rejected calls ({err.code}); refused without recording until the window ends",
+            details={"rejected_code": err.code, "subject": subject, "retry_after_s": retry_after,
+                     "window_s": self.limiter.window_s, "per_subject": self.limiter.per_subject},
+            hints=[f"retry after {retry_after} s with a valid grant"])
+
+    def _summary(self, refused: dict[str, int], at: float) -> None:
+        self.verifier.ledger.append(self.run_id, SUMMARY_TOPIC, {
+            "refused": sum(refused.values()), "by_code": dict(sorted(refused.items())),
+            "counted_at": round(at, 3), "window_s": self.limiter.window_s})
+
+    def flush_rejections(self) -> None:
+        """Count the current window's refused rejections now (at stop, while the run is open)."""
+        with self._limit_lock:
+            refused = dict(self.limiter.refused)
+            self.limiter.refused = {}
+        if refused and self._run_open():
+            self._summary(refused, self._clock())
 
     def start(self, timeout: float = 10.0) -> None:
         if self.socket_path.exists():
@@ -127,6 +219,7 @@ class WorkerGateway:
         os.chmod(self.socket_path, 0o666)
 
     def stop(self) -> None:
+        self.flush_rejections()
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

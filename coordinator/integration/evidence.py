@@ -75,6 +75,10 @@ def dsse_envelope(artifact: Mapping[str, Any]) -> dict[str, Any]:
             "signatures": [{"keyid": artifact["kid"], "sig": artifact["signature"]}]}
 
 
+INTOTO_STATEMENT = "https://in-toto.io/Statement/v1"
+INTOTO_PAYLOAD = "application/vnd.in-toto+json"
+
+
 @dataclass(frozen=True)
 class Record:
     sequence: int
@@ -353,3 +357,32 @@ def evaluate_chain(records: Sequence[Record], *, keyring: Keyring, facts: GitFac
     passed = bool(entries) and head is not None and all(l.status == "ok" for l in links)
     return ChainResult(passed, links, head, base, included, sorted(required), human, refs,
                        str(plan.get("stack_plan_id")))
+
+
+def _subjects(a: Mapping[str, Any]) -> list[dict[str, Any]]:
+    subs: list[dict[str, Any]] = []
+    for k in ("from_head_ref", "head_ref", "commit"):
+        v = a.get(k)
+        if isinstance(v, str) and len(v) in (40, 64):
+            subs.append({"name": f"git+commit:{v}", "digest": {"gitCommit": v}})
+            break
+    for d in a.get("artifact_digests", []) or []:
+        subs.append({"name": f"artifact:{d}", "digest": {"sha256": d.split(":", 1)[1]}})
+    if a.get("diff_digest"):
+        subs.append({"name": f"diff:{a.get('proposal_id')}",
+                     "digest": {"sha256": str(a["diff_digest"]).split(":", 1)[1]}})
+    if not subs:
+        subs.append({"name": f"dome:{a.get('artifact_kind')}:{a.get('object_id')}",
+                     "digest": {"sha256": str(a.get("payload_digest", "sha256:" + "0" * 64)).split(":", 1)[1]}})
+    return subs
+
+
+def intoto_statements(records: Sequence[Record], decision: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The in-toto v1 Statements exported beside a promotion decision: one per
+    evidence record the decision references (in ledger order), then the decision."""
+    wanted = {r["event_sequence"] for r in decision.get("evidence_refs", [])}
+    arts = [r.artifact for r in sorted(records, key=lambda r: r.sequence) if r.sequence in wanted] + [decision]
+    return [{"_type": INTOTO_STATEMENT, "subject": _subjects(a),
+             "predicateType": "https://dome.dev/attestations/"
+                              + str(a.get("artifact_kind", "dome.unknown/v1")).split(".", 1)[1],
+             "predicate": a} for a in arts]

@@ -24,9 +24,9 @@ from registry.signing import Keyring, SigningKey, dsse_sign
 from coordinator.canvas import Canvas
 
 from . import gitio
-from .evidence import (T_CONSENT, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION, T_PROPOSAL,
-                       T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, GitFacts, Record,
-                       evaluate_chain, sign_artifact)
+from .evidence import (INTOTO_PAYLOAD, T_CONSENT, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION,
+                       T_PROPOSAL, T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, GitFacts, Record,
+                       evaluate_chain, intoto_statements, sign_artifact)
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
 from .proposals import BaseInspector, verify_proposal
@@ -521,41 +521,12 @@ def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref:
     return signed
 
 
-INTOTO_STATEMENT = "https://in-toto.io/Statement/v1"
-INTOTO_PAYLOAD = "application/vnd.in-toto+json"
-
-
-def _subjects(a: Mapping[str, Any]) -> list[dict[str, Any]]:
-    subs: list[dict[str, Any]] = []
-    for k in ("from_head_ref", "head_ref", "commit"):
-        v = a.get(k)
-        if isinstance(v, str) and len(v) in (40, 64):
-            subs.append({"name": f"git+commit:{v}", "digest": {"gitCommit": v}})
-            break
-    for d in a.get("artifact_digests", []) or []:
-        subs.append({"name": f"artifact:{d}", "digest": {"sha256": d.split(":", 1)[1]}})
-    if a.get("diff_digest"):
-        subs.append({"name": f"diff:{a.get('proposal_id')}",
-                     "digest": {"sha256": str(a["diff_digest"]).split(":", 1)[1]}})
-    if not subs:
-        subs.append({"name": f"dome:{a.get('artifact_kind')}:{a.get('object_id')}",
-                     "digest": {"sha256": str(a.get("payload_digest", "sha256:" + "0" * 64)).split(":", 1)[1]}})
-    return subs
-
-
 def export_intoto(records: Sequence[Record], decision: Mapping[str, Any], key: SigningKey,
                   out_dir: Path) -> Path:
     """The evidence the decision references (and the decision) as in-toto v1
     Statements in DSSE envelopes, one per line."""
-    wanted = {(r["event_sequence"]) for r in decision.get("evidence_refs", [])}
-    arts = [r.artifact for r in records if r.sequence in wanted] + [decision]
-    lines = []
-    for a in arts:
-        kind = str(a.get("artifact_kind", "dome.unknown/v1"))
-        stmt = {"_type": INTOTO_STATEMENT, "subject": _subjects(a),
-                "predicateType": f"https://dome.dev/attestations/{kind.split('.', 1)[1]}",
-                "predicate": a}
-        lines.append(json.dumps(dsse_sign(INTOTO_PAYLOAD, canonical_json(stmt), key), sort_keys=True))
+    lines = [json.dumps(dsse_sign(INTOTO_PAYLOAD, canonical_json(stmt), key), sort_keys=True)
+             for stmt in intoto_statements(records, decision)]
     path = out_dir / "evidence.intoto.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

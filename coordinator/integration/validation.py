@@ -29,6 +29,7 @@ from registry.canonical import digest_bytes, digest_json
 from coordinator.canvas import Checkpoint, checkout_readonly
 
 DOMAIN_SUITES = {"litho.resim": "worker_sdk.litho.intents:resimulate",
+                 "litho.topology": "worker_sdk.litho.intents:topology",
                  "drc": "worker_sdk.klayout_tools.intents:drc_suite"}
 
 

@@ -1,18 +1,22 @@
-"""Offline re-check of a promoted run (`dome verify RUN_ID`).
+"""Offline re-check of a run (`dome verify RUN_ID`).
 
 Nothing is trusted from the run's own conclusions: the chain is evaluated
 again from the ledger records, every git object read is re-hashed, every
 layer's canonical diff is re-digested and re-applied to its parent
 checkpoint (the resulting tree must equal the checkpoint's tree), the
-target ref must contain the promoted head, and the ledger's own hash chain
-and signatures are checked when the ledger offers it.
+target ref must contain the promoted head, the ledger's hash chain and
+signatures are checked, a run the run loop started must have finished with
+only signed records after `run.finished`, and every file exported under
+ops/runs/<run_id>/ must be what the ledger records (export_checks).
+
+The result is a VerifyReport of typed CheckResults (verify_result).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ledger import EventRecord, Ledger
 from registry import diffs
 from registry.canonical import digest_bytes, digest_json
 from registry.errors import DomeError, SignatureError
@@ -20,74 +24,64 @@ from registry.signing import Keyring
 
 from coordinator.canvas import Canvas
 
+from . import export_checks as exports
 from . import gitio
-from .evidence import (T_APPLY, T_PLAN, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
-                       GitFacts, Record, body_of, evaluate_chain, verify_artifact)
-from .finish import records_of
+from .evidence import (T_APPLY, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
+                       ChainResult, GitFacts, Record, body_of, evaluate_chain, verify_artifact)
+from .finish import records_of, run_dir
+from .verify_result import CheckKind, CheckResult, Status, VerifyReport, failed, missing, ok
+
+__all__ = ["CheckKind", "CheckResult", "Status", "VerifyReport", "verify_run"]
+K = CheckKind  # the short name the many checks below use
 
 
-@dataclass
-class VerifyReport:
-    run_id: str
-    valid: bool = True
-    reasons: list[str] = field(default_factory=list)
-    checks: list[dict[str, Any]] = field(default_factory=list)
-    head_ref: str | None = None
-    to_ref: str | None = None
-
-    def check(self, name: str, ok: bool, detail: str = "") -> bool:
-        self.checks.append({"check": name, "ok": ok, "detail": detail})
-        if not ok:
-            self.valid = False
-            self.reasons.append(f"{name}: {detail}" if detail else name)
-        return ok
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "valid": self.valid, "reasons": self.reasons,
-                "head_ref": self.head_ref, "to_ref": self.to_ref, "checks": self.checks}
-
-
-def _ledger_chain_ok(ledger: Any, keyring: Keyring) -> tuple[bool | None, str]:
-    fn = getattr(ledger, "verify", None)
-    if fn is None:
-        return None, "ledger offers no verify()"
+def _ledger_chain(ledger: Ledger, keyring: Keyring) -> CheckResult:
     try:
-        rep = fn(keyring)
+        rep = ledger.verify(keyring)
     except DomeError as exc:
-        return False, f"{exc.code}: {exc.message}"
-    for attr in ("ok", "valid", "passed"):
-        if hasattr(rep, attr):
-            ok = bool(getattr(rep, attr))
-            return ok, "" if ok else str(getattr(rep, "errors", getattr(rep, "problems", rep)))[:500]
-    return bool(rep), ""
+        return failed(K.LEDGER_CHAIN, f"{exc.code}: {exc.message}")
+    if rep.ok:
+        return ok(K.LEDGER_CHAIN)
+    return failed(K.LEDGER_CHAIN, "; ".join(f"{p.code} run {p.run_id} #{p.sequence}"
+                                            for p in rep.problems[:10]))
 
 
-def verify_run(ledger: Any, run_id: str, keyring: Keyring, *, repo: Path | None = None) -> VerifyReport:
+def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | None = None,
+               ops_root: Path | None = None) -> VerifyReport:
+    """Every check of one run; never raises for what it finds (only for a ledger it cannot read)."""
     rep = VerifyReport(run_id)
-    ok, detail = _ledger_chain_ok(ledger, keyring)
-    if ok is not None:
-        rep.check("ledger_hash_chain", ok, detail)
+    rep.add(_ledger_chain(ledger, keyring))
+    events: list[EventRecord] = ledger.events(run_id)
     records = records_of(ledger, run_id)
-    if not rep.check("run_exists", bool(records), "no events for this run"):
+    if not events:
+        rep.add(missing(K.RUN_EXISTS, "no events for this run"))
         return rep
+    rep.add(ok(K.RUN_EXISTS))
+    started, first_finish, last_finish = _lifecycle(rep, events, keyring)
+    _exports(rep, ledger, run_id, events, records, keyring, started=started, last_finish=last_finish,
+             ops_root=Path(ops_root) if ops_root is not None else ledger.ops_root)
     promos = [r for r in records if r.topic == T_PROMOTION]
-    if not rep.check("promotion_decision", bool(promos), "no promotion decision"):
+    if not promos:
+        rep.add(missing(K.PROMOTION_DECISION, "no promotion decision"))
         return rep
+    rep.add(ok(K.PROMOTION_DECISION))
     promo = promos[-1]
     try:
         verify_artifact(promo.artifact, keyring)
-        rep.check("promotion_signature", True)
+        rep.add(ok(K.PROMOTION_SIGNATURE))
     except SignatureError as exc:
-        rep.check("promotion_signature", False, f"{exc.code}: {exc.message}")
+        rep.add(failed(K.PROMOTION_SIGNATURE, f"{exc.code}: {exc.message}"))
     d = promo.artifact
-    rep.head_ref, rep.to_ref = d.get("from_head_ref"), d.get("to_ref")
-    rep.check("promotion_outcome", d.get("outcome") == "promoted",
+    rep.head_ref, rep.to_ref, rep.outcome = d.get("from_head_ref"), d.get("to_ref"), d.get("outcome")
+    _finish_agrees(rep, events, first_finish, last_finish, promo)
+    rep.check(K.PROMOTION_OUTCOME, d.get("outcome") == "promoted",
               f"outcome is {d.get('outcome')!r}: " + "; ".join(d.get("missing", [])))
     meta = [r for r in records if r.topic == T_REQUIREMENTS]
     repo = repo or (Path(meta[-1].artifact["repo"]) if meta else None)
-    if not rep.check("repository", repo is not None and Path(repo).exists(), "repository not found"):
+    if repo is None or not Path(repo).exists():
+        rep.add(missing(K.REPOSITORY, "repository not found", str(repo) if repo else None))
         return rep
-    assert repo is not None
+    rep.add(ok(K.REPOSITORY))
     before = [r for r in records if r.sequence < promo.sequence]
     bad_sigs = []
     for r in records:
@@ -96,7 +90,7 @@ def verify_run(ledger: Any, run_id: str, keyring: Keyring, *, repo: Path | None 
                 verify_artifact(r.artifact, keyring)
             except SignatureError as exc:
                 bad_sigs.append(f"#{r.sequence} {r.topic}: {exc.code}")
-    rep.check("record_signatures", not bad_sigs, "; ".join(bad_sigs[:10]))
+    rep.check(K.RECORD_SIGNATURES, not bad_sigs, "; ".join(bad_sigs[:10]))
 
     # evidence references resolve to the records, digests equal
     by_seq = {r.sequence: r for r in records}
@@ -104,8 +98,8 @@ def verify_run(ledger: Any, run_id: str, keyring: Keyring, *, repo: Path | None 
         r = by_seq.get(int(ref.get("event_sequence", -1)))
         good = r is not None and digest_json(body_of(r.artifact)) == ref.get("digest") \
             and r.artifact.get("payload_digest") == ref.get("digest")
-        rep.check(f"evidence_ref:{ref.get('kind')}:{ref.get('object_id')}", good,
-                  "" if good else "referenced record missing or changed")
+        rep.check(K.EVIDENCE_REF, good, "referenced record missing or changed",
+                  f"{ref.get('kind')}:{ref.get('object_id')}")
 
     # git facts, every object re-hashed
     with gitio.ObjectReader(repo, verify=True) as reader:
@@ -118,31 +112,108 @@ def verify_run(ledger: Any, run_id: str, keyring: Keyring, *, repo: Path | None 
         try:
             facts = GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
         except gitio.GitError as exc:
-            rep.check("git_objects", False, f"{exc.code}: {exc.message}")
+            rep.add(failed(K.GIT_OBJECTS, f"{exc.code}: {exc.message}"))
             return rep
     chain = evaluate_chain(before, keyring=keyring, facts=facts, run_id=run_id)
-    rep.check("evidence_chain", chain.passed, "; ".join(chain.missing))
-    rep.check("promoted_head", chain.head_ref == d.get("from_head_ref"),
+    _chain_links(rep, chain)
+    rep.check(K.PROMOTED_HEAD, chain.head_ref == d.get("from_head_ref"),
               f"chain head {chain.head_ref} != promoted {d.get('from_head_ref')}")
     pol = [r for r in before if r.topic == T_POLICY]
-    rep.check("policy_version", bool(pol) and pol[-1].artifact.get("policy_digest") == d.get("policy_digest"),
+    rep.check(K.POLICY_VERSION, bool(pol) and pol[-1].artifact.get("policy_digest") == d.get("policy_digest"),
               "promotion names a policy other than the one recorded")
-    target = gitio.ref_target(repo, str(d.get("to_ref")))
-    rep.check("target_ref", target is not None and chain.head_ref is not None
-              and gitio.is_ancestor(repo, chain.head_ref, target),
-              f"{d.get('to_ref')} does not contain the promoted head")
+    _target_ref(rep, repo, d, chain.head_ref)
     _replay(rep, repo, before, chain.included, chain.base_ref, ledger, run_id)
     if chain.head_ref and chain.base_ref:
         _rehash_new_objects(rep, repo, chain.base_ref, chain.head_ref)
     return rep
 
 
+def _chain_links(rep: VerifyReport, chain: ChainResult) -> None:
+    """The re-evaluated chain: one check per link that is not ok (its name the subject)."""
+    bad = [link for link in chain.links if link.status != "ok"]
+    for link in bad:
+        make = missing if link.status == "missing" else failed
+        rep.add(make(K.EVIDENCE_CHAIN, link.detail or link.status, link.link))
+    if not bad:
+        rep.check(K.EVIDENCE_CHAIN, chain.passed, "the chain includes no proposal or has no head")
+
+
+def _lifecycle(rep: VerifyReport, events: list[EventRecord],
+               keyring: Keyring) -> tuple[dict[str, Any] | None, int | None, int | None]:
+    """A run the run loop started must have finished, and after `run.finished`
+    every record must be signed (only the admin's `dome promote` writes then).
+    A run driven by the integration API alone has neither lifecycle event."""
+    started, first, last = exports.run_lifecycle(events)
+    if started is not None or first is not None:
+        if first is None:
+            rep.add(missing(K.RUN_FINISHED, "the run has no run.finished: unfinished, crashed, "
+                                            "or records were cut from the ledger's end"))
+        else:
+            rep.add(ok(K.RUN_FINISHED))
+            rep.run_status = str(events[[e.sequence for e in events].index(last)].payload.get("status"))
+            for r in exports.check_signed_after_finish(events, first, keyring):
+                rep.add(r)
+    return started, first, last
+
+
+def _finish_agrees(rep: VerifyReport, events: list[EventRecord], first: int | None, last: int | None,
+                   promo: Record) -> None:
+    """What run.finished reports must be what the promotion decision says."""
+    if last is None:
+        return
+    fin = next(e for e in events if e.sequence == last).payload
+    d = promo.artifact
+    if fin.get("status") == "promoted":
+        rep.check(K.FINISH_AGREES, d.get("outcome") == "promoted" and fin.get("head") == d.get("from_head_ref")
+                  and promo.sequence < last,
+                  f"run.finished says promoted at {fin.get('head')}, the decision says "
+                  f"{d.get('outcome')} at {d.get('from_head_ref')}")
+    elif d.get("outcome") == "promoted":
+        # only `dome promote` (after run.finished, with consent) may promote a run that finished otherwise
+        rep.check(K.FINISH_AGREES, first is not None and promo.sequence > first,
+                  f"run.finished says {fin.get('status')}, yet a decision before it says promoted")
+
+
+def _target_ref(rep: VerifyReport, repo: Path, d: Mapping[str, Any], head: str | None) -> None:
+    """A promoted decision's ref must contain its head (it moved, by compare-and-swap)."""
+    target = gitio.ref_target(repo, str(d.get("to_ref")))
+    if d.get("outcome") != "promoted":
+        return
+    if target is None:
+        rep.add(missing(K.TARGET_REF, f"{d.get('to_ref')} does not exist", str(d.get("to_ref"))))
+        return
+    rep.check(K.TARGET_REF, head is not None and gitio.is_ancestor(repo, head, target),
+              f"{d.get('to_ref')} at {target} does not contain the promoted head {head}", str(d.get("to_ref")))
+
+
+def _exports(rep: VerifyReport, ledger: Ledger, run_id: str, events: list[EventRecord], records: list[Record],
+             keyring: Keyring, *, started: dict[str, Any] | None, last_finish: int | None,
+             ops_root: Path) -> None:
+    rdir = run_dir(ops_root, run_id)
+    run_loop = started is not None
+    for r in exports.check_events(rdir, events, required_through=last_finish, run_loop=run_loop):
+        rep.add(r)
+    if run_loop and last_finish is not None:
+        assert started is not None
+        results, queue = exports.check_work_queue(rdir, started)
+        for r in results:
+            rep.add(r)
+        upto = [e for e in events if e.sequence <= last_finish]
+        for r in exports.check_tasks(rdir, upto, queue, run_id, ledger.blobs.get):
+            rep.add(r)
+    for r in exports.check_gate(rdir, records):
+        rep.add(r)
+    for r in exports.check_promotion(rdir, records, keyring):
+        rep.add(r)
+
+
 def _rehash_new_objects(rep: VerifyReport, repo: Path, base: str, head: str) -> None:
     """Every object the run added (reachable from the head, not the base) must
     hash to its id: a changed commit, tree or blob file is caught here."""
     proc = gitio.git(repo, "rev-list", "--objects", head, f"^{base}", check=False)
-    if not rep.check("git_objects_listed", proc.returncode == 0,
-                     proc.stderr.decode("utf-8", "replace")[:300]):
+    if proc.returncode != 0:
+        rep.add(failed(K.GIT_OBJECTS, "cannot list the run's objects: "
+                       + proc.stderr.decode("utf-8", "replace")[:300]))
         return
     oids = [line.split(" ", 1)[0] for line in proc.stdout.decode().splitlines() if line]
     bad: list[str] = []
@@ -152,11 +223,11 @@ def _rehash_new_objects(rep: VerifyReport, repo: Path, base: str, head: str) -> 
                 reader.read(oid)
             except gitio.GitError as exc:
                 bad.append(f"{oid}: {exc.code}")
-    rep.check("git_objects", not bad, "; ".join(bad[:10]))
+    rep.check(K.GIT_OBJECTS, not bad, "; ".join(bad[:10]))
 
 
 def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list[str],
-            base: str | None, ledger: Any, run_id: str) -> None:
+            base: str | None, ledger: Ledger, run_id: str) -> None:
     """Re-digest every layer's diff and re-apply it: trees must match."""
     if not base or not included:
         return
@@ -167,7 +238,7 @@ def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list
     for r in records:
         if r.topic == T_APPLY and r.artifact.get("applied"):
             applies[str(r.artifact["proposal_id"])] = r.artifact
-    blobs = getattr(ledger, "blobs", None)
+    blobs = ledger.blobs
     canvas = Canvas(repo, base, run_id=f"verify-{run_id}", create_worktree=False, persist=False)
     canvas.reader.close()
     canvas.reader = gitio.ObjectReader(repo, verify=True)
@@ -175,7 +246,7 @@ def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list
     claimed = {str(v.get("base_tree_hash")) for pid, v in verified.items()
                if pid in {p.split(":split-")[0] for p in included}
                and v.get("proposal_base_ref", base) == base}  # derived bases are rebuilt by finish
-    rep.check("base_tree_hash", claimed <= {canvas.base_tree},
+    rep.check(K.BASE_TREE, claimed <= {canvas.base_tree},
               f"base {base} has tree {canvas.base_tree}, proposals claim {sorted(claimed)}")
     try:
         groups: list[tuple[str, list[str]]] = []
@@ -189,41 +260,41 @@ def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list
             for pid in pids:
                 root = pid.split(":split-")[0]
                 v = verified.get(root)
-                if v is None or blobs is None or not v.get("diff_blob"):
-                    rep.check(f"diff:{pid}", False, "canonical diff not stored")
+                if v is None or not v.get("diff_blob"):
+                    rep.add(missing(K.DIFF, "canonical diff not stored", pid))
                     return
                 try:
                     raw = blobs.get(v["diff_blob"])
                 except Exception as exc:  # noqa: BLE001
-                    rep.check(f"diff:{pid}", False, f"diff blob unreadable: {exc}")
+                    rep.add(missing(K.DIFF, f"diff blob unreadable: {exc}", pid))
                     return
                 parsed = diffs.parse_diff(raw)
                 want = v["diff_digest"]
                 if ":split-" in pid:
                     s = splits.get(pid)
                     if s is None:
-                        rep.check(f"diff:{pid}", False, "split result missing")
+                        rep.add(missing(K.DIFF, "split result missing", pid))
                         return
                     if diffs.diff_digest(raw) != s.get("parent_diff_digest"):
-                        rep.check(f"diff:{pid}", False, "parent diff digest differs")
+                        rep.add(failed(K.DIFF, "parent diff digest differs", pid))
                         return
                     parsed = diffs.select(parsed, [(p, k) for p, k in s["keep_A"]])
                     raw = diffs.serialize_diff(parsed)
                     want = s["diff_digest_A"]
-                if not rep.check(f"diff_digest:{pid}", digest_bytes(diffs.serialize_diff(parsed)) == want
+                if not rep.check(K.DIFF_DIGEST, digest_bytes(diffs.serialize_diff(parsed)) == want
                                  == applies.get(pid, {}).get("diff_digest"),
-                                 "re-canonicalized diff digest differs"):
+                                 "re-canonicalized diff digest differs", pid):
                     return
                 att = canvas.try_apply(parsed)
-                if not rep.check(f"reapply:{pid}", att.clean, "diff no longer applies to its parent"):
+                if not rep.check(K.REAPPLY, att.clean, "diff no longer applies to its parent", pid):
                     return
                 canvas.commit(att, [pid])
             tree = canvas.tree.write()
             got = gitio.commit_facts(canvas.reader, [head]).get(head, {})  # re-hashed read
-            if not rep.check(f"tree:{head[:12]}", got.get("tree") == tree,
-                             "replayed tree differs from the checkpoint tree"):
+            if not rep.check(K.TREE, got.get("tree") == tree,
+                             "replayed tree differs from the checkpoint tree", head[:12]):
                 return
     except (gitio.GitError, diffs.DiffError) as exc:
-        rep.check("replay", False, f"{exc.code}: {exc.message}")
+        rep.add(failed(K.REPLAY, f"{exc.code}: {exc.message}"))
     finally:
         canvas.close()

@@ -7,29 +7,35 @@
 
 The ledger is the truth; these files are a projection rebuilt on demand
 (idempotent: rewriting gives the same bytes for the same events).
+`task_files` is the pure projection of tasks/; `dome verify` compares the
+files on disk with it.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from .. import runstate as rs
 from ..runstate import fold
 from ..scheduler import statuses
+from ..workqueue import Graph
 
 
-def _write(path: Path, obj: Any) -> None:
+def render_json(obj: Any) -> bytes:
+    """The bytes an exported JSON file holds."""
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(obj, indent=2, sort_keys=True) + "\n"
-    if not path.exists() or path.read_text() != data:
-        path.write_text(data)
+    if not path.exists() or path.read_bytes() != data:
+        path.write_bytes(data)
 
 
-def export_run(ledger: Any, run_id: str, ops_dir: Path, graph: Any) -> None:
-    events = ledger.events(run_id)
-    for rec in events:
-        _write(ops_dir / "events" / f"event.{rec.sequence}.json", rec.to_json())
+def task_files(events: Sequence[Any], graph: Graph, run_id: str,
+               blob: Callable[[str], bytes]) -> dict[str, bytes]:
+    """tasks/... relative path -> exact bytes, from the run's events (pure but for `blob`)."""
     state = fold(events)
     status = statuses(graph, state)
     by_node: dict[str, list[dict[str, Any]]] = {}
@@ -41,9 +47,10 @@ def export_run(ledger: Any, run_id: str, ops_dir: Path, graph: Any) -> None:
                  **{k: rec.payload.get(k) for k in ("outcome", "reason", "exit_code", "kind", "attempt", "error",
                                                     "proposal_id") if rec.payload.get(k) is not None}})
     proposals = {p["node_execution_id"]: p for p in state.proposals}
+    out: dict[str, bytes] = {}
     for nid in graph.nodes:
         ns = state.node(nid)
-        task_dir = ops_dir / "tasks" / nid.replace("/", "_")
+        task_dir = "tasks/" + nid.replace("/", "_")
         winner = proposals.get(ns.succeeded_by) if ns.succeeded_by else None
         result = {"artifact_kind": "dome.task.result/v1", "run_id": run_id, "task_id": nid, "node_id": nid,
                   "status": status[nid], "attempts": ns.attempts, "failures": ns.failures,
@@ -51,9 +58,16 @@ def export_run(ledger: Any, run_id: str, ops_dir: Path, graph: Any) -> None:
                   "proposal_id": winner["proposal_id"] if winner else None,
                   "diff_digest": winner["diff_digest"] if winner else None,
                   "history": by_node.get(nid, [])}
-        _write(task_dir / "task.result.json", result)
+        out[f"{task_dir}/task.result.json"] = render_json(result)
         if winner:
-            _write(task_dir / "outputs" / f"{winner['proposal_id']}.proposal.json", winner["proposal"])
-            diff_path = task_dir / "outputs" / f"{winner['proposal_id']}.diff"
-            if not diff_path.exists():
-                diff_path.write_bytes(ledger.blobs.get(winner["diff_ref"]))
+            out[f"{task_dir}/outputs/{winner['proposal_id']}.proposal.json"] = render_json(winner["proposal"])
+            out[f"{task_dir}/outputs/{winner['proposal_id']}.diff"] = blob(winner["diff_ref"])
+    return out
+
+
+def export_run(ledger: Any, run_id: str, ops_dir: Path, graph: Graph) -> None:
+    events = ledger.events(run_id)
+    for rec in events:
+        _write(ops_dir / "events" / f"event.{rec.sequence}.json", render_json(rec.to_json()))
+    for rel, data in task_files(events, graph, run_id, ledger.blobs.get).items():
+        _write(ops_dir / rel, data)

@@ -112,6 +112,10 @@ class WriterLedger:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._l, name)
 
+    def run_finished(self) -> bool:
+        """Whether run.finished is recorded: after it, components write nothing for the run."""
+        return self._w.state.finished is not None
+
     def _apply(self, records: list) -> None:
         self._w._applied([r for r in records if getattr(r, "run_id", None) == self._w.run_id])
 

@@ -83,3 +83,22 @@ def edit_line(path: str, lineno: int, text: str):
         lines[lineno - 1] = text + "\n"
         p.write_text("".join(lines))
     return change
+
+
+def tamper_record(ops: Path, run_id: str, topic: str, change, *, last: bool = False) -> None:
+    """Change one stored record's payload in the SQLite ledger the way an
+    attacker with write access to the database would (triggers dropped)."""
+    import json
+    import sqlite3
+    db = sqlite3.connect(ops / "dome.db")
+    try:
+        for (name,) in db.execute("select name from sqlite_master where type='trigger'").fetchall():
+            db.execute(f"drop trigger {name}")
+        order = "desc" if last else "asc"
+        row = db.execute(f"select id, payload from events where run_id=? and topic=? order by id {order} limit 1",
+                         (run_id, topic)).fetchone()
+        assert row is not None, topic
+        db.execute("update events set payload=? where id=?", (json.dumps(change(json.loads(row[1]))), row[0]))
+        db.commit()
+    finally:
+        db.close()

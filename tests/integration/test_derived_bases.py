@@ -14,7 +14,7 @@ from registry.diffs import describe_diff
 from registry.signing import Keyring, SigningKey
 from tests.conftest import git
 from tests.integration.conftest import edit_line, git_bytes, head, make_proposal, worktree_diff
-from tests.integration.fakes import MemLedger
+from ledger import Ledger
 
 SUITE = {"suite": "command", "name": "tests", "argv": ["true"]}
 POLICY = IntegrationPolicy(suites_by_risk={"low": ("tests",)}, promote_to="refs/heads/out")
@@ -38,7 +38,7 @@ def _setup(repo: Path, tmp: Path, ancestor_change, tamper_tree: bool = False):
            "diff_canonicalization": desc["diff_canonicalization"], "diff_digest": desc["diff_digest"],
            "touched_files": desc["touched_files"], "risk": "low", "declared_constraints": {},
            "created_at": "2026-01-01T00:00:00Z"}
-    ledger = MemLedger()
+    ledger = Ledger.open(None, tmp / "ops")
     ev = d.to_event("b")
     if tamper_tree:
         ev["base_tree_hash"] = "0" * 40

@@ -11,7 +11,8 @@ from coordinator.integration.finish import FinishContext, finish_run, git_facts,
 from coordinator.integration.policy import IntegrationPolicy
 from registry.signing import Keyring, SigningKey
 from tests.conftest import git
-from tests.integration.conftest import edit_line, head, make_proposal
+from ledger import Ledger
+from tests.integration.conftest import edit_line, head, make_proposal, tamper_record
 from tests.integration.fakes import MemLedger
 
 SUITE = {"suite": "command", "name": "unit", "argv": ["sh", "-c", "test ! -e BROKEN"]}
@@ -177,25 +178,22 @@ def test_promotion_refused_when_validation_is_bound_to_another_head(promoted_run
 
 def test_verify_accepts_a_promoted_run_and_rejects_tampering(big_repo: Path, tmp_path: Path) -> None:
     from coordinator.integration.verify import verify_run
+    from coordinator.integration.verify import CheckKind
     props = [make_proposal(big_repo, f"p{k}", edit_line(f"f{k:02d}.txt", 7, f"e{k}")) for k in range(3)]
-    res, ledger, key = _run(big_repo, props, tmp_path)
+    res, ledger, key = _run(big_repo, props, tmp_path, ledger=Ledger.open(None, tmp_path / "ops"))
     keyring = Keyring({key.kid: key.public})
     rep = verify_run(ledger, "run-1", keyring)
-    assert rep.valid, rep.reasons
-    # a ledger record changed after promotion
-    evs = ledger._events["run-1"]
-    k = next(i for i, e in enumerate(evs) if e.topic == "integration.apply_result")
-    orig = evs[k]
-    evs[k] = type(orig)(orig.sequence, orig.topic, orig.run_id, {**orig.payload, "applied": True,
-                                                                  "diff_digest": "sha256:" + "0" * 64})
-    assert not verify_run(ledger, "run-1", keyring).valid
-    evs[k] = orig
+    assert rep.valid, rep.reasons()
     # the target ref moved back
     git(big_repo, "update-ref", "refs/heads/release", res.base_ref)
     bad = verify_run(ledger, "run-1", keyring)
-    assert not bad.valid and any(r.startswith("target_ref") for r in bad.reasons)
+    assert not bad.valid and bad.failed_kinds() == {CheckKind.TARGET_REF}
     git(big_repo, "update-ref", "refs/heads/release", res.head_ref)
     assert verify_run(ledger, "run-1", keyring).valid
+    # a ledger record changed after promotion
+    tamper_record(tmp_path / "ops", "run-1", "integration.apply_result",
+                  lambda p: {**p, "applied": True, "diff_digest": "sha256:" + "0" * 64})
+    assert not verify_run(ledger, "run-1", keyring).valid
 
 
 def _corrupt_loose(repo: Path, oid: str) -> None:
@@ -222,11 +220,12 @@ def _corrupt_loose(repo: Path, oid: str) -> None:
 @pytest.fixture
 def verified_run(big_repo: Path, tmp_path: Path):
     props = [make_proposal(big_repo, f"p{k}", edit_line(f"f{k:02d}.txt", 7, f"e{k}")) for k in range(3)]
-    res, ledger, key = _run(big_repo, props, tmp_path)
+    res, ledger, key = _run(big_repo, props, tmp_path, ledger=Ledger.open(None, tmp_path / "ops"))
     from coordinator.integration.verify import verify_run
     keyring = Keyring({key.kid: key.public})
     assert verify_run(ledger, "run-1", keyring).valid
-    return big_repo, res, ledger, keyring
+    yield big_repo, res, ledger, keyring
+    ledger.close()
 
 
 @pytest.mark.parametrize("which", ["checkpoint_commit", "checkpoint_tree", "layer_blob"])
@@ -244,7 +243,7 @@ def test_verify_fails_when_a_git_object_is_changed(verified_run, which: str) -> 
     _corrupt_loose(repo, oid)
     rep = verify_run(ledger, "run-1", keyring)
     assert not rep.valid, which
-    assert rep.reasons
+    assert rep.failures
 
 
 @pytest.mark.parametrize("topic", ["integration.stack_plan", "integration.apply_result",
@@ -254,12 +253,15 @@ def test_verify_fails_when_a_git_object_is_changed(verified_run, which: str) -> 
 def test_verify_fails_when_a_ledger_record_is_changed(verified_run, topic: str) -> None:
     from coordinator.integration.verify import verify_run
     repo, res, ledger, keyring = verified_run
-    evs = ledger._events["run-1"]
-    k = max(i for i, e in enumerate(evs) if e.topic == topic)
-    orig = evs[k]
-    evs[k] = type(orig)(orig.sequence, orig.topic, orig.run_id, {**orig.payload, "created_at": "2000-01-01T00:00:00Z"})
+    from coordinator.integration.verify import CheckKind, Status
+    tamper_record(ledger.ops_root, "run-1", topic, lambda p: {**p, "created_at": "2000-01-01T00:00:00Z"}, last=True)
     rep = verify_run(ledger, "run-1", keyring)
     assert not rep.valid, topic
+    kinds = rep.failed_kinds()
+    assert {CheckKind.LEDGER_CHAIN, CheckKind.RECORD_SIGNATURES} <= kinds, topic
+    if topic == "integration.validation_report":  # the re-evaluated chain names the broken link
+        assert (CheckKind.EVIDENCE_CHAIN, "signature:validation:unit", Status.FAILED) in {
+            (f.kind, f.subject, f.status) for f in rep.failures}
 
 
 def test_finish_is_idempotent_on_resume(big_repo: Path, tmp_path: Path) -> None:

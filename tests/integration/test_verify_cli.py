@@ -72,7 +72,9 @@ def test_verify_cli_fails_when_a_ledger_record_is_changed(promoted) -> None:
     db.commit()
     db.close()
     rc, out = _verify(ops)
-    assert rc == 1 and not out["valid"] and out["reasons"]
+    assert rc == 1 and not out["valid"]
+    kinds = {f["kind"] for f in out["failures"]}
+    assert "ledger_hash_chain" in kinds and all(f["status"] != "ok" for f in out["failures"])
 
 
 def test_verify_cli_fails_when_a_git_object_is_changed(promoted) -> None:
@@ -80,13 +82,15 @@ def test_verify_cli_fails_when_a_git_object_is_changed(promoted) -> None:
     # replace the promoted commit by a different one with the same parent (history rewrite)
     git(repo, "update-ref", "refs/heads/release", res.base_ref)
     rc, out = _verify(ops)
-    assert rc == 1 and any(r.startswith("target_ref") for r in out["reasons"])
+    assert rc == 1 and [(f["kind"], f["subject"], f["status"]) for f in out["failures"]] == [
+        ("target_ref", "refs/heads/release", "failed")]
 
 
 def test_verify_cli_unknown_run_is_invalid(promoted) -> None:
     _, ops, _ = promoted
     rc, out = _verify(ops, "no-such-run")
     assert rc == 1 and not out["valid"]
+    assert [(f["kind"], f["status"]) for f in out["failures"]] == [("run_exists", "missing")]
 
 
 def test_promote_cli_consumes_consent_once(big_repo: Path, tmp_path: Path) -> None:
@@ -137,3 +141,20 @@ def test_verify_cli_without_a_ledger_is_bad_input_and_creates_nothing(tmp_path: 
     assert proc.returncode == 2
     assert json.loads(proc.stdout)["error"]["code"] == "LEDGER_NOT_FOUND"
     assert not ops.exists()
+
+
+def test_verify_cli_exit_codes_come_from_error_types(tmp_path: Path) -> None:
+    """An unreadable ledger is exit 3 (LedgerUnavailable), a missing one exit 2 (LedgerNotFound)."""
+    from coordinator.cli.verify_cmd import exit_code
+    from coordinator.integration.store import LedgerNotFound
+    from ledger import LedgerUnavailable
+    from registry.errors import DomeError
+    assert exit_code(LedgerNotFound("x")) == 2
+    assert exit_code(LedgerUnavailable("x")) == 3
+    assert exit_code(DomeError("x", code="LEDGER_NOT_FOUND")) == 1  # a code string alone decides nothing
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    (ops / "dome.db").write_bytes(b"not a database" * 300)
+    proc = dome_cli("verify", "run-x", "--ops-root", str(ops), "--json")
+    assert proc.returncode == 3
+    assert json.loads(proc.stdout)["error"]["code"] == "LEDGER_UNAVAILABLE"

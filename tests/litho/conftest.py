@@ -41,3 +41,27 @@ def litho_env(iccad13: Path, tmp_path: Path, monkeypatch) -> dict[str, str]:
 
 def glp(n: int, iccad13: Path) -> Path:
     return iccad13 / "layouts" / f"M1_test{n}.glp"
+
+
+TWO_LINES_GLP = ("BEGIN\nEQUIV 1 1000 MICRON +X,+Y\nCNAME Temp_Top\nLEVEL M1\n\nCELL Temp_Top PRIME\n"
+                 "   RECT N M1 0 0 80 400\n   RECT N M1 140 0 80 400\nENDMSG\n")
+
+
+def two_lines_with_masks(root: Path) -> dict:
+    """Two 80 nm lines 60 nm apart (two_lines.glp), their clean mask (clean.png) and a mask that
+    bridges them (bridged.png), whose print joins the lines at every ICCAD corner. Returns a
+    *.litho.json report naming the clean mask."""
+    import numpy as np
+
+    from worker_sdk.litho.layout import load_layout, placement, rasterize, save_mask_png
+
+    (root / "two_lines.glp").write_text(TWO_LINES_GLP)
+    layout = load_layout(root / "two_lines.glp")
+    target = rasterize(layout, "lithobench", 2048, placement(layout, "lithobench", 2048))
+    save_mask_png(target, root / "clean.png")
+    ys, xs = np.nonzero(target)
+    mid = (ys.min() + ys.max()) // 2
+    bridged = target.copy()
+    bridged[mid - 20:mid + 20, xs.min():xs.max() + 1] = 1
+    save_mask_png(bridged, root / "bridged.png")
+    return {"layout": "two_lines.glp", "mask": "clean.png", "fill": "lithobench", "metrics": {}}

@@ -16,8 +16,9 @@ def test_tiled_equals_single_clip_and_group_ids_survive_repartitioning(model64, 
     one = api.evaluate({"layout": layout, "report_level": "detailed", "tile": "never"})
     four = api.evaluate({"layout": layout, "report_level": "detailed", "tile": "always"})
     assert four["provenance"]["tiles"] == 4 and one["provenance"]["tiles"] == 1
-    assert {k: four["metrics"][k] for k in ("l2_nm2", "pvb_nm2", "epe_violations")} == \
-        {k: one["metrics"][k] for k in ("l2_nm2", "pvb_nm2", "epe_violations")}
+    keys = ("l2_nm2", "pvb_nm2", "epe_violations", "epe_samples", "topology", "topology_defects")
+    assert {k: four["metrics"][k] for k in keys} == {k: one["metrics"][k] for k in keys}
+    assert one["metrics"]["topology_defects"] > 0  # test 1 without OPC: a bridge at nominal and max
     canon = lambda r: sorted(v["violation_group_id"] for v in r["violations"] if v["dedup_strategy"] == "canonical")
     assert canon(four) == canon(one)  # the same groups, whichever way tiles cut them
     assert len(four["violations"]) > len(one["violations"])  # cut regions add shadows

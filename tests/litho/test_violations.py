@@ -87,7 +87,7 @@ def test_violation_id_is_self_describing_and_round_trips():
     dec = decode_violation_id(vid)
     assert dec.group_id == gid and dec.index == 1 and dec.rule_id == "LITHO.L2.AREA"
     assert dec.location == (1020.0, 105.0) and dec.offset == (10.0, 0.0)
-    assert dec.frame == "post_transform_canvas" and dec.schema_version == "1.0.0"
+    assert dec.frame == "post_transform_canvas" and dec.schema_version == "1.1.0"
     assert dec.deck_prefix == DECK.split(":")[1][:16]
     canonical = decode_violation_id(reencode(dec, 0))
     assert canonical.index == 0 and canonical.offset == (0.0, 0.0) and canonical.group_id == gid

@@ -17,6 +17,37 @@ from typing import Any, Callable
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_CANCELLED = 0, 2, 3, 6
 
+# every mask-rule key of optimize's `mrc` request object (what a work queue passes) and its flag
+MRC_FLAGS: dict[str, str] = {
+    "min_feature_nm": "--min-feature",
+    "min_space_nm": "--min-space",
+    "min_area_nm2": "--min-area",
+    "halo_nm": "--mrc-halo",
+}
+
+
+def _corners(text: str) -> Any:
+    """`iccad13`, or `name:kernels:dose,...` (e.g. nominal:focus:1,hi:focus:1.03,lo:defocus:0.97)."""
+    if text == "iccad13":
+        return text
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 3:
+            raise argparse.ArgumentTypeError(f"corner {item!r} is not name:kernels:dose")
+        try:
+            out.append({"name": parts[0], "kernels": parts[1], "dose": float(parts[2])})
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"corner {item!r}: dose is not a number") from exc
+    return out
+
+
+def _doses(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"doses {text!r} are not numbers") from exc
+
 
 class _Stdout:
     """Hold the real stdout aside; point fd 1 and sys.stdout at stderr until emit()."""
@@ -41,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--fill", choices=["lithobench", "exact"], default="lithobench")
         sp.add_argument("--kernels", help="ICCAD 2013 data folder (default $DOME_LITHO_KERNELS or ../shared/data/iccad13)")
         sp.add_argument("--device", help="cpu or cuda[:n] (default: cuda when available)")
+        sp.add_argument("--threads", type=int, help="CPU threads (default: $DOME_WORKER_CPUS, else the CPUs this process may use)")
+        sp.add_argument("--corners", type=_corners, help="process window: iccad13 (default) or name:kernels:dose,... "
+                        "with one corner named nominal")
+        sp.add_argument("--pvb-grid", nargs="?", const=True, type=_doses, metavar="DOSES",
+                        help="also report pvb_grid_nm2 over every focus condition x dose (default doses 0.98,1.00,1.02)")
         sp.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
     e = sub.add_parser("eval", help="L2 / PVB / EPE of a mask against the layout's target")
@@ -57,8 +93,14 @@ def _parser() -> argparse.ArgumentParser:
     common(o)
     o.add_argument("--out", required=True, help="mask file: .oas or .gds (plus a .png preview) or .png")
     o.add_argument("--iterations", type=int)
-    o.add_argument("--min-feature", type=int, metavar="NM",
-                   help="mask-rule cleanup: minimum feature and gap in nm (odd); off by default")
+    o.add_argument(MRC_FLAGS["min_feature_nm"], dest="min_feature_nm", type=int, metavar="NM",
+                   help="mask-rule cleanup: minimum feature and gap in nm (odd; default 9 once any mask rule is given)")
+    o.add_argument(MRC_FLAGS["min_space_nm"], dest="min_space_nm", type=int, metavar="NM",
+                   help="mask-rule cleanup: gaps and slivers narrower than this are repaired (default min feature - 1)")
+    o.add_argument(MRC_FLAGS["min_area_nm2"], dest="min_area_nm2", type=int, metavar="NM2",
+                   help="mask-rule cleanup: islands and holes smaller than this are removed (default 0)")
+    o.add_argument(MRC_FLAGS["halo_nm"], dest="halo_nm", type=int, metavar="NM",
+                   help="mask-rule cleanup: material farther than this from the target's bounding box is cleared (default 256)")
     o.add_argument("--seed", type=int, default=0)
 
     s = sub.add_parser("simulate", help="printed areas per corner")
@@ -69,15 +111,23 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("capabilities", help="the capabilities matrix")
     c.add_argument("--json", action="store_true")
     t = sub.add_parser("selftest", help="run the FFT self-test")
+    t.add_argument("--threads", type=int, help="CPU threads to test with")
     t.add_argument("--json", action="store_true")
     return p
 
 
 def _request(args: argparse.Namespace) -> dict[str, Any]:
     req: dict[str, Any] = {"layout": args.layout, "fill": args.fill}
-    for key in ("layer", "kernels", "device"):
+    for key in ("layer", "kernels", "device", "corners"):
         if getattr(args, key, None):
             req[key] = getattr(args, key)
+    if getattr(args, "threads", None) is not None:
+        req["threads"] = args.threads
+    grid = getattr(args, "pvb_grid", None)
+    if grid is True:
+        req["pvb_grid"] = True
+    elif grid:
+        req["pvb_grid"] = {"doses": grid}
     if args.cmd == "eval":
         req["report_level"] = args.report_level
         if args.mask:
@@ -97,8 +147,9 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
         req["seed"] = args.seed
         if args.iterations:
             req["iterations"] = args.iterations
-        if args.min_feature:
-            req["mrc"] = {"min_feature_nm": args.min_feature}
+        mrc = {k: getattr(args, k) for k in MRC_FLAGS if getattr(args, k) is not None}
+        if mrc:
+            req["mrc"] = mrc
     elif args.cmd == "simulate":
         if args.mask:
             req["mask"] = args.mask
@@ -141,9 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             resp = api.describe()
         elif args.cmd == "selftest":
             from . import fftsafe
+            from .threads import apply_threads
 
+            threads = apply_threads(args.threads)
             fftsafe.self_test()
-            resp = {"schema_version": api.SCHEMA_VERSION, "fft_self_test": "passed",
+            resp = {"schema_version": api.SCHEMA_VERSION, "fft_self_test": "passed", "threads": threads,
                     "torch_normalised_fft_bug_present": fftsafe.affected_by_known_bug()}
         else:
             req = _request(args)

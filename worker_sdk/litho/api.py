@@ -28,8 +28,8 @@ from . import pins
 from .capabilities import LAYOUT_AREA_NM2_MAX, MAX_VIOLATIONS_PER_RESPONSE, VIOLATION_COUNT_MAX, capabilities
 from .errors import BadRequest, CacheEvicted, LayoutFormatError, ViolationNotFound
 from .layout import FILLS, Layout, load_layout, load_mask_png, rasterize
-from .violations import (RULE_DECK_NAME, RULES, SCHEMA_VERSION, RawRecord, decode_violation_id, dedup,
-                         encode_violation_id, rule_deck, rule_deck_hash)
+from .violations import (RULE_DECK_NAME, RULES, SCHEMA_VERSION, TOPOLOGY_RULES, RawRecord, decode_violation_id,
+                         dedup, encode_violation_id, rule_deck, rule_deck_hash)
 
 ENGINE = "dome.litho"
 ENGINE_VERSION = "0.1.0"
@@ -63,7 +63,11 @@ def kernels_dir(request: dict[str, Any]) -> Path:
 def _model(request: dict[str, Any], dtype: str = "float64"):
     import torch
 
+    from . import fftsafe
     from .forward import get_model
+    from .threads import apply_threads
+
+    apply_threads(request.get("threads"))
 
     d = kernels_dir(request)
     if not (d / "kernels_bin").is_dir() and not (d / "kernels_pt").is_dir():
@@ -71,7 +75,15 @@ def _model(request: dict[str, Any], dtype: str = "float64"):
                          hints=["pass kernels=<dir> or set DOME_LITHO_KERNELS"])
     source = request.get("kernel_source", "bin")
     device = request.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    return get_model(d, 2048, device=device, dtype=getattr(torch, dtype), kernel_source=source)
+    model = get_model(d, 2048, device=device, dtype=getattr(torch, dtype), kernel_source=source)
+    fftsafe.self_test(model.size, model.device, (model.dtype,))  # again if the thread count changed
+    return model
+
+
+def _window(request: dict[str, Any], model):
+    from .process import process_window
+
+    return process_window(request.get("corners"), request.get("pvb_grid"), model.kernel_names)
 
 
 @dataclass
@@ -107,7 +119,7 @@ def _load_inputs(request: dict[str, Any]) -> _Inputs:
 
 
 def _provenance(inp: _Inputs, ev, model, deck_hash: str, request: dict[str, Any]) -> dict[str, Any]:
-    from .forward import CORNERS, THRESHOLD
+    from .forward import THRESHOLD
 
     return {
         "engine": ENGINE,
@@ -120,7 +132,8 @@ def _provenance(inp: _Inputs, ev, model, deck_hash: str, request: dict[str, Any]
         "tiles": len(ev.tiles),
         "tiled": len(ev.tiles) > 1 or ev.tiles[0].origin != (0, 0),
         "threshold": THRESHOLD,
-        "corners": [{"name": c.name, "kernels": c.kernel, "dose": c.dose} for c in CORNERS],
+        "corners": [{"name": c.name, "kernels": c.kernel, "dose": c.dose} for c in ev.window.corners],
+        "process_window": ev.window.describe(),
         "kernels": dict(sorted(model.digests.items())),
         "layout": {"path": inp.layout_path, "digest": digest_bytes(Path(inp.layout_path).read_bytes()),
                    "layer": inp.layout.layer, "polygons": len(inp.layout.polygons)},
@@ -131,14 +144,25 @@ def _provenance(inp: _Inputs, ev, model, deck_hash: str, request: dict[str, Any]
 
 
 def _metrics(ev) -> dict[str, Any]:
-    return {
+    from .metrics import topology_counts
+
+    out = {
         "l2_nm2": ev.l2,
         "pvb_nm2": ev.pvb,
         "epe_violations": ev.epe,
         "epe_samples": ev.epe_samples,
+        # the measured edge placement error at the same samples (nm, |signed|, capped at 64)
+        "epe_mean_nm": round(float(np.abs(ev.epe_nm).mean()), 3) if len(ev.epe_nm) else 0.0,
+        "epe_max_nm": int(np.abs(ev.epe_nm).max()) if len(ev.epe_nm) else 0,
         "score": 5000 * ev.epe + 4 * ev.pvb,
         "fill": ev.fill,
+        "corners": ev.window.name,
+        "topology_defects": ev.topology_defects,
+        "topology": {name: topology_counts(recs) for name, recs in ev.topology.items()},
     }
+    if ev.window.grid:
+        out["pvb_grid_nm2"] = ev.pvb_grid
+    return out
 
 
 def _raw_records(ev) -> list[RawRecord]:
@@ -156,6 +180,14 @@ def _raw_records(ev) -> list[RawRecord]:
         recs.append(RawRecord("LITHO.EPE.15NM", float(e["x"]), float(e["y"]),
                               (e["x"], e["y"], e["x"], e["y"]), t.tile_id, t.origin, 0,
                               {"kind": e["kind"], "normal": e["normal"]}))
+    for corner, defects in ev.topology.items():
+        for d in defects:
+            t = ev.tile_of(d["x"], d["y"])
+            recs.append(RawRecord(TOPOLOGY_RULES[d["kind"]], float(d["x"]), float(d["y"]),
+                                  tuple(float(v) for v in d["bbox"]), t.tile_id, t.origin, int(d["area"]),
+                                  {"corner": corner, "kind": d["kind"],
+                                   "target_shapes": len(d["target_components"]),
+                                   "print_shapes": len(d["print_components"])}))
     return recs
 
 
@@ -218,13 +250,54 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None) ->
 
     validate("litho/evaluate_request", request)
     token = token or NEVER
-    level = request.get("report_level", "aggregate")
     inp = _load_inputs(request)
     model = _model(request)
+    window = _window(request, model)
     tile = {"auto": None, "always": True, "never": False}[request.get("tile", "auto")]
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
-                  halo=int(request.get("halo_nm", 512)), token=token)
-    deck = rule_deck(inp.fill, model.digests)
+                  halo=int(request.get("halo_nm", 512)), window=window, token=token)
+    return _evaluate_response(request, inp, model, ev, token)
+
+
+def evaluate_batch(requests: list[dict[str, Any]], token: CancellationToken | None = None,
+                   memory_budget_bytes: int | None = None) -> list[dict[str, Any]]:
+    """evaluate() over single clips, simulated together as [B, N, N] tensors sized by a memory budget
+    (default: half the free GPU memory, 1 GiB on CPU). Requests that share model settings (kernels,
+    device, fill, corners) are batched together; each response is byte-identical to evaluate(request)'s."""
+    from .engine import ClipInput, needs_tiling
+    from .engine import evaluate_batch as run_batch
+
+    token = token or NEVER
+    for r in requests:
+        validate("litho/evaluate_request", r)
+        if r.get("tile", "auto") == "always":
+            raise BadRequest("the batch path takes single clips (tile: always asks for tiling)",
+                             code="LITHO_BATCH_NEEDS_CLIPS")
+    out: list[dict[str, Any] | None] = [None] * len(requests)
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(requests):
+        key = json.dumps({k: r.get(k) for k in ("kernels", "kernel_source", "device", "fill", "corners", "pvb_grid",
+                                                 "threads")}, sort_keys=True)
+        groups.setdefault(key, []).append(i)
+    for idx in groups.values():
+        first = requests[idx[0]]
+        model = _model(first)
+        window = _window(first, model)
+        inputs = [_load_inputs(requests[i]) for i in idx]
+        for i, inp in zip(idx, inputs):
+            if requests[i].get("tile", "auto") == "auto" and needs_tiling(inp.layout, model.size):
+                raise BadRequest("the batch path takes single clips; evaluate a larger layout on its own (tiled)",
+                                 code="LITHO_BATCH_NEEDS_CLIPS", details={"layout": inp.layout_path})
+        evs = run_batch(model, [ClipInput(inp.layout, inp.mask, inp.mask_layout) for inp in inputs], fill=inputs[0].fill,
+                        window=window, memory_bytes=memory_budget_bytes, token=token)
+        for i, inp, ev in zip(idx, inputs, evs):
+            out[i] = _evaluate_response(requests[i], inp, model, ev, token)
+    return [r for r in out if r is not None]
+
+
+def _evaluate_response(request: dict[str, Any], inp: _Inputs, model, ev, token: CancellationToken) -> dict[str, Any]:
+    level = request.get("report_level", "aggregate")
+    deck = rule_deck(inp.fill, model.digests, ev.window)
     deck_hash = rule_deck_hash(deck)
     resp: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -305,16 +378,27 @@ def encode_violation_id_from(dec, index: int) -> str:
     return reencode(dec, index)
 
 
-def _apply_mask_rules(mask: np.ndarray, target: np.ndarray, mrc: dict[str, Any] | None) -> np.ndarray:
-    """The ILT mask after mask-rule cleanup (1 pixel = 1 nm), or unchanged without rules."""
+def _mask_rules(mrc: dict[str, Any] | None):
+    """The request's mask rules (None = no cleanup), checked before any work is done."""
     if not mrc:
+        return None
+    from .mrc import MaskRules
+
+    try:
+        return MaskRules(min_feature_px=int(mrc.get("min_feature_nm", 9)), halo_px=int(mrc.get("halo_nm", 256)),
+                         min_area_px=int(mrc.get("min_area_nm2", 0)), min_space_px=int(mrc.get("min_space_nm", 0)))
+    except ValueError as exc:
+        raise BadRequest(f"mask rules: {exc}", code="LITHO_BAD_MASK_RULES", details={"mrc": dict(mrc)}) from exc
+
+
+def _apply_mask_rules(mask: np.ndarray, target: np.ndarray, rules) -> np.ndarray:
+    """The ILT mask after mask-rule cleanup (1 pixel = 1 nm), or unchanged without rules."""
+    if rules is None:
         return mask
     import torch
 
-    from .mrc import MaskRules, clean_mask
+    from .mrc import clean_mask
 
-    rules = MaskRules(min_feature_px=int(mrc.get("min_feature_nm", 9)), halo_px=int(mrc.get("halo_nm", 256)),
-                      min_area_px=int(mrc.get("min_area_nm2", 0)))
     cleaned = clean_mask(torch.from_numpy(np.asarray(mask, dtype=np.float32)),
                          torch.from_numpy(np.asarray(target, dtype=np.float32)), rules)
     return cleaned.numpy().astype(np.asarray(mask).dtype)
@@ -329,10 +413,12 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     from .layout import placement, save_mask_png, write_mask_layout
 
     validate("litho/optimize_request", request)
+    rules = _mask_rules(request.get("mrc"))
     token = token or NEVER
     t0 = time.perf_counter()
     model64 = _model(request, "float64")
     model32 = _model(request, "float32")
+    window = _window(request, model64)
     resolved = None
     req = dict(request)
     if request.get("violation_id"):
@@ -351,11 +437,11 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     shift = placement(inp.layout, inp.fill)
     target = rasterize(inp.layout, inp.fill, model64.size, shift)
     cfg = ILTConfig(seed=int(req.get("seed", 0))).scaled(req.get("iterations"))
-    before = run_eval(model64, inp.layout, fill=inp.fill, token=token)
-    result = optimize_mask(model32, target, cfg, token=token, progress=progress)
+    before = run_eval(model64, inp.layout, fill=inp.fill, window=window, token=token)
+    result = optimize_mask(model32, target, cfg, token=token, progress=progress, corners=window.corners)
     token.check()
-    final_mask = _apply_mask_rules(result.mask, target, req.get("mrc"))
-    after = run_eval(model64, inp.layout, mask=final_mask, fill=inp.fill, token=token)
+    final_mask = _apply_mask_rules(result.mask, target, rules)
+    after = run_eval(model64, inp.layout, mask=final_mask, fill=inp.fill, window=window, token=token)
     out = Path(req["out"]) if req.get("out") else None
     mask_info: dict[str, Any] = {"digest": digest_bytes(np.ascontiguousarray(final_mask).tobytes()),
                                  "shape": list(final_mask.shape)}
@@ -374,7 +460,7 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
             save_mask_png(final_mask, png)
             mask_info["preview_png"] = str(png)
         mask_info["file_digest"] = digest_bytes(out.read_bytes())
-    deck_hash = rule_deck_hash(rule_deck(inp.fill, model64.digests))
+    deck_hash = rule_deck_hash(rule_deck(inp.fill, model64.digests, window))
     resp: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": "optimize",
@@ -385,13 +471,20 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
         "ilt": {"iterations": result.iterations, "seed": cfg.seed,
                 "stages": [{"scale_nm": s.scale, "iterations": s.iterations, "lr": s.lr} for s in cfg.stages],
                 "gradient": "exact adjoint (autograd through the band-limited SOCS model)",
-                "final_loss": result.loss_history[-1] if result.loss_history else None},
+                "final_loss": result.loss_history[-1] if result.loss_history else None,
+                "threads": torch_threads()},
         "runtime_s": round(time.perf_counter() - t0, 3),
         "provenance": _provenance(inp, after, model64, deck_hash, req),
     }
     if resolved is not None:
         resp["resolved"] = {k: v for k, v in resolved.items() if k not in ("layout", "layer")}
     return resp
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 # ----- simulate ------------------------------------------------------------------------------
@@ -405,7 +498,9 @@ def simulate(request: dict[str, Any], token: CancellationToken | None = None) ->
     token = token or NEVER
     inp = _load_inputs(request)
     model = _model(request)
-    ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, token=token)
+    window = _window(request, model)
+    ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, window=window,
+                  token=token)
     corners = {name: {"printed_area_nm2": int(np.count_nonzero(img))} for name, img in ev.printed.items()}
     resp: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tool": "simulate", "corners": corners,
                             "target_area_nm2": int(np.count_nonzero(ev.target)),
@@ -416,7 +511,7 @@ def simulate(request: dict[str, Any], token: CancellationToken | None = None) ->
         for name, img in ev.printed.items():
             save_mask_png(img, d / f"print_{name}.png")
             corners[name]["png"] = str(d / f"print_{name}.png")
-    deck_hash = rule_deck_hash(rule_deck(inp.fill, model.digests))
+    deck_hash = rule_deck_hash(rule_deck(inp.fill, model.digests, window))
     resp["provenance"] = _provenance(inp, ev, model, deck_hash, request)
     return resp
 

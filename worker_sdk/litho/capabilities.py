@@ -31,6 +31,8 @@ def capabilities() -> dict[str, Any]:
             "litho.epe": {"detailed": "single_pass"},
             # PVB regions come from the max/min prints, also already computed.
             "litho.pvb": {"detailed": "single_pass"},
+            # Topology records (bridges, opens, extra, missing) compare the corner prints with the target.
+            "litho.topology": {"detailed": "single_pass"},
             # Tiled layouts: detailed output below the precondition, aggregate above it.
             "litho.tiled": conditional,
             # Aerial-image contours per violation are not produced by the engine.

@@ -5,6 +5,11 @@ the placement of the fill convention for a single clip, or (-x0 + halo, -y0 + ha
 when the layout is tiled. Tiles are `clip` px windows whose central core
 (clip - 2*halo) is kept; cores are stitched into one canvas and metrics are
 computed there. Every tile and corner checks the cancellation token.
+
+Single clips are simulated in batches: `evaluate_batch` stacks clips into one
+[B, N, N] tensor, as many as a memory budget allows, and `evaluate` is a batch
+of one through the same code, so both give the same bits (the CUDA path is
+this code with device="cuda").
 """
 from __future__ import annotations
 
@@ -17,9 +22,10 @@ import torch
 
 from worker_sdk.cancel import NEVER, CancellationToken
 
-from .forward import CORNERS, THRESHOLD, SOCSModel
-from .layout import Layout, placement, rasterize, rasterize_exact
-from .metrics import components, edge_samples, epe_check
+from .forward import THRESHOLD, SOCSModel
+from .layout import Layout, placement, rasterize
+from .metrics import epe_check, epe_distances, epe_samples, label_components, pv_band, topology
+from .process import DEFAULT, ProcessWindow
 
 DEFAULT_HALO = 512
 
@@ -42,8 +48,11 @@ class Evaluation:
     mask: np.ndarray
     printed: dict[str, np.ndarray]
     tiles: list[Tile]
+    window: ProcessWindow = DEFAULT
     epe_records: list[dict[str, Any]] = field(default_factory=list)
     epe_samples: int = 0
+    topology: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # corner -> defects
+    epe_nm: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # signed EPE per sample
 
     @property
     def l2(self) -> int:
@@ -51,11 +60,21 @@ class Evaluation:
 
     @property
     def pvb(self) -> int:
-        return int(np.count_nonzero(self.printed["max"] != self.printed["min"]))
+        return int(np.count_nonzero(pv_band(self.printed, self.window.pvb_names)))
+
+    @property
+    def pvb_grid(self) -> int | None:
+        if not self.window.grid:
+            return None
+        return int(np.count_nonzero(pv_band(self.printed, self.window.grid_names)))
 
     @property
     def epe(self) -> int:
         return len(self.epe_records)
+
+    @property
+    def topology_defects(self) -> int:
+        return sum(len(v) for v in self.topology.values())
 
     def tile_of(self, x: float, y: float) -> Tile:
         for t in self.tiles:
@@ -82,46 +101,118 @@ def needs_tiling(layout: Layout, clip: int, margin: int = 128) -> bool:
     return (x1 - x0) > clip - 2 * margin or (y1 - y0) > clip - 2 * margin
 
 
+def print_masks(model: SOCSModel, masks: Sequence[np.ndarray], corners, *, token: CancellationToken = NEVER,
+                threshold: float = THRESHOLD) -> list[dict[str, np.ndarray]]:
+    """Prints of B clip masks, simulated as one [B, N, N] tensor (one entry per mask, corner -> bool [N, N])."""
+    t = torch.as_tensor(np.stack([np.asarray(m) for m in masks]), dtype=model.dtype, device=model.device)
+    z = model.printed(t, corners, threshold=threshold, token=token)
+    host = {k: v.cpu().numpy() for k, v in z.items()}
+    return [{k: v[i] for k, v in host.items()} for i in range(len(masks))]
+
+
 def print_mask(model: SOCSModel, mask: np.ndarray, *, token: CancellationToken = NEVER,
-               threshold: float = THRESHOLD) -> dict[str, np.ndarray]:
-    t = torch.as_tensor(mask, dtype=model.dtype, device=model.device)
-    z = model.printed(t, CORNERS, threshold=threshold, token=token)
-    return {k: v[0].cpu().numpy() for k, v in z.items()}
+               threshold: float = THRESHOLD, window: ProcessWindow = DEFAULT) -> dict[str, np.ndarray]:
+    return print_masks(model, [mask], window.simulated, token=token, threshold=threshold)[0]
+
+
+def bytes_per_clip(model: SOCSModel, window: ProcessWindow = DEFAULT) -> int:
+    """Working memory of one clip in `printed`, an upper estimate: the real mask, one intensity
+    per kernel set plus two synthesis temporaries at the model's float size, and one bool
+    print per simulated corner (the spectra and kernel fields are under 1% of that)."""
+    n2 = model.size * model.size
+    item = torch.finfo(model.dtype).bits // 8
+    kernel_sets = len({c.kernel for c in window.simulated})
+    return n2 * (item * (1 + kernel_sets + 2) + len(window.simulated))
+
+
+def clips_per_batch(model: SOCSModel, memory_bytes: int, window: ProcessWindow = DEFAULT) -> int:
+    """How many clips fit one batched call within `memory_bytes` (at least one)."""
+    return max(1, int(memory_bytes) // bytes_per_clip(model, window))
+
+
+def default_memory_budget(model: SOCSModel) -> int:
+    """Half the free device memory on CUDA; 1 GiB on CPU."""
+    if model.device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(model.device)
+        return int(free // 2)
+    return 1 << 30
+
+
+@dataclass(frozen=True)
+class ClipInput:
+    """One clip to evaluate: the target layout and its mask (raster on the clip canvas, geometry, or None = target)."""
+    layout: Layout
+    mask: np.ndarray | None = None
+    mask_layout: Layout | None = None
+
+
+def _prepare(model: SOCSModel, clip: ClipInput, fill: str) -> tuple[tuple[int, int], np.ndarray, np.ndarray]:
+    shift = placement(clip.layout, fill, model.size)
+    target = rasterize(clip.layout, fill, model.size, shift)
+    mask = clip.mask
+    if mask is None:
+        # mask geometry is the manufactured shape: its cells are rasterized exactly, whatever the
+        # target's fill convention (which only says how the *target* polygons become pixels)
+        mask = rasterize(clip.mask_layout, "exact", model.size, shift) if clip.mask_layout is not None else target
+    return shift, target, mask
+
+
+def evaluate_batch(model: SOCSModel, clips: Sequence[ClipInput], *, fill: str = "lithobench",
+                   window: ProcessWindow = DEFAULT, memory_bytes: int | None = None,
+                   token: CancellationToken = NEVER) -> list[Evaluation]:
+    """Evaluate clips (each on one clip canvas, untiled), simulated `clips_per_batch` at a time as
+    one [B, N, N] tensor. Each result is what `evaluate(tile=False)` gives for that clip alone
+    (same code, same bits on CPU)."""
+    clip_px = model.size
+    per = clips_per_batch(model, memory_bytes if memory_bytes is not None else default_memory_budget(model), window)
+    out: list[Evaluation] = []
+    for lo in range(0, len(clips), per):
+        token.check()
+        chunk = clips[lo:lo + per]
+        prepared = [_prepare(model, c, fill) for c in chunk]
+        prints = print_masks(model, [m for _, _, m in prepared], window.simulated, token=token)
+        for (shift, target, mask), printed in zip(prepared, prints):
+            tiles = [Tile("T_0_0", 0, 0, (0, 0), (0, 0, clip_px, clip_px))]
+            ev = Evaluation(fill, shift, (clip_px, clip_px), target, mask, printed, tiles, window)
+            _finish(ev, token)
+            out.append(ev)
+    return out
+
+
+def _finish(ev: Evaluation, token: CancellationToken) -> None:
+    """EPE (LithoBench's rule on the rasterized target) and topology at every corner of the window."""
+    token.check()
+    samples = epe_samples(ev.target)
+    ev.epe_samples = len(samples)
+    ev.epe_records = epe_check(samples, ev.printed["nominal"])
+    ev.epe_nm = epe_distances(samples, ev.printed["nominal"])
+    tl = label_components(ev.target)
+    for c in ev.window.corners:
+        token.check()
+        ev.topology[c.name] = topology(ev.target, ev.printed[c.name], tl)
 
 
 def evaluate(model: SOCSModel, layout: Layout, *, mask: np.ndarray | None = None,
              mask_layout: Layout | None = None, fill: str = "lithobench", tile: bool | None = None,
-             halo: int = DEFAULT_HALO, token: CancellationToken = NEVER) -> Evaluation:
-    """Simulate the three corners and collect L2/PVB/EPE. mask: raster on the clip canvas; mask_layout: geometry."""
+             halo: int = DEFAULT_HALO, window: ProcessWindow = DEFAULT,
+             token: CancellationToken = NEVER) -> Evaluation:
+    """Simulate the window's corners and collect L2/PVB/EPE/topology. mask: raster on the clip canvas; mask_layout: geometry."""
     clip = model.size
     tiled = needs_tiling(layout, clip) if tile is None else tile
     if mask is not None and tiled:
         from .errors import BadRequest
         raise BadRequest("a raster mask only fits a single clip; give the mask as a layout for tiled evaluation")
     if not tiled:
-        shift = placement(layout, fill, clip)
-        target = rasterize(layout, fill, clip, shift)
-        if mask is None:
-            # mask geometry is the manufactured shape: its cells are rasterized exactly, whatever the
-            # target's fill convention (which only says how the *target* polygons become pixels)
-            mask = rasterize(mask_layout, "exact", clip, shift) if mask_layout is not None else target
         token.check()
-        printed = print_mask(model, mask, token=token)
-        tiles = [Tile("T_0_0", 0, 0, (0, 0), (0, 0, clip, clip))]
-        ev = Evaluation(fill, shift, (clip, clip), target, mask, printed, tiles)
-    else:
-        ev = _evaluate_tiled(model, layout, mask_layout, fill, halo, token)
-    token.check()
-    samples = edge_samples(layout, ev.shift, fill, max(ev.canvas))
-    samples = [s for s in samples if s.inside_px[0] < ev.canvas[0] and s.inside_px[1] < ev.canvas[1]
-               and s.outside_px[0] < ev.canvas[0] and s.outside_px[1] < ev.canvas[1]]
-    ev.epe_samples = len(samples)
-    ev.epe_records = epe_check(samples, ev.printed["nominal"])
+        return evaluate_batch(model, [ClipInput(layout, mask, mask_layout)], fill=fill, window=window,
+                              memory_bytes=0, token=token)[0]
+    ev = _evaluate_tiled(model, layout, mask_layout, fill, halo, window, token)
+    _finish(ev, token)
     return ev
 
 
 def _evaluate_tiled(model: SOCSModel, layout: Layout, mask_layout: Layout | None, fill: str, halo: int,
-                    token: CancellationToken) -> Evaluation:
+                    window: ProcessWindow, token: CancellationToken) -> Evaluation:
     clip = model.size
     x0, y0, x1, y1 = layout.bbox()
     if needs_tiling(layout, clip):
@@ -136,19 +227,19 @@ def _evaluate_tiled(model: SOCSModel, layout: Layout, mask_layout: Layout | None
     ww = math.ceil(width / core) * core
     target = rasterize(layout, fill, size=max(hh, ww), shift=shift)[:hh, :ww]
     mlay = mask_layout if mask_layout is not None else layout
-    printed = {c.name: np.zeros((hh, ww), dtype=bool) for c in CORNERS}
+    printed = {c.name: np.zeros((hh, ww), dtype=bool) for c in window.simulated}
     mask_full = np.zeros((hh, ww), dtype=np.uint8)
     for t in tiles:
         token.check()  # boundary 1: per tile
         ox, oy = t.origin
         win = rasterize(mlay, fill if mask_layout is None else "exact", size=clip, shift=(shift[0] - ox, shift[1] - oy))
-        z = print_mask(model, win, token=token)  # boundary 2 (per corner) inside
+        z = print_mask(model, win, token=token, window=window)  # boundary 2 (per corner) inside
         cx0, cy0, cx1, cy1 = t.core
         sl = (slice(cy0 - oy, cy1 - oy), slice(cx0 - ox, cx1 - ox))
         for name, img in z.items():
             printed[name][cy0:cy1, cx0:cx1] = img[sl]
         mask_full[cy0:cy1, cx0:cx1] = win[sl]
-    return Evaluation(fill, shift, (hh, ww), target, mask_full, printed, tiles)
+    return Evaluation(fill, shift, (hh, ww), target, mask_full, printed, tiles, window)
 
 
 def region_records(ev: Evaluation, rule: str) -> list[dict[str, Any]]:
@@ -164,7 +255,7 @@ def region_records(ev: Evaluation, rule: str) -> list[dict[str, Any]]:
     if rule == "l2":
         err = ev.printed["nominal"] != ev.target.astype(bool)
     elif rule == "pvb":
-        err = ev.printed["max"] != ev.printed["min"]
+        err = pv_band(ev.printed, ev.window.pvb_names)
     else:
         raise ValueError(rule)
     labels = np.full(err.shape, -1, dtype=np.int32)

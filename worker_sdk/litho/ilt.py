@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from worker_sdk.cancel import NEVER, CancellationToken
 
-from .forward import CORNERS, SOCSModel, sigmoid_resist
+from .forward import CORNERS, Corner, SOCSModel, sigmoid_resist
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,12 @@ def setup_determinism(seed: int) -> None:
 
 def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTConfig(), *,
                   token: CancellationToken = NEVER, progress: Callable[[int, int, float], None] | None = None,
-                  init: np.ndarray | None = None) -> ILTResult:
-    """Optimise a mask for `target` (uint8 [N, N]) and return the cleaned binary mask."""
+                  init: np.ndarray | None = None, corners: Sequence[Corner] = CORNERS) -> ILTResult:
+    """Optimise a mask for `target` (uint8 [N, N]) and return the cleaned binary mask.
+
+    corners: the process window; the nominal corner has weight 1, the others `pvb_weight`, and
+    the band term is the squared spread (max - min) of the other corners' soft prints (for the
+    ICCAD pair: (Z_max - Z_min)^2)."""
     setup_determinism(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     n = model.size
@@ -120,7 +124,7 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
             loss = torch.zeros((), dtype=dt, device=dev)
             base: dict[str, torch.Tensor] = {}
             zs: dict[str, torch.Tensor] = {}
-            for corner in CORNERS:
+            for corner in corners:
                 if corner.kernel not in base:
                     base[corner.kernel] = model.synthesize(model.intensity_coeffs(spec, corner.kernel), out, off)[0]
                 z = sigmoid_resist(base[corner.kernel] * corner.dose ** 2)
@@ -128,7 +132,12 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
                 wgt = 1.0 if corner.name == "nominal" else config.pvb_weight
                 loss = loss + wgt * ((z - t_s) ** 2).sum() * area
             if config.band_weight:
-                loss = loss + config.band_weight * ((zs["max"] - zs["min"]) ** 2).sum() * area
+                others = [z for name, z in zs.items() if name != "nominal"]
+                if len(others) == 2:  # the ICCAD pair: exactly (Z_max - Z_min)^2
+                    spread = others[0] - others[1]
+                else:
+                    spread = torch.stack(others).amax(0) - torch.stack(others).amin(0)
+                loss = loss + config.band_weight * (spread ** 2).sum() * area
             token.check()  # again between the forward and the backward pass
             loss.backward()
             opt.step()

@@ -1,13 +1,18 @@
 """Worker intents of the litho engine (names in worker_sdk.intents): evaluate, optimize, resimulate.
 
-- litho.evaluate: action {layout, mask?, fill?, report_level?, out?}: writes the
-  metrics report (JSON) into the scratch checkout; the metrics are the evidence.
-- litho.optimize: action {layout, out?, iterations?, seed?, fill?, kernels?, mrc?}: writes the
+- litho.evaluate: action {layout, mask?, fill?, report_level?, out?, corners?, pvb_grid?, threads?}:
+  writes the metrics report (JSON) into the scratch checkout; the metrics are the evidence.
+- litho.optimize: action {layout, out?, iterations?, seed?, fill?, kernels?, mrc?, corners?, pvb_grid?,
+  threads?}: writes the
   mask (OASIS + PNG preview) and its metrics JSON into the scratch checkout;
   those files become the PatchProposal, the metrics its evidence.
 - litho.resim (validation suite): re-simulates every committed mask named in
   the repository's litho metrics files (`*.litho.json`) and checks that L2 and
   PVB reproduce exactly; summary.passed says whether all did.
+- litho.topology (validation suite): re-simulates the same masks and fails any
+  whose print has a bridge, open, extra or missing shape at any corner of the
+  process window (params: corners?, pvb_grid?, kernels?, threads?).
+`threads` defaults to the cores the executor grants ($DOME_WORKER_CPUS).
 Paths in an action (layout, mask, out, kernels) are relative to the scratch
 checkout (absolute paths are allowed for read-only inputs such as the ICCAD data).
 """
@@ -41,6 +46,11 @@ def _rel(ctx: IntentContext, p: Path) -> str:
         return str(p)
 
 
+def _window_keys(a: dict[str, Any]) -> dict[str, Any]:
+    """The process-window and thread keys an action may pass through to the engine."""
+    return {k: a[k] for k in ("corners", "pvb_grid", "threads") if a.get(k) is not None}
+
+
 def _evidence(kind: str, resp: dict[str, Any], files: dict[str, str]) -> dict[str, Any]:
     return {"kind": f"litho.{kind}", "schema_version": resp["schema_version"], "metrics": resp["metrics"],
             "files": files, "provenance": {k: resp["provenance"][k] for k in
@@ -53,6 +63,7 @@ def evaluate(ctx: IntentContext) -> IntentResult:
                            "report_level": a.get("report_level", "aggregate")}
     if a.get("mask"):
         req["mask"] = str(_path(ctx, a["mask"]))
+    req.update(_window_keys(a))
     if a.get("kernels"):
         req["kernels"] = str(_path(ctx, a["kernels"]))
     ctx.progress(0.05, "evaluating")
@@ -75,6 +86,7 @@ def optimize(ctx: IntentContext) -> IntentResult:
     for key in ("iterations", "layer", "mrc"):
         if a.get(key):
             req[key] = a[key]
+    req.update(_window_keys(a))
     if a.get("kernels"):
         req["kernels"] = str(_path(ctx, a["kernels"]))
 
@@ -101,16 +113,16 @@ def optimize(ctx: IntentContext) -> IntentResult:
                         evidence=[_evidence("optimize", resp, files)], metrics=resp["metrics"])
 
 
-def resimulate(ctx: IntentContext) -> IntentResult:
-    """Validation suite: every committed mask in a *.litho.json report must reproduce its L2 and PVB exactly."""
+def _committed_masks(ctx: IntentContext) -> list[tuple[Path, Any, Any, Any]]:
+    """(report path, its JSON, layout path, mask path) for every *.litho.json naming a mask;
+    (report path, None, the parse error, None) for an unreadable one."""
     reports = sorted(p for p in ctx.scratch.rglob("*" + METRICS_SUFFIX) if ".git" not in p.parts)
-    checks: list[dict[str, Any]] = []
-    for i, rp in enumerate(reports):
-        ctx.token.check()
+    out: list[tuple[Path, Any, Any, Any]] = []
+    for rp in reports:
         try:
             rep = json.loads(rp.read_text())
         except json.JSONDecodeError as exc:
-            checks.append({"report": _rel(ctx, rp), "passed": False, "reason": f"unreadable: {exc}"})
+            out.append((rp, None, str(exc), None))
             continue
         if "mask" not in rep or "layout" not in rep:
             continue  # an evaluate report without a committed mask
@@ -121,17 +133,58 @@ def resimulate(ctx: IntentContext) -> IntentResult:
             layout = ctx.scratch / rep["layout"]
         if not mask.exists():
             mask = ctx.scratch / rep["mask"]
-        req = {"layout": str(layout), "mask": str(mask), "fill": rep.get("fill", "lithobench")}
-        if ctx.action.get("kernels"):
-            req["kernels"] = str(_path(ctx, ctx.action["kernels"]))
-        resp = api.evaluate(req, ctx.token)
+        out.append((rp, rep, layout, mask))
+    return out
+
+
+def _suite_request(ctx: IntentContext, rep: dict[str, Any], layout: Path, mask: Path) -> dict[str, Any]:
+    req = {"layout": str(layout), "mask": str(mask), "fill": rep.get("fill", "lithobench")}
+    if ctx.action.get("kernels"):
+        req["kernels"] = str(_path(ctx, ctx.action["kernels"]))
+    return req
+
+
+def _suite_result(kind: str, checks: list[dict[str, Any]], metrics: dict[str, Any]) -> IntentResult:
+    passed = all(c["passed"] for c in checks)
+    summary = {"passed": passed, "checked": len(checks), "failed": [c for c in checks if not c["passed"]]}
+    return IntentResult(summary=summary, evidence=[{"kind": kind, "checks": checks}],
+                        metrics={**metrics, "masks_checked": len(checks), "masks_failed": len(summary["failed"])})
+
+
+def resimulate(ctx: IntentContext) -> IntentResult:
+    """Validation suite: every committed mask in a *.litho.json report must reproduce its L2 and PVB exactly."""
+    checks: list[dict[str, Any]] = []
+    todo = _committed_masks(ctx)
+    for rp, rep, layout, mask in todo:
+        ctx.token.check()
+        if rep is None:
+            checks.append({"report": _rel(ctx, rp), "passed": False, "reason": f"unreadable: {layout}"})
+            continue
+        resp = api.evaluate(_suite_request(ctx, rep, layout, mask), ctx.token)
         want, got = rep["metrics"], resp["metrics"]
         ok = want["l2_nm2"] == got["l2_nm2"] and want["pvb_nm2"] == got["pvb_nm2"]
         checks.append({"report": _rel(ctx, rp), "mask": _rel(ctx, mask), "passed": ok,
                        "expected": {"l2_nm2": want["l2_nm2"], "pvb_nm2": want["pvb_nm2"]},
                        "got": {"l2_nm2": got["l2_nm2"], "pvb_nm2": got["pvb_nm2"]}})
-        ctx.progress((i + 1) / len(reports), f"resimulated {_rel(ctx, rp)}")
-    passed = all(c["passed"] for c in checks)
-    summary = {"passed": passed, "checked": len(checks), "failed": [c for c in checks if not c["passed"]]}
-    return IntentResult(summary=summary, evidence=[{"kind": "litho.resim", "checks": checks}],
-                        metrics={"masks_checked": len(checks), "masks_failed": len(summary["failed"])})
+        ctx.progress(len(checks) / len(todo), f"resimulated {_rel(ctx, rp)}")
+    return _suite_result("litho.resim", checks, {})
+
+
+def topology(ctx: IntentContext) -> IntentResult:
+    """Validation suite: no committed mask may print a bridge, open, extra or missing shape at any corner."""
+    checks: list[dict[str, Any]] = []
+    defects = 0
+    todo = _committed_masks(ctx)
+    for rp, rep, layout, mask in todo:
+        ctx.token.check()
+        if rep is None:
+            checks.append({"report": _rel(ctx, rp), "passed": False, "reason": f"unreadable: {layout}"})
+            continue
+        req = {**_suite_request(ctx, rep, layout, mask), **_window_keys(ctx.action)}
+        resp = api.evaluate(req, ctx.token)
+        m = resp["metrics"]
+        defects += m["topology_defects"]
+        checks.append({"report": _rel(ctx, rp), "mask": _rel(ctx, mask), "passed": m["topology_defects"] == 0,
+                       "corners": m["corners"], "topology": m["topology"]})
+        ctx.progress(len(checks) / len(todo), f"topology of {_rel(ctx, rp)}")
+    return _suite_result("litho.topology", checks, {"topology_defects": defects})

@@ -40,8 +40,8 @@ from registry.canonical import digest_json
 
 from .errors import BadRequest
 
-SCHEMA_VERSION = "1.0.0"
-RULE_DECK_NAME = "dome-litho-iccad13-v1"
+SCHEMA_VERSION = "1.1.0"  # 1.1: topology rules and metrics, pvb_grid_nm2, process_window (additions only)
+RULE_DECK_NAME = "dome-litho-iccad13-v2"  # v2: LithoBench EPE sampling, topology rules, configurable corners
 COORDINATE_FRAMES = ("post_transform_canvas", "input_layout_native", "tile_local", "wafer_global")
 
 RULES: dict[str, dict[str, Any]] = {
@@ -50,19 +50,33 @@ RULES: dict[str, dict[str, Any]] = {
     "LITHO.PVB.AREA": {"code": 2, "metric": "pvb", "severity": "warning", "dedup_radius_nm": 16.0,
                        "text": "max and min corner prints differ (connected region of the PV band)"},
     "LITHO.EPE.15NM": {"code": 3, "metric": "epe", "severity": "error", "dedup_radius_nm": 1.0,
-                       "text": "edge placement error beyond 15 nm at a 40 nm edge sample"},
+                       "text": "edge placement error beyond 15 nm at a LithoBench edge sample (one record per failed probe)"},
+    "LITHO.TOPO.BRIDGE": {"code": 4, "metric": "topology", "severity": "error", "dedup_radius_nm": 16.0,
+                          "text": "one printed shape joins two or more target shapes (at the named corner)"},
+    "LITHO.TOPO.OPEN": {"code": 5, "metric": "topology", "severity": "error", "dedup_radius_nm": 16.0,
+                        "text": "one target shape prints as two or more pieces (at the named corner)"},
+    "LITHO.TOPO.EXTRA": {"code": 6, "metric": "topology", "severity": "error", "dedup_radius_nm": 16.0,
+                         "text": "a printed shape overlaps no target shape (at the named corner)"},
+    "LITHO.TOPO.MISSING": {"code": 7, "metric": "topology", "severity": "error", "dedup_radius_nm": 16.0,
+                           "text": "a target shape does not print at all (at the named corner)"},
 }
+TOPOLOGY_RULES = {"bridge": "LITHO.TOPO.BRIDGE", "open": "LITHO.TOPO.OPEN", "extra": "LITHO.TOPO.EXTRA",
+                  "missing": "LITHO.TOPO.MISSING"}
 RULE_BY_CODE = {v["code"]: k for k, v in RULES.items()}
 
 
-def rule_deck(fill: str, model_digests: dict[str, str]) -> dict[str, Any]:
-    """The rule deck as data; its digest pins every group id."""
+def rule_deck(fill: str, model_digests: dict[str, str], window: Any = None) -> dict[str, Any]:
+    """The rule deck as data; its digest pins every group id. window: a ProcessWindow (default iccad13)."""
+    from .process import DEFAULT
+
+    w = window or DEFAULT
     return {
         "name": RULE_DECK_NAME,
         "fill": fill,
         "threshold": 0.225,
-        "corners": [["nominal", "focus", 1.0], ["max", "focus", 1.02], ["min", "defocus", 0.98]],
-        "epe": {"constraint_nm": 15, "spacing_nm": 40},
+        "corners": [[c.name, c.kernel, c.dose] for c in w.corners],
+        "pvb_grid": [[c.name, c.kernel, c.dose] for c in w.grid],
+        "epe": {"constraint_nm": 15, "spacing_nm": 40, "short_nm": 80, "sampling": "lithobench"},
         "kernels": dict(sorted(model_digests.items())),
         "rules": {k: {kk: vv for kk, vv in v.items() if kk != "code"} for k, v in sorted(RULES.items())},
     }

@@ -1,0 +1,124 @@
+"""Typed results of `dome verify`: one CheckResult per thing checked.
+
+A check is `ok` only when the thing it names was there and right; when data
+it needs is absent the check is `missing` (never `ok`), when the data
+disagrees it is `failed`. The run is valid when at least one check ran and
+every check is `ok`. Callers match on `CheckKind`, never on message text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    OK = "ok"
+    FAILED = "failed"    # the data is there and disagrees
+    MISSING = "missing"  # the data the check needs is not there
+
+
+class CheckKind(str, Enum):
+    # the ledger and the run's lifecycle
+    LEDGER_CHAIN = "ledger_hash_chain"
+    RUN_EXISTS = "run_exists"
+    RUN_FINISHED = "run_finished"
+    SIGNED_AFTER_FINISH = "signed_after_finish"
+    FINISH_AGREES = "run_finished_agrees"
+    # the promotion decision and its evidence
+    PROMOTION_DECISION = "promotion_decision"
+    PROMOTION_SIGNATURE = "promotion_signature"
+    PROMOTION_OUTCOME = "promotion_outcome"
+    REPOSITORY = "repository"
+    RECORD_SIGNATURES = "record_signatures"
+    EVIDENCE_REF = "evidence_ref"
+    EVIDENCE_CHAIN = "evidence_chain"
+    PROMOTED_HEAD = "promoted_head"
+    POLICY_VERSION = "policy_version"
+    TARGET_REF = "target_ref"
+    # git objects and the replay of every layer
+    GIT_OBJECTS = "git_objects"
+    BASE_TREE = "base_tree_hash"
+    DIFF = "diff"
+    DIFF_DIGEST = "diff_digest"
+    REAPPLY = "reapply"
+    TREE = "tree"
+    REPLAY = "replay"
+    # what dome hands to others (files under ops/runs/<run_id>/)
+    EXPORT_EVENTS = "export_events"
+    EXPORT_WORK_QUEUE = "export_work_queue"
+    EXPORT_TASKS = "export_tasks"
+    EXPORT_GATE = "export_gate"
+    EXPORT_PROMOTION = "export_promotion"
+    EXPORT_INTOTO = "export_intoto"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    kind: CheckKind
+    status: Status
+    detail: str = ""
+    subject: str | None = None  # what it is about: a proposal id, a file, a record
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def name(self) -> str:
+        return self.kind.value + (f":{self.subject}" if self.subject else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.name, "kind": self.kind.value, "subject": self.subject,
+                "status": self.status.value, "ok": self.ok, "detail": self.detail}
+
+
+def ok(kind: CheckKind, subject: str | None = None, detail: str = "") -> CheckResult:
+    return CheckResult(kind, Status.OK, detail, subject)
+
+
+def failed(kind: CheckKind, detail: str, subject: str | None = None) -> CheckResult:
+    return CheckResult(kind, Status.FAILED, detail, subject)
+
+
+def missing(kind: CheckKind, detail: str, subject: str | None = None) -> CheckResult:
+    return CheckResult(kind, Status.MISSING, detail, subject)
+
+
+@dataclass
+class VerifyReport:
+    run_id: str
+    checks: list[CheckResult] = field(default_factory=list)
+    head_ref: str | None = None
+    to_ref: str | None = None
+    outcome: str | None = None      # the promotion decision's outcome, when there is one
+    run_status: str | None = None   # what `run.finished` says, when there is one
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if not c.ok]
+
+    def failed_kinds(self) -> set[CheckKind]:
+        return {c.kind for c in self.failures}
+
+    def add(self, result: CheckResult) -> bool:
+        self.checks.append(result)
+        return result.ok
+
+    def check(self, kind: CheckKind, good: bool, detail: str = "", subject: str | None = None) -> bool:
+        """A yes/no check: `detail` says what is wrong and is kept only when it is."""
+        return self.add(ok(kind, subject) if good else failed(kind, detail, subject))
+
+    def reasons(self) -> list[str]:
+        """The failures as text, for people (programs match on `failures`)."""
+        return [f"{c.name}: {c.status.value}" + (f" ({c.detail})" if c.detail else "") for c in self.failures]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "valid": self.valid, "outcome": self.outcome,
+                "run_status": self.run_status, "head_ref": self.head_ref, "to_ref": self.to_ref,
+                "checks": [c.to_dict() for c in self.checks],
+                "failures": [c.to_dict() for c in self.failures], "reasons": self.reasons()}
