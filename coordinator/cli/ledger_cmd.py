@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     ops_root = Path(args.ops_root)
     try:
-        with open_ledger_for_reading(args) as ledger:
+        with open_ledger_for_reading(args, probe=False) as ledger:
             from coordinator.keys import load_keyring
             from ledger.export import check_against_exports
             report = ledger.verify(load_keyring(ops_root))

@@ -75,12 +75,13 @@ def exit_code_for(err: DomeError, default: int = EXIT_INTERNAL) -> int:
     return EXIT_USAGE if err.code in BAD_INPUT_CODES else default
 
 
-def open_ledger_for_reading(args: argparse.Namespace) -> Any:
+def open_ledger_for_reading(args: argparse.Namespace, *, probe: bool = True) -> Any:
     """The ledger for a command that only reads it. Refuses (LEDGER_NOT_FOUND,
     bad input) where there is none: a read never creates ops/dome.db, the ops
-    folder or a database file named by --db."""
+    folder or a database file named by --db. `probe=False` leaves a damaged
+    file for the caller to judge (`dome ledger verify` reports it as a finding)."""
     from coordinator.integration.store import open_ledger
-    return open_ledger(args.db, args.ops_root, must_exist=True, read_only=True)
+    return open_ledger(args.db, args.ops_root, must_exist=True, read_only=True, probe=probe)
 
 
 def run_not_found(run_id: str) -> DomeError:

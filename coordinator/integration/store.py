@@ -30,10 +30,11 @@ def _sqlite_file(db: str | None, ops_root: Path | str) -> Path | None:
 
 
 def open_ledger(db: str | None, ops_root: Path | str, *, must_exist: bool = True,
-                read_only: bool = False) -> Any:
+                read_only: bool = False, probe: bool = True) -> Any:
     """The run ledger; with `must_exist` a missing SQLite file (the default one
     or the one --db names) is an error instead of a new, empty ledger (checks
-    must not create state). `read_only`: the schema is not migrated either."""
+    must not create state). `read_only`: the schema is not migrated either, and
+    (with `probe`) one read shows the file is a ledger (LedgerUnavailable if not)."""
     where = _sqlite_file(db, ops_root)
     if must_exist and where is not None and not where.is_file():
         raise LedgerNotFound(f"no ledger at {where}", hints=["pass --ops-root of the run (or --db)"])
@@ -41,4 +42,14 @@ def open_ledger(db: str | None, ops_root: Path | str, *, must_exist: bool = True
         from ledger import Ledger  # type: ignore[attr-defined]
     except ImportError as exc:
         raise LedgerNotBuilt("the ledger is not available in this build") from exc
-    return Ledger.open(db, Path(ops_root), migrate_schema=not read_only)
+    ledger = Ledger.open(db, Path(ops_root), migrate_schema=not read_only)
+    if read_only and probe:  # not migrated, so not yet read: a damaged file must say so here
+        from ledger import LedgerUnavailable
+        from sqlalchemy.exc import SQLAlchemyError
+        try:
+            ledger.head("")
+        except SQLAlchemyError as exc:
+            ledger.close()
+            raise LedgerUnavailable(f"cannot read the ledger at {where or db}: {exc}".splitlines()[0],
+                                    hints=["check --db / --ops-root and file permissions"]) from exc
+    return ledger

@@ -318,3 +318,14 @@ def test_pytest_suite_on_a_read_only_checkout_runs_without_cache_warnings(tmp_pa
     assert rep["result"] == "passed", rep.get("summary")
     log = seen["log"].decode("utf-8", "replace")
     assert "1 passed" in log and "warning" not in log.lower() and "cache" not in log.lower(), log[-1500:]
+
+
+@pytest.mark.parametrize("argv", [["status"], ["events", "run-x"], ["report", "run-x"], ["verify", "run-x"]])
+def test_a_file_that_is_not_a_ledger_is_a_typed_error_exit_3(tmp_path, argv):
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    (ops / "dome.db").write_bytes(b"not a database" * 300)
+    res = dome_cli(*argv, "--ops-root", str(ops), "--json")
+    assert res.returncode == 3
+    assert json.loads(res.stdout)["error"]["code"] == "LEDGER_UNAVAILABLE"
+    assert sorted(p.name for p in ops.iterdir()) == ["dome.db"]
