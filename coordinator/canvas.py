@@ -15,6 +15,11 @@ How a layer is applied (index + 3-way semantics, no porcelain):
   overlaps are conflicts;
 - anything else (renames, binary deltas) goes through `git apply --cached
   --3way` on a private index file.
+After the files of a diff are worked out, the resulting tree is judged as a
+whole (`coordinator.integration.tree_rules`): a path under something that is
+a file or symlink on the canvas is a conflict (an order question), and a
+resulting tree with an escaping symlink, a new exec bit or a gitlink is a
+policy violation of the proposal that produced it, whoever wrote the rest.
 A checkpoint writes the dirty trees and a commit object whose message
 carries the proposal ids and digests as trailers, and points
 refs/dome/runs/<run_id>/checkpoints/<n> at it. Rolling back is moving the
@@ -32,9 +37,10 @@ from typing import Any, Iterable, Mapping
 
 import git as gitpython
 
-from coordinator.integration import gitio
+from coordinator.integration import gitio, tree_rules
 from coordinator.integration.gitio import GitError, ObjectReader
-from registry import diffs
+from coordinator.integration.policy import IntegrationPolicy
+from registry import diffs, limits
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
@@ -78,11 +84,12 @@ class Attempt:
 
     changes: dict[str, tuple[str, str] | None] = field(default_factory=dict)  # path -> (mode, oid)|None
     conflicts: list[Conflict] = field(default_factory=list)
+    violations: list[Any] = field(default_factory=list)  # proposals.Rejection: the resulting tree breaks policy
     method: str = "fast"
 
     @property
     def clean(self) -> bool:
-        return not self.conflicts
+        return not self.conflicts and not self.violations
 
 
 class TreeState:
@@ -189,8 +196,11 @@ class Canvas:
 
     def __init__(self, repo: Path | str, base_ref: str, *, run_id: str,
                  workdir: Path | str | None = None, when: int | None = None,
-                 create_worktree: bool = True, max_binary_bytes: int = 8 << 20,
-                 persist: bool = True, reader: ObjectReader | None = None) -> None:
+                 create_worktree: bool = True, max_binary_bytes: int = limits.MAX_BINARY_BYTES,
+                 persist: bool = True, reader: ObjectReader | None = None,
+                 policy: IntegrationPolicy | None = None) -> None:
+        self.policy = policy or IntegrationPolicy(max_binary_bytes=max_binary_bytes)
+        self._links: set[str] | None = None  # symlink paths of the head tree, loaded on first use
         self.repo = Path(repo)
         self.run_id = run_id
         self.base_ref = base_ref
@@ -249,7 +259,71 @@ class Canvas:
                 att.conflicts.append(Conflict(fp.path, exc.details.get("hunk"), exc.message))
             except (DiffError, GitError, CanvasError) as exc:
                 att.conflicts.append(Conflict(fp.path, None, f"{exc.code}: {exc.message}"))
+        if not att.conflicts:
+            att.conflicts.extend(self._shape_conflicts(att))
+        if not att.conflicts:
+            att.violations.extend(self._tree_violations(att))
         return att
+
+    # -- the resulting tree --------------------------------------------------
+    def _after(self, att: Attempt, path: str) -> tuple[str, str] | None:
+        return att.changes[path] if path in att.changes else self.tree.get(path)
+
+    def _shape_conflicts(self, att: Attempt) -> list[Conflict]:
+        """A file whose parent is a file or symlink on the canvas (or in this
+        same diff), or a file where a directory stays: the tree cannot hold
+        both, so whichever came second conflicts."""
+        out: list[Conflict] = []
+        written = sorted(p for p, v in att.changes.items() if v is not None)
+        for path in written:
+            parts = path.split("/")
+            for k in range(1, len(parts)):
+                parent = "/".join(parts[:k])
+                if self._after(att, parent) is not None:
+                    out.append(Conflict(path, None, f"CANVAS_PATH_IS_FILE: {parent} is a file or symlink "
+                                                    "on the canvas"))
+                    break
+            else:
+                below = [p for p in written if p.startswith(path + "/")]
+                if below or (self.tree.is_dir(path) and self._dir_survives(att, path)):
+                    out.append(Conflict(path, None, "CANVAS_PATH_IS_DIR: a directory holds this path "
+                                                    "on the canvas"))
+        return out
+
+    def _dir_survives(self, att: Attempt, d: str) -> bool:
+        entries = self.tree._entries(d) or {}
+        for name, (mode, _oid) in entries.items():
+            p = f"{d}/{name}"
+            if mode == "040000" or att.changes.get(p, (mode, "")) is not None:
+                return True
+        return False
+
+    def links(self) -> set[str]:
+        """Symlink paths of the head tree."""
+        if self._links is None:
+            self._links = set()
+            tree = self.head_tree
+            self.store.flush()
+            out = gitio.git(self.repo, "ls-tree", "-r", "-z", "--full-tree", tree).stdout
+            for rec in out.split(b"\x00"):
+                meta, _, path = rec.partition(b"\t")
+                if meta.startswith(b"120000 "):
+                    self._links.add(path.decode("utf-8", "surrogateescape"))
+        return self._links
+
+    def _tree_violations(self, att: Attempt) -> list[Any]:
+        def is_link(e: tuple[str, str] | None) -> bool:
+            return e is not None and e[0] == tree_rules.SYMLINK_MODE
+
+        # where links resolve depends only on which paths are links and their targets:
+        # an apply that adds, removes or rewrites no link cannot change any verdict
+        links: set[str] = set()
+        if any(is_link(v) or is_link(self.tree.get(p)) for p, v in att.changes.items()):
+            links = {p for p in self.links() if p not in att.changes}
+            links |= {p for p, v in att.changes.items() if is_link(v)}
+        return tree_rules.tree_rejections(
+            att.changes, before=self.tree.get, after=lambda p: self._after(att, p), links=links,
+            read=self._blob, policy=self.policy)
 
     def _blob(self, oid: str) -> bytes:
         typ, data = self.store.read(oid)
@@ -286,9 +360,11 @@ class Canvas:
                                               details={"path": fp.path})
             att.changes[fp.path] = None
             return
-        new_mode = fp.new_mode or mode
-        if fp.mode_changed and mode != fp.old_mode:
-            raise diffs.PatchDoesNotApply("mode changed since base", details={"path": fp.path})
+        # like git: a mode stated only on the `index` line is the expected mode, not a change
+        new_mode = fp.new_mode if fp.mode_changed else mode
+        if fp.old_mode is not None and mode != fp.old_mode:
+            raise diffs.PatchDoesNotApply("the file's mode on the canvas is not the one the diff states",
+                                          details={"path": fp.path, "canvas": mode, "diff": fp.old_mode})
         if fp.binary is not None:
             if oid != fp.old_oid:
                 raise diffs.PatchDoesNotApply("binary file changed since base", details={"path": fp.path})
@@ -371,6 +447,12 @@ class Canvas:
         if not att.clean:
             raise CanvasError("cannot commit a conflicting attempt", code="CANVAS_CONFLICT")
         self._commit_changes(att)
+        if self._links is not None:
+            for path, val in att.changes.items():
+                if val is not None and val[0] == tree_rules.SYMLINK_MODE:
+                    self._links.add(path)
+                else:
+                    self._links.discard(path)
         for pid in proposal_ids:
             self.included.append(pid)
             self.pending_ids.append(pid)
@@ -403,6 +485,7 @@ class Canvas:
         (they are evidence) but are no longer part of the stack."""
         cp = self.checkpoint_by_id(checkpoint_id)
         self.tree.reset(cp.tree)
+        self._links = None
         self.head = cp.commit
         self.included = list(cp.included)
         self.pending_ids = []

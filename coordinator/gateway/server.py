@@ -30,6 +30,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
+from registry import limits
 from registry import toolprofile as tp
 from registry.errors import DomeError
 from registry.grant_errors import GrantError
@@ -118,7 +119,8 @@ class WorkerGateway:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                              allowed_hosts=[HOST_HEADER], allowed_origins=[])
         self.app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
-                                                transport_security=security, host=HOST_HEADER)
+                                                transport_security=security, host=HOST_HEADER,
+                                                max_request_body_size=limits.MAX_REQUEST_BYTES)
 
     def _invoke(self, token: str, name: str, args: dict[str, Any], proof: str | None = None) -> dict[str, Any]:
         """Validate the arguments, then run the tool inside the verifier's authorize transaction."""

@@ -27,16 +27,19 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from registry import limits
 from registry.canonical import digest_json
 from registry.diffs import DiffError, canonicalize_diff, describe_diff
 from registry.errors import DomeError
 from registry.schema_store import validate as schema_validate
 
 from .. import runstate as rs
+from ..integration.binding import ProposalBindingMismatch, check_binding
+from ..integration.proposals import path_rejections
 from .dispatch import ToolSpec
 
 SCHEMA_VERSION = "1.0.0"
-MAX_ARTIFACT_BYTES = 32 * 1024 * 1024
+MAX_ARTIFACT_BYTES = limits.MAX_ARTIFACT_BYTES
 
 
 class AttemptNotLive(DomeError):
@@ -91,14 +94,16 @@ def _closed(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 def path_policy(paths: list[str]) -> list[str]:
-    """Paths a proposal may not touch (returned, empty when all are fine)."""
-    bad = []
-    for p in paths:
-        parts = p.split("/")
-        if (p.startswith("/") or ".." in parts or ".git" in parts or p.startswith(".git")
-                or "\x00" in p or p == ""):
-            bad.append(p)
-    return bad
+    """Paths a proposal may not touch (returned, empty when all are fine): the
+    integration stage's path rules, so the gateway refuses exactly what
+    integration would (`.gitignore` and `.github/` are ordinary paths)."""
+    return [p for p in paths if path_rejections(p)]
+
+
+def grant_of(att: Mapping[str, Any], neid: str) -> dict[str, Any]:
+    """What the grant behind a call says about its attempt (the binding truth)."""
+    return {"wave_id": att.get("wave_id"), "node_id": att.get("node_id"), "node_execution_id": neid,
+            "attempt": att.get("attempt")}
 
 
 def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
@@ -203,8 +208,11 @@ def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
         if proposal["base_tree_hash"] != att["base_tree_hash"]:
             raise BaseMismatch("proposal base_tree_hash does not match the base commit's tree",
                                details={"proposal": proposal["base_tree_hash"], "base": att["base_tree_hash"]})
-        if proposal.get("node_execution_id") not in (None, neid) or proposal.get("run_id") != run_id:
-            raise ProposalRejected("proposal is bound to another attempt or run")
+        if proposal.get("run_id") != run_id:
+            raise ProposalBindingMismatch("proposal is bound to another run",
+                                          details={"mismatches": [{"field": "run_id", "claimed": proposal.get("run_id"),
+                                                                   "grant": run_id}]})
+        check_binding(proposal, grant_of(att, neid))
         diff_ref = proposal.get("diff_ref")
         if not diff_ref:
             raise ProposalRejected("proposal has no diff_ref (upload the canonical diff with put_artifact)")

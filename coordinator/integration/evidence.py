@@ -15,7 +15,6 @@ verify` all call it.
 """
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -23,7 +22,7 @@ from registry.canonical import CANONICALIZATION, canonical_json, digest_json
 from registry.errors import SignatureError
 from registry.signing import Keyring, SigningKey, b64d, b64e
 
-from .policy import IntegrationPolicy, risk_level
+from .policy import IntegrationPolicy, path_matches, risk_level
 
 PAYLOAD_TYPE = "application/vnd.dome.artifact+json"
 SIG_FIELDS = ("payload_digest", "canonicalization", "kid", "signature")
@@ -147,12 +146,6 @@ def policy_from_record(artifact: Mapping[str, Any]) -> IntegrationPolicy:
     return IntegrationPolicy(**{k: (tuple(v) if isinstance(v, list) else
                                     ({kk: tuple(vv) for kk, vv in v.items()} if isinstance(v, dict) else v))
                                 for k, v in artifact["policy"].items()})
-
-
-def path_matches(path: str, glob: str) -> bool:
-    """fnmatch, with a leading "**/" also matching at the top level."""
-    return fnmatch.fnmatchcase(path, glob) or (glob.startswith("**/") and
-                                                fnmatch.fnmatchcase(path, glob[3:]))
 
 
 def _ref(rec: Record) -> dict[str, Any]:
@@ -339,7 +332,8 @@ def evaluate_chain(records: Sequence[Record], *, keyring: Keyring, facts: GitFac
 
     # -- human gate -------------------------------------------------------------
     human = bool(risks & set(policy.human_gate_risk)) or any(
-        path_matches(p, g) for p in touched for g in policy.human_gate_paths)
+        path_matches(p, g) for p in touched for g in policy.human_gate_paths) or bool(
+        policy.protected_touched(touched))  # protected paths need a person whatever the risk settings
     if human:
         consents = [r for r in by_topic.get(T_CONSENT, [])
                     if r.artifact.get("head_ref") == head and signed(r, "consent")]

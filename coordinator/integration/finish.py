@@ -225,7 +225,7 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
     for r in records:
         for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
             v = r.artifact.get(k)
-            if isinstance(v, str) and diffs._OID.match(v.encode()):
+            if isinstance(v, str) and diffs.OID_RE.match(v.encode()):
                 commits.add(v)
     with gitio.ObjectReader(repo) as reader:
         return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
@@ -295,7 +295,8 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                               "requires": list(p.get("_requires", [])),
                               "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                               "atomicity": p.get("atomicity", "atomic_proposal"),
-                              "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints)})
+                              "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
+                              "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
             checked[pid] = cp
 
     # 2. plan ------------------------------------------------------------------------
@@ -309,7 +310,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
     # 3. stack, 4. validate ------------------------------------------------------------
     canvas = Canvas(ctx.repo, ctx.base_ref, run_id=ctx.run_id,
                     workdir=run_dir(ctx.ops_root, ctx.run_id) / "canvas",
-                    max_binary_bytes=policy.max_binary_bytes, reader=reader)
+                    max_binary_bytes=policy.max_binary_bytes, reader=reader, policy=policy)
     try:
         stacker = Stacker(canvas, checked, plan, index, policy, emit=emit,
                           resolver_hook=ctx.resolver_hook,
@@ -372,7 +373,7 @@ def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: S
         return None
     by_id = {str(p.get("proposal_id")): p for p in proposals}
     canvas = Canvas(ctx.repo, ctx.base_ref, run_id=f"{ctx.run_id}-derive", create_worktree=False,
-                    reader=reader)
+                    reader=reader, policy=ctx.policy)
     try:
         for a in d.get("applied", []):
             src = by_id.get(str(a.get("proposal_id")))

@@ -9,11 +9,13 @@ override them under an optional `integration` object.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from registry import limits
 from registry.canonical import digest_json
 
 RISK_LEVELS = ("low", "medium", "high", "critical")
@@ -31,6 +33,18 @@ DEFAULT_DEPENDENCY_GLOBS = (
 LOCKFILE_GLOBS = ("*.lock", "package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml",
                   "go.sum", "conda-lock.yml")
 
+# What validation trusts: CI scripts, test-runner configuration that can switch tests off,
+# work queues (they define the suites) and dome's own policy. A proposal touching one is
+# high risk and waits for a person (the human gate), however green its validation is.
+DEFAULT_PROTECTED_PATHS = (
+    ".ci/**", ".github/**", ".gitlab-ci.yml", ".gitlab/**", ".circleci/**", "Jenkinsfile",
+    "azure-pipelines.yml", ".buildkite/**", ".travis.yml", "**/conftest.py", "pytest.ini", "tox.ini",
+    "noxfile.py", "**/*.queue.json", "registry/policy/**", ".dome/**",
+)
+REPO_PROTECTED_FILE = ".dome/protected-paths"
+"""A repository's own additions to `protected_paths`: one glob per line, read from the
+run's base commit (never from a proposal); `#` starts a comment."""
+
 POLICY_SPEC_PATH = Path(__file__).resolve().parents[2] / "registry" / "policy" / "policy_spec.json"
 
 
@@ -42,11 +56,12 @@ class IntegrationPolicy:
     allow_exec_bit: bool = False
     allow_symlinks: bool = True
     allow_binary: bool = True
-    max_binary_bytes: int = 8 * 1024 * 1024
-    max_total_bytes: int = 32 * 1024 * 1024
+    max_binary_bytes: int = limits.MAX_BINARY_BYTES
+    max_total_bytes: int = limits.MAX_DIFF_BYTES
     max_files: int = 2000
     dependency_globs: tuple[str, ...] = DEFAULT_DEPENDENCY_GLOBS
     dependency_risk_allowed: tuple[str, ...] = ("medium", "high", "critical")
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
     # stacking
     allowed_atomicity: tuple[str, ...] = ATOMICITY
     checkpoint_strategy: str = "per_layer"  # or "per_batch"
@@ -86,6 +101,29 @@ class IntegrationPolicy:
     def with_(self, **kw: Any) -> "IntegrationPolicy":
         return replace(self, **kw)
 
+    def protected_touched(self, paths: Any) -> list[str]:
+        """The paths among `paths` that match `protected_paths`."""
+        return sorted(p for p in paths if any(path_matches(p, g) for g in self.protected_paths))
+
+    def with_protected(self, extra: Any) -> "IntegrationPolicy":
+        """This policy with more protected paths (a repository can add, never remove)."""
+        return replace(self, protected_paths=tuple(dict.fromkeys((*self.protected_paths, *extra))))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "IntegrationPolicy":
+        """The inverse of `to_dict` (unknown keys ignored)."""
+        kw: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in d:
+                continue
+            v = d[f.name]
+            if f.name == "suites_by_risk":
+                v = {k: tuple(x) for k, x in dict(v).items()}
+            elif isinstance(v, list):
+                v = tuple(v)
+            kw[f.name] = v
+        return cls(**kw)
+
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], name: str = "default") -> "IntegrationPolicy":
         """Build from a `dome.policy_spec/v1` document and a policy name."""
@@ -118,6 +156,27 @@ class IntegrationPolicy:
         if not p.is_file():
             return cls(name=name)
         return cls.from_spec(json.loads(p.read_text()), name)
+
+
+def path_matches(path: str, glob: str) -> bool:
+    """fnmatch, with a leading "**/" also matching at the top level."""
+    return fnmatch.fnmatchcase(path, glob) or (glob.startswith("**/") and
+                                                fnmatch.fnmatchcase(path, glob[3:]))
+
+
+def parse_protected_file(text: str) -> tuple[str, ...]:
+    """The globs of a `.dome/protected-paths` file."""
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.append(line)
+    return tuple(out)
+
+
+def max_risk(*risks: Any) -> str:
+    """The highest of several risk classes (absent ones count as low)."""
+    return max((risk_level(r) for r in risks), key=RISK_LEVELS.index, default="low")
 
 
 def risk_level(risk: Any) -> str:

@@ -18,7 +18,7 @@ from registry import diffs
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
-from .policy import IntegrationPolicy, risk_level
+from .policy import IntegrationPolicy, max_risk, risk_level
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
 ALLOWED_MODES = {"100644", "100755", "120000"}
@@ -64,6 +64,7 @@ class BaseFacts:
     apply_check_error: str = ""
     base_symlinks: frozenset[str] = frozenset()
     base_oids: Mapping[str, str] = field(default_factory=dict)  # path -> blob oid at base
+    base_modes: Mapping[str, str] = field(default_factory=dict)  # path -> mode at base
 
 
 @dataclass(frozen=True)
@@ -74,14 +75,22 @@ class CheckedProposal:
     canonical: bytes
     parsed: ParsedDiff
     fingerprints: tuple[Mapping[str, Any], ...]
+    protected: tuple[str, ...] = ()  # touched paths the policy protects
 
     @property
     def proposal_id(self) -> str:
         return str(self.proposal["proposal_id"])
 
     @property
+    def computed_risk(self) -> str:
+        """What the coordinator makes of the diff itself."""
+        return "high" if self.protected else "low"
+
+    @property
     def risk(self) -> str:
-        return risk_level(self.proposal.get("risk"))
+        """The proposal's risk (already raised to its task's declared risk) or the
+        computed one, whichever is higher: a worker can raise it, never lower it."""
+        return max_risk(self.proposal.get("risk"), self.computed_risk)
 
     @property
     def diff_digest(self) -> str:
@@ -100,6 +109,20 @@ def _declared(constraints: Any) -> set[str]:
     return set()
 
 
+# code points HFS+ ignores when it compares names (git's is_hfs_dotgit list)
+_HFS_IGNORED = dict.fromkeys([*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070),
+                              0xFEFF])
+
+
+def is_git_dir_name(name: str) -> bool:
+    """Is this one path component a name git treats as its own `.git`
+    directory on some filesystem: any case (`.GIT`), trailing dots or spaces
+    (NTFS), the 8.3 short name `git~1`, or HFS+-ignored code points inside.
+    `.gitignore`, `.github` and `.gitattributes` are ordinary names."""
+    low = name.translate(_HFS_IGNORED).lower().rstrip(". ")
+    return low in (".git", "git~1")
+
+
 def path_rejections(path: str) -> list[Rejection]:
     """Forbidden-path rules for one repo-relative path."""
     out: list[Rejection] = []
@@ -115,8 +138,7 @@ def path_rejections(path: str) -> list[Rejection]:
     if any(p in ("", ".") for p in parts[1:] if True) or parts[0] == ".":
         out.append(Rejection("POLICY_PATH_INVALID", "path is not normalized", details=d))
     for p in parts:
-        low = p.lower().rstrip(". ")
-        if low in (".git", "git~1"):
+        if is_git_dir_name(p):
             out.append(Rejection("POLICY_PATH_GIT_DIR", "path enters a .git directory", details=d))
             break
     if parts[-1] == ".gitmodules":
@@ -144,19 +166,39 @@ def _symlink_rejections(fp: FilePatch, policy: IntegrationPolicy) -> list[Reject
         return [Rejection("POLICY_SYMLINK_FORBIDDEN", "symlinks are not allowed", details=d)]
     t = target.decode("utf-8", "surrogateescape")
     if not fp.hunks and fp.binary is None:
-        return []  # mode change only: target is the base content, checked below by the shell
+        return []  # mode change only: the target is content already in the tree; the canvas judges it (tree_rules)
     if not t or "\x00" in t or t.startswith("/") or "\\" in t:
         return [Rejection("POLICY_SYMLINK_ESCAPE", "symlink target is absolute or invalid", details=d)]
     joined = posixpath.normpath(posixpath.join(posixpath.dirname(fp.new_path or ""), t))
     if joined == ".." or joined.startswith("../") or joined.startswith("/"):
         return [Rejection("POLICY_SYMLINK_ESCAPE", "symlink points outside the repository", details=d)]
-    if any(p.lower().rstrip(". ") in (".git", "git~1") for p in joined.split("/")):
+    if any(is_git_dir_name(p) for p in joined.split("/")):
         return [Rejection("POLICY_SYMLINK_ESCAPE", "symlink points into .git", details=d)]
     return []
 
 
-def _mode_rejections(fp: FilePatch, policy: IntegrationPolicy) -> list[Rejection]:
+def _file_type(mode: str) -> int:
+    return int(mode, 8) & 0o170000
+
+
+def _mode_rejections(fp: FilePatch, policy: IntegrationPolicy,
+                     base_modes: Mapping[str, str] | None = None) -> list[Rejection]:
     out: list[Rejection] = []
+    base_mode = (base_modes or {}).get(fp.old_path) if fp.old_path is not None else None
+    if base_mode is not None and fp.old_mode is not None and fp.old_mode != base_mode:
+        # a mode stated only on the `index` line (or an `old mode` that is not the base's):
+        # the canvas would end with the stated mode, so it is judged like a mode change
+        d = {"path": fp.old_path, "stated_mode": fp.old_mode, "base_mode": base_mode}
+        if fp.old_mode == "100755" and not policy.allow_exec_bit:
+            out.append(Rejection("POLICY_MODE_EXEC", "the diff states an executable mode the base file does "
+                                 "not have", details=d))
+        else:
+            out.append(Rejection("PROPOSAL_MODE_MISMATCH", "the diff states a mode the base file does not have",
+                                 INTEGRITY, d))
+    if fp.mode_changed and _file_type(fp.old_mode) != _file_type(fp.new_mode):  # type: ignore[arg-type]
+        # git refuses this too ("new mode does not match old mode"): a type change is a delete and a create
+        out.append(Rejection("POLICY_MODE_TYPE_CHANGE", "one section changes the file's type",
+                             details={"path": fp.path, "old_mode": fp.old_mode, "new_mode": fp.new_mode}))
     for mode in {m for m in (fp.old_mode, fp.new_mode) if m is not None}:
         d = {"path": fp.path, "mode": mode}
         if mode == GITLINK_MODE:
@@ -183,7 +225,8 @@ def is_dependency_file(path: str, policy: IntegrationPolicy) -> bool:
 
 def check_policy(parsed: ParsedDiff, proposal: Mapping[str, Any], policy: IntegrationPolicy,
                  *, canonical_size: int = 0,
-                 base_symlinks: Iterable[str] = ()) -> list[Rejection]:
+                 base_symlinks: Iterable[str] = (),
+                 base_modes: Mapping[str, str] | None = None) -> list[Rejection]:
     """Every policy rejection of a parsed diff (pure)."""
     out: list[Rejection] = []
     links = set(base_symlinks)
@@ -204,7 +247,7 @@ def check_policy(parsed: ParsedDiff, proposal: Mapping[str, Any], policy: Integr
                     break
             if is_dependency_file(p, policy):
                 deps.append(p)
-        out.extend(_mode_rejections(fp, policy))
+        out.extend(_mode_rejections(fp, policy, base_modes))
         out.extend(_symlink_rejections(fp, policy))
         if fp.binary is not None:
             if not policy.allow_binary:
@@ -272,6 +315,10 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
     base = str(proposal.get("base_ref", ""))
     if not pid:
         rej.append(Rejection("PROPOSAL_INVALID", "proposal has no proposal_id", INTEGRITY))
+    if proposal.get("binding_mismatches"):
+        rej.append(Rejection("PROPOSAL_BINDING_MISMATCH", "the proposal claims another run, wave, node or attempt "
+                             "than the grant that submitted it", INTEGRITY,
+                             {"mismatches": list(proposal["binding_mismatches"])}))
     if not SHA_RE.match(base):
         rej.append(Rejection("PROPOSAL_BASE_NOT_SHA", "base_ref must be a full commit SHA", INTEGRITY,
                              {"base_ref": base}))
@@ -301,7 +348,7 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
                              {"diff_error": exc.code, **exc.details}))
         return rej, None
     canonical = diffs.serialize_diff(parsed)
-    digest = diffs._sha(canonical)
+    digest = diffs.sha_digest(canonical)
     if digest != proposal.get("diff_digest"):
         rej.append(Rejection("PROPOSAL_DIGEST_MISMATCH", "diff digest does not match diff_digest",
                              INTEGRITY, {"claimed": proposal.get("diff_digest"), "actual": digest}))
@@ -319,7 +366,7 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
                                      "diff preimage blob is not the base blob", INTEGRITY,
                                      {"path": fp.old_path, "diff": fp.old_oid, "base": have}))
     rej.extend(check_policy(parsed, proposal, policy, canonical_size=len(canonical),
-                            base_symlinks=facts.base_symlinks))
+                            base_symlinks=facts.base_symlinks, base_modes=facts.base_modes))
     if facts.apply_check_ok is False and not any(r.reason == POLICY for r in rej):
         rej.append(Rejection("PROPOSAL_APPLY_CHECK_FAILED", "diff does not apply to the base commit",
                              INTEGRITY, {"error": facts.apply_check_error[:2000]}))
@@ -327,7 +374,8 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
         return rej, None
     fps = tuple(diffs.hunk_fingerprints(parsed, base))
     return [], CheckedProposal(proposal=proposal, canonical=canonical, parsed=parsed,
-                               fingerprints=fps)
+                               fingerprints=fps,
+                               protected=tuple(policy.protected_touched(parsed.touched_files())))
 
 
 # ---------------------------------------------------------------------------
@@ -343,6 +391,7 @@ class BaseInspector:
         self.repo = repo
         self._reader = reader
         self._cache: dict[str, tuple[bool, str | None, dict[str, str], frozenset[str]]] = {}
+        self._modes: dict[str, dict[str, str]] = {}
 
     def base(self, base_ref: str) -> tuple[bool, str | None, dict[str, str], frozenset[str]]:
         if base_ref not in self._cache:
@@ -351,17 +400,23 @@ class BaseInspector:
                 self._cache[base_ref] = (False, None, {}, frozenset())
             else:
                 tree = g.tree_of(self.repo, base_ref)
-                self._cache[base_ref] = (True, tree, *self._tree_index(base_ref))
+                self._cache[base_ref] = (True, tree, *self._tree_index(base_ref, base_ref))
         return self._cache[base_ref]
+
+    def modes(self, base_ref: str) -> dict[str, str]:
+        """Mode per path of a base already looked up with `base`."""
+        return self._modes.get(base_ref, {})
 
     def register_virtual_base(self, base_ref: str, tree: str) -> None:
         """A base known by its tree only (a derived base the coordinator rebuilt
         itself): blob ids and symlinks come from the tree."""
-        self._cache[base_ref] = (True, tree, *self._tree_index(tree))
+        self._cache[base_ref] = (True, tree, *self._tree_index(tree, base_ref))
 
-    def _tree_index(self, tree_ish: str) -> tuple[dict[str, str], frozenset[str]]:
-        """Blob id per path and the set of symlink paths of a commit or tree."""
+    def _tree_index(self, tree_ish: str, key: str) -> tuple[dict[str, str], frozenset[str]]:
+        """Blob id per path and the set of symlink paths of a commit or tree
+        (the modes are kept under `key`)."""
         oids: dict[str, str] = {}
+        modes = self._modes.setdefault(key, {})
         links: set[str] = set()
         out = self._gitio.git(self.repo, "ls-tree", "-r", "-z", "--full-tree", tree_ish).stdout
         for rec in out.split(b"\x00"):
@@ -371,6 +426,7 @@ class BaseInspector:
             mode, _typ, oid = meta.decode().split(" ")
             p = path.decode("utf-8", "surrogateescape")
             oids[p] = oid
+            modes[p] = mode
             if mode == "120000":
                 links.add(p)
         return oids, frozenset(links)
@@ -430,6 +486,7 @@ def verify_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wa
     if parsed is not None and exists and base == wave_base:
         ok, err = inspector.apply_check(base, parsed)
     facts = BaseFacts(commit_exists=exists, tree_hash=tree, apply_check_ok=ok,
-                      apply_check_error=err, base_symlinks=links, base_oids=oids)
+                      apply_check_error=err, base_symlinks=links, base_oids=oids,
+                      base_modes=inspector.modes(base) if exists else {})
     return check_proposal(proposal, diff_bytes, wave_base=wave_base, facts=facts, policy=policy,
                           parsed=parsed)

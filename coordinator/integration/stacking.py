@@ -67,6 +67,7 @@ class Stacker:
                  resolver_hook: ResolverHook | None = None,
                  requires: Mapping[str, Sequence[str]] | None = None) -> None:
         self.canvas = canvas
+        canvas.policy = policy  # one policy judges the proposals and the trees they leave
         self.checked = dict(checked)
         self.plan = plan
         self.index = index
@@ -97,6 +98,9 @@ class Stacker:
                     self._flush()
                 continue
             self._flush()  # conflicts are judged against a checkpointed head
+            if att.violations:
+                self._refuse(pid, cp.diff_digest, att)
+                continue
             self._conflict(pid, cp, att, queue, reorders)
         self._flush()
         self.canvas.publish_head()
@@ -200,6 +204,20 @@ class Stacker:
         else:
             self.state.why_blocked[pid] = {"state": "dropped", "reason": "conflict",
                                            "conflicts": conflicts}
+
+    def _refuse(self, pid: str, digest: str, att: Attempt) -> None:
+        """The resulting tree would break policy: the proposal is dropped whole
+        (no reorder, no split: a later order cannot make the tree it asks for
+        acceptable, and no part of a hostile proposal lands)."""
+        cs = [{"path": str(v.details.get("path", "*")), "hunk": None, "reason": f"{v.code}: {v.message}",
+               "code": v.code} for v in att.violations]
+        dec = ConflictDecision(pid, "drop", conflict_fingerprint(pid, self.canvas.head, cs), tuple(cs),
+                               "the resulting tree breaks policy")
+        self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id, "head_ref": self.canvas.head})
+        self._not_applied(pid, digest, cs, dec)
+        self.state.why_blocked[pid] = {"state": "rejected", "reason": "policy",
+                                       "code": att.violations[0].code,
+                                       "violations": [v.to_dict() for v in att.violations]}
 
     def _missing_requirements(self, pid: str, digest: str) -> bool:
         """A proposal built on a derived base needs every proposal that base
@@ -363,6 +381,9 @@ class Stacker:
                              derived_from=layer.derived_from)
                 if len(self._unflushed) >= batch:
                     self._flush()
+            elif att.violations:
+                self._flush()
+                self._refuse(layer.proposal_id, layer.diff_digest, att)
             else:
                 self._flush()
                 cs = [c.to_dict() for c in att.conflicts]

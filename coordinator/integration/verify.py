@@ -239,7 +239,10 @@ def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list
         if r.topic == T_APPLY and r.artifact.get("applied"):
             applies[str(r.artifact["proposal_id"])] = r.artifact
     blobs = ledger.blobs
-    canvas = Canvas(repo, base, run_id=f"verify-{run_id}", create_worktree=False, persist=False)
+    from .policy import IntegrationPolicy
+    recorded = [r.artifact.get("policy") for r in records if r.topic == "integration.policy"]
+    policy = IntegrationPolicy.from_dict(recorded[-1]) if recorded and isinstance(recorded[-1], Mapping) else None
+    canvas = Canvas(repo, base, run_id=f"verify-{run_id}", create_worktree=False, persist=False, policy=policy)
     canvas.reader.close()
     canvas.reader = gitio.ObjectReader(repo, verify=True)
     canvas.store.reader = canvas.reader

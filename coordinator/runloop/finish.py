@@ -12,11 +12,37 @@ from typing import Any, Callable, Mapping
 from .loop import FinishContext
 
 
+def bound_proposals(fc: FinishContext) -> list[dict[str, Any]]:
+    """The accepted proposals, each bound to the attempt that submitted it: the
+    run, wave, node and attempt come from the dispatch the coordinator recorded
+    for its node_execution_id (the grant), not from the proposal."""
+    from coordinator.integration.binding import bind
+    out = []
+    for p in fc.proposals:
+        neid = p.get("node_execution_id")
+        ex = fc.state.executions.get(neid, {}) if isinstance(neid, str) else {}
+        grant = {"run_id": fc.run_id, "wave_id": ex.get("wave_id"), "node_id": ex.get("node_id"),
+                 "node_execution_id": neid, "attempt": ex.get("attempt")}
+        inner = p.get("proposal")
+        out.append({**p, "proposal": bind(inner, grant)} if isinstance(inner, Mapping) else dict(p))
+    return out
+
+
+def repo_policy(fc: FinishContext) -> Any:
+    """The queue's policy plus the protected paths the repository lists in
+    `.dome/protected-paths` at the run's base commit."""
+    from coordinator.integration import gitio
+    from coordinator.integration.policy import REPO_PROTECTED_FILE, IntegrationPolicy, parse_protected_file
+    policy = IntegrationPolicy.load(fc.work_queue.policy)
+    proc = gitio.git(fc.repo, "show", f"{fc.base_ref}:{REPO_PROTECTED_FILE}", check=False)
+    if proc.returncode == 0:
+        policy = policy.with_protected(parse_protected_file(proc.stdout.decode("utf-8", "replace")))
+    return policy
+
+
 def integration_finish(fc: FinishContext) -> dict[str, Any]:
     from coordinator.integration.finish import FinishContext as IntegrationContext
     from coordinator.integration.finish import finish_run
-    from coordinator.integration.policy import IntegrationPolicy
-
     if not fc.proposals:  # every task succeeded without a patch: nothing to integrate or promote
         from .loop import default_finish
         return default_finish(fc)
@@ -32,11 +58,11 @@ def integration_finish(fc: FinishContext) -> dict[str, Any]:
         validator = AnnouncedValidator(lambda: SuiteRunner(fc.repo, sandbox=fc.sandbox,
                                                            put_artifact=fc.ledger.blobs.put), fc.view)
     res = finish_run(IntegrationContext(
-        run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=list(fc.proposals), ledger=ledger,
+        run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=bound_proposals(fc), ledger=ledger,
         validator=validator,
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
         seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
-        policy=IntegrationPolicy.load(fc.work_queue.policy), task_meta=task_meta, critical_ids=critical))
+        policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical))
     status = "promoted" if res.status == "promoted" else "blocked"
     promotion = res.promotion or {}
     return {"status": status, "head": res.head_ref, "promoted_ref": promotion.get("to_ref") if status == "promoted" else None,

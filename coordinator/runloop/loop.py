@@ -487,7 +487,8 @@ class RunLoop:
             files = AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=self.base_git,
                                  gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs",
                                  task_json=adir / "task.json", worker_key=key_path)
-            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "base_ref": spec["base_ref"],
+            self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
+                                   "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
             self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
             try:
