@@ -60,6 +60,7 @@ ISSUED_TOPIC = "grant.issued"
 CALL_TOPIC = "grant.call"
 REJECTED_TOPIC = "grant.rejected"
 REVOKED_TOPIC = "grant.revoked"
+EGRESS_METHOD = "egress"  # what a call proof names for a request through the egress gate
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,14 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
                   audience: str | None = None, ttl_seconds: int | None = None,
                   now: float | datetime | None = None, contract_pins: Mapping[str, str] | None = None,
                   determinism_seed: int | None = None, inputs_hash: str | None = None,
-                  jti: str | None = None) -> SignedGrant:
+                  jti: str | None = None, egress: Mapping[str, Any] | None = None) -> SignedGrant:
     """Derive, bind, sign and (with a ledger) record a worker's ToolProfile.
 
     `ttl_seconds` may only shorten the policy TTL. `contract_pins` maps
     tool_id -> "tool_id@<40-hex sha>" when the run pinned registry refs.
+    `egress` ({allow_hosts, allow_models, budgets} from an agent's runtime
+    card, registry.agent_card.grant_terms) opens the egress gate to those
+    hosts and models and adds the token and cost budgets it charges.
     """
     reg = registry or default_registry()
     scope = derive_scope(reg, policy_id=policy_id, card_ref=card, required_capabilities=required_capabilities)
@@ -148,6 +152,8 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
         allowed_methods=list(scope.allowed_methods), constraints=scope.constraints, budgets=scope.budgets,
         issuer=issuer, cnf_public_key=worker_public_key, determinism_seed=determinism_seed,
         inputs_hash=inputs_hash)
+    if egress:
+        _apply_egress(payload, egress)
     validate("tool_profile", payload)
     envelope = tp.sign_payload(payload, key)
     grant = SignedGrant(token=tp.envelope_to_token(envelope), envelope=envelope, payload=payload, scope=scope)
@@ -157,6 +163,18 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
             "dropped_methods": dict(scope.dropped)},
             wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id, signer=key)
     return grant
+
+
+def _apply_egress(payload: dict[str, Any], egress: Mapping[str, Any]) -> None:
+    net = dict(payload["constraints"].get("network") or {})
+    net.update(allow_hosts=sorted(set(egress.get("allow_hosts") or ())),
+               allow_models=sorted(set(egress.get("allow_models") or ())), deny_by_default=True)
+    payload["constraints"] = {**payload["constraints"], "network": net}
+    budgets = dict(payload["budgets"])
+    for k in ("max_tokens", "max_model_cost_micros"):
+        if k in (egress.get("budgets") or {}):
+            budgets[k] = int(egress["budgets"][k])
+    payload["budgets"] = budgets
 
 
 # ---------------------------------------------------------------- verification
@@ -312,6 +330,31 @@ class GrantVerifier:
         if (p["jti"] in self._revoked_jti or p["profile_id"] in self._revoked_profiles
                 or (self.ledger is not None and self.ledger.is_revoked(p["jti"], p["profile_id"]))):
             raise GrantRevoked("grant was revoked", details={"jti": p["jti"], "profile_id": p["profile_id"]})
+        return p
+
+    def verify_egress(self, token: str, *, run_id: str, audience: str, proof: str | None,
+                      request: Mapping[str, Any], now: float | datetime | None = None) -> Mapping[str, Any]:
+        """The egress gate's check of one outbound request: every listing check
+        (signature, payload type, audience, run binding, time, spent jti,
+        revocation), then, for a sender-constrained grant, the call proof over
+        EGRESS_METHOD and `request` ({host, path, body_digest}), single use.
+        Returns the payload; which hosts and models it allows is the gate's
+        decision. A rejection raises the GrantError and is recorded like a
+        gateway call's."""
+        t = _epoch(now)
+        try:
+            p = self.verify_listing(token, run_id=run_id, audience=audience, now=t)
+            sig = tp.check_call_proof(p, proof, method=EGRESS_METHOD, args=dict(request), idempotency_key=None,
+                                      now=t, leeway=self.leeway)
+            if sig is not None:
+                with self._lock:
+                    seen = self._proofs.get(sig)
+                    if seen is not None and seen > t:
+                        raise GrantProofReplayed("this call proof was already used", details={"method": EGRESS_METHOD})
+                    self._proofs[sig] = t + 2 * tp.MAX_LEEWAY_SECONDS
+        except GrantError as err:
+            self.record_rejection(err, run_id=run_id, method=EGRESS_METHOD, token=token)
+            raise
         return p
 
     def _method(self, name: str) -> Method:

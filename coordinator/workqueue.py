@@ -329,6 +329,16 @@ def _check_names(obj: Mapping[str, Any]) -> None:
                 code=f"UNKNOWN_{kind.upper()}", details={"unknown": [{"at": w, "name": n} for w, n in bad],
                                                          "known": sorted(table)},
                 hints=[f"known {kind}s: {', '.join(sorted(table))}"])
+    from registry.agent_card import RuntimeCardInvalid, check_card
+
+    for i, t in enumerate(obj["tasks"]):  # an agent's runtime card becomes its grant: check it before any work
+        if t["action_spec"]["intent"] == "agent":
+            a = t["action_spec"]
+            try:
+                check_card((a.get("params") or {}).get("card") or a.get("card"))
+            except RuntimeCardInvalid as exc:
+                raise WorkQueueError(f"/tasks/{i}/action_spec: {exc.message}", code=exc.code,
+                                     details={"at": f"/tasks/{i}/action_spec", **exc.details}) from None
 
 
 def _risk_level(task: Mapping[str, Any]) -> str:

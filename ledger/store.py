@@ -181,6 +181,16 @@ class LedgerTransaction:
         self._heads[run_id] = (seq, prev)
         return records
 
+    def last_payload(self, run_id: str, topics: Sequence[str], *, node_id: str | None = None) -> dict[str, Any] | None:
+        """The payload of a run's latest event with one of these topics (and node), read
+        inside this transaction: a decision taken on it (a budget) and the event that
+        records the decision commit under the same write lock."""
+        q = select(events.c.payload).where(events.c.run_id == run_id, events.c.topic.in_(list(topics)))
+        if node_id is not None:
+            q = q.where(events.c.node_id == node_id)
+        row = self._conn.execute(q.order_by(events.c.sequence.desc()).limit(1)).first()
+        return None if row is None else loads_record(row[0])
+
     # -- grants ---------------------------------------------------------
     def spend_jti(self, jti: str, run_id: str, profile_id: str | None = None) -> None:
         """Mark a grant id used; a second use raises GrantReplayed."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 INTENTS: dict[str, str] = {
     "command": "worker_sdk.intents.command:run",
+    "agent": "worker_sdk.intents.agent:run",
     "litho.evaluate": "worker_sdk.litho.intents:evaluate",
     "litho.optimize": "worker_sdk.litho.intents:optimize",
     "drc.run": "worker_sdk.klayout_tools.intents:run_drc",

@@ -20,5 +20,5 @@ PY=${PYTHON:-python3}
 # CPU torch, pinned: an unpinned torch pulls several GB of CUDA wheels.
 # On a GPU machine install your CUDA build of torch first; this line then does nothing.
 "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0" >&2
-"$PY" -m pip install -q -e ".[litho,ray,test]" >&2
+"$PY" -m pip install -q -e ".[litho,ray,agents,test]" >&2
 echo "setup: done" >&2

@@ -99,6 +99,10 @@ class GatewayClient:
             self._path = u.path or "/mcp"
         return self._conn
 
+    def proof(self, method: str, args: Mapping[str, Any]) -> str | None:
+        """A fresh call proof for a request outside MCP (the egress gate), or None for a bearer grant."""
+        return self._proof(method, args) if self._worker_key is not None else None
+
     def _proof(self, name: str, args: Mapping[str, Any]) -> str:
         from registry.toolprofile import make_call_proof
         return make_call_proof(self._worker_key, jti=self.profile["jti"], method=name, args=args,

@@ -19,6 +19,7 @@ from typing import Iterable
 _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # same numbers on x86_64 and aarch64
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
+_RULE_NET_PORT = 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1, 2, 4, 8
@@ -53,8 +54,10 @@ def _fs_mask(abi: int) -> int:
     return mask
 
 
-def restrict(writable: Iterable[str], readable: Iterable[str] = ("/",)) -> int:
-    """Apply the ruleset to the calling process; returns the ABI used (0: none)."""
+def restrict(writable: Iterable[str], readable: Iterable[str] = ("/",), connect_ports: Iterable[int] = ()) -> int:
+    """Apply the ruleset to the calling process; returns the ABI used (0: none).
+    `connect_ports`: TCP ports the process may still connect to (ABI 4+; in a
+    sandbox whose network namespace has only loopback, that is a local listener)."""
     abi = available()
     if abi <= 0:
         return 0
@@ -83,6 +86,11 @@ def restrict(writable: Iterable[str], readable: Iterable[str] = ("/",)) -> int:
                     raise LandlockError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
             finally:
                 os.close(pfd)
+        for port in connect_ports if handled_net else ():
+            rule = struct.pack("=QQ", NET_CONNECT_TCP, int(port))
+            rbuf = ctypes.create_string_buffer(rule, len(rule))
+            if _libc.syscall(_SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_RULE_NET_PORT), rbuf, ctypes.c_uint32(0)) < 0:
+                raise LandlockError(ctypes.get_errno(), f"landlock_add_rule failed for port {port}")
         if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise LandlockError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS) failed")
         if _libc.syscall(_SYS_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) < 0:

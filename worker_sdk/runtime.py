@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                             token=token, progress=lambda f, m="": client.report_progress(f, m),
                             put_artifact=lambda data, mt="application/octet-stream": (
                                 client.put_artifact(data, mt) if "put_artifact" in client.allowed else ""),
-                            limits=constraints)
+                            limits=constraints, gateway=client)
         try:
             result = handler(ctx)
         except Exception:

@@ -54,11 +54,15 @@ def run(args: argparse.Namespace) -> int:
         Path(args.html).write_text(report.html)
     if args.json:
         print(json.dumps({"run_id": args.run_id, "status": report.model.status, "html": args.html,
-                          "clips": [c.name for c in report.clips]}))
+                          "clips": [c.name for c in report.clips], "model_usage": report.model.model_usage}))
     else:
         m = report.model
         print(f"run {m.run_id}: {m.status}; {m.waves} waves, {len(m.attempts)} attempts, "
               f"{len(m.proposals)} proposals, {len(m.validations)} validations")
+        run = (m.model_usage or {}).get("run") or {}
+        if run.get("calls"):
+            print(f"model calls: {run['calls']}, tokens in {run['tokens_in']}, out {run['tokens_out']}, "
+                  f"cost ${run['cost_micros'] / 1e6:.6f}")
         if args.html:
             print(f"report written to {args.html}")
     return EXIT_OK

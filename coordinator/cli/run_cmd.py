@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
                         help="worker sandbox (default bwrap; `none` must be asked for explicitly)")
     parser.add_argument("--max-parallel", type=int, default=None, help="attempts in flight at once")
+    parser.add_argument("--egress", metavar="CONFIG", default=None,
+                        help="egress gate routes for agent workers (JSON: host -> upstream, key env var, prices); "
+                             "default OPS_ROOT/egress.json when it exists")
 
 
 def _finish_stage():
@@ -70,12 +73,24 @@ def run(args: argparse.Namespace) -> int:
         from ledger import Ledger
 
         view = make_view(sys.stderr)  # on stderr, so it shows with --json too
+        # read before anything is created: a bad egress configuration is refused up front
+        egress_path = args.egress or (ops_root / "egress.json" if (ops_root / "egress.json").is_file() else None)
+        egress = None
+        if egress_path is not None:
+            from coordinator.egress.config import EgressConfig
+            egress = EgressConfig.load(egress_path)
+        agents = [n for n, t in prepared.wq.graph.nodes.items() if t.action_spec.get("intent") == "agent"] \
+            if prepared is not None else []
+        if agents and egress is None:  # they could not reach any model: refuse before the run starts
+            raise DomeError("the work queue has agent nodes but the run has no egress configuration",
+                            code="EGRESS_NOT_CONFIGURED", details={"nodes": sorted(agents)},
+                            hints=["pass --egress CONFIG or put it at OPS_ROOT/egress.json (docs/agent-swarm.md)"])
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=finish, view=view)
+                         max_parallel=args.max_parallel, finish=finish, view=view, egress=egress)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:
@@ -83,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             view.close()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)

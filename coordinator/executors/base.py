@@ -54,6 +54,7 @@ class AttemptFiles:
     log_dir: Path
     task_json: Path | None = None  # what the worker's runtime needs beyond the SpawnSpec (limits, outputs)
     worker_key: Path | None = None  # the attempt's private key (0600) for a sender-constrained grant
+    egress_socket: Path | None = None  # the coordinator's egress gate (agent workers), bound beside the gateway
 
 
 @dataclass(frozen=True)

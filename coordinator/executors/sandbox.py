@@ -7,7 +7,9 @@ Inside the sandbox a worker sees:
   (read-only, at their host paths);
 - /dome/scratch (read-write; its private checkout goes in /dome/scratch/repo),
   /dome/base.git (read-only objects of the base commit), /dome/spawn.json,
-  /dome/coordinator.pub, /dome/gateway.sock (the only way out) and, for a
+  /dome/coordinator.pub, /dome/gateway.sock (the only way out; for a run
+  with an egress configuration also /dome/egress.sock, the coordinator's
+  egress gate to allowed model hosts) and, for a
   sender-constrained grant, /dome/worker.key (read-only; this attempt's
   private key, copied into this attempt's sandbox only, after which the
   local executor deletes the host file);
@@ -48,6 +50,7 @@ IN_PUB = "/dome/coordinator.pub"
 IN_SOCKET = "/dome/gateway.sock"
 IN_TASK = "/dome/task.json"
 IN_WORKER_KEY = "/dome/worker.key"
+IN_EGRESS = "/dome/egress.sock"
 IN_CGROUP = "/dome/cgroup"
 MIB = 1024 * 1024
 ETC_FILES = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "localtime", "alternatives",
@@ -158,6 +161,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--ro-bind", str(files.spawn_json), IN_SPAWN,
           "--ro-bind", str(files.coordinator_pub), IN_PUB,
           "--bind", str(files.gateway_socket), IN_SOCKET,
+          *(["--bind", str(files.egress_socket), IN_EGRESS] if files.egress_socket else []),
           *(["--ro-bind", str(files.task_json), IN_TASK] if files.task_json else []),
           *(["--perms", "0400", "--ro-bind-data", str(worker_key_fd), IN_WORKER_KEY] if worker_key_fd is not None
             else ["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
@@ -171,6 +175,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           "--setenv", "DOME_COORDINATOR_PUB", IN_PUB, "--setenv", "DOME_LIMITS", json.dumps(budget),
           *(["--setenv", "DOME_TASK_META", IN_TASK] if files.task_json else []),
           *(["--setenv", "DOME_WORKER_KEY", IN_WORKER_KEY] if files.worker_key else []),
+          *(["--setenv", "DOME_EGRESS_SOCKET", IN_EGRESS] if files.egress_socket else []),
           *(["--setenv", "DOME_WORKER_CPUS", str(cpus)] if cpus else []),
           "--", python or sys.executable, "-s", "-m", "worker_sdk", IN_SPAWN]
     return a
@@ -188,6 +193,7 @@ def direct_env(files: AttemptFiles, cpus: int | None = None) -> dict[str, str]:
             "DOME_COORDINATOR_PUB": str(files.coordinator_pub), "LANG": "C.UTF-8",
             **({"DOME_TASK_META": str(files.task_json)} if files.task_json else {}),
             **({"DOME_WORKER_KEY": str(files.worker_key)} if files.worker_key else {}),
+            **({"DOME_EGRESS_SOCKET": str(files.egress_socket)} if files.egress_socket else {}),
             **({"DOME_WORKER_CPUS": str(cpus)} if cpus else {})}
 
 

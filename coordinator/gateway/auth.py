@@ -39,14 +39,15 @@ def grant_capabilities(required: list[str]) -> list[str]:
 
 def issue(*, key: Any, run_id: str, wave_id: str, node_id: str, node_execution_id: str, capabilities: list[str],
           ttl_s: float, policy_id: str, seed: int, inputs_hash: str,
-          worker_public_key: bytes | None = None) -> tuple[SignedGrant, dict[str, Any]]:
+          worker_public_key: bytes | None = None,
+          egress: Mapping[str, Any] | None = None) -> tuple[SignedGrant, dict[str, Any]]:
     """(grant, grant.issued payload) for one attempt. With `worker_public_key`
     the grant is sender-constrained (`cnf`): every call must carry a proof
     signed by the matching private key (PROOF_HEADER)."""
     g = issue_profile(key=key, run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id,
                       required_capabilities=grant_capabilities(capabilities), policy_id=policy_id, card=CARD,
                       ttl_seconds=int(ttl_s), determinism_seed=seed, inputs_hash=inputs_hash,
-                      worker_public_key=worker_public_key)
+                      worker_public_key=worker_public_key, egress=egress)
     issued = {"profile": dict(g.payload), "payload_digest": digest_json(dict(g.payload)),
               "token_digest": tp.token_digest(g.token), "dropped_methods": dict(g.scope.dropped)}
     return g, issued

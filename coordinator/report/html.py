@@ -199,6 +199,15 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
         '<p class="muted">No validations ran.</p>'
     decisions = _scroll(_table(["#", "step", "what happened"], [[d.sequence, d.kind, d.text] for d in m.decisions])) \
         if m.decisions else '<p class="muted">No integration took place.</p>'
+    usage = m.model_usage or {}
+    usage_html = ""
+    if usage.get("attempts"):
+        run = usage["run"]
+        usage_html = "<h2>Model usage</h2>" + _scroll(_table(
+            ["node", "attempt", "calls", "tokens in", "tokens out", "cost (USD)"],
+            [[r["node_id"], r["node_execution_id"], r["calls"], r["tokens_in"], r["tokens_out"],
+              f"{r['cost_micros'] / 1e6:.6f}"] for r in usage["attempts"]]
+            + [["run", "", run["calls"], run["tokens_in"], run["tokens_out"], f"{run['cost_micros'] / 1e6:.6f}"]]))
     clip_html = ""
     if clips:
         clip_html = ("<h2>Lithography: per-clip results</h2>" + litho_summary_html(clips, quick_iterations)
@@ -222,7 +231,7 @@ wave starts. Hover a bar for its attempt id.</p>
 {links}
 <h2>Proposals</h2>{proposals}
 <h2>Validations</h2><p class="muted">Phase <i>final</i> checks the whole stack; <i>bisect</i> checks a prefix of
-it to find the proposal that breaks a suite.</p>{validations}
+it to find the proposal that breaks a suite.</p>{validations}{usage_html}
 {clip_html}
 <p class="muted">Re-check this run offline with <code>dome verify {escape(m.run_id)}</code>.</p>
 </body></html>

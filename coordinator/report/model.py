@@ -72,11 +72,15 @@ class ReportModel:
     decisions: list[Decision] = field(default_factory=list)  # integration, in ledger order
     wave_starts: list[float] = field(default_factory=list)  # seconds since run start
     explanation: Explanation | None = None
+    model_usage: dict[str, Any] = field(default_factory=dict)  # agents' model calls (coordinator.egress.usage)
 
 
 def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel:
     """Fold event dicts (as exported: topic, ts, payload, node_id, ...) into a ReportModel."""
-    m = ReportModel(run_id=run_id)
+    from coordinator.egress.usage import model_usage
+
+    events = list(events)
+    m = ReportModel(run_id=run_id, model_usage=model_usage(events))
     t0: float | None = None
     last_ts = 0.0
     open_attempts: dict[str, dict[str, Any]] = {}

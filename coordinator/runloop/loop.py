@@ -142,6 +142,16 @@ def safe_name(node_id: str) -> str:
     return node_id.replace("/", "_")
 
 
+
+def egress_terms(action_spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The grant terms of an agent node's runtime card (hosts, models, budgets), or None."""
+    if action_spec.get("intent") != "agent":
+        return None
+    from registry.agent_card import grant_terms
+
+    return grant_terms((action_spec.get("params") or {}).get("card") or action_spec.get("card"))
+
+
 @dataclass
 class RunContext:
     """Everything the loop needs from outside (the CLI builds it)."""
@@ -159,6 +169,7 @@ class RunContext:
     executor: Any = None  # injected executor (tests, benchmarks)
     # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
+    egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
 
 
 @dataclass
@@ -266,6 +277,7 @@ class RunLoop:
         self.socket = self.work / "gw.sock"
         self.cancel_reason: str | None = None
         self.gateway: WorkerGateway | None = None
+        self.egress_gate: Any = None
         self.container_ref = host_container_ref(self.started.get("environment", {}))
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
@@ -347,6 +359,13 @@ class RunLoop:
                                      dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket,
                                      attempt=self.attempts.get)
         self.gateway.start()
+        if self.ctx.egress is not None:
+            from coordinator.egress.gate import EgressGate
+
+            self.egress_gate = EgressGate(run_id=self.run_id, verifier=self.verifier, config=self.ctx.egress,
+                                          transact=self.writer.transact, blobs=self.ctx.ledger.blobs,
+                                          socket_path=self.work / "egress.sock")
+            self.egress_gate.start()
 
     def _recover(self) -> None:
         """Attempts in flight when a previous coordinator died are lost: record it, revoke, reschedule."""
@@ -456,7 +475,7 @@ class RunLoop:
                     key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
                     capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
                     policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
-                    worker_public_key=worker_key.public.raw)
+                    worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
                 spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant, (base_sha, base_tree))
                 validate_spawn_spec(spec)
                 keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
@@ -486,7 +505,8 @@ class RunLoop:
                 "task": {k: task[k] for k in ("intent_tags", "declared_constraints", "risk") if k in task}}))
             files = AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=self.base_git,
                                  gateway_socket=self.socket, coordinator_pub=self.pub, log_dir=adir / "logs",
-                                 task_json=adir / "task.json", worker_key=key_path)
+                                 task_json=adir / "task.json", worker_key=key_path,
+                                 egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
                                    "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
@@ -602,6 +622,8 @@ class RunLoop:
             self.executor.shutdown()
             if self.gateway is not None:
                 self.gateway.stop()
+            if self.egress_gate is not None:
+                self.egress_gate.stop()
             shutil.rmtree(self.work, ignore_errors=True)
 
     def _install_signals(self) -> dict[int, Any]:

@@ -35,6 +35,7 @@ class Budgets(DomeModel):
     max_cost: NonNegFloat | None = None
     max_retries: NonNegInt | None = None
     max_bytes: NonNegInt | None = None
+    max_model_cost_micros: NonNegInt | None = None
 
 
 class EvidenceRef(OpenModel):

@@ -13,6 +13,7 @@ from .common import Budgets
 class NetworkPolicy(DomeModel):
     allow_hosts: list[str] | None = None
     deny_by_default: bool | None = None
+    allow_models: list[str] | None = None
 
 
 class ExecPolicy(DomeModel):

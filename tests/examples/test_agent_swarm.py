@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,16 @@ def test_agent_swarm_run_reorders_splits_drops_bisects_and_promotes(tmp_path: Pa
 
     ver = dome_cli("verify", run_id, "--ops-root", str(ops), "--json")
     assert ver.returncode == 0 and json.loads(ver.stdout)["valid"] is True, ver.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_model_agents_example_promotes_and_stops_typed(tmp_path: Path) -> None:
+    """`model_agents.py --agents model`: real CLI runs with --egress against the scripted endpoint."""
+    r = subprocess.run([sys.executable, str(EXAMPLE / "model_agents.py"), "--agents", "model", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout
+    assert "model.queue.json: run " in out and " promoted -> refs/heads/dome/model-agents" in out
+    assert "greedy     stopped: BUDGET_EXHAUSTED" in out and "wanderer   stopped: EGRESS_HOST_NOT_ALLOWED" in out
+    assert out.count("run total:") == 2
+    assert git(tmp_path / "repo", "show", "refs/heads/dome/model-agents:textkit/core.py").count("punctuation") == 1

@@ -41,6 +41,7 @@ class IntentContext:
     progress: Callable[[float, str], None] = lambda fraction, message="": None
     put_artifact: Callable[[bytes, str], str] = lambda data, media_type="application/octet-stream": ""
     limits: dict[str, Any] = field(default_factory=dict)
+    gateway: Any = None  # the attempt's GatewayClient (its grant signs egress requests: the agent intent)
 
 
 @dataclass

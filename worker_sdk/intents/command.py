@@ -47,7 +47,8 @@ def _tail(path: Path) -> str:
     return data[-TAIL_BYTES:].decode("utf-8", "replace")
 
 
-def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Path) -> dict:
+def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Path,
+            connect_ports: tuple[int, ...] = ()) -> dict:
     """Run argv; returns {exit_code, stdout_tail, stderr_tail, logs} or raises."""
     from .. import landlock
 
@@ -62,7 +63,7 @@ def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Pa
 
     def preexec() -> None:
         if use_landlock:
-            landlock.restrict(writable)
+            landlock.restrict(writable, connect_ports=connect_ports)
 
     ctx.token.check()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:

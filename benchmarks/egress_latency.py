@@ -1,0 +1,106 @@
+"""Egress gate overhead per model call, beside the same call made directly, in the same run.
+
+    python benchmarks/egress_latency.py [--calls 200] [--json]
+
+A scripted OpenAI-compatible endpoint on loopback (examples/agent-swarm/scripted_llm.py)
+answers at once, so what is measured is the path, not a model: the official OpenAI SDK
+(1) straight to the endpoint over TCP, and (2) through the egress gate over its Unix
+socket (grant and call-proof check, the reservation and the model.call event as two
+durable ledger commits, request and reply stored as blobs, the key added, forwarded).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    import importlib.util
+
+    import openai
+
+    from coordinator.egress.config import EgressConfig
+    from coordinator.egress.gate import EgressGate, ledger_transact
+    from coordinator.grants import GrantVerifier, issue_profile
+    from coordinator.keys import load_keyring, load_or_create_signing_key
+    from ledger import Ledger
+    from registry.agent_card import grant_terms
+    from registry.signing import SigningKey
+    from worker_sdk.client import GatewayClient
+    from worker_sdk.intents.agent import make_client
+
+    spec = importlib.util.spec_from_file_location("scripted_llm", REPO / "examples" / "agent-swarm" / "scripted_llm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    host, model = "models.scripted.test", "scripted-1"
+    card = {"runtime_id": "bench", "sdk": {"package": "openai", "version": openai.__version__}, "model": model,
+            "endpoint": {"host": host, "base_path": "/v1"}, "allow_models": [model], "budgets": {"max_tokens": 10**12}}
+    work = Path(tempfile.mkdtemp(prefix="dome-egress-bench-"))
+    ops = work / "ops"
+    ops.mkdir()
+    llm = mod.ScriptedLLM({"chat": [{"content": "hi", "completion_tokens": 40}] * 4}).start()
+    os.environ["DOME_BENCH_KEY"] = "sk-bench"
+    ledger = Ledger.open(None, ops)
+    signer = load_or_create_signing_key(ops)
+    gate = EgressGate(run_id="bench", verifier=GrantVerifier(load_keyring(ops), ledger),
+                      config=EgressConfig.parse({"routes": {host: {"upstream": f"http://127.0.0.1:{llm.port}",
+                                                                   "key_env": "DOME_BENCH_KEY"}}}),
+                      transact=ledger_transact(ledger), blobs=ledger.blobs, socket_path=work / "egress.sock")
+    gate.start()
+    wk = SigningKey.generate()
+    g = issue_profile(key=signer, run_id="bench", wave_id="w", node_id="n", node_execution_id="ne",
+                      required_capabilities=["write"], worker_public_key=wk.public.raw, egress=grant_terms(card))
+    via = make_client(card, GatewayClient(token=g.token, profile=g.payload, socket="/unused", worker_key=wk),
+                      str(work / "egress.sock"))
+    direct = openai.OpenAI(api_key="k", base_url=f"http://127.0.0.1:{llm.port}/v1", max_retries=0)
+    messages = [{"role": "user", "content": "[script:chat] hi"}]
+
+    def timed(client, n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            client.chat.completions.create(model=model, messages=messages, max_completion_tokens=100)
+            out.append((time.perf_counter() - t0) * 1000)
+        return out
+
+    try:
+        timed(direct, 10)
+        timed(via, 10)
+        d, v = [], []
+        for _ in range(4):  # interleaved rounds: the shared machine's load hits both alike
+            d += timed(direct, args.calls // 4)
+            v += timed(via, args.calls // 4)
+    finally:
+        gate.stop()
+        llm.stop()
+        ledger.close()
+
+    def stats(xs: list[float]) -> dict[str, float]:
+        xs = sorted(xs)
+        return {"p50_ms": round(statistics.median(xs), 2), "p90_ms": round(xs[int(0.9 * len(xs)) - 1], 2)}
+
+    res = {"calls": len(v), "direct": stats(d), "via_gate": stats(v), "load": os.getloadavg()[0]}
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"direct: p50 {res['direct']['p50_ms']} ms, p90 {res['direct']['p90_ms']} ms; "
+              f"via the egress gate: p50 {res['via_gate']['p50_ms']} ms, p90 {res['via_gate']['p90_ms']} ms "
+              f"({res['calls']} calls each, load {res['load']:.1f})")
+
+
+if __name__ == "__main__":
+    main()

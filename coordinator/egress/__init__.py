@@ -1,0 +1,1 @@
+"""The egress gate: model traffic from sandboxed agents, through the coordinator, to allowed hosts only."""

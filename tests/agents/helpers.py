@@ -1,0 +1,28 @@
+"""Shared pieces of the agent tests: the runtime card and the scripted endpoint."""
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from tests.conftest import REPO_ROOT
+
+HOST = "models.scripted.test"
+MODEL = "scripted-1"
+SCRIPTED_LLM = REPO_ROOT / "examples" / "agent-swarm" / "scripted_llm.py"
+
+
+def card(**over: Any) -> dict[str, Any]:
+    c = {"runtime_id": "openai-chat", "sdk": {"package": "openai", "version": "3.54.0"}, "model": MODEL,
+         "endpoint": {"host": HOST, "base_path": "/v1"}, "transport": {"timeout_s": 30, "max_retries": 0},
+         "allow_models": [MODEL], "budgets": {"max_tokens": 20000}, "max_turns": 8, "max_output_tokens": 256,
+         "temperature": 0, "seed": 7}
+    c.update(over)
+    return c
+
+
+def load_scripted_llm() -> Any:
+    spec = importlib.util.spec_from_file_location("dome_scripted_llm", SCRIPTED_LLM)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod.ScriptedLLM

@@ -1,0 +1,102 @@
+"""A loopback HTTP endpoint inside the sandbox for agent CLIs that take a base URL.
+
+An agent CLI (aider, a Node CLI, anything that speaks the OpenAI API) wants
+`OPENAI_BASE_URL=http://...` and a key, not a Unix socket and call proofs.
+The shim listens on 127.0.0.1 in the sandbox's own network namespace (which
+has nothing else), and forwards each request to the egress gate over
+/dome/egress.sock: Host set to the runtime card's host, the grant token as
+the bearer, a fresh call proof over {host, path, body_digest}. Whatever
+credential the CLI sends is dropped; the real key is added by the gate.
+The CLI's process may connect to this one port only (Landlock).
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import socket as _socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from registry.canonical import digest_bytes
+
+EGRESS_METHOD = "egress"
+FORWARD_HEADERS = ("content-type", "accept")
+
+
+class _UDSConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("dome-egress", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s
+
+
+class EgressShim:
+    def __init__(self, *, gateway: Any, host: str, socket: str, timeout: float = 300.0) -> None:
+        shim = self
+        self.gateway, self.host, self.socket, self.timeout = gateway, host, socket, timeout
+        self.calls = 0
+        self.refusals: list[dict[str, Any]] = []  # the gate's typed errors, newest last
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self) -> None:
+                n = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(n) if n > 0 else b""
+                status, ctype, data = shim.forward(self.command, self.path, body,
+                                                   {k.lower(): v for k, v in self.headers.items()})
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_CONNECT = _any
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, name="dome-egress-shim", daemon=True)
+
+    def forward(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        out = {k: headers[k] for k in FORWARD_HEADERS if k in headers}
+        out.update({"host": self.host, "authorization": f"Bearer {self.gateway.token}",
+                    "content-length": str(len(body))})
+        proof = self.gateway.proof(EGRESS_METHOD, {"host": self.host, "path": path, "body_digest": digest_bytes(body)})
+        if proof:
+            out["dome-call-proof"] = proof
+        conn = _UDSConnection(self.socket, self.timeout)
+        try:
+            conn.request(method, path, body, out)
+            resp = conn.getresponse()
+            data = resp.read()
+            self.calls += 1
+            if resp.status >= 400:
+                try:
+                    err = json.loads(data)["error"]["dome_error"]
+                    self.refusals.append(err)
+                except (ValueError, KeyError, TypeError):
+                    pass
+            return resp.status, resp.getheader("content-type", "application/json"), data
+        except (OSError, http.client.HTTPException) as exc:
+            return 502, "application/json", (b'{"error": {"message": "egress gate unreachable: %s", '
+                                              b'"code": "EGRESS_UNAVAILABLE"}}' % type(exc).__name__.encode())
+        finally:
+            conn.close()
+
+    def start(self) -> "EgressShim":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
