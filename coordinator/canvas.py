@@ -505,15 +505,6 @@ class Canvas:
         self.flush_refs()
         return self.head
 
-    def materialize(self) -> Path:
-        """Check the worktree out at the head (for people and suites)."""
-        if self.workdir is None:
-            raise CanvasError("canvas has no worktree", code="CANVAS_NO_WORKTREE")
-        self.flush_refs()
-        self.store.flush()
-        gitio.git(self.workdir, "checkout", "-q", "--detach", "-f", self.head)
-        return self.workdir
-
     def close(self, remove_worktree: bool = True) -> None:
         self.flush_refs()
         self.store.flush()

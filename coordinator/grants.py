@@ -480,9 +480,7 @@ class GrantVerifier:
                     if spend:
                         try:
                             tx.spend_jti(g.jti, run_id, g.profile_id)
-                        except DomeError as exc:  # the ledger's GrantReplayed, whichever class it uses
-                            if exc.code != GrantReplayed.code and type(exc).__name__ != "GrantReplayed":
-                                raise
+                        except GrantReplayed as exc:
                             raise GrantReplayed("this single-use grant was already spent by a write",
                                                 details={"jti": g.jti}) from exc
                 except GrantError as err:

@@ -12,7 +12,7 @@ plain dicts with those keys.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 # topics the run loop writes and reads
@@ -76,51 +76,84 @@ def _get(event: Any, name: str) -> Any:
     return getattr(event, name, None)
 
 
+class _Folding:
+    """A RunState being folded: plain mutable containers, frozen once at the end, so
+    folding n events costs O(n) however many nodes the run has."""
+
+    __slots__ = ("run_id", "started", "nodes", "executions", "ended", "waves", "total_attempts",
+                 "last_sequence", "finished", "proposals")
+
+    def __init__(self, s: RunState) -> None:
+        self.run_id, self.started, self.finished = s.run_id, s.started, s.finished
+        self.nodes, self.executions = dict(s.nodes), dict(s.executions)
+        self.ended, self.proposals = set(s.ended), list(s.proposals)
+        self.waves, self.total_attempts, self.last_sequence = s.waves, s.total_attempts, s.last_sequence
+
+    def freeze(self) -> RunState:
+        return RunState(run_id=self.run_id, started=self.started, nodes=self.nodes, executions=self.executions,
+                        ended=frozenset(self.ended), waves=self.waves, total_attempts=self.total_attempts,
+                        last_sequence=self.last_sequence, finished=self.finished, proposals=tuple(self.proposals))
+
+    def step(self, event: Any) -> None:
+        """One event: the only place that says what each topic does to the state."""
+        topic = _get(event, "topic")
+        payload: Mapping[str, Any] = _get(event, "payload") or {}
+        seq = _get(event, "sequence")
+        if seq:
+            self.last_sequence = max(self.last_sequence, int(seq))
+        if topic == RUN_STARTED:
+            self.run_id, self.started = _get(event, "run_id"), payload
+        elif topic == RUN_FINISHED:
+            self.finished = payload
+        elif topic == SCHEDULING_DECISION:
+            self.waves += 1
+        elif topic == TASK_DISPATCHED:
+            neid = payload.get("node_execution_id") or _get(event, "node_execution_id")
+            node_id = _get(event, "node_id") or payload.get("node_id")
+            ns = self.nodes.get(node_id, _NEW)
+            self.nodes[node_id] = NodeState(ns.attempts + 1, ns.failures, tuple(sorted((*ns.active, neid))),
+                                            ns.succeeded_by, ns.acked, ns.last_error)
+            self.executions[neid] = {**payload, "node_id": node_id}
+            self.total_attempts += 1
+        elif topic in TERMINAL_ATTEMPT_TOPICS:
+            neid = payload.get("node_execution_id") or _get(event, "node_execution_id")
+            if neid not in self.executions or neid in self.ended:
+                return  # a late or duplicate terminal event changes nothing
+            node_id = self.executions[neid]["node_id"]
+            ns = self.nodes.get(node_id, _NEW)
+            succeeded_by, failures, last_error = ns.succeeded_by, ns.failures, ns.last_error
+            if topic == TASK_COMPLETED and payload.get("outcome") == "succeeded":
+                succeeded_by = succeeded_by or neid
+            elif topic in (TASK_FAILED, TASK_TIMEOUT) or topic == TASK_COMPLETED:
+                failures += 1
+                err = payload.get("error")
+                code = err.get("code") if isinstance(err, Mapping) else None
+                last_error = str(code) if code else ("TIMEOUT" if topic == TASK_TIMEOUT else None)
+            self.nodes[node_id] = NodeState(ns.attempts, failures, tuple(a for a in ns.active if a != neid),
+                                            succeeded_by, ns.acked, last_error)
+            self.ended.add(neid)
+        elif topic == TASK_ACK:
+            node_id = _get(event, "node_id") or payload.get("node_id")
+            ns = self.nodes.get(node_id, _NEW)
+            self.nodes[node_id] = NodeState(ns.attempts, ns.failures, ns.active, ns.succeeded_by, True, ns.last_error)
+        elif topic == PATCH_SUBMITTED:
+            self.proposals.append(payload)
+
+
+_NEW = NodeState()
+
+
 def apply(state: RunState, event: Any) -> RunState:
-    topic = _get(event, "topic")
-    payload: Mapping[str, Any] = _get(event, "payload") or {}
-    seq = _get(event, "sequence") or state.last_sequence
-    state = replace(state, last_sequence=max(state.last_sequence, int(seq)))
-    if topic == RUN_STARTED:
-        return replace(state, run_id=_get(event, "run_id"), started=payload)
-    if topic == RUN_FINISHED:
-        return replace(state, finished=payload)
-    if topic == SCHEDULING_DECISION:
-        return replace(state, waves=state.waves + 1)
-    neid = payload.get("node_execution_id") or _get(event, "node_execution_id")
-    node_id = _get(event, "node_id") or payload.get("node_id")
-    if topic == TASK_DISPATCHED:
-        ns = state.node(node_id)
-        ns = replace(ns, attempts=ns.attempts + 1, active=tuple(sorted((*ns.active, neid))))
-        return replace(state, nodes={**state.nodes, node_id: ns},
-                       executions={**state.executions, neid: {**payload, "node_id": node_id}},
-                       total_attempts=state.total_attempts + 1)
-    if topic in TERMINAL_ATTEMPT_TOPICS:
-        if neid not in state.executions or neid in state.ended:
-            return state  # a late or duplicate terminal event changes nothing
-        node_id = state.executions[neid]["node_id"]
-        ns = state.node(node_id)
-        ns = replace(ns, active=tuple(a for a in ns.active if a != neid))
-        if topic == TASK_COMPLETED and payload.get("outcome") == "succeeded":
-            if ns.succeeded_by is None:
-                ns = replace(ns, succeeded_by=neid)
-        elif topic in (TASK_FAILED, TASK_TIMEOUT) or (
-                topic == TASK_COMPLETED and payload.get("outcome") != "succeeded"):
-            err = payload.get("error")
-            code = err.get("code") if isinstance(err, Mapping) else None
-            ns = replace(ns, failures=ns.failures + 1,
-                         last_error=str(code) if code else ("TIMEOUT" if topic == TASK_TIMEOUT else None))
-        return replace(state, nodes={**state.nodes, node_id: ns}, ended=state.ended | {neid})
-    if topic == TASK_ACK:
-        ns = state.node(node_id)
-        return replace(state, nodes={**state.nodes, node_id: replace(ns, acked=True)})
-    if topic == PATCH_SUBMITTED:
-        return replace(state, proposals=(*state.proposals, payload))
-    return state
+    """The state after one more event (what the run loop does as it appends)."""
+    return fold((event,), state)
 
 
 def fold(events: Iterable[Any], state: RunState | None = None) -> RunState:
-    state = state or RunState()
+    """The state after `events`, in ledger order, starting from `state` (or an empty run).
+    The one fold of a run's events: the run loop, --resume, `dome status`, the run
+    projection and the replay tests all read a run through it."""
+    work = _Folding(state or RunState())
+    step = work.step
     for e in events:
-        state = apply(state, e)
-    return state
+        step(e)
+    return work.freeze()

@@ -6,7 +6,7 @@
     report = ledger.verify(keyring)
 """
 from .errors import (BlobCorrupt, BlobNotFound, GrantReplayed, IdempotencyKeyReused,
-                     InvalidEvent, LedgerError, LedgerUnavailable, PayloadTooLarge,
+                     InvalidEvent, LedgerError, LedgerNotFound, LedgerUnavailable, PayloadTooLarge,
                      SequenceConflict)
 from .record import MAX_PAYLOAD_BYTES, PAYLOAD_TYPE, SCHEMA_VERSION, EventDraft, EventRecord
 from .store import Ledger, LedgerTransaction
@@ -15,6 +15,6 @@ from .verify import LedgerVerifyReport, Problem
 __all__ = [
     "Ledger", "LedgerTransaction", "EventDraft", "EventRecord", "LedgerVerifyReport", "Problem",
     "LedgerError", "SequenceConflict", "PayloadTooLarge", "InvalidEvent", "GrantReplayed",
-    "IdempotencyKeyReused", "LedgerUnavailable", "BlobNotFound", "BlobCorrupt",
+    "IdempotencyKeyReused", "LedgerNotFound", "LedgerUnavailable", "BlobNotFound", "BlobCorrupt",
     "MAX_PAYLOAD_BYTES", "PAYLOAD_TYPE", "SCHEMA_VERSION",
 ]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from registry.errors import DomeError
+from registry.grant_errors import GrantReplayed  # noqa: F401 - the one class; spend_jti raises it
 
 
 class LedgerError(DomeError):
@@ -25,16 +26,16 @@ class InvalidEvent(LedgerError):
     code = "INVALID_EVENT"
 
 
-class GrantReplayed(LedgerError):
-    """A grant id (jti) was already spent."""
-
-    code = "GRANT_REPLAYED"
-
-
 class IdempotencyKeyReused(LedgerError):
     """The same (run_id, method, key) came back with a different request."""
 
     code = "IDEMPOTENCY_KEY_REUSED"
+
+
+class LedgerNotFound(LedgerError):
+    """No ledger where one was expected (the default SQLite file is missing); nothing was created."""
+
+    code = "LEDGER_NOT_FOUND"
 
 
 class LedgerUnavailable(LedgerError):

@@ -23,9 +23,10 @@ from typing import Any, Iterable
 
 from .export import run_dir_name
 from .record import EventRecord
-from .replay import ATTEMPT_END
 
 SCOPE = {"name": "dome.ledger", "version": "1"}
+# the run loop's terminal attempt topics (coordinator.runstate.TERMINAL_ATTEMPT_TOPICS): they close a span
+ATTEMPT_END = ("task.completed", "task.failed", "task.timeout", "task.cancelled", "task.lost")
 STATUS_OK, STATUS_ERROR = 1, 2
 
 

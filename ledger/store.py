@@ -30,7 +30,7 @@ from registry.signing import Keyring, SigningKey
 
 from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
-from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerUnavailable,
+from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerNotFound, LedgerUnavailable,
                      SequenceConflict)
 from .models import events, idempotency_records, revocations, spent_grants
 from .record import (EventDraft, EventRecord, build_batch, loads_record, make_record,
@@ -263,6 +263,16 @@ class LedgerTransaction:
         return result
 
 
+def _sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names; None for memory or a database server."""
+    from sqlalchemy.engine import make_url
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or "mode=memory" in url:
+        return None
+    return Path(database)
+
+
 class Ledger:
     """Open with Ledger.open(db_url, ops_root). Thread-safe; one writer
     connection per Ledger, any number of processes (writes serialize)."""
@@ -280,14 +290,23 @@ class Ledger:
 
     @classmethod
     def open(cls, db_url: str | None = None, ops_root: Path | str = Path("ops"), *,
-             clock: Clock = utc_now, migrate_schema: bool = True) -> "Ledger":
+             clock: Clock = utc_now, migrate_schema: bool = True, must_exist: bool = False) -> "Ledger":
+        """The ledger at `db_url` (default: sqlite:///OPS_ROOT/dome.db). With `must_exist`,
+        a missing default file raises LedgerNotFound instead of creating an empty ledger."""
         ops_root = Path(ops_root)
         url = db_url or default_url(ops_root)
+        where = _sqlite_file(url)
+        if must_exist and where is not None and not where.is_file():  # --db naming a missing file too
+            raise LedgerNotFound(f"no ledger at {where}", details={"path": str(where)},
+                                 hints=["pass the --ops-root the run used (or --db)"])
         try:
             engines = make_engines(url)
             if migrate_schema:
                 from . import migrate  # alembic is imported only when a schema may change
                 migrate.upgrade(engines.write)
+            else:  # opened as it is: a file that is not a dome ledger is refused here, not mid-read
+                with engines.read.connect() as conn:
+                    conn.execute(select(events.c.sequence).limit(1)).all()
         except SQLAlchemyError as exc:
             raise LedgerUnavailable(f"cannot open the ledger at {url}: {exc}",
                                     details={"url": url},

@@ -50,16 +50,17 @@ def _schema_errors(reg: Registry, schema_name: str, instance: Any) -> list[str]:
         return [f"schema {schema_name!r} unusable ({type(exc).__name__})"]
 
 
-def _refs(node: Any) -> Iterable[str]:
+def schema_refs(node: Any) -> Iterable[str]:
+    """Every $ref string in a schema, depth first."""
     if isinstance(node, dict):
         for k, v in node.items():
             if k == "$ref" and isinstance(v, str):
                 yield v
             else:
-                yield from _refs(v)
+                yield from schema_refs(v)
     elif isinstance(node, list):
         for v in node:
-            yield from _refs(v)
+            yield from schema_refs(v)
 
 
 def check_schemas(reg: Registry) -> list[Problem]:
@@ -77,7 +78,7 @@ def check_schemas(reg: Registry) -> list[Problem]:
             out.append(Problem(where, f"cannot load: {exc}"))
             continue
         resolver = reg.ref_registry.resolver(base_uri=schema.get("$id", ""))
-        for ref in _refs(schema):
+        for ref in schema_refs(schema):
             try:
                 resolver.lookup(ref)
             except Exception:

@@ -43,8 +43,6 @@ from .errors import DomeError
 REGISTRY_ROOT = Path(__file__).resolve().parent
 ID_PREFIX = schema_store.ID_PREFIX
 
-SIDE_EFFECTS = ("none", "artifact_put", "proposal_register", "admin")
-REPLAY_CONTRACTS = ("Convergent", "ProbeRequired", "NeverReplay")
 CAPABILITY_CLASSES = ("read", "write", "admin")
 
 

@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass
 
 from .errors import DomeError
+from .gitoid import is_git_oid
 
 _TOOL = re.compile(r"^[a-z][a-z0-9_]*$")
-_SHA = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 TAG_PREFIX = "registry/"
 
@@ -38,7 +38,7 @@ def parse_pin(text: str) -> Pin:
     tool_id, sep, ref = text.partition("@")
     if not sep or not _TOOL.match(tool_id):
         raise PinError(f"{text!r} is not tool_id@<commit sha>", details={"pin": text})
-    if not _SHA.match(ref):
+    if not is_git_oid(ref):
         raise PinNotImmutable(
             f"{text!r}: a pin names a full commit sha, not {ref!r}", details={"pin": text, "ref": ref},
             hints=["resolve a release with `registry/<tool_id>/vX.Y.Z` to its commit first",

@@ -55,5 +55,3 @@ def claim_stdout() -> StdoutClaim:
     return _CLAIM
 
 
-def current_claim() -> StdoutClaim | None:
-    return _CLAIM

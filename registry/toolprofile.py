@@ -37,10 +37,11 @@ from .grant_errors import (
     GrantSignatureInvalid, GrantUnknownKid, GrantWrongAudience, GrantWrongPayloadType, GrantWrongRun,
     GrantWrongWave, GrantWrongWorker,
 )
-from .signing import Keyring, PublicKey, SigningKey, b64e, kid_for, pae
+from .signing import Keyring, SigningKey, b64e, kid_for, pae
 
 PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
 CALL_PROOF_TYPE = "application/vnd.dome.callproof+json"
+PROOF_HEADER = "dome-call-proof"  # the HTTP header a worker sends its per-call proof in
 TOKEN_PREFIX = "dgt1."
 ARTIFACT_KIND = "dome.tool_profile/v1"
 SCHEMA_VERSION = "1.0.0"  # the ToolProfile `version` field
@@ -235,11 +236,6 @@ def verify_token_signature(token: Any, keyring: Keyring) -> SignedEnvelope:
     return SignedEnvelope(payload_type=ptype, payload=payload, kid=kid)
 
 
-def verify_signature(envelope: Mapping[str, Any], keyring: Keyring) -> SignedEnvelope:
-    """Check 1 for a JSON DSSE envelope."""
-    return verify_token_signature(envelope_to_token(envelope), keyring)
-
-
 def check_payload_type(signed: SignedEnvelope) -> dict[str, Any]:
     """Check 2: the signed type is a ToolProfile; parse the payload."""
     if signed.payload_type != PAYLOAD_TYPE:
@@ -346,5 +342,3 @@ def check_call_proof(payload: Mapping[str, Any], proof: str | None, *, method: s
     return sig
 
 
-def public_key_from_b64(text: str) -> PublicKey:
-    return PublicKey.from_raw(_b64d(text, "public key"))

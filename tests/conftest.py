@@ -1,4 +1,12 @@
-"""Shared fixtures. Area-specific fixtures live in tests/<area>/conftest.py."""
+"""Shared fixtures and the suite's rules. Area-specific fixtures live in tests/<area>/conftest.py.
+
+Rules enforced here:
+- Under CI=true a skip is a failure. Every skip in this suite means a required
+  tool or data set is missing (bubblewrap, KLayout, Ray, PostgreSQL, the MCP
+  Inspector, Chromium, the ICCAD 2013 data), and CI must have them all.
+- The run ends with the number of skipped tests and why, so a local run that
+  skipped something says so in its last lines.
+"""
 from __future__ import annotations
 
 import os
@@ -7,9 +15,48 @@ from pathlib import Path
 
 import pytest
 
+from registry.datasets import iccad13_data
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("DOME_SHARED", REPO_ROOT.parent / "shared"))
-ICCAD13 = SHARED / "data" / "iccad13"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _skip_reason(rep) -> str:
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and not hasattr(rep, "wasxfail") and in_ci():
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped under CI=true, which needs every tool and data set: {_skip_reason(rep)}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped while collecting (`pytest.importorskip` at the top)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and in_ci():
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped under CI=true, which needs every tool and data set: {_skip_reason(rep)}"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if not hasattr(r, "wasxfail")]
+    reasons: dict[str, int] = {}
+    for r in skipped:
+        reason = _skip_reason(r)
+        reasons[reason] = reasons.get(reason, 0) + 1
+    terminalreporter.write_line(f"skipped: {len(skipped)}")
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"  {n} x {reason}")
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -40,11 +87,11 @@ def ops_root(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def iccad13() -> Path:
-    if not ICCAD13.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"ICCAD 2013 data not found at {ICCAD13}")
-        pytest.skip(f"ICCAD 2013 data not found at {ICCAD13}")
-    return ICCAD13
+    """The ICCAD 2013 data: the copy examples/iccad13/data ships, or $DOME_ICCAD13_DATA."""
+    data = iccad13_data()
+    if data is None or not (data / "layouts").is_dir():
+        pytest.skip(f"ICCAD 2013 data not found (at {data}); set DOME_ICCAD13_DATA")
+    return data
 
 
 def dome_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,

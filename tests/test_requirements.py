@@ -1,20 +1,20 @@
-"""Requirement traceability is executable: every DOME-REQ id maps to tests
-that exist. A requirement whose test was renamed or deleted fails here."""
+"""Requirement traceability is executable. Here, in any run: every DOME-REQ id
+maps to tests that exist (a renamed or deleted test fails at once). After a
+full run, `python -m tests.traceability JUNIT_XML` (CI's last step) fails
+unless every mapped test ran and passed in that run."""
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-REQ_FILE = REPO / "docs" / "requirements.json"
+from tests.traceability import REPO, Case, read_junit, requirements, uncovered
+
 ID = re.compile(r"^DOME-REQ-\d{4}$")
 
 
 def _requirements() -> dict[str, dict]:
-    data = json.loads(REQ_FILE.read_text())
-    return {k: v for k, v in data.items() if not k.startswith("_")}
+    return requirements()
 
 
 def _test_names(path: Path) -> set[str]:
@@ -53,3 +53,30 @@ def test_every_requirement_maps_to_an_existing_test() -> None:
             if name and name not in names:
                 missing.append(f"{rid}: {ref} not found")
     assert not missing, "\n".join(missing)
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.a.test_x" name="test_ok" time="0.1"/>
+<testcase classname="tests.a.test_x" name="test_param[1]" time="0.1"/>
+<testcase classname="tests.a.test_x" name="test_param[2]" time="0.1"><failure message="boom">x</failure></testcase>
+<testcase classname="tests.a.test_x" name="test_skip" time="0.1"><skipped message="no tool">x</skipped></testcase>
+<testcase classname="tests.a.test_x" name="test_err" time="0.1"><error message="setup">x</error></testcase>
+<testcase classname="tests.a.test_x.TestGroup" name="test_in_class" time="0.1"/>
+</testsuite></testsuites>"""
+
+
+def test_junit_check_needs_every_mapped_test_to_have_run_and_passed(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT)
+    cases = read_junit(junit)
+    assert Case("tests.a.test_x::TestGroup::test_in_class", "passed") in cases
+
+    def problems(*tests: str) -> list[str]:
+        return uncovered({"DOME-REQ-9999": {"tests": list(tests)}}, cases)
+
+    assert problems("tests/a/test_x.py::test_ok", "tests/a/test_x.py::TestGroup::test_in_class") == []
+    assert problems("tests/a/test_x.py::test_param") == ["DOME-REQ-9999: tests/a/test_x.py::test_param 1 failed"]
+    assert problems("tests/a/test_x.py::test_skip") == ["DOME-REQ-9999: tests/a/test_x.py::test_skip 1 skipped"]
+    assert problems("tests/a/test_x.py::test_err") == ["DOME-REQ-9999: tests/a/test_x.py::test_err 1 error"]
+    assert problems("tests/a/test_x.py::test_gone") == ["DOME-REQ-9999: tests/a/test_x.py::test_gone did not run"]
+    assert problems() == ["DOME-REQ-9999: no test mapped"]

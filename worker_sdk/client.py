@@ -35,8 +35,8 @@ from urllib.parse import urlparse
 from registry.canonical import digest_bytes
 from registry.errors import DomeError, ErrorObject
 from registry.signing import SigningKey
+from registry.toolprofile import PROOF_HEADER
 
-PROOF_HEADER = "dome-call-proof"  # coordinator.gateway.auth.PROOF_HEADER
 PROTOCOL_VERSION = "2026-07-28"  # the sessionless MCP revision: no initialize round trip per worker
 
 

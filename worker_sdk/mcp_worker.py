@@ -41,12 +41,12 @@ TOOLS: dict[str, str] = {
         "measure_geometry", "analyze_waveguide", "set_view", "render_view", "run_drc_script",
         "extract_markers")},
 }
-TEST_TOOLS: dict[str, str] = {name: f"worker_sdk.mcp_testing:{name}" for name in (
+TEST_TOOLS: dict[str, str] = {name: f"worker_sdk.testing.mcp_tools:{name}" for name in (
     "test_echo", "test_slow", "test_crash_convergent", "test_crash_probe", "test_crash_never", "test_noisy",
     "test_session_open", "test_session_read", "test_crash_now")}
 # ProbeRequired tools: tool -> "module:probe_function" (probe(arguments) -> {"effect": "absent"|"present", ...})
 PROBES: dict[str, str] = {
-    "test_crash_probe": "worker_sdk.mcp_testing:probe_crash_probe",
+    "test_crash_probe": "worker_sdk.testing.mcp_tools:probe_crash_probe",
     "close_session": "worker_sdk.mcp_worker:_probe_close_session",
 }
 

@@ -26,15 +26,10 @@ def _context(scratch: Path, action: dict, seed: int) -> Any:
     def progress(fraction: float, message: str) -> None:
         print(json.dumps({"progress": fraction, "message": message}), file=sys.stderr)
 
-    try:
-        from worker_sdk.intents import IntentContext  # owned by the run loop
-    except ImportError:  # pragma: no cover - before the intents registry lands
-        IntentContext = None
-    kw = dict(scratch=scratch, action=action, seed=seed, token=CancellationToken(),
-              progress=progress, put_artifact=put_artifact)
-    if IntentContext is not None:
-        return IntentContext(**kw)
-    return type("IntentContext", (), kw)()
+    from worker_sdk.intents import IntentContext
+
+    return IntentContext(scratch=scratch, action=action, seed=seed, token=CancellationToken(),
+                         progress=progress, put_artifact=put_artifact)
 
 
 def main() -> int:

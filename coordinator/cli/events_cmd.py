@@ -1,22 +1,19 @@
 """`dome events RUN_ID [--json] [--follow] [--since N]`: a run's ledger events.
 
---json prints one JSON object per line (the record's export form); an
-error is one JSON object `{"error": ...}`.
+--json prints one JSON object per line (the record's export form).
 --follow keeps polling for new events until the run's `run.finished` event
-(or Ctrl-C). Piped into a reader that stops early (`| head`) it exits
-quietly. Exit codes: 0 ok, 2 unknown run, no ledger or bad arguments, 3 the
-ledger could not be opened. Reading never creates a ledger.
+(or Ctrl-C). Exit codes: 0 ok, 2 unknown run or bad arguments, 3 the ledger
+could not be opened.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import time
-from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments
+from .main import EXIT_OK, EXIT_USAGE, add_common_arguments, open_ledger, refuse
 
 POLL_SECONDS = 0.25
 FINAL_TOPIC = "run.finished"
@@ -44,13 +41,12 @@ def _line(rec) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .main import open_ledger_for_reading, report_error, run_not_found
-
     try:
-        ledger = open_ledger_for_reading(args)
+        ledger = open_ledger(args)
     except DomeError as exc:
-        report_error("events", exc, as_json=args.json)
-        return EXIT_USAGE if exc.code == "LEDGER_NOT_FOUND" else EXIT_INTERNAL
+        return refuse("events", args, exc)
+    from .main import report_error, run_not_found
+
     try:
         if ledger.head(args.run_id) == 0:
             report_error("events", run_not_found(args.run_id), as_json=args.json)

@@ -5,13 +5,12 @@ the exported copies under OPS_ROOT/runs/ (records cut off the end of a run
 show up there as LEDGER_TRUNCATED; stale copies are warnings). Signatures are checked against the keyring of OPS_ROOT/keys/*.pub
 (coordinator.keys.load_keyring); a signed record whose key is not there fails
 closed. Exit codes: 0 the ledger is valid, 1 a record is bad (the first one
-is named), 2 bad arguments or no ledger there, 3 the ledger or the keyring could
-not be opened. Reading never creates a ledger.
+is named), 2 bad arguments, 3 the ledger or the keyring could not be opened.
 
 `export [RUN_ID ...]` rewrites the projections from the ledger (the ledger
 wins): OPS_ROOT/runs/<run_id>/events/event.<sequence>.json and
 OPS_ROOT/runs/<run_id>/otel/otlp.json, for the named runs or every run.
-Exit codes: 0 done, 2 unknown run or no ledger, 3 the ledger could not be opened.
+Exit codes: 0 done, 2 unknown run, 3 the ledger could not be opened.
 """
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from pathlib import Path
 
 from registry.errors import DomeError
 
-from .main import (EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments, error_object, exit_code_for,
-                   open_ledger_for_reading, report_error, run_not_found)
+from .main import EXIT_INVALID, EXIT_OK, EXIT_USAGE, add_common_arguments, ledger_exit_code, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,15 +39,15 @@ def _export(args: argparse.Namespace) -> int:
 
     ops_root = Path(args.ops_root)
     try:
-        ledger = open_ledger_for_reading(args)
+        ledger = open_ledger(args)
     except DomeError as exc:
-        report_error("ledger export", exc, as_json=args.json)
-        return exit_code_for(exc)
+        return refuse("ledger export", args, exc)
     with ledger:
         known = ledger.run_ids()
         wanted = args.run_ids or known
         unknown = [r for r in wanted if r not in known]
         if unknown:
+            from .main import report_error, run_not_found
             report_error("ledger export", run_not_found(unknown[0]), as_json=args.json)
             return EXIT_USAGE
         out = []
@@ -83,21 +81,25 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "export":
         return _export(args)
     if args.action != "verify":
+        from .main import error_object, report_error
         report_error("ledger", error_object("USAGE", "give an action: verify or export",
                                             hints=["dome ledger verify|export [RUN_ID ...] [--ops-root DIR]"]),
                      as_json=getattr(args, "json", False))
         return EXIT_USAGE
     ops_root = Path(args.ops_root)
     try:
-        with open_ledger_for_reading(args, probe=False) as ledger:
+        with open_ledger(args) as ledger:
             from coordinator.keys import load_keyring
             from ledger.export import check_against_exports
             report = ledger.verify(load_keyring(ops_root))
             problems, warnings = check_against_exports(ledger, ops_root)
             report.problems.extend(problems)
     except DomeError as exc:
-        report_error("ledger verify", exc, as_json=args.json, extra={"ok": False})
-        return exit_code_for(exc)
+        if args.json:
+            print(json.dumps({"ok": False, "error": exc.to_object()}))
+        else:
+            print(f"dome ledger verify: {exc}", file=sys.stderr)
+        return ledger_exit_code(exc)
     except Exception as exc:  # noqa: BLE001 - a damaged database is a finding
         err = {"code": "LEDGER_UNREADABLE", "message": str(exc), "details": {}, "hints": [],
                "retry": "none"}

@@ -12,9 +12,8 @@ import importlib
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn, Sequence
-
-from registry.errors import DomeError
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -36,9 +35,6 @@ EXIT_INVALID = 1  # a check ran and found a problem (verify, registry check)
 EXIT_USAGE = 2  # bad arguments or input
 EXIT_INTERNAL = 3  # an unexpected failure inside dome
 
-# error codes that mean the caller asked for something that is not there or not valid
-BAD_INPUT_CODES = frozenset({"LEDGER_NOT_FOUND", "RUN_NOT_FOUND", "USAGE", "UNKNOWN_COMMAND"})
-
 
 def default_ops_root() -> str:
     return os.environ.get("DOME_OPS_ROOT", "./ops")
@@ -53,12 +49,41 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def error_object(code: str, message: str, *, hints: Sequence[str] = (), details: dict | None = None) -> DomeError:
+def open_ledger(args: argparse.Namespace, *, migrate: bool = False) -> Any:
+    """The ledger of an existing run (--db, else OPS_ROOT/dome.db): never created, and
+    migrated only for a command that writes (`migrate`). Raises LedgerNotFound /
+    LedgerUnavailable; `ledger_exit_code` turns either into the command's exit code."""
+    from ledger import Ledger
+
+    return Ledger.open(args.db, Path(args.ops_root), migrate_schema=migrate, must_exist=True)
+
+
+def ledger_exit_code(exc: Exception) -> int:
+    """Why a command could not open its ledger, as an exit code: a missing ledger is bad
+    input (the wrong --ops-root or --db); one that cannot be opened is an internal failure."""
+    from ledger import LedgerNotFound
+
+    return EXIT_USAGE if isinstance(exc, LedgerNotFound) else EXIT_INTERNAL
+
+
+def refuse(command: str, args: argparse.Namespace, exc: Any) -> int:
+    """Say why `dome COMMAND` cannot go on (the typed error on stdout under --json)
+    and return its exit code."""
+    report_error(command, exc, as_json=bool(getattr(args, "json", False)))
+    return ledger_exit_code(exc)
+
+
+# error codes that mean the caller asked for something that is not there or not valid
+BAD_INPUT_CODES = frozenset({"LEDGER_NOT_FOUND", "RUN_NOT_FOUND", "USAGE", "UNKNOWN_COMMAND"})
+
+
+def error_object(code: str, message: str, *, hints: Sequence[str] = (), details: dict | None = None) -> Any:
     """A typed error for a problem found in the CLI itself (bad flags, unknown command)."""
+    from registry.errors import DomeError
     return DomeError(message, code=code, hints=list(hints), details=details or {})
 
 
-def report_error(command: str, err: DomeError, *, as_json: bool, extra: dict | None = None) -> None:
+def report_error(command: str, err: Any, *, as_json: bool, extra: dict | None = None) -> None:
     """Print an error the one way every command does: with --json one object
     `{"error": {code, message, details, hints, retry}}` on stdout, otherwise
     `dome COMMAND: CODE: message` and its hints on stderr."""
@@ -71,20 +96,12 @@ def report_error(command: str, err: DomeError, *, as_json: bool, extra: dict | N
         print(f"  hint: {h}", file=sys.stderr)
 
 
-def exit_code_for(err: DomeError, default: int = EXIT_INTERNAL) -> int:
-    return EXIT_USAGE if err.code in BAD_INPUT_CODES else default
+def exit_code_for(err: Any, default: int = EXIT_INTERNAL) -> int:
+    return EXIT_USAGE if getattr(err, "code", None) in BAD_INPUT_CODES else default
 
 
-def open_ledger_for_reading(args: argparse.Namespace, *, probe: bool = True) -> Any:
-    """The ledger for a command that only reads it. Refuses (LEDGER_NOT_FOUND,
-    bad input) where there is none: a read never creates ops/dome.db, the ops
-    folder or a database file named by --db. `probe=False` leaves a damaged
-    file for the caller to judge (`dome ledger verify` reports it as a finding)."""
-    from coordinator.integration.store import open_ledger
-    return open_ledger(args.db, args.ops_root, must_exist=True, read_only=True, probe=probe)
-
-
-def run_not_found(run_id: str) -> DomeError:
+def run_not_found(run_id: str) -> Any:
+    from registry.errors import DomeError
     return DomeError(f"no run {run_id!r} in the ledger", code="RUN_NOT_FOUND", details={"run_id": run_id},
                      hints=["dome status lists the runs of this ledger"])
 
@@ -154,13 +171,14 @@ def _main(argv: list[str]) -> int:
     parser = _Parser(prog=f"dome {name}", description=text)
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
+    from registry.errors import DomeError
     try:
         return int(module.run(args) or 0)
     except BrokenPipeError:
         raise
     except DomeError as exc:  # a typed error a command did not handle itself
         report_error(name, exc, as_json=bool(getattr(args, "json", as_json)))
-        return exit_code_for(exc)
+        return exit_code_for(exc, ledger_exit_code(exc))
     except Exception as exc:  # noqa: BLE001 - the contract: exit 3, still a typed error
         report_error(name, error_object("INTERNAL_ERROR", f"{type(exc).__name__}: {exc}",
                                         hints=["this is a bug in dome; please report it"]),

@@ -1,7 +1,6 @@
 """`dome promote RUN_ID --consent TOKEN`: approve a run held at the human
 gate. The token is single-use; the run is promoted only if the rest of the
-evidence chain is still complete. Exit 0 promoted, 1 token refused, 2 unknown
-run or no ledger, 4 blocked.
+evidence chain is still complete. Exit 0 promoted, 1 token refused, 4 blocked.
 """
 from __future__ import annotations
 
@@ -9,7 +8,8 @@ import argparse
 import json
 import sys
 
-from coordinator.cli.main import add_common_arguments
+from coordinator.cli.main import add_common_arguments, ledger_exit_code, open_ledger
+from ledger import LedgerError
 from registry.errors import DomeError
 
 
@@ -22,11 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from coordinator.integration.consent import grant_consent
-    from coordinator.integration.store import open_ledger
     from coordinator.keys import load_keyring, load_or_create_signing_key
     from .main import run_not_found
     try:
-        ledger = open_ledger(args.db, args.ops_root)
+        ledger = open_ledger(args, migrate=True)
         if not ledger.events(args.run_id, limit=1):
             raise run_not_found(args.run_id)
         key = load_or_create_signing_key(args.ops_root)
@@ -37,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": args.run_id, "error": exc.to_object()}))
         else:
             print(f"dome promote: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2 if exc.code in ("LEDGER_NOT_FOUND", "RUN_NOT_FOUND") else 1
+        if exc.code == "RUN_NOT_FOUND":
+            return 2
+        return ledger_exit_code(exc) if isinstance(exc, LedgerError) else 1
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:

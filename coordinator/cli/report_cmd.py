@@ -3,8 +3,7 @@
 Without --html it prints a short text summary. With --html it writes one
 self-contained page: summary and verdict, wave timeline, evidence chain, and
 for litho runs per-clip pictures beside the published numbers. Exit codes:
-0 written, 2 unknown run or no ledger, 3 internal failure. Progress goes to
-stderr while it renders; reading never creates a ledger.
+0 written, 2 unknown run, 3 internal failure.
 """
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from typing import Any
 
 from registry.errors import DomeError
 
-from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments
+from .main import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, add_common_arguments, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,20 +29,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from coordinator.report.build import build_report
 
-    from .main import open_ledger_for_reading, report_error, run_not_found
-
+    ops_root = Path(args.ops_root)
     try:
-        ledger = open_ledger_for_reading(args)
+        ledger = open_ledger(args)
     except DomeError as exc:
-        report_error("report", exc, as_json=args.json)
-        return EXIT_USAGE if exc.code == "LEDGER_NOT_FOUND" else EXIT_INTERNAL
+        return refuse("report", args, exc)
+    from .main import report_error, run_not_found
+
     progress = ReportProgress(sys.stderr)
     try:
         if args.run_id not in ledger.run_ids():
             report_error("report", run_not_found(args.run_id), as_json=args.json)
             return EXIT_USAGE
-        report = build_report(ledger, Path(args.ops_root), args.run_id, pictures=not args.no_pictures,
-                              progress=progress)
+        report = build_report(ledger, ops_root, args.run_id, pictures=not args.no_pictures, progress=progress)
     except DomeError as exc:
         report_error("report", exc, as_json=args.json)
         return EXIT_INTERNAL

@@ -11,7 +11,6 @@ The live view and the verdict block go to stderr, with or without --json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -39,16 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default OPS_ROOT/egress.json when it exists")
 
 
-def _finish_stage():
-    """The integration area's finish stage when it is installed, else the default."""
-    try:
-        import coordinator.integration.finish  # noqa: F401
-    except ImportError:
-        return None
-    from coordinator.runloop.finish import integration_finish
-    return integration_finish
-
-
 def run(args: argparse.Namespace) -> int:
     from coordinator.preflight import prepare
 
@@ -64,10 +53,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
-        integrate = importlib.util.find_spec("coordinator.integration.finish") is not None
-        prepared = None if args.resume else prepare(args.work_queue, integrate=integrate)
-        finish = _finish_stage()
+        prepared = None if args.resume else prepare(args.work_queue, integrate=True)
         from coordinator.keys import load_keyring, load_or_create_signing_key
+        from coordinator.runloop.finish import integration_finish
         from coordinator.runloop.loop import RunContext, RunLoop
         from coordinator.runloop.view import make_view
         from ledger import Ledger
@@ -90,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=finish, view=view, egress=egress)
+                         max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:

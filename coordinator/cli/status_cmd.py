@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .main import add_common_arguments
+from registry.errors import DomeError
+
+from .main import add_common_arguments, open_ledger, refuse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,9 +57,12 @@ def run_reasons(ledger: Any, run_id: str, out: Any = None) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .main import open_ledger_for_reading, report_error, run_not_found
+    from .main import report_error, run_not_found
 
-    ledger = open_ledger_for_reading(args)
+    try:
+        ledger = open_ledger(args)
+    except DomeError as exc:
+        return refuse("status", args, exc)
     try:
         ids = [args.run_id] if args.run_id else ledger.run_ids()
         if args.run_id and not ledger.events(args.run_id, limit=1):

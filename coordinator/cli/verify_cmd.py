@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from coordinator.cli.main import add_common_arguments
+from coordinator.cli.main import add_common_arguments, ledger_exit_code, open_ledger
 from registry.errors import DomeError
 
 
@@ -22,14 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def exit_code(exc: DomeError) -> int:
-    """The exit code for an error that stopped verification, by its type."""
-    from coordinator.integration.store import LedgerNotBuilt, LedgerNotFound
-    from ledger.errors import LedgerError
-    if isinstance(exc, LedgerNotFound):
-        return 2
-    if isinstance(exc, (LedgerError, LedgerNotBuilt)):  # cannot open or read it
-        return 3
-    return 1
+    """The exit code for an error that stopped verification, by its type: no ledger there 2,
+    a ledger that cannot be opened or read 3, anything else 1."""
+    from ledger import LedgerError
+    return ledger_exit_code(exc) if isinstance(exc, LedgerError) else 1
 
 
 # checks that fail for every blocked run by design: it was not promoted
@@ -60,10 +56,8 @@ def render_text(rep) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from coordinator.integration.verify import verify_run
     from coordinator.keys import load_keyring
-
-    from .main import open_ledger_for_reading
     try:
-        ledger = open_ledger_for_reading(args)
+        ledger = open_ledger(args)
         try:
             keyring = load_keyring(args.ops_root)
             rep = verify_run(ledger, args.run_id, keyring,

@@ -21,7 +21,7 @@ from registry.grant_errors import GrantError
 
 from ..grants import ISSUED_TOPIC, GrantVerifier, SignedGrant, issue_profile
 
-PROOF_HEADER = "dome-call-proof"  # the per-call proof of possession of the grant's cnf key
+PROOF_HEADER = tp.PROOF_HEADER  # the per-call proof of possession of the grant's cnf key
 EVIDENCE_CAPABILITY = "write:evidence"  # every attempt may store evidence (logs); the policy adds the lifecycle
 CARD = "agent_cli"
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from jsonschema import Draft202012Validator
 
+from registry.contracts import UnknownTool
 from registry.errors import DomeError
 
 log = logging.getLogger("dome.gateway")
@@ -22,10 +23,6 @@ log = logging.getLogger("dome.gateway")
 
 class ToolInputInvalid(DomeError):
     code = "INVALID_REQUEST"
-
-
-class UnknownTool(DomeError):
-    code = "UNKNOWN_TOOL"
 
 
 @dataclass(frozen=True)

@@ -68,12 +68,6 @@ def verify_artifact(artifact: Mapping[str, Any], keyring: Keyring) -> str:
     return key.kid
 
 
-def dsse_envelope(artifact: Mapping[str, Any]) -> dict[str, Any]:
-    """The artifact as a standalone DSSE envelope (same signature)."""
-    return {"payloadType": PAYLOAD_TYPE, "payload": b64e(canonical_json(body_of(artifact))),
-            "signatures": [{"keyid": artifact["kid"], "sig": artifact["signature"]}]}
-
-
 INTOTO_STATEMENT = "https://in-toto.io/Statement/v1"
 INTOTO_PAYLOAD = "application/vnd.in-toto+json"
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from registry import diffs
 from registry.canonical import canonical_json, digest_json
-from registry.errors import DomeError
+from registry.gitoid import is_git_oid
 from registry.signing import Keyring, SigningKey, dsse_sign
 
 from coordinator.canvas import Canvas
@@ -39,10 +39,6 @@ EXTERNALIZE_BYTES = 128 * 1024
 ledger record keeps their digest, signature and `artifact_ref`."""
 EXIT_OK, EXIT_BLOCKED = 0, 4
 ZERO = "0" * 40
-
-
-class PromotionError(DomeError):
-    code = "PROMOTION_ERROR"
 
 
 def utc_now() -> str:
@@ -225,7 +221,7 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
     for r in records:
         for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
             v = r.artifact.get(k)
-            if isinstance(v, str) and diffs.OID_RE.match(v.encode()):
+            if is_git_oid(v):
                 commits.add(v)
     with gitio.ObjectReader(repo) as reader:
         return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
@@ -457,7 +453,7 @@ def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, k
     _write_json(run_dir(ops_root, run_id) / "gate" / "gate.decision.json", signed_gate)
     consent_token = None
     if not chain.passed and chain.only_consent_missing and issue_consent and chain.head_ref:
-        consent_token = secrets.token_urlsafe(32)
+        consent_token = secrets.token_hex(32)  # hex: a person pastes it after --consent; never starts with "-"
         ttl = (policy or IntegrationPolicy()).consent_ttl_seconds
         expires = (_dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=ttl)).strftime(
             "%Y-%m-%dT%H:%M:%SZ")

@@ -20,7 +20,6 @@ from registry.canonical import digest_json
 
 RISK_LEVELS = ("low", "medium", "high", "critical")
 ATOMICITY = ("atomic_proposal", "atomic_file", "hunk_ok")
-CONFLICT_ACTIONS = ("reorder", "split", "resolver", "drop")
 
 DEFAULT_DEPENDENCY_GLOBS = (
     "requirements*.txt", "requirements*.in", "constraints*.txt", "pyproject.toml", "setup.py",
@@ -30,8 +29,6 @@ DEFAULT_DEPENDENCY_GLOBS = (
     "Cargo.lock", "go.mod", "go.sum", "Gemfile", "Gemfile.lock", "composer.json",
     "composer.lock", "*.gemspec", "build.gradle", "pom.xml", "vcpkg.json", "conanfile.*",
 )
-LOCKFILE_GLOBS = ("*.lock", "package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml",
-                  "go.sum", "conda-lock.yml")
 
 # What validation trusts: CI scripts, test-runner configuration that can switch tests off,
 # work queues (they define the suites) and dome's own policy. A proposal touching one is

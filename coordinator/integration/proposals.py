@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from registry import diffs
+from registry.canonical import digest_bytes
+from registry.gitoid import is_git_oid
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
 from .policy import IntegrationPolicy, max_risk, risk_level
 
-SHA_RE = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
 ALLOWED_MODES = {"100644", "100755", "120000"}
 GITLINK_MODE = "160000"
 
@@ -319,7 +320,7 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
         rej.append(Rejection("PROPOSAL_BINDING_MISMATCH", "the proposal claims another run, wave, node or attempt "
                              "than the grant that submitted it", INTEGRITY,
                              {"mismatches": list(proposal["binding_mismatches"])}))
-    if not SHA_RE.match(base):
+    if not is_git_oid(base):
         rej.append(Rejection("PROPOSAL_BASE_NOT_SHA", "base_ref must be a full commit SHA", INTEGRITY,
                              {"base_ref": base}))
     elif base != wave_base:
@@ -348,7 +349,7 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
                              {"diff_error": exc.code, **exc.details}))
         return rej, None
     canonical = diffs.serialize_diff(parsed)
-    digest = diffs.sha_digest(canonical)
+    digest = digest_bytes(canonical)
     if digest != proposal.get("diff_digest"):
         rej.append(Rejection("PROPOSAL_DIGEST_MISMATCH", "diff digest does not match diff_digest",
                              INTEGRITY, {"claimed": proposal.get("diff_digest"), "actual": digest}))
@@ -396,7 +397,7 @@ class BaseInspector:
     def base(self, base_ref: str) -> tuple[bool, str | None, dict[str, str], frozenset[str]]:
         if base_ref not in self._cache:
             g = self._gitio
-            if not SHA_RE.match(base_ref) or g.rev_parse(self.repo, base_ref) != base_ref:
+            if not is_git_oid(base_ref) or g.rev_parse(self.repo, base_ref) != base_ref:
                 self._cache[base_ref] = (False, None, {}, frozenset())
             else:
                 tree = g.tree_of(self.repo, base_ref)
@@ -474,7 +475,7 @@ def verify_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wa
                     ) -> tuple[list[Rejection], CheckedProposal | None]:
     """Shell around check_proposal: look the base up in git, apply-check, check."""
     base = str(proposal.get("base_ref", ""))
-    exists, tree, oids, links = inspector.base(base) if SHA_RE.match(base) else (False, None, {}, frozenset())
+    exists, tree, oids, links = inspector.base(base) if is_git_oid(base) else (False, None, {}, frozenset())
     parsed = None
     ok: bool | None = None
     err = ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
+from registry.contracts import UnknownTool  # noqa: F401 - one class for an unknown tool, re-exported here
 from registry.errors import DomeError, RetryHint
 
 
@@ -72,11 +73,6 @@ class ToolInputError(DomeError):
     """The request failed the tool's closed input schema (the field is named)."""
 
     code = "SCHEMA_VALIDATION_ERROR"
-    retry = "none"
-
-
-class UnknownTool(DomeError):
-    code = "UNKNOWN_TOOL"
     retry = "none"
 
 

@@ -75,7 +75,7 @@ class JobStore:
     def start(self, job: Job, generation: int | None = None) -> None:
         job.status = "running"
         job.generation = generation
-        self._touch(job)
+        self.touch(job)
 
     def progress(self, job: Job, fraction: float, message: str | None = None) -> bool:
         """Record progress; False when it would not strictly increase (then it is dropped)."""
@@ -96,7 +96,7 @@ class JobStore:
             job.progress = 1.0
         job.result = result
         job.error = error
-        self._touch(job)
+        self.touch(job)
         job.done.set()
 
     def request_cancel(self, job: Job, reason: str) -> None:
@@ -107,7 +107,7 @@ class JobStore:
     def running(self) -> list[Job]:
         return [j for j in self.jobs.values() if j.status not in TERMINAL]
 
-    def _touch(self, job: Job) -> None:
+    def touch(self, job: Job) -> None:
         job.updated = time.time()
         self._persist(job)
 

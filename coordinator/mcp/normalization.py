@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
@@ -39,13 +38,6 @@ _NUM = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 def snake(name: str) -> str:
     return _CAMEL.sub(r"_\1", name).replace("-", "_").replace(".", "_").replace(" ", "_").lower()
-
-
-@dataclass
-class Normalized:
-    name: str
-    arguments: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
 
 
 class ToolNames:

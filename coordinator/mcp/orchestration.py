@@ -97,7 +97,8 @@ async def events(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     def read() -> list[dict[str, Any]]:
         from ledger import Ledger
 
-        led = Ledger.open(ctx.host.db_url, ctx.host.ops_root)
+        # a run's events: read the ledger as it is (LEDGER_NOT_FOUND when there is none; never create one)
+        led = Ledger.open(ctx.host.db_url, ctx.host.ops_root, migrate_schema=False, must_exist=True)
         try:
             return [{**r.envelope(), "record_digest": r.record_digest}
                     for r in led.events(run_id, since=since, limit=limit + 1)]
@@ -174,7 +175,8 @@ async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
                             details={"run_id": run_id}, hints=["run_status shows why the run is blocked"])
         gate_token = gate_file.read_text().strip()
     host.telemetry._emit({"event": "consent", "tool": "promote", "run_id": run_id, "mode": mode})
-    out = await _dome(ctx, "promote", run_id, "--consent", gate_token, "--approved-by", f"mcp:{mode}",
+    # `--consent=VALUE`: a token is data, never an option, whatever its first character
+    out = await _dome(ctx, "promote", run_id, f"--consent={gate_token}", "--approved-by", f"mcp:{mode}",
                       timeout_s=600)
     err = out.get("error")
     if isinstance(err, dict) and isinstance(err.get("code"), str):
@@ -231,7 +233,7 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
                         lines.append(obj)
                         if job.run_id is None and isinstance(obj.get("run_id"), str):
                             job.run_id = obj["run_id"]
-                            host.jobs._touch(job)
+                            host.jobs.touch(job)
                             have_run_id.set()
                         frac = obj.get("progress")
                         if isinstance(frac, (int, float)):
@@ -273,7 +275,7 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
                 new = sorted(set(os.listdir(runs_dir)) - before)
                 if new and job.run_id is None:
                     job.run_id = new[0]
-                    host.jobs._touch(job)
+                    host.jobs.touch(job)
                     have_run_id.set()
                     return
             await anyio.sleep(0.05)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from registry.datasets import iccad13_data
 
 from .html import ClipSection, render_html
 from .model import ReportModel, build_model
@@ -42,13 +43,9 @@ def published_rows(csv_path: Path | None, test_no: int | None) -> list[dict[str,
 
 
 def _published_csv() -> Path | None:
-    shared = os.environ.get("DOME_SHARED")
-    here = Path(__file__).resolve().parents[2]
-    for cand in (os.environ.get("DOME_ICCAD13_DATA"), shared and str(Path(shared) / "data" / "iccad13"),
-                 str(here / "examples" / "iccad13" / "data"),
-                 str(here.parent / "shared" / "data" / "iccad13")):
-        if cand and (Path(cand) / "published_results.csv").is_file():
-            return Path(cand) / "published_results.csv"
+    data = iccad13_data()
+    if data is not None and (data / "published_results.csv").is_file():
+        return data / "published_results.csv"
     return None
 
 

@@ -1,12 +1,13 @@
 """Project a run's ledger events onto ops/runs/<run_id>/ (DESIGN.md layout).
 
     work.queue.json                        (written at run start)
-    events/event.<sequence>.json           every ControlEvent record, as stored
+    events/event.<sequence>.json           every ControlEvent record, as stored (ledger.export)
     tasks/<task_id>/task.result.json       per node: status, attempts, winner, proposal
     tasks/<task_id>/outputs/<proposal_id>.proposal.json and .diff
 
 The ledger is the truth; these files are a projection rebuilt on demand
-(idempotent: rewriting gives the same bytes for the same events).
+(idempotent: rewriting gives the same bytes for the same events). The event
+files have one writer, `ledger.export`, shared with `dome ledger export`.
 `task_files` is the pure projection of tasks/; `dome verify` compares the
 files on disk with it.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from ledger.export import export_run as export_events
 
 from .. import runstate as rs
 from ..runstate import fold
@@ -65,9 +68,8 @@ def task_files(events: Sequence[Any], graph: Graph, run_id: str,
     return out
 
 
-def export_run(ledger: Any, run_id: str, ops_dir: Path, graph: Graph) -> None:
-    events = ledger.events(run_id)
-    for rec in events:
-        _write(ops_dir / "events" / f"event.{rec.sequence}.json", render_json(rec.to_json()))
-    for rel, data in task_files(events, graph, run_id, ledger.blobs.get).items():
+def write_run_files(ledger: Any, run_id: str, ops_root: Path, graph: Graph) -> None:
+    export_events(ledger, run_id, ops_root)
+    ops_dir = Path(ops_root) / "runs" / run_id
+    for rel, data in task_files(ledger.events(run_id), graph, run_id, ledger.blobs.get).items():
         _write(ops_dir / rel, data)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from .loop import FinishContext
+from .loop import FinishedRun
 
 
-def bound_proposals(fc: FinishContext) -> list[dict[str, Any]]:
+def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
     """The accepted proposals, each bound to the attempt that submitted it: the
     run, wave, node and attempt come from the dispatch the coordinator recorded
     for its node_execution_id (the grant), not from the proposal."""
@@ -28,7 +28,7 @@ def bound_proposals(fc: FinishContext) -> list[dict[str, Any]]:
     return out
 
 
-def repo_policy(fc: FinishContext) -> Any:
+def repo_policy(fc: FinishedRun) -> Any:
     """The queue's policy plus the protected paths the repository lists in
     `.dome/protected-paths` at the run's base commit."""
     from coordinator.integration import gitio
@@ -40,8 +40,8 @@ def repo_policy(fc: FinishContext) -> Any:
     return policy
 
 
-def integration_finish(fc: FinishContext) -> dict[str, Any]:
-    from coordinator.integration.finish import FinishContext as IntegrationContext
+def integration_finish(fc: FinishedRun) -> dict[str, Any]:
+    from coordinator.integration.finish import FinishContext
     from coordinator.integration.finish import finish_run
     if not fc.proposals:  # every task succeeded without a patch: nothing to integrate or promote
         from .loop import default_finish
@@ -57,7 +57,7 @@ def integration_finish(fc: FinishContext) -> dict[str, Any]:
         ledger = ObservedLedger(fc.ledger, fc.view)
         validator = AnnouncedValidator(lambda: SuiteRunner(fc.repo, sandbox=fc.sandbox,
                                                            put_artifact=fc.ledger.blobs.put), fc.view)
-    res = finish_run(IntegrationContext(
+    res = finish_run(FinishContext(
         run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=bound_proposals(fc), ledger=ledger,
         validator=validator,
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),

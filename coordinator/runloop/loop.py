@@ -9,7 +9,7 @@ coordinator resumes exactly: attempts that were in flight are recorded
 `task.lost` (their grants revoked) and scheduled again with fresh
 node_execution_ids and grants; finished work is never redone.
 
-The `finish` stage is pluggable: `finish(FinishContext) -> dict` gets the
+The `finish` stage is pluggable: `finish(FinishedRun) -> dict` gets the
 run's accepted proposals (one winner per node) and returns at least
 `{"status": ...}` (plus `head`, `promoted_ref`); the integration area plugs
 stacking, validation and promotion in here. The default ends the run
@@ -138,11 +138,6 @@ def node_seed(seed: int, node_id: str) -> int:
     return int(digest_json([seed, node_id])[7:20], 16) % (2 ** 53)
 
 
-def safe_name(node_id: str) -> str:
-    return node_id.replace("/", "_")
-
-
-
 def egress_terms(action_spec: Mapping[str, Any]) -> dict[str, Any] | None:
     """The grant terms of an agent node's runtime card (hosts, models, budgets), or None."""
     if action_spec.get("intent") != "agent":
@@ -164,7 +159,7 @@ class RunContext:
     sandbox: str = "bwrap"
     seed: int | None = None
     max_parallel: int | None = None
-    finish: Callable[["FinishContext"], dict[str, Any]] | None = None
+    finish: Callable[["FinishedRun"], dict[str, Any]] | None = None
     view: Any = None
     executor: Any = None  # injected executor (tests, benchmarks)
     # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
@@ -173,7 +168,8 @@ class RunContext:
 
 
 @dataclass
-class FinishContext:
+class FinishedRun:
+    """What the run loop hands its finish stage: the run, its graph state and accepted proposals."""
     run_id: str
     work_queue: WorkQueue
     repo: Path
@@ -209,7 +205,7 @@ class RunOutcome:
                 "awaiting_consent": self.awaiting_consent, "consent_token_file": self.consent_token_file}
 
 
-def default_finish(fc: FinishContext) -> dict[str, Any]:
+def default_finish(fc: FinishedRun) -> dict[str, Any]:
     ok = all(s == "succeeded" for s in fc.node_status.values())
     return {"status": "completed" if ok else "failed", "head": fc.base_ref, "promoted_ref": None,
             "reason": None if ok else "some nodes failed or were blocked"}
@@ -652,7 +648,7 @@ class RunLoop:
 
     def _finish(self) -> RunOutcome:
         st = self.writer.state
-        fc = FinishContext(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
+        fc = FinishedRun(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
                            base_tree_hash=self.base_tree, state=st, node_status=statuses(self.graph, st),
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
                            ledger=self.ctx.ledger, signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
@@ -674,8 +670,8 @@ class RunLoop:
         payload = {**result, "counts": counts, "proposals": [p["proposal_id"] for p in self._accepted_proposals()],
                    "finished_at": utc_stamp()}
         self.writer.append(rs.RUN_FINISHED, payload, signed=True)
-        from .export import export_run
-        export_run(self.ctx.ledger, self.run_id, self.ops_dir, self.graph)
+        from .export import write_run_files
+        write_run_files(self.ctx.ledger, self.run_id, Path(self.ctx.ops_root), self.graph)
         return self._outcome(payload)
 
     def _outcome(self, finished: Mapping[str, Any]) -> RunOutcome:

@@ -28,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
+from registry.datasets import iccad13_data  # noqa: E402
+
 # Mask rules at wafer scale (1x), in nm. The optimizer's cleanup uses a 9 nm
 # square, so masks it writes are expected to meet these with margin.
 MIN_WIDTH_NM = 8
@@ -114,9 +116,7 @@ def git(repo: Path, *args: str) -> None:
 
 def default_data() -> Path:
     """The data folder: $DOME_ICCAD13_DATA, else the copy shipped beside this script."""
-    if os.environ.get("DOME_ICCAD13_DATA"):
-        return Path(os.environ["DOME_ICCAD13_DATA"])
-    return HERE / "data"
+    return iccad13_data() or HERE / "data"
 
 
 def write_oasis(glp: Path, out: Path) -> None:

@@ -29,7 +29,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-SHARED = Path(os.environ.get("DOME_SHARED", REPO.parent / "shared"))
+sys.path.insert(0, str(REPO))
+
+from registry.datasets import iccad13_data  # noqa: E402
+
 TERMINAL = ["succeeded", "failed", "cancelled"]
 STABLE_KEYS = ("status", "code", "schema_version", "report_level", "cancelled", "consent_mode", "tool")
 
@@ -140,7 +143,7 @@ def run(name: str) -> dict[str, Any]:
     """Run a scenario against a fresh server; return the transcript."""
     scen = SCENARIOS[name]
     tmp = Path(tempfile.mkdtemp(prefix=f"dome-mcp-{name}-"))
-    env = {"ICCAD13": str(SHARED / "data" / "iccad13"), "TMP": str(tmp)}
+    env = {"ICCAD13": str(iccad13_data()), "TMP": str(tmp)}
     if any("{QUEUE}" in json.dumps(s) for s in scen["steps"]):
         env["QUEUE"] = _make_queue(tmp)
     server = _Server(tmp)

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, SHARED, dome_cli, git
+from tests.conftest import REPO_ROOT, dome_cli, git
 
-pytestmark = pytest.mark.slow
+# the module fixture runs the whole flagship (up to 25 min on 2 busy cores), then the report
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
 
 
 
@@ -92,7 +93,7 @@ def _png_is_not_blank(data: bytes) -> bool:
 def test_report_has_nonblank_pictures_and_renders_in_chromium(flagship: dict) -> None:
     html = flagship["base"] / "report.html"
     r = dome_cli("report", flagship["run"]["run_id"], "--ops-root", str(flagship["ops"]), "--html", str(html),
-                 env={"DOME_SHARED": str(SHARED)}, timeout=900)
+                 timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     text = html.read_text()
     assert "promoted" in text and "<svg" in text

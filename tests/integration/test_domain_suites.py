@@ -32,11 +32,13 @@ def test_drc_suite_bisects_to_the_layout_patch_that_breaks_it(git_repo: Path) ->
         (git_repo / f"notes{k}.txt").write_text(f"tile notes {k}\n")
     git(git_repo, "add", "-A")
     git(git_repo, "commit", "-qm", "layouts")
+    base, base_tree = head(git_repo), git(git_repo, "rev-parse", "HEAD^{tree}")
     props = [make_proposal(git_repo, f"n{k}", lambda r, k=k: (r / f"notes{k}.txt").write_text(f"v2 {k}\n"))
              for k in range(4)]
     # a 50 nm sliver next to the tile: min_width and min_space violations
     props.append(make_proposal(git_repo, "sliver", lambda r: _layout(
         r / "masks" / "tile.oas", [(0, 0, 5000, 5000), (5100, 0, 5150, 5000)])))
+    status_before = git(git_repo, "status", "--porcelain", "--untracked-files=all")
     canvas, stacker, events, plan = _stack(git_repo, props)
     try:
         assert "sliver" in canvas.included
@@ -50,6 +52,10 @@ def test_drc_suite_bisects_to_the_layout_patch_that_breaks_it(git_repo: Path) ->
         assert failing and failing[0]["summary"]["summary"]["marker_count"] > 0
         assert stacker.state.why_blocked["sliver"]["state"] == "ejected"
         assert canvas.included == ["n0", "n1", "n2", "n3"]
-        assert head(git_repo)  # base untouched
+        # the user's branch, its tree and the working copy are untouched; the canvas moved alone
+        assert head(git_repo) == base and git(git_repo, "rev-parse", "main") == base
+        assert git(git_repo, "rev-parse", "HEAD^{tree}") == base_tree
+        assert git(git_repo, "status", "--porcelain", "--untracked-files=all") == status_before
+        assert canvas.head != base
     finally:
         canvas.close()

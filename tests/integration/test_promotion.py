@@ -25,12 +25,13 @@ def _policy(**kw) -> IntegrationPolicy:
     return IntegrationPolicy(**base)
 
 
-def _run(repo: Path, proposals, tmp_path: Path, policy=None, ledger=None, key=None, run_id="run-1"):
+def _run(repo: Path, proposals, tmp_path: Path, policy=None, ledger=None, key=None, run_id="run-1",
+         validations=(SUITE,)):
     ledger = ledger or MemLedger()
     key = key or SigningKey(b"\x01" * 32)
     ctx = FinishContext(run_id=run_id, repo=repo, base_ref=head(repo),
                         proposals=[p for p, _ in proposals], ledger=ledger, signing_key=key,
-                        ops_root=tmp_path / "ops", validations=[SUITE], policy=policy or _policy(),
+                        ops_root=tmp_path / "ops", validations=list(validations), policy=policy or _policy(),
                         diff_loader=lambda p: dict((q["proposal_id"], d) for q, d in proposals)[p["proposal_id"]],
                         seed=3)
     return finish_run(ctx), ledger, key
@@ -53,15 +54,33 @@ def test_clean_run_is_promoted_with_signed_evidence(big_repo: Path, tmp_path: Pa
     assert stmts[-1]["subject"][0]["digest"] == {"gitCommit": res.head_ref}
 
 
-def test_failing_suite_blocks_naming_the_link(big_repo: Path, tmp_path: Path) -> None:
+def _release_ref_exists(repo: Path) -> bool:
+    import subprocess
+    return subprocess.run(["git", "rev-parse", "--verify", "-q", "refs/heads/release"], cwd=repo,
+                          capture_output=True).returncode == 0
+
+
+def test_missing_suite_blocks_naming_the_link(big_repo: Path, tmp_path: Path) -> None:
+    """The policy requires a suite the queue never defines: the chain lacks that link."""
     props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"))]
     pol = _policy(suites_by_risk={"low": ("unit", "lint")})
     res, ledger, _ = _run(big_repo, props, tmp_path, policy=pol)
     assert res.status == "blocked"
-    assert any(m.startswith("validation:lint: missing") for m in res.missing)
-    import subprocess
-    assert subprocess.run(["git", "rev-parse", "--verify", "-q", "refs/heads/release"],
-                          cwd=big_repo).returncode != 0
+    assert any(m.startswith("validation:lint: missing") for m in res.missing), res.missing
+    assert not _release_ref_exists(big_repo)
+
+
+def test_failing_suite_blocks_naming_the_link(big_repo: Path, tmp_path: Path) -> None:
+    """A required suite that runs and fails on every stack: nothing is promoted, and the
+    missing link names that suite."""
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"))]
+    pol = _policy(suites_by_risk={"low": ("unit", "lint")})
+    lint = {"suite": "command", "name": "lint", "argv": ["sh", "-c", "exit 1"]}
+    res, ledger, _ = _run(big_repo, props, tmp_path, policy=pol, validations=(SUITE, lint))
+    assert res.status == "blocked"
+    assert "validation:lint: failing (failed on the head)" in res.missing, res.missing
+    assert res.why_blocked["p0"]["failing_suites"] == ["lint"]
+    assert not _release_ref_exists(big_repo)
 
 
 def test_culprit_is_ejected_and_the_rest_promoted(big_repo: Path, tmp_path: Path) -> None:

@@ -146,8 +146,7 @@ def test_verify_cli_without_a_ledger_is_bad_input_and_creates_nothing(tmp_path: 
 def test_verify_cli_exit_codes_come_from_error_types(tmp_path: Path) -> None:
     """An unreadable ledger is exit 3 (LedgerUnavailable), a missing one exit 2 (LedgerNotFound)."""
     from coordinator.cli.verify_cmd import exit_code
-    from coordinator.integration.store import LedgerNotFound
-    from ledger import LedgerUnavailable
+    from ledger import LedgerNotFound, LedgerUnavailable
     from registry.errors import DomeError
     assert exit_code(LedgerNotFound("x")) == 2
     assert exit_code(LedgerUnavailable("x")) == 3

@@ -81,7 +81,7 @@ def test_cli_exit_codes_and_human_view(ops_root: Path, signer) -> None:
     bad = dome_cli("ledger", "verify", "--ops-root", str(ops_root))
     assert bad.returncode == 1 and "INVALID" in bad.stdout and "sequence 4" in bad.stdout
     missing = dome_cli("ledger", "verify", "--ops-root", str(ops_root / "nowhere"), "--json")
-    assert missing.returncode == 2 and "LEDGER_NOT_FOUND" in missing.stdout  # no ledger there: bad input
+    assert missing.returncode == 2 and "LEDGER_NOT_FOUND" in missing.stdout
 
 
 @pytest.mark.parametrize("sequence", [TARGET_SEQ, 4])

@@ -34,9 +34,9 @@ def model32(iccad13: Path):
 @pytest.fixture
 def litho_env(iccad13: Path, tmp_path: Path, monkeypatch) -> dict[str, str]:
     """Environment for CLI subprocesses: kernels and a private pin store."""
-    monkeypatch.setenv("DOME_LITHO_KERNELS", str(iccad13))
+    monkeypatch.setenv("DOME_ICCAD13_DATA", str(iccad13))
     monkeypatch.setenv("DOME_LITHO_PINS", str(tmp_path / "pins"))
-    return {"DOME_LITHO_KERNELS": str(iccad13), "DOME_LITHO_PINS": str(tmp_path / "pins")}
+    return {"DOME_ICCAD13_DATA": str(iccad13), "DOME_LITHO_PINS": str(tmp_path / "pins")}
 
 
 def glp(n: int, iccad13: Path) -> Path:

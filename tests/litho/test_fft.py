@@ -20,10 +20,22 @@ def test_engine_transforms_correct_in_the_buggy_configuration():
         assert np.abs(got.numpy() - want).max() < 1e-4
         fwd = fftsafe.fft2_unnorm(got) / (2048 * 2048)
         assert np.abs(fwd.numpy() - x.numpy()).max() < 1e-5
-        # and the trap itself is probed, so the report can say whether this build has it
-        assert isinstance(fftsafe.affected_by_known_bug(), bool)
+        # the probe's answer matches what torch's own normalised ifft2 does to a DC impulse here
+        dc = torch.zeros(2048, 2048, dtype=torch.complex64)
+        dc[0, 0] = 2048 * 2048
+        wrong_here = np.abs(torch.fft.ifft2(dc).numpy() - 1.0).max() > 1e-3
+        assert fftsafe.affected_by_known_bug() is bool(wrong_here)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_bug_probe_tells_a_wrong_ifft2_from_a_right_one(monkeypatch):
+    """The probe reports the bug exactly when the normalised ifft2 misses the 1/N^2 factor."""
+    right = lambda x: torch.from_numpy(np.fft.ifft2(x.numpy()).astype(np.complex64))  # noqa: E731
+    monkeypatch.setattr(torch.fft, "ifft2", right)
+    assert fftsafe.affected_by_known_bug(256) is False
+    monkeypatch.setattr(torch.fft, "ifft2", lambda x: right(x) * (256 * 256))
+    assert fftsafe.affected_by_known_bug(256) is True
 
 
 def test_self_test_passes_and_catches_a_wrong_transform(monkeypatch):

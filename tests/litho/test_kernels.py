@@ -38,8 +38,23 @@ def test_scales_parse_and_count_check():
         parse_scales("3\n1.0\n")
 
 
-def test_bin_and_pt_kernels_agree(iccad13):
-    a, b = load_iccad13(iccad13, "bin"), load_iccad13(iccad13, "pt")
+def _openilt_pt_dir(iccad13, tmp_path):
+    """A kernels_pt folder: the real one when the data folder has it, else one written from
+    the .bin kernels in OpenILT's tensor layout ((n, n, K) complex64 kernels, (K,) float32 scales)."""
+    if (iccad13 / "kernels_pt").is_dir():
+        return iccad13
+    import torch
+
+    out = tmp_path / "iccad13"
+    (out / "kernels_pt").mkdir(parents=True)
+    for name, ks in load_iccad13(iccad13, "bin").items():
+        torch.save(torch.from_numpy(ks.kernels).permute(1, 2, 0).contiguous(), out / "kernels_pt" / f"kernel_{name}.pt")
+        torch.save(torch.from_numpy(ks.weights.astype(np.float32)), out / "kernels_pt" / f"scales_{name}.pt")
+    return out
+
+
+def test_pt_kernels_in_openilt_layout_load_as_the_bin_kernels(iccad13, tmp_path):
+    a, b = load_iccad13(iccad13, "bin"), load_iccad13(_openilt_pt_dir(iccad13, tmp_path), "pt")
     for name in ("focus", "defocus"):
         assert a[name].kernels.shape == (24, 35, 35)
         assert np.array_equal(a[name].kernels, b[name].kernels)

@@ -55,3 +55,15 @@ async def connect(path: str, mode: str, ops_root: Path, *, consent_mode: str = "
 def job_files(ops_root: Path) -> list[dict[str, Any]]:
     d = ops_root / "mcp" / "jobs"
     return [json.loads(p.read_text()) for p in sorted(d.glob("job_*.json"))] if d.is_dir() else []
+
+
+async def poll_done(client: Client, job_id: str, timeout: float = 240) -> dict[str, Any]:
+    """Poll a job through the MCP client until it leaves queued/running; its last status."""
+    import anyio
+
+    with anyio.fail_after(timeout):
+        while True:
+            st = (await client.call_tool("poll", {"job_id": job_id})).structured_content
+            if st["status"] not in ("queued", "running"):
+                return st
+            await anyio.sleep(0.25)

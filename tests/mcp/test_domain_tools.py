@@ -62,6 +62,7 @@ async def test_klayout_session_survives_worker_crash(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 async def test_byte_identity_cli_inproc_subprocess(tmp_path, iccad13):
     layout = iccad13 / "layouts" / "M1_test1.glp"
     direct = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "litho", "eval", "--layout", str(layout),

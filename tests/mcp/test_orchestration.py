@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import json
 
-import anyio
 import pytest
 
 from tests.conftest import REPO_ROOT
 
-from .conftest import connect
+from .conftest import connect, poll_done
 
 pytestmark = pytest.mark.anyio
 
@@ -19,15 +18,6 @@ def _queue(tmp_path, repo):
     path = tmp_path / "work.queue.json"
     path.write_text(json.dumps(q))
     return path
-
-
-async def _poll_done(client, job_id, timeout=240):
-    with anyio.fail_after(timeout):
-        while True:
-            st = (await client.call_tool("poll", {"job_id": job_id})).structured_content
-            if st["status"] not in ("queued", "running"):
-                return st
-            await anyio.sleep(0.25)
 
 
 @pytest.mark.slow
@@ -41,7 +31,7 @@ async def test_run_submit_poll_promote(tmp_path, git_repo, consent_mode):
         assert run_id and job_id.startswith("job_")
         again = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-hello-1"})
         assert again.structured_content["job_id"] == job_id and again.structured_content["deduplicated"] is True
-        done = await _poll_done(client, job_id)
+        done = await poll_done(client, job_id)
         assert done["status"] == "succeeded", done
         assert done["result"]["run_id"] == run_id
         status = await client.call_tool("run_status", {"run_id": run_id})

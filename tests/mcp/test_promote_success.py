@@ -6,12 +6,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import anyio
 import pytest
 
 from tests.conftest import GATED_REF, gated_queue
 
-from .conftest import connect
+from .conftest import connect, poll_done
 
 pytestmark = pytest.mark.anyio
 
@@ -23,13 +22,13 @@ def _rev(repo: Path, ref: str) -> str | None:
     return p.stdout.strip() if p.returncode == 0 else None
 
 
-async def _poll_done(client, job_id, timeout=120):
-    with anyio.fail_after(timeout):
-        while True:
-            st = (await client.call_tool("poll", {"job_id": job_id})).structured_content
-            if st["status"] not in ("queued", "running"):
-                return st
-            await anyio.sleep(0.25)
+async def _held_run(client, queue: Path, key: str) -> tuple[str, dict]:
+    """Submit the gated queue and wait: (run_id, the finished job), held at the human gate."""
+    sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": key})
+    assert not sub.is_error, sub.content[0].text
+    done = await poll_done(client, sub.structured_content["job_id"])
+    assert done["status"] == "succeeded" and done["result"]["summary"]["awaiting_consent"] is True, done
+    return sub.structured_content["run_id"], done
 
 
 async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
@@ -37,11 +36,7 @@ async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
     queue = gated_queue(tmp_path, git_repo)
     assert _rev(git_repo, TO_REF) is None
     async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
-        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-gated-1"})
-        assert not sub.is_error, sub.content[0].text
-        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
-        done = await _poll_done(client, job_id)
-        assert done["status"] == "succeeded", done
+        run_id, done = await _held_run(client, queue, "submit-gated-1")
         result = done["result"]
         assert result["outcome"] == "blocked", result
         token_file = ops / "runs" / run_id / "gate" / "consent.token"
@@ -74,10 +69,7 @@ async def test_promote_success_lenient_host_reads_the_gate_token(tmp_path, git_r
     ops = tmp_path / "ops"
     queue = gated_queue(tmp_path, git_repo)
     async with connect("inproc", "legacy", ops, consent_mode="lenient") as client:
-        sub = await client.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": "submit-gated-2"})
-        run_id, job_id = sub.structured_content["run_id"], sub.structured_content["job_id"]
-        done = await _poll_done(client, job_id)
-        assert done["result"]["summary"]["awaiting_consent"] is True, done
+        run_id, _ = await _held_run(client, queue, "submit-gated-2")
         ask = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-3"})
         assert ask.is_error and ask.structured_content["code"] == "CONSENT_REQUIRED"
         confirm = ask.structured_content["details"]["consent_token"]
@@ -90,3 +82,26 @@ async def test_promote_success_lenient_host_reads_the_gate_token(tmp_path, git_r
         reuse = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-4",
                                                    "consent_token": confirm})
         assert reuse.is_error and reuse.structured_content["code"] == "CONSENT_INVALID"
+
+
+async def test_promote_passes_a_token_that_starts_with_a_dash_as_a_value(tmp_path, git_repo):
+    """A consent token is data. One that begins with "-" reaches `dome promote` as the value of
+    --consent (a wrong one is refused with a typed error), never as an unknown option that
+    makes the command exit 2 with no JSON; the real token still promotes after it."""
+    ops = tmp_path / "ops"
+    queue = gated_queue(tmp_path, git_repo)
+    async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
+        run_id, _ = await _held_run(client, queue, "submit-dash")
+        token_file = ops / "runs" / run_id / "gate" / "consent.token"
+        assert token_file.is_file()
+        token = token_file.read_text().strip()
+        assert not token.startswith("-")  # tokens a person pastes after --consent
+        wrong = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-dash-1",
+                                                   "consent_token": "-" + token[1:]})
+        assert wrong.is_error, wrong.content[0].text
+        assert wrong.structured_content["code"].startswith("CONSENT_"), wrong.structured_content
+        assert _rev(git_repo, TO_REF) is None
+        ok = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-dash-2",
+                                                "consent_token": token})
+        assert not ok.is_error, ok.content[0].text
+        assert _rev(git_repo, TO_REF) == ok.structured_content["head_ref"]

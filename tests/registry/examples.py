@@ -6,7 +6,7 @@ any other area (those build their own artifacts through their own code).
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Iterator
 
 SHA = "3f786850e387550fdab836ed7e6dc881de23001b"
 TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -145,3 +145,53 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 def example(name: str) -> dict[str, Any]:
     """A deep copy of the example for schema `name`."""
     return copy.deepcopy(EXAMPLES[name])
+
+
+# Single-field mutations of an example: an unknown key at every level, each key dropped,
+# suffixed and replaced by values of other JSON types (what validator tests sweep over).
+MUTANTS: list[Any] = [None, 12345, 1.5, "x", True, [], {}, "sha256:" + "0" * 64]
+
+
+def _paths(node: Any, path: tuple = ()) -> Iterator[tuple]:
+    if isinstance(node, dict):
+        yield path
+        for k, v in node.items():
+            yield from _paths(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _paths(v, path + (i,))
+
+
+def mutations(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for path in list(_paths(data)):
+        parent = data
+        for step in path:
+            parent = parent[step]
+        extra = copy.deepcopy(data)
+        target = extra
+        for step in path:
+            target = target[step]
+        target["zz_unknown"] = 1
+        yield f"{path}+zz_unknown", extra
+        for key in list(parent):
+            dropped = copy.deepcopy(data)
+            target = dropped
+            for step in path:
+                target = target[step]
+            del target[key]
+            yield f"{path}-{key}", dropped
+            if isinstance(parent[key], str):
+                for suffix in ("\n", "\u0661", " "):
+                    changed = copy.deepcopy(data)
+                    target = changed
+                    for step in path:
+                        target = target[step]
+                    target[key] = target[key] + suffix
+                    yield f"{path}.{key}+={suffix!r}", changed
+            for value in MUTANTS:
+                changed = copy.deepcopy(data)
+                target = changed
+                for step in path:
+                    target = target[step]
+                target[key] = copy.deepcopy(value)
+                yield f"{path}.{key}={value!r}", changed

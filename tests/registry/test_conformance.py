@@ -1,19 +1,17 @@
-"""Artifacts produced by other areas' real code conform to the contracts:
-the schema and the model both accept them."""
+"""Artifacts produced by other areas' real code conform to the contracts: their schemas
+(the source of truth) accept them."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from registry import schema_store
-from registry.models import ControlEvent, Envelope
 from registry.signing import SigningKey
 
 
 def test_ledger_records_are_valid_envelopes_and_control_events(tmp_path: Path) -> None:
-    ledger_mod = pytest.importorskip("ledger")
-    ledger = ledger_mod.Ledger.open(None, tmp_path)
+    from ledger import Ledger
+
+    ledger = Ledger.open(None, tmp_path)
     key = SigningKey(bytes(range(32)))
     records = [
         ledger.append("run-1", "run.started", {"seed": 7}),
@@ -24,13 +22,11 @@ def test_ledger_records_are_valid_envelopes_and_control_events(tmp_path: Path) -
     records += ledger.events("run-1")
     for record in records:
         data = record.to_json()
-        for name, model in (("envelope", Envelope), ("control_event", ControlEvent)):
+        for name in ("envelope", "control_event"):
             schema_store.validate(name, data)
-            assert model.model_validate(data).to_json_obj() == data
 
 
 def test_worker_built_proposals_are_schema_valid_and_sealed_by_the_one_rule(git_repo: Path) -> None:
-    from registry.models import PatchProposal
     from registry.sealing import check_seal
     from tests.conftest import git
     from worker_sdk.proposal import build_proposal
@@ -49,7 +45,6 @@ def test_worker_built_proposals_are_schema_valid_and_sealed_by_the_one_rule(git_
     assert built is not None
     proposal, _diff = built
     schema_store.validate("patch_proposal", proposal)
-    PatchProposal.model_validate(proposal)
     assert check_seal(proposal, require_signature=False) is None
 
 
@@ -61,7 +56,6 @@ def test_scheduler_decisions_have_the_contract_shape() -> None:
     from coordinator.runstate import fold
     from coordinator.scheduler import SchedulerPolicy
     from coordinator.workqueue import parse_work_queue
-    from registry.models import SchedulingDecision
 
     def task(nid: str, deps: list[str], **extra: object) -> dict:
         return {"node_id": nid, "dependencies": deps, "containers": [], "required_capabilities": ["write"],
@@ -76,4 +70,3 @@ def test_scheduler_decisions_have_the_contract_shape() -> None:
     assert decision is not None
     stamped = {"version": "1.0.0", "created_at": "2026-01-01T00:00:00Z", "producer": "coordinator", **decision}
     schema_store.validate("scheduling_decision", stamped)
-    SchedulingDecision.model_validate(stamped)

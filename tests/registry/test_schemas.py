@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from registry import schema_store
+from registry.check import schema_refs
 from registry.errors import SchemaValidationError
-from tests.registry.examples import SHA, example
+from tests.registry.examples import SHA, example, mutations
 
 ARTIFACTS = ["tool_profile", "patch_proposal", "stack_plan", "apply_result", "validation_report",
              "promotion_decision", "scheduling_decision", "selection_decision", "conflict_decision"]
@@ -24,18 +25,6 @@ OPEN = ["envelope", "control_event", "error_object", *[a for a in ARTIFACTS if a
 HEADER_FIELDS = ["artifact_kind", "version", "object_id", "run_id", "wave_id", "task_id", "node_id",
                  "base_ref", "base_tree_hash", "created_at", "producer", "subject", "determinism_seed",
                  "inputs_hash", "payload_digest", "canonicalization", "kid", "signature"]
-
-
-def _refs(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k == "$ref" and isinstance(v, str):
-                yield v
-            else:
-                yield from _refs(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _refs(v)
 
 
 def test_every_required_schema_exists() -> None:
@@ -59,7 +48,7 @@ def test_contract_schema_has_a_description(name: str) -> None:
 def test_every_ref_resolves(name: str) -> None:
     schema = schema_store.load_schema(name)
     resolver = schema_store._registry().resolver(base_uri=schema["$id"])
-    for ref in _refs(schema):
+    for ref in schema_refs(schema):
         resolved = resolver.lookup(ref)
         assert isinstance(resolved.contents, dict), ref
 
@@ -261,12 +250,10 @@ def test_every_error_is_reported_with_path_and_a_useful_message() -> None:
 def test_bundled_validator_agrees_with_reference_resolution(name: str) -> None:
     """validator() inlines every $ref for speed; verdicts and error paths must
     equal those of a plain validator that resolves refs through the registry."""
-    from tests.registry.test_model_drift import _mutations
-
     plain = Draft202012Validator(schema_store.load_schema(name), registry=schema_store._registry())
     fast = schema_store.validator(name)
     assert "$ref" not in json.dumps(fast.schema)
-    for label, data in _mutations(example(name)):
+    for label, data in mutations(example(name)):
         if "+=" in label:
             continue  # string suffixes: ECMA pattern semantics differ from stock jsonschema on purpose
         want = sorted("/".join(map(str, e.absolute_path)) for e in plain.iter_errors(data))
@@ -325,29 +312,6 @@ def test_every_tool_request_schema_is_closed_and_every_response_open() -> None:
     assert not open_wrong, f"response schemas that refuse unknown fields: {open_wrong}"
 
 
-def _model_patterns() -> list[str]:
-    """Patterns of the contract schemas (the ones registry.models mirror).
-    Area schemas may use \\d, which ECMA reads as ASCII and pydantic's Rust
-    engine as Unicode; models only use patterns written with [0-9]."""
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("pattern"), str):
-                found.add(node["pattern"])
-            for k, v in node.items():
-                if k not in ("const", "enum", "examples", "default"):
-                    walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    for name in schema_store.schema_names():
-        if "/" not in name:
-            walk(schema_store.load_schema(name))
-    return sorted(found)
-
-
 def test_patterns_end_at_the_end_of_the_string_as_in_ecma_262() -> None:
     """Python's `$` also matches before a final newline; JSON Schema's (ECMA) does not."""
     ev = example("spawn_spec")
@@ -362,22 +326,3 @@ def test_patterns_end_at_the_end_of_the_string_as_in_ecma_262() -> None:
     assert not schema_store.ecma_regex(r"^\d+$").search("\u0661\u0662")
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.sampled_from(_model_patterns()),
-       st.text(alphabet=st.sampled_from(list("aZ09._:@/+-$ \n\t\u0661\u00e9=")), max_size=12))
-def test_schema_patterns_agree_with_pydantic_regex(pattern: str, text: str) -> None:
-    """Models (pydantic, Rust regex) and schemas (jsonschema + ecma_regex) read
-    every contract pattern the same way."""
-    from pydantic import StringConstraints, TypeAdapter, ValidationError
-    from typing import Annotated
-
-    try:
-        adapter = TypeAdapter(Annotated[str, StringConstraints(pattern=pattern)])
-    except Exception:  # a pattern the Rust engine cannot compile: not used by models
-        return
-    try:
-        adapter.validate_python(text)
-        model_ok = True
-    except ValidationError:
-        model_ok = False
-    assert bool(schema_store.ecma_regex(pattern).search(text)) == model_ok, (pattern, text)

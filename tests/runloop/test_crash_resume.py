@@ -55,6 +55,7 @@ def check_run(ledger, run_id: str, nodes: list[str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 @pytest.mark.skipif(not probe_bwrap()[0], reason="bubblewrap cannot create namespaces here")
 def test_kill_9_at_random_points_then_resume(git_repo, ops_root, tmp_path):
     from coordinator.keys import load_keyring

@@ -12,7 +12,7 @@ from coordinator.executors.sandbox import probe_bwrap
 from tests.conftest import dome_cli
 from tests.runloop.conftest import cmd_task, write_queue
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),
               pytest.mark.skipif(not probe_bwrap()[0], reason="bubblewrap cannot create namespaces here")]
 
 

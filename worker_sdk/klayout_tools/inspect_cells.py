@@ -6,7 +6,6 @@ from typing import Any
 
 import klayout.db as kdb
 
-from .errors import InvalidTarget
 from .layers import layer_ref, sorted_layer_indexes
 from .loader import cell_or_error
 from .sessions import Session
@@ -145,6 +144,3 @@ def list_layers(session: Session) -> dict[str, Any]:
     return {"session_id": session.id, "layers": out}
 
 
-def check_depth(depth: int, maximum: int) -> None:
-    if depth > maximum:
-        raise InvalidTarget("depth exceeds the maximum", details={"depth": depth, "max": maximum})

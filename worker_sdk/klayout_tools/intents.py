@@ -38,29 +38,7 @@ from .errors import InvalidTarget
 from .paths import resolve_allowed
 from .sessions import SessionStore
 
-try:  # the run-loop's types, when that package is present
-    from worker_sdk.intents import IntentContext, IntentResult  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - minimal stand-ins with the agreed fields
-    from dataclasses import dataclass, field
-    from typing import Callable
-
-    from worker_sdk.cancel import CancellationToken
-
-    @dataclass
-    class IntentContext:  # type: ignore[no-redef]
-        scratch: Path
-        action: dict[str, Any]
-        seed: int
-        token: CancellationToken
-        progress: Callable[[float, str], None] = lambda fraction, message="": None
-        put_artifact: Callable[[bytes, str], str] = lambda data, media_type="application/octet-stream": ""
-        limits: dict[str, Any] = field(default_factory=dict)
-
-    @dataclass
-    class IntentResult:  # type: ignore[no-redef]
-        summary: dict[str, Any] = field(default_factory=dict)
-        evidence: list[dict[str, Any]] = field(default_factory=list)
-        metrics: dict[str, Any] = field(default_factory=dict)
+from worker_sdk.intents import IntentContext, IntentResult
 
 
 def _validate(name: str, action: dict[str, Any]) -> None:

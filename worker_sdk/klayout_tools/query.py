@@ -51,20 +51,6 @@ TYPE_RANK = {code: KIND_RANK[k] for code, k in TYPE_KIND.items()}
 POLYGON_RANK = KIND_RANK["polygon"]
 
 
-def _kind(shape: kdb.Shape) -> str:
-    if shape.is_box():
-        return "box"
-    if shape.is_path():
-        return "path"
-    if shape.is_text():
-        return "text"
-    if shape.is_edge():
-        return "edge"
-    if shape.is_point():
-        return "point"
-    return "polygon"
-
-
 def _geometry(shape: kdb.Shape, kind: str, trans: kdb.ICplxTrans) -> Any:
     if kind == "box":
         return shape.box.transformed(trans) if trans.is_ortho() else shape.polygon.transformed(trans)

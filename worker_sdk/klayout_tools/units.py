@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import klayout.db as kdb
 
@@ -21,17 +20,8 @@ def box_dbu(box: kdb.Box) -> dict[str, int]:
     return {"left": int(box.left), "bottom": int(box.bottom), "right": int(box.right), "top": int(box.top)}
 
 
-def empty_box() -> dict[str, float]:
-    return {"left": 0.0, "bottom": 0.0, "right": 0.0, "top": 0.0}
-
-
 def to_dbu(value_um: float, dbu: float) -> int:
     return int(round(value_um / dbu))
-
-
-def dbox_to_box(box: dict[str, Any], dbu: float) -> kdb.Box:
-    return kdb.Box(to_dbu(box["left"], dbu), to_dbu(box["bottom"], dbu),
-                   to_dbu(box["right"], dbu), to_dbu(box["top"], dbu))
 
 
 def finite(*values: float) -> bool:

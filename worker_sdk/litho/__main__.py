@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--layout", required=True, help=".glp, .gds or .oas")
         sp.add_argument("--layer", help="layer L/D for GDS/OASIS")
         sp.add_argument("--fill", choices=["lithobench", "exact"], default="lithobench")
-        sp.add_argument("--kernels", help="ICCAD 2013 data folder (default $DOME_LITHO_KERNELS or ../shared/data/iccad13)")
+        sp.add_argument("--kernels", help="ICCAD 2013 data folder (default $DOME_ICCAD13_DATA, else the copy examples/iccad13/data ships)")
         sp.add_argument("--device", help="cpu or cuda[:n] (default: cuda when available)")
         sp.add_argument("--threads", type=int, help="CPU threads (default: $DOME_WORKER_CPUS, else the CPUs this process may use)")
         sp.add_argument("--corners", type=_corners, help="process window: iccad13 (default) or name:kernels:dose,... "

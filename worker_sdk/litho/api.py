@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import threading
 import time
 import uuid
@@ -21,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from registry.canonical import digest_bytes
+from registry.datasets import iccad13_data
 from registry.schema_store import validate
 from worker_sdk.cancel import NEVER, CancellationToken, Cancelled
 
@@ -42,25 +42,16 @@ def dumps(response: dict[str, Any]) -> str:
 
 
 def kernels_dir(request: dict[str, Any]) -> Path:
-    if request.get("kernels"):
-        return Path(request["kernels"])
-    if os.environ.get("DOME_LITHO_KERNELS"):
-        return Path(os.environ["DOME_LITHO_KERNELS"])
-    shared = os.environ.get("DOME_SHARED")
-    if shared:
-        return Path(shared) / "data" / "iccad13"
-    here = Path(__file__).resolve()
-    for parent in here.parents[2:]:  # the checkout's siblings: <dir>/shared/data/iccad13
-        cand = parent / "shared" / "data" / "iccad13"
-        if cand.is_dir():
-            return cand
-    shipped = here.parents[2] / "examples" / "iccad13" / "data"  # the copy a source checkout ships
-    if (shipped / "kernels_bin").is_dir():
-        return shipped
-    return here.parents[3] / "shared" / "data" / "iccad13"
+    """The ICCAD 2013 data folder for a request: its `kernels`, else the one resolver's answer."""
+    d = iccad13_data(request.get("kernels"))
+    if d is None:
+        raise BadRequest("no ICCAD 2013 data folder", code="LITHO_KERNELS_NOT_FOUND",
+                         hints=["pass kernels=<dir> or set DOME_ICCAD13_DATA"])
+    return d
 
 
-def _model(request: dict[str, Any], dtype: str = "float64"):
+def load_model(request: dict[str, Any], dtype: str = "float64"):
+    """The SOCS model for a request (its kernels folder, kernel source and device), cached per process."""
     import torch
 
     from . import fftsafe
@@ -72,7 +63,7 @@ def _model(request: dict[str, Any], dtype: str = "float64"):
     d = kernels_dir(request)
     if not (d / "kernels_bin").is_dir() and not (d / "kernels_pt").is_dir():
         raise BadRequest(f"no ICCAD 2013 kernels under {d}", code="LITHO_KERNELS_NOT_FOUND",
-                         hints=["pass kernels=<dir> or set DOME_LITHO_KERNELS"])
+                         hints=["pass kernels=<dir> or set DOME_ICCAD13_DATA"])
     source = request.get("kernel_source", "bin")
     device = request.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
     model = get_model(d, 2048, device=device, dtype=getattr(torch, dtype), kernel_source=source)
@@ -251,7 +242,7 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None) ->
     validate("litho/evaluate_request", request)
     token = token or NEVER
     inp = _load_inputs(request)
-    model = _model(request)
+    model = load_model(request)
     window = _window(request, model)
     tile = {"auto": None, "always": True, "never": False}[request.get("tile", "auto")]
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
@@ -281,7 +272,7 @@ def evaluate_batch(requests: list[dict[str, Any]], token: CancellationToken | No
         groups.setdefault(key, []).append(i)
     for idx in groups.values():
         first = requests[idx[0]]
-        model = _model(first)
+        model = load_model(first)
         window = _window(first, model)
         inputs = [_load_inputs(requests[i]) for i in idx]
         for i, inp in zip(idx, inputs):
@@ -338,7 +329,7 @@ def _evaluate_response(request: dict[str, Any], inp: _Inputs, model, ev, token: 
 
 def resolve_violation(request: dict[str, Any], model=None) -> dict[str, Any]:
     """Resolve optimize's violation_id: session cache first, else from the id itself with a pinned layout."""
-    model = model or _model(request)
+    model = model or load_model(request)
     vid = request["violation_id"]
     scope = request.get("scope", "group")
     session = request.get("session_id", "default")
@@ -416,8 +407,8 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     rules = _mask_rules(request.get("mrc"))
     token = token or NEVER
     t0 = time.perf_counter()
-    model64 = _model(request, "float64")
-    model32 = _model(request, "float32")
+    model64 = load_model(request, "float64")
+    model32 = load_model(request, "float32")
     window = _window(request, model64)
     resolved = None
     req = dict(request)
@@ -497,7 +488,7 @@ def simulate(request: dict[str, Any], token: CancellationToken | None = None) ->
     validate("litho/simulate_request", request)
     token = token or NEVER
     inp = _load_inputs(request)
-    model = _model(request)
+    model = load_model(request)
     window = _window(request, model)
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, window=window,
                   token=token)

@@ -9,8 +9,6 @@ LAYOUT_AREA_NM2_MAX = 5.0e10
 VIOLATION_COUNT_MAX = 50_000
 MAX_VIOLATIONS_PER_RESPONSE = 10_000
 
-ENGINE_PATH_VALUES = ("single_pass", "rerun_required", "conditional", "unsupported")
-
 
 def capabilities() -> dict[str, Any]:
     conditional = {

@@ -167,16 +167,8 @@ class SOCSModel:
     def printed(self, mask: torch.Tensor, corners: Sequence[Corner] = CORNERS, *, threshold: float = THRESHOLD,
                 token: CancellationToken = NEVER) -> dict[str, torch.Tensor]:
         """Constant-threshold resist: printed = I >= threshold, per corner (bool [B, N, N])."""
-        spec = self.mask_spectrum(mask)
-        base: dict[str, torch.Tensor] = {}
-        result: dict[str, torch.Tensor] = {}
-        for corner in corners:
-            token.check()
-            if corner.kernel not in base:
-                base[corner.kernel] = self.synthesize(self.intensity_coeffs(spec, corner.kernel))
-            # I*d^2 >= t  <=>  I >= t/d^2 ; computed as the product to match a direct model
-            result[corner.name] = base[corner.kernel] * (corner.dose ** 2) >= threshold
-        return result
+        # I*d^2 >= t, computed as the product (not I >= t/d^2) to match a direct model
+        return {name: image >= threshold for name, image in self.aerial(mask, corners, token=token).items()}
 
 
 def sigmoid_resist(intensity: torch.Tensor, threshold: float = THRESHOLD, steepness: float = SIGMOID_STEEPNESS) -> torch.Tensor:

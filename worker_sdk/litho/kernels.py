@@ -13,7 +13,6 @@ import numpy as np
 
 from .errors import KernelFormatError
 
-BIN_SIZE = 9824
 BIN_HEADER = 20
 
 

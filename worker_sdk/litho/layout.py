@@ -18,13 +18,12 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .errors import LayoutFormatError
 
-Fill = Literal["lithobench", "exact"]
 FILLS: tuple[str, ...] = ("lithobench", "exact")
 CANVAS = 2048
 A2ILT_ORIGIN = 547  # exact-area PNGs of A2-ILT / Neural-ILT put the bbox minimum here
@@ -303,14 +302,3 @@ def write_mask_layout(mask: np.ndarray, path: Path | str, shift: tuple[int, int]
     return region.count()
 
 
-def layout_from_region(region, source: str = "", layer: str = "") -> Layout:
-    import klayout.db as kdb
-
-    polys = []
-    for poly in region.each():
-        if poly.holes():
-            for piece in kdb.Region(poly).decompose_convex():
-                polys.append(_kpoly_points(piece, 1.0))
-        else:
-            polys.append(_kpoly_points(poly, 1.0))
-    return Layout(tuple(polys), source, layer)

@@ -69,7 +69,7 @@ def render(layout_path: Path, mask_path: Path, out: Path, *, kernels: str | None
     from .layout import load_layout
 
     request = {"kernels": kernels} if kernels else {}
-    model = api._model(request, "float32")
+    model = api.load_model(request, "float32")
     layout = load_layout(layout_path)
     mask_layout = load_layout(mask_path) if mask_path.suffix.lower() != ".png" else None
     mask = None

@@ -1,4 +1,4 @@
-"""TEST-ONLY: a module that prints to stdout when imported (see worker_sdk.mcp_testing.test_noisy)."""
+"""TEST-ONLY: a module that prints to stdout when imported (see worker_sdk.testing.mcp_tools.test_noisy)."""
 import os
 import sys
 

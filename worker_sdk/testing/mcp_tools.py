@@ -77,7 +77,7 @@ def test_crash_now(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_noisy(req: dict[str, Any]) -> dict[str, Any]:
-    import worker_sdk._noisy_import  # noqa: F401  (prints at import)
+    import worker_sdk.testing.noisy_import  # noqa: F401  (prints at import)
 
     for i in range(int(req.get("lines", 3))):
         print(f"noisy print {i}")
