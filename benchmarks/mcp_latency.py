@@ -9,8 +9,12 @@
    `health` on dome, of an `echo` tool on the minimal SDK server.
 3. input validation: dome's compiled closed-schema check of an `evaluate` request,
    beside the generic registry.schema_store.validate of the same request.
+4. query_region on a small layout: the KLayout API called directly in this process,
+   beside the same request through `dome mcp` over stdio (host + worker), interleaved
+   in rounds so machine load hits both alike.
 
-Targets: cold start <= 300 ms, trivial call p50 <= 2 ms, validation <= 0.1 ms.
+Targets: cold start <= 300 ms, trivial call p50 <= 2 ms, validation <= 0.1 ms,
+query_region through the front door <= 2 x direct + 2 ms.
 """
 from __future__ import annotations
 
@@ -125,6 +129,64 @@ def validation_times(n: int = 20000) -> tuple[float, float]:
     return ours, generic
 
 
+def _bars_gds(path: Path) -> None:
+    import klayout.db as kdb
+
+    ly = kdb.Layout()
+    ly.dbu = 0.001
+    top = ly.create_cell("TOP")
+    layer = ly.layer(1, 0)
+    for i in range(50):
+        top.shapes(layer).insert(kdb.Box(i * 3000, 0, i * 3000 + 2000, 10000))
+    ly.write(str(path))
+
+
+def query_region_overhead(tmp: Path, env: dict[str, str], calls: int, rounds: int = 5) -> tuple[list[float], list[float]]:
+    """(direct, front door) seconds per query_region call, measured in this one process."""
+    gds = tmp / "bars.gds"
+    _bars_gds(gds)
+    env = {**env, "KLAYOUT_MCP_ALLOWED_ROOTS": str(tmp), "DOME_MCP_NO_FASTPATH": "1"}
+    os.environ.update(KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp), KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp / "direct-artifacts"))
+    from worker_sdk.klayout_tools import api
+    from worker_sdk.klayout_tools.sessions import SessionStore
+
+    store = SessionStore()
+    box = {"left": 0, "bottom": 0, "right": 20, "top": 10}
+    direct_req = {"session_id": api.open_layout({"path": str(gds)}, store=store)["session_id"], "box": box}
+    proc = _spawn([sys.executable, "-m", "coordinator.cli.main", "mcp", "--ops-root", str(tmp / "ops-q")], env)
+    proc.stdin.write(_frame(INIT) + _frame(INITIALIZED))
+    proc.stdin.flush()
+    _read_id(proc, 1)
+    proc.stdin.write(_frame({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                             "params": {"name": "open_layout", "arguments": {"path": str(gds)}}}))
+    proc.stdin.flush()
+    sid = _read_id(proc, 2)["result"]["structuredContent"]["session_id"]
+    direct: list[float] = []
+    door: list[float] = []
+    rid = 10
+    for r in range(rounds):
+        for i in range(calls // rounds + (5 if r == 0 else 0)):
+            t0 = time.perf_counter()
+            api.query_region(direct_req, store=store)
+            dt = time.perf_counter() - t0
+            if r or i >= 5:
+                direct.append(dt)
+        for i in range(calls // rounds + (5 if r == 0 else 0)):
+            rid += 1
+            req = _frame({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                          "params": {"name": "query_region", "arguments": {"session_id": sid, "box": box}}})
+            t0 = time.perf_counter()
+            proc.stdin.write(req)
+            proc.stdin.flush()
+            _read_id(proc, rid)
+            dt = time.perf_counter() - t0
+            if r or i >= 5:
+                door.append(dt)
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    return direct, door
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
@@ -148,6 +210,11 @@ def main() -> int:
     base = call_latency(minimal, env, "echo", a.calls)
     res.update({"call_p50_ms_dome": pct(ours, 0.5) * 1e3, "call_p99_ms_dome": pct(ours, 0.99) * 1e3,
                 "call_p50_ms_minimal_sdk": pct(base, 0.5) * 1e3, "call_p99_ms_minimal_sdk": pct(base, 0.99) * 1e3})
+    q_direct, q_door = query_region_overhead(tmp, env, a.calls)
+    res.update({"query_region_p50_ms_direct": pct(q_direct, 0.5) * 1e3,
+                "query_region_p50_ms_front_door": pct(q_door, 0.5) * 1e3,
+                "query_region_p90_ms_front_door": pct(q_door, 0.9) * 1e3})
+    res["query_region_target_ms"] = 2 * res["query_region_p50_ms_direct"] + 2.0
     v_ours, v_generic = validation_times()
     res.update({"validation_ms_dome": v_ours * 1e3, "validation_ms_generic_jsonschema": v_generic * 1e3})
     load = os.getloadavg()[0]
@@ -163,6 +230,10 @@ def main() -> int:
     print(f"trivial call over stdio ({a.calls} sequential):")
     print(f"  dome health                 p50 {res['call_p50_ms_dome']:6.2f} ms  p99 {res['call_p99_ms_dome']:6.2f} ms   target p50 <= 2")
     print(f"  minimal SDK echo            p50 {res['call_p50_ms_minimal_sdk']:6.2f} ms  p99 {res['call_p99_ms_minimal_sdk']:6.2f} ms")
+    print(f"query_region, small layout ({a.calls} calls each, interleaved rounds):")
+    print(f"  direct API call (this process) p50 {res['query_region_p50_ms_direct']:6.2f} ms")
+    print(f"  through dome mcp over stdio    p50 {res['query_region_p50_ms_front_door']:6.2f} ms  "
+          f"p90 {res['query_region_p90_ms_front_door']:6.2f} ms   target <= {res['query_region_target_ms']:.2f}")
     print("input validation (evaluate request):")
     print(f"  dome compiled closed schema {res['validation_ms_dome'] * 1e3:8.1f} us   target <= 100")
     print(f"  generic jsonschema validate {res['validation_ms_generic_jsonschema'] * 1e3:8.1f} us")

@@ -40,8 +40,7 @@ def stamp(result: Mapping[str, Any], request: Mapping[str, Any], *, tool: str,
     run_id = request.get("run_id") or out.get("run_id")
     if run_id is not None:
         prov["run_id"] = run_id
-    revision = out.get("revision_id") or out.get("head_sha")
-    if revision is not None:
-        prov["revision_id"] = revision
+    # always present, null when the result is about no revision: every block has the same keys
+    prov["revision_id"] = out.get("revision_id") or out.get("head_sha") or out.get("head")
     out["provenance"] = prov
     return out

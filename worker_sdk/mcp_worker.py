@@ -12,6 +12,7 @@ prints, noisy imports and child processes never reach the protocol pipe.
 Hidden host-facing tools (not in any contract):
   dome_job_state {job_id, wait_s}   wait up to wait_s for a cancelled job's thread to stop
   dome_probe {tool, arguments}      the ProbeRequired probe: did an earlier attempt take effect?
+  dome_session_restore {...}        re-create a KLayout session under its own id after a restart
 """
 from __future__ import annotations
 
@@ -40,7 +41,11 @@ TOOLS: dict[str, str] = {
         "open_layout", "close_session", "list_cells", "describe_cell", "list_layers", "query_region",
         "measure_geometry", "analyze_waveguide", "set_view", "render_view", "run_drc_script",
         "extract_markers")},
+    "dome_session_restore": "worker_sdk.klayout_tools.api:restore_session",
 }
+# short, bounded reads served on the worker's event loop itself (no thread hop)
+INLINE = frozenset({"list_cells", "describe_cell", "list_layers", "query_region", "measure_geometry",
+                    "analyze_waveguide", "set_view", "close_session", "test_echo"})
 TEST_TOOLS: dict[str, str] = {name: f"worker_sdk.testing.mcp_tools:{name}" for name in (
     "test_echo", "test_slow", "test_crash_convergent", "test_crash_probe", "test_crash_never", "test_noisy",
     "test_session_open", "test_session_read", "test_crash_now")}
@@ -166,21 +171,32 @@ def build_server():  # -> mcp.server.lowlevel.Server
             finally:
                 stopped.set()
 
+        sent = [0]
+
+        async def flush() -> None:
+            if progress.seq != sent[0]:
+                sent[0] = progress.seq
+                await ctx.session.report_progress(progress.value, 1.0, progress.message or None)
+
         async def forward() -> None:
-            seen = 0
-            while True:
+            while True:  # the latest update every 50 ms: a fast loop cannot flood the pipe
                 await anyio.sleep(0.05)
-                if progress.seq != seen:
-                    seen = progress.seq
-                    await ctx.session.report_progress(progress.value, 1.0, progress.message or None)
+                await flush()
 
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(forward)
-                try:
-                    ok, result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-                finally:
-                    tg.cancel_scope.cancel()
+            if name in INLINE:
+                # short KLayout readers: a thread hop would only add a context switch per call (they
+                # hold the GIL either way); long or cancellable tools keep the loop free
+                ok, result = run()
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(forward)
+                    try:
+                        ok, result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+                    finally:
+                        tg.cancel_scope.cancel()
+                if ok:
+                    await flush()  # the last phase's update, before the result
             if not ok:
                 raise result
         except anyio.get_cancelled_exc_class():
@@ -210,15 +226,12 @@ def build_server():  # -> mcp.server.lowlevel.Server
 
 
 async def _serve() -> None:
-    import anyio
-    from mcp.server.stdio import stdio_server
-
+    from registry.mcp_pipes import pipe_streams
     from registry.stdio_guard import claim_stdout
 
     claim = claim_stdout()
-    rd, wr = claim.text_streams()
     server = build_server()
-    async with stdio_server(stdin=anyio.wrap_file(rd), stdout=anyio.wrap_file(wr)) as (r, w):
+    async with pipe_streams(claim.stdin_fd, claim.protocol_fd) as (r, w):
         await server.run(r, w, server.create_initialization_options())
 
 

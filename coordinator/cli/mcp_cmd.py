@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("rest", nargs="*", help="call: TOOL [JSON_ARGS]")
     parser.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP instead of stdio")
     parser.add_argument("--stateless", action="store_true", help="HTTP: stateless mode (no session ids)")
+    parser.add_argument("--no-auth", action="store_true",
+                        help="HTTP on a loopback address only: serve without the bearer token (for local test "
+                             "harnesses such as the MCP conformance suite); refused for any other address")
     parser.add_argument("--consent-mode", choices=["strict", "lenient", "off"], default=None,
                         help="destructive-tool consent (default: $CONSENT_MODE or strict)")
     parser.add_argument("--allow", default=os.environ.get("DOME_MCP_ALLOW", ""),
@@ -66,7 +69,11 @@ def run(args: argparse.Namespace) -> int:
     if args.http:
         from coordinator.mcp.server import serve_http
 
-        serve_http(host, args.http, stateless=args.stateless)
+        try:
+            serve_http(host, args.http, stateless=args.stateless, auth=not args.no_auth)
+        except ValueError as exc:
+            print(f"dome mcp: {exc}", file=sys.stderr)
+            return 2
         return 0
     from coordinator.mcp.server import run_stdio
 

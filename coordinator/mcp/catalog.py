@@ -74,8 +74,9 @@ class ToolSpec:
             meta["dome/capabilities"] = self.capabilities
         desc = self.description
         if self.capabilities is not None:
-            # Planners that read only the description still see the matrix (RFC 0006 section 3).
-            desc += " Capabilities: " + json.dumps(self.capabilities, sort_keys=True, separators=(",", ":"))
+            # Planners that read only the description still see the matrix (RFC 0006 section 3),
+            # in one line; the full object is in _meta["dome/capabilities"].
+            desc += " " + capabilities_line(self.capabilities)
         return {
             "name": self.name,
             "title": self.title,
@@ -83,7 +84,6 @@ class ToolSpec:
             "inputSchema": self.input_schema,
             "outputSchema": self.output_schema or self.response,
             "annotations": {
-                "title": self.title,
                 "readOnlyHint": self.capability == "read" and self.side_effect == "none",
                 "destructiveHint": self.destructive,
                 "idempotentHint": self.idempotent,
@@ -93,8 +93,117 @@ class ToolSpec:
         }
 
 
+# What a model needs to know about a request field the contract schema leaves undescribed, by the
+# field's path ("box.left" applies to every tool's box). The contract's own description always wins.
+FIELD_DESCRIPTIONS: dict[str, str] = {
+    "reason": "why the job is cancelled (recorded)",
+    "since": "return events with a sequence number above this (0: from the start)",
+    "limit": "at most this many items",
+    "consent_token": "the run's consent token a person gave you (or a dct1.* host confirmation in lenient mode)",
+    "seed": "random seed; the same seed and inputs give the same result",
+    "executor": "where workers run: local (sandboxed processes) or ray",
+    "mask_layer": "layer (number) of the mask in the mask layout",
+    "fill": "how the layout's polygons are filled before simulation",
+    "kernel_source": "which optical kernels to use",
+    "device": "compute device: cpu or cuda[:N] (default: cuda when present, else cpu)",
+    "report_level": "aggregate: metrics only; detailed: also violations[] (see the capabilities matrix)",
+    "tile": "tile the layout: auto, always or never",
+    "halo_nm": "tile halo in nanometres (optical context around each tile)",
+    "violation_count_max": "above this many violations the result degrades to aggregate",
+    "session_id": "session id returned by open_layout (litho: the violation-pin session)",
+    "iterations": "ILT iterations",
+    "violation_id": "fix one violation (and its group) from an earlier detailed evaluate",
+    "scope": "what the optimisation may change around the violation",
+    "layout_artifact_id": "a pinned layout id from evaluate(pin=true)",
+    "mrc": "mask rule constraints applied during optimisation",
+    "mrc.min_feature_nm": "smallest mask feature in nanometres",
+    "mrc.halo_nm": "mask rule check halo in nanometres",
+    "mrc.min_area_nm2": "smallest mask polygon area in square nanometres",
+    "out_dir": "absolute folder the simulated images are written to",
+    "target_id": "shape id (shp_...) from query_region",
+    "target_ids": "shape ids (shp_...) from query_region",
+    "cell": "cell name (default: the session's top cell or view)",
+    "depth": "how many hierarchy levels below the cell to describe",
+    "run_id": "DRC run id from run_drc_script (or a dome run id)",
+    "include_crops": "also render a PNG crop around each marker",
+    "crop_size_um": "crop size in microns",
+    "crop_size_um.x": "crop width in microns",
+    "crop_size_um.y": "crop height in microns",
+    "max_depth": "deepest hierarchy level to list",
+    "mode": "which measurement to take",
+    "path": "absolute path of the layout file (gds or oas), under the allowed roots",
+    "top_cell": "top cell to use (default: the first top cell by name)",
+    "box": "region in microns, in the cell's frame",
+    "box.left": "left edge in microns", "box.bottom": "bottom edge in microns",
+    "box.right": "right edge in microns", "box.top": "top edge in microns",
+    "layers": "layers to include (default: all)",
+    "layers[].layer": "GDS layer number", "layers[].datatype": "GDS datatype", "layers[].name": "layer name",
+    "hierarchy_mode": "flattened: shapes in the cell's frame; hierarchical: with instance paths",
+    "max_shapes": "at most this many shapes in the response",
+    "max_instances": "at most this many instances in the response",
+    "image_size": "image size in pixels", "image_size.width": "image width in pixels",
+    "image_size.height": "image height in pixels",
+    "annotations": "outlines drawn over the render",
+    "annotations[].kind": "annotation kind", "annotations[].target_ids": "shape ids to outline",
+    "annotations[].color": "outline colour",
+    "style": "render colour scheme",
+    "script_path": "absolute path of the DRC deck (.drc/.lydrc Ruby, .py Python), under the allowed roots",
+    "script_type": "ruby or python (default: from the file suffix)",
+    "params": "deck parameters: names to string values ($name in Ruby, deck.params in Python)",
+}
+# keys that cost bytes in tools/list and tell a model nothing it needs to call a tool
+_SCHEMA_NOISE = ("title", "examples", "$comment")
+
+
+def _describe(schema: dict[str, Any], prefix: str = "") -> None:
+    for name, sub in (schema.get("properties") or {}).items():
+        if not isinstance(sub, dict):
+            continue
+        key = prefix + name
+        if not sub.get("description") and key in FIELD_DESCRIPTIONS:
+            sub["description"] = FIELD_DESCRIPTIONS[key]
+        _describe(sub, key + ".")
+        if isinstance(sub.get("items"), dict):
+            _describe(sub["items"], key + "[].")
+
+
+def _compact(schema: Any, *, keep_descriptions: bool) -> Any:
+    """The schema without titles/examples (and, for output schemas, without prose)."""
+    if isinstance(schema, list):
+        return [_compact(x, keep_descriptions=keep_descriptions) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    drop = _SCHEMA_NOISE if keep_descriptions else (*_SCHEMA_NOISE, "description")
+    out = {}
+    for k, v in schema.items():
+        if k in drop and not (k in ("title", "description") and isinstance(v, dict)):  # a property so named
+            continue
+        if k == "properties" and isinstance(v, dict):
+            out[k] = {name: _compact(sub, keep_descriptions=keep_descriptions) for name, sub in v.items()}
+        else:
+            out[k] = _compact(v, keep_descriptions=keep_descriptions)
+    return out
+
+
+def capabilities_line(caps: dict[str, Any]) -> str:
+    """The capabilities matrix as one line of prose: each engine path's detail support and its condition."""
+    parts = []
+    for path, entry in sorted((caps.get("engine_paths") or {}).items()):
+        text = f"{path}={entry.get('detailed')}"
+        pre = entry.get("precondition") or {}
+        conds = [f"{k}<={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in pre.items()
+                 if k.endswith("_max")]
+        if conds:
+            text += f" ({', '.join(conds)}; else {pre.get('on_exceeded', 'degraded')})"
+        parts.append(text)
+    return (f"Capabilities (schema {caps.get('schema_version')}): report_level "
+            f"{'|'.join(caps.get('report_levels', []))}; detailed by engine path: {'; '.join(parts)}; "
+            f"at most {caps.get('max_violations_per_response')} violations per response.")
+
+
 def _input_schema(request: dict[str, Any], long_running: bool) -> dict[str, Any]:
-    schema = json.loads(json.dumps(request))
+    schema = _compact(json.loads(json.dumps(request)), keep_descriptions=True)
+    _describe(schema)
     schema.setdefault("type", "object")
     schema["additionalProperties"] = False
     props = schema.setdefault("properties", {})
@@ -104,17 +213,28 @@ def _input_schema(request: dict[str, Any], long_running: bool) -> dict[str, Any]
     return schema
 
 
-JOB_HANDLE = {"type": "object", "required": ["job_id", "status"],
-              "properties": {"job_id": {"type": "string"}, "status": {"type": "string"},
-                             "schema_version": {"type": "string"}, "provenance": {"type": "object"}},
-              "additionalProperties": True}
+JOB_HANDLE = {"type": "object", "required": ["job_id", "status"]}
+ERROR_RESULT = {"type": "object", "required": ["code", "message", "retry"]}
+OUTPUT_DEPTH = 3  # output schemas in tools/list describe this many levels; the registry has the rest
 
 
-ERROR_RESULT = {"type": "object", "required": ["code", "message"],
-                "properties": {"code": {"type": "string"}, "message": {"type": "string"},
-                               "details": {"type": "object"}, "hints": {"type": "array"},
-                               "retry": {"enum": ["none", "light", "heavy"]}, "category": {"type": "string"}},
-                "additionalProperties": True}
+def _shallow(schema: Any, depth: int) -> Any:
+    """Response schemas are open: below `depth` levels only the type is published."""
+    if not isinstance(schema, dict):
+        return schema
+    if depth <= 0:
+        return {k: v for k, v in schema.items() if k in ("type", "enum")} or {}
+    out = {}
+    for k, v in schema.items():
+        if k == "properties" and isinstance(v, dict):
+            out[k] = {n: _shallow(sub, depth - 1) for n, sub in v.items()}
+        elif k in ("items", "additionalProperties") and isinstance(v, dict):
+            out[k] = _shallow(v, depth - 1)
+        elif k in ("anyOf", "oneOf", "allOf") and isinstance(v, list):
+            out[k] = [_shallow(x, depth) for x in v]
+        else:
+            out[k] = v
+    return out
 
 
 def _output_schema(response: dict[str, Any], long_running: bool) -> dict[str, Any]:
@@ -123,7 +243,7 @@ def _output_schema(response: dict[str, Any], long_running: bool) -> dict[str, An
     Error results carry the ErrorObject as structuredContent (the KLayout contract's rule);
     clients that validate every structured result against outputSchema accept it too.
     """
-    out = json.loads(json.dumps(response))
+    out = _shallow(_compact(json.loads(json.dumps(response)), keep_descriptions=False), OUTPUT_DEPTH)
     out["type"] = "object"
     variants = [out, JOB_HANDLE, ERROR_RESULT] if long_running else [out, ERROR_RESULT]
     return {"type": "object", "anyOf": variants}

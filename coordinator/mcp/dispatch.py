@@ -18,7 +18,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Collection, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Collection, Mapping, NoReturn
 
 import anyio
 import anyio.abc
@@ -26,8 +26,8 @@ import anyio.abc
 from registry.errors import DomeError
 from registry.provenance import stamp
 
-from . import render
-from .catalog import Replay, ToolSpec, default_specs
+from . import artifacts, render
+from .catalog import Replay, ToolSpec, default_specs, specs_from_flat_contract
 from .consent import ConsentBook
 from .faults import Fault, FaultCategory, SessionNotFound, ToolInputError, UnknownTool, shape_unexpected
 from .jobs import Job, JobStore
@@ -37,6 +37,8 @@ from .telemetry import Telemetry
 from .validation import CompiledTool
 
 MAX_REPLAYS = 2
+MAX_SESSION_JOURNAL = 2000  # query_region calls kept per session to rebuild its shape ids after a restart
+MAX_GONE_SESSIONS = 10_000
 CANCEL_CONFIRM_S = 1.0
 HOST_VERSIONS = {"dome-mcp-host": "1.0.0"}
 
@@ -50,6 +52,9 @@ class CallContext:
     spec: ToolSpec
     progress: Progress | None = None
     notes: list[str] = field(default_factory=list)
+    job_id: str | None = None
+    log: Callable[[str, Any], Awaitable[None]] | None = None  # notifications/message to the client
+    content: list[dict[str, Any]] = field(default_factory=list)  # extra content a handler returns
 
 
 @dataclass
@@ -58,15 +63,20 @@ class CallResult:
     is_error: bool
     text: str
     meta: dict[str, Any]
+    content: list[dict[str, Any]] = field(default_factory=list)  # images and resource links after the text
 
 
 @dataclass
 class _SessionPin:
+    """What the host needs to restore a worker-held session in a new worker."""
+
     opener: str
     args: dict[str, Any]
     sha256: str | None
     generation: int
     worker_id: str
+    last_end: float  # monotonic end of the last call on the session
+    queries: list[dict[str, Any]] | None = field(default_factory=list)  # None: too many to replay
 
 
 class ToolHost:
@@ -79,6 +89,10 @@ class ToolHost:
         self.ops_root = Path(ops_root).absolute()
         self.db_url = db_url
         self.specs: dict[str, ToolSpec] = dict(specs if specs is not None else default_specs())
+        from . import conformance
+
+        if conformance.enabled():  # the MCP conformance suite's fixture, never without the switch
+            self.specs.update(specs_from_flat_contract(conformance.CONTRACT))
         self.names = ToolNames(self.specs)
         self._compiled: dict[str, CompiledTool] = {}
         state = self.ops_root / "mcp"
@@ -86,13 +100,16 @@ class ToolHost:
         self.telemetry = Telemetry(path=telemetry_path if telemetry_path is not None else state / "telemetry.jsonl")
         self.jobs = JobStore(state / "jobs")
         self.consent = ConsentBook(state, consent_mode or os.environ.get("CONSENT_MODE", "strict"))
-        self.supervisor = WorkerSupervisor(self.telemetry, env=worker_env)
+        self.supervisor = WorkerSupervisor(self.telemetry, env=_worker_env(self.ops_root, worker_env))
         self.sessions: dict[str, _SessionPin] = {}
+        self.gone_sessions: dict[str, dict[str, Any]] = {}  # expired or lost: never restored again
         self.idempotent: dict[tuple[str, str], dict[str, Any]] = {}  # (tool, idempotency_key) -> first result
         self.handlers: dict[str, Handler] = {"health": _health, "telemetry": _telemetry, "poll": _poll,
                                              "cancel": _cancel}
         from .orchestration import HANDLERS as ORCH
         self.handlers.update(ORCH)
+        if conformance.enabled():
+            self.handlers.update(conformance.HANDLERS)
         self.handlers.update(handlers or {})
         self._tg: anyio.abc.TaskGroup | None = None
         self._users = 0
@@ -183,13 +200,18 @@ class ToolHost:
             c = self._compiled[name] = CompiledTool(self.specs[name])
         return c
 
+    def resolve_tool(self, name: str, allowed: Collection[str] | None = None) -> str | None:
+        """The canonical name of a tool this caller may use, or None."""
+        allowed = self._effective(allowed)
+        resolved = self.names.resolve(name)
+        return None if resolved is None or (allowed is not None and resolved not in allowed) else resolved
+
     def prepare(self, name: str, arguments: Mapping[str, Any] | None,
                 allowed: Collection[str] | None = None) -> tuple[ToolSpec, dict[str, Any], list[str]]:
         """Resolve, normalize and validate: (spec, arguments, normalization notes). Raises typed errors."""
         notes: list[str] = []
-        allowed = self._effective(allowed)
-        resolved = self.names.resolve(name)
-        if resolved is None or (allowed is not None and resolved not in allowed):
+        resolved = self.resolve_tool(name, allowed)
+        if resolved is None:
             raise UnknownTool(f"no tool named {name!r}", details={"tool": name},
                               hints=["call tools/list for the tools you may use"])
         if resolved != name:
@@ -202,7 +224,8 @@ class ToolHost:
 
     # calls ---------------------------------------------------------------
     async def call(self, name: str, arguments: Mapping[str, Any] | None, *, progress: Progress | None = None,
-                   allowed: Collection[str] | None = None) -> CallResult:
+                   allowed: Collection[str] | None = None,
+                   log: Callable[[str, Any], Awaitable[None]] | None = None) -> CallResult:
         t0 = time.perf_counter()
         tool = name
         notes: list[str] = []
@@ -213,7 +236,7 @@ class ToolHost:
             tool = spec.name
             render_mode = args.pop("render", "porcelain")
             wait = args.pop("wait", True)
-            ctx = CallContext(self, spec, progress, notes)
+            ctx = CallContext(self, spec, progress, notes, log=log)
             if spec.served_by == "host":
                 result = await self.handlers[spec.name](args, ctx)
             else:
@@ -221,17 +244,18 @@ class ToolHost:
             # A result with its own schema_version + provenance (the litho engine's) passes through
             # byte for byte (RFC 0006 G3); the host's standard provenance always rides in _meta.
             structured = stamp(result, args, tool=spec.name, engine_versions=HOST_VERSIONS)
-            meta: dict[str, Any] = {"dome/provenance": stamp({k: v for k, v in structured.items() if k != "provenance"},
-                                                             args, tool=spec.name,
-                                                             engine_versions=HOST_VERSIONS)["provenance"]}
+            meta: dict[str, Any] = {"dome/provenance": _standard_provenance(spec.name, structured, args)}
+            if ctx.job_id is not None:
+                meta["dome/job_id"] = ctx.job_id
             if notes:
                 meta["dome/normalized"] = notes
             structured = render.bound_structured(structured, self.state_dir / "artifacts")
-            text = render.as_json_text(structured) if render_mode == "json" else \
+            text = render.json_text(spec.contract_id, structured) if render_mode == "json" else \
                 render.porcelain(spec.name, structured, notes=notes)
+            extra = ctx.content + artifacts.content_for(self.ops_root, structured)
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
             self.telemetry.success()
-            return CallResult(structured, False, text, meta)
+            return CallResult(structured, False, text, meta, extra)
         except anyio.get_cancelled_exc_class():
             self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3,
                                 error={"code": "CANCELLED", "category": None, "message": "cancelled"})
@@ -264,8 +288,9 @@ class ToolHost:
             self._tg.start_soon(self._background, spec, args, job, started)
             await started.wait()
             return {"job_id": job.job_id, "status": job.status, "tool": spec.name}
+        ctx.job_id = job.job_id  # rides in _meta: the engine's result stays byte-identical (RFC G3)
         result, _ = await self._execute(spec, args, job, ctx.progress, retries)
-        return {**result, "job_id": job.job_id} if "job_id" not in result else result
+        return result
 
     async def _background(self, spec: ToolSpec, args: dict[str, Any], job: Job, started: anyio.Event) -> None:
         with anyio.CancelScope() as scope:
@@ -303,8 +328,12 @@ class ToolHost:
                     generation = self.supervisor.generation
                     if job is not None:
                         job.generation = generation
-                    result, generation = await self.supervisor.call(
-                        spec.name, call_args, job_id=job.job_id if job else None, progress=on_progress)
+                    try:
+                        result, generation = await self.supervisor.call(
+                            spec.name, call_args, job_id=job.job_id if job else None, progress=on_progress)
+                    except WorkerError as exc:
+                        self._after_session_call(spec, args, None, public_sid, generation, exc.obj)
+                        raise
                     result = self._after_session_call(spec, args, result, public_sid, generation)
                     if attempt > 1:
                         result = {**result}
@@ -366,44 +395,116 @@ class ToolHost:
 
     # worker-held sessions ------------------------------------------------
     async def _pin_session(self, spec: ToolSpec, args: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """Map a public session id to the worker's, restoring the session in a new worker first.
+
+        A session comes back whole (same id, same artifact folder, shape ids, DRC runs, view) or
+        the call fails with SESSION_NOT_FOUND / SESSION_EXPIRED and the id is gone for good:
+        never a half-alive session.
+        """
         sid = args.get("session_id")
-        if not isinstance(sid, str) or sid not in self.sessions:
+        if not isinstance(sid, str):
             return args, None
-        pin = self.sessions[sid]
+        gone = self.gone_sessions.get(sid)
+        if gone is not None:
+            raise DomeError(gone["message"], code=gone["code"], details={"session_id": sid}, hints=gone["hints"])
+        pin = self.sessions.get(sid)
+        if pin is None:
+            return args, None
         current = await self.supervisor.ensure()
         if pin.generation != current:
-            # the worker that held this session is gone: rebuild it from the pinned inputs
-            try:
-                rebuilt, gen = await self.supervisor.call(pin.opener, pin.args)
-            except WorkerError as exc:
-                self.sessions.pop(sid, None)
-                raise SessionNotFound(f"session {sid} was lost with its worker and could not be rebuilt",
-                                      details={"session_id": sid, "cause": exc.obj.get("code")},
-                                      hints=["open the layout again"]) from None
-            sha = (rebuilt.get("source") or {}).get("sha256")
-            if pin.sha256 is not None and sha != pin.sha256:
-                self.sessions.pop(sid, None)
-                raise SessionNotFound(f"session {sid} was lost with its worker and its input changed since",
-                                      details={"session_id": sid, "pinned_sha256": pin.sha256, "now_sha256": sha},
-                                      hints=["open the layout again"])
-            pin.worker_id = str(rebuilt["session_id"])
-            pin.generation = gen
+            await self._restore(sid, pin)
         return {**args, "session_id": pin.worker_id}, sid
 
-    def _after_session_call(self, spec: ToolSpec, args: dict[str, Any], result: dict[str, Any],
-                            public_sid: str | None, generation: int) -> dict[str, Any]:
+    async def _restore(self, sid: str, pin: _SessionPin) -> None:
+        idle_s = time.monotonic() - pin.last_end
+        if pin.opener == "open_layout":
+            if pin.queries is None:
+                self._forget_session(sid, "SESSION_NOT_FOUND", "the session was lost with its worker and had "
+                                     "too many queries to rebuild its shape ids", ["open_layout again"])
+            request = {"session_id": pin.worker_id, "open": pin.args, "sha256": pin.sha256, "idle_s": idle_s,
+                       "queries": pin.queries}
+            try:
+                _, gen = await self.supervisor.call("dome_session_restore", request, timeout_s=300)
+            except WorkerError as exc:
+                code = exc.obj.get("code")
+                if code == "SESSION_EXPIRED":
+                    self._forget_session(sid, code, "session expired after inactivity", ["open_layout again"])
+                self._forget_session(sid, "SESSION_NOT_FOUND", "the session was lost with its worker and could "
+                                     f"not be restored ({code})", ["open_layout again"])
+            pin.generation = gen
+            return
+        # a generic opener (no restore tool): reopen from the pinned request, map the new id
+        try:
+            rebuilt, gen = await self.supervisor.call(pin.opener, pin.args)
+        except WorkerError as exc:
+            self._forget_session(sid, "SESSION_NOT_FOUND", "the session was lost with its worker and could not "
+                                 f"be rebuilt ({exc.obj.get('code')})", ["open the layout again"])
+        sha = (rebuilt.get("source") or {}).get("sha256")
+        if pin.sha256 is not None and sha != pin.sha256:
+            self._forget_session(sid, "SESSION_NOT_FOUND", "the session was lost with its worker and its input "
+                                 "changed since", ["open the layout again"])
+        pin.worker_id = str(rebuilt["session_id"])
+        pin.generation = gen
+
+    def _forget_session(self, sid: str, code: str, message: str, hints: list[str]) -> NoReturn:
+        """The session is gone for good: every later call on it gets the same typed answer."""
+        self.sessions.pop(sid, None)
+        self.gone_sessions[sid] = {"code": code, "message": message, "hints": hints}
+        while len(self.gone_sessions) > MAX_GONE_SESSIONS:
+            self.gone_sessions.pop(next(iter(self.gone_sessions)))
+        raise DomeError(message, code=code, details={"session_id": sid}, hints=hints)
+
+    def _after_session_call(self, spec: ToolSpec, args: dict[str, Any], result: dict[str, Any] | None,
+                            public_sid: str | None, generation: int, error: dict[str, Any] | None = None) -> Any:
+        """Journal what a restore needs; an expired or missing session loses its pin."""
         if public_sid is not None:
-            if result.get("session_id") == self.sessions[public_sid].worker_id:
+            pin = self.sessions.get(public_sid)
+            if pin is None:
+                return result
+            pin.last_end = time.monotonic()  # idle time counts from the end of the last call
+            code = (error or {}).get("code")
+            if code in ("SESSION_EXPIRED", "SESSION_NOT_FOUND"):
+                self.sessions.pop(public_sid, None)
+                self.gone_sessions[public_sid] = {"code": code, "message": str(error.get("message")),
+                                                  "hints": list(error.get("hints") or [])}
+                return result
+            if result is None:
+                return result
+            if spec.name == "query_region" and pin.queries is not None:
+                if len(pin.queries) >= MAX_SESSION_JOURNAL:
+                    pin.queries = None  # too long to replay: the session is not restorable any more
+                else:
+                    pin.queries.append({k: v for k, v in args.items() if k != "session_id"})
+            if result.get("session_id") == pin.worker_id:
                 result = {**result, "session_id": public_sid}
             if spec.name == "close_session":
                 self.sessions.pop(public_sid, None)
+            return result
+        if result is None:
             return result
         opener = "session_id" not in spec.request.get("properties", {})
         if opener and isinstance(result.get("session_id"), str):
             sha = (result.get("source") or {}).get("sha256")
             self.sessions[result["session_id"]] = _SessionPin(spec.name, dict(args), sha, generation,
-                                                              result["session_id"])
+                                                              result["session_id"], time.monotonic())
         return result
+
+
+def _standard_provenance(tool: str, structured: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """registry.provenance's block for _meta; reused (not re-hashed) when the result already carries it."""
+    prov = structured.get("provenance")
+    if isinstance(prov, dict) and prov.get("tool") == tool and "outputs_hash" in prov:
+        return {**prov, "engine_versions": dict(sorted({**prov.get("engine_versions", {}), **HOST_VERSIONS}.items()))}
+    body = {k: v for k, v in structured.items() if k != "provenance"}
+    return stamp(body, args, tool=tool, engine_versions=HOST_VERSIONS)["provenance"]
+
+
+def _worker_env(ops_root: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """KLayout artifacts live under the ops root unless the caller chose a folder."""
+    env = dict(extra or {})
+    if "KLAYOUT_MCP_ARTIFACT_ROOT" not in env and not os.environ.get("KLAYOUT_MCP_ARTIFACT_ROOT"):
+        env["KLAYOUT_MCP_ARTIFACT_ROOT"] = str(ops_root / "mcp" / "klayout")
+    return env
 
 
 # host tools ----------------------------------------------------------------
@@ -419,7 +520,16 @@ async def _telemetry(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
 
 
 async def _poll(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-    return ctx.host.jobs.get(args["job_id"]).to_json()
+    job = ctx.host.jobs.get(args["job_id"])
+    out = job.to_json()
+    if job.run_id is not None and job.status in ("succeeded", "failed", "cancelled"):
+        # the job ended when `dome run` did; the run may have moved on since (promoted at the gate)
+        from .orchestration import run_state
+
+        state = await run_state(ctx, job.run_id)
+        if state is not None:
+            out["run"] = state
+    return out
 
 
 async def _cancel(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def cache_key(extra: str = "") -> str:
     h.update(sys.executable.encode())
     h.update(extra.encode())
     h.update(os.environ.get("DOME_MCP_TEST_TOOLS", "").encode())
+    h.update(os.environ.get("DOME_MCP_CONFORMANCE", "").encode())
     import importlib.util
 
     for pkg in ("mcp", "mcp_types"):  # an SDK upgrade rewrites these files (cheaper than importlib.metadata)
@@ -211,7 +212,9 @@ def serve(ops_root: str, consent_mode: str | None, db_url: str | None, *, allow:
     from registry.stdio_guard import claim_stdout
 
     claim = claim_stdout()
-    rd = os.fdopen(claim.stdin_fd, "rb", closefd=False)
+    # unbuffered: after the hand-over the event loop reads the same descriptor, so no frame may sit
+    # in a Python buffer (the fast path reads only a few small frames this way)
+    rd = os.fdopen(claim.stdin_fd, "rb", buffering=0, closefd=False)
     wr = os.fdopen(claim.protocol_fd, "wb", closefd=False)
     front = FastFront(rd, wr, cache_extra=",".join(sorted(allow or [])))
     ready = threading.Event()
@@ -245,47 +248,11 @@ def serve(ops_root: str, consent_mode: str | None, db_url: str | None, *, allow:
 
 
 async def _serve_sdk(server: Any, front: FastFront) -> None:
-    import anyio
-    import mcp_types as types
-    from mcp.shared.message import SessionMessage
+    from registry.mcp_pipes import pipe_streams
 
-    read_send, read_recv = anyio.create_memory_object_stream[Any](0)
-    write_send, write_recv = anyio.create_memory_object_stream[Any](0)
+    def keep(msg: Any) -> bool:
+        return front.observe_answer(msg.message.model_dump(by_alias=True, mode="json", exclude_unset=True))
 
-    def parse(line: bytes) -> Any:
-        try:
-            return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-        except Exception as exc:  # noqa: BLE001 - the SDK answers malformed frames itself
-            return exc
-
-    async def reader() -> None:
-        async with read_send:
-            for line in front.replay:
-                await read_send.send(parse(line))
-            for line in front.pending:
-                front.note_forwarded(line)
-                await read_send.send(parse(line))
-            if front.eof:
-                return
-            while True:
-                line = await anyio.to_thread.run_sync(front.rd.readline, abandon_on_cancel=True)
-                if not line:
-                    return
-                if line.strip():
-                    front.note_forwarded(line)
-                    await read_send.send(parse(line))
-
-    async def writer() -> None:
-        async with write_recv:
-            async for msg in write_recv:
-                obj = msg.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-                if front.observe_answer(obj):
-                    data = msg.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    front.wr.write(data.encode() + b"\n")
-                    front.wr.flush()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(reader)
-        tg.start_soon(writer)
+    async with pipe_streams(front.rd.fileno(), front.wr.fileno(), prelude=[*front.replay, *front.pending],
+                            eof=front.eof, on_line=front.note_forwarded, keep=keep) as (read_recv, write_send):
         await server.run(read_recv, write_send, server.create_initialization_options())
-        tg.cancel_scope.cancel()

@@ -4,7 +4,8 @@ Only rewrites whose meaning is certain are made: a tool-name alias or a
 different spelling of a tool name, a field alias or camelCase spelling that
 maps to exactly one field of the tool, integer-like / number-like /
 boolean-like strings where the schema wants that type, `file://` URIs and
-`~`, `\\` or relative forms of path fields. Everything else is left for the
+`~` or `\\` forms of path fields. A relative path is refused (typed), never
+resolved against the host's working folder. Everything else is left for the
 closed schema to reject. Each rewrite is reported as a short note.
 """
 from __future__ import annotations
@@ -13,6 +14,9 @@ import os
 import re
 from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
+
+from registry.errors import DomeError
+from registry.input_codes import input_error_code
 
 from .catalog import ToolSpec
 
@@ -80,7 +84,7 @@ def _coerce(value: Any, schema: Mapping[str, Any]) -> tuple[Any, bool]:
     return value, False
 
 
-def normalize_path(value: str, cwd: str | None = None) -> str:
+def normalize_path(value: str) -> str:
     v = value.strip()
     if v.startswith("file:"):
         parsed = urlparse(v)
@@ -91,11 +95,20 @@ def normalize_path(value: str, cwd: str | None = None) -> str:
         v = v.replace("\\", "/")
     v = os.path.expanduser(v)
     if not os.path.isabs(v):
-        v = os.path.join(cwd or os.getcwd(), v)
+        return value  # never resolved against the host's folder: refused by the caller
     return os.path.normpath(v)
 
 
-def normalize_arguments(spec: ToolSpec, args: Mapping[str, Any], *, cwd: str | None = None) -> tuple[dict[str, Any], list[str]]:
+def _relative_path(spec: ToolSpec, field: str, value: str) -> DomeError:
+    """A relative path means nothing to a host a client may not share a folder with: refused, typed."""
+    code = input_error_code(spec.contract_id, [f"/{field}"]) or "SCHEMA_VALIDATION_ERROR"
+    return DomeError(f"{spec.name}: {field} must be an absolute path", code=code,
+                     details={"tool": spec.name, "field": field, "path": value, "reason": "not_absolute"},
+                     hints=["pass an absolute path (or a file:// URI); relative paths are not resolved"],
+                     retry="none")
+
+
+def normalize_arguments(spec: ToolSpec, args: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     props: Mapping[str, Any] = spec.input_schema.get("properties", {})
     out: dict[str, Any] = {}
     notes: list[str] = []
@@ -114,7 +127,9 @@ def normalize_arguments(spec: ToolSpec, args: Mapping[str, Any], *, cwd: str | N
             if changed:
                 notes.append(f"{target}: coerced {args[key]!r} -> {value!r}")
             if target in PATH_FIELDS and isinstance(value, str) and value and not value.startswith("sha256:"):
-                norm = normalize_path(value, cwd)
+                norm = normalize_path(value)
+                if not os.path.isabs(norm):
+                    raise _relative_path(spec, target, value)
                 if norm != value:
                     notes.append(f"{target}: path {value} -> {norm}")
                     value = norm

@@ -156,6 +156,13 @@ async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     key = ("promote", args["idempotency_key"])
     if key in host.idempotent:
         return {**host.idempotent[key], "deduplicated": True}
+    state = None if args.get("consent_token") else await run_state(ctx, run_id)
+    if state is not None and state.get("outcome") == "promoted":  # nothing to consent to: say so
+        result = {"run_id": run_id, "status": "promoted", "already_promoted": True,
+                  "promoted_ref": state.get("promoted_ref"), "head": state.get("head"),
+                  "message": f"run {run_id} is already promoted; nothing was done"}
+        host.idempotent[key] = result
+        return result
     token = args.get("consent_token")
     mode = host.consent.mode
     gate_file = _gate_token_file(ctx, run_id)
@@ -185,6 +192,44 @@ async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     result = {**out, "consent_mode": mode}
     host.idempotent[key] = result
     return result
+
+
+def _ledger_state(db_url: str | None, ops_root: Path, run_id: str) -> dict[str, Any] | None:
+    from ledger import Ledger
+
+    led = Ledger.open(db_url, ops_root)
+    try:
+        records = led.events(run_id)
+    finally:
+        led.close()
+    if not records:
+        return None
+
+    def body(r: Any) -> dict[str, Any]:
+        p = r.payload if isinstance(r.payload, dict) else {}
+        return p.get("artifact") if isinstance(p.get("artifact"), dict) else p
+
+    finished = [body(r) for r in records if r.topic == "run.finished"]
+    promos = [body(r) for r in records if r.topic == "promotion.computed"]
+    last = promos[-1] if promos else {}
+    if last.get("outcome") == "promoted":
+        return {"outcome": "promoted", "promoted_ref": last.get("to_ref"), "head": last.get("from_head_ref")}
+    fin = finished[-1] if finished else {}
+    if not fin:
+        return {"outcome": "running"}
+    out = {"outcome": "awaiting_consent" if fin.get("awaiting_consent") else fin.get("status"),
+           "head": fin.get("head")}
+    if fin.get("missing"):
+        out["missing"] = fin.get("missing")
+    return out
+
+
+async def run_state(ctx: "CallContext", run_id: str) -> dict[str, Any] | None:
+    """The run's outcome as the ledger tells it now (promoted, awaiting_consent, blocked...), or None."""
+    try:
+        return await anyio.to_thread.run_sync(_ledger_state, ctx.host.db_url, ctx.host.ops_root, run_id)
+    except Exception:  # noqa: BLE001 - no ledger (yet): no run state to add
+        return None
 
 
 async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:

@@ -47,7 +47,8 @@ def _flatten(prefix: str, value: Any, lines: list[str]) -> None:
         for i, item in enumerate(value[:MAX_LIST_ITEMS]):
             lines.append(f"{prefix}[{i}]: {_compact(item)}")
         if len(value) > MAX_LIST_ITEMS:
-            lines.append(f"{prefix}: {len(value) - MAX_LIST_ITEMS} more items not shown")
+            lines.append(f"{prefix}: {len(value) - MAX_LIST_ITEMS} more items not shown "
+                         "(all are in structuredContent; render=json prints them)")
     else:
         lines.append(f"{prefix}: {_compact(value)}")
 
@@ -85,12 +86,26 @@ def _bound(lines: list[str]) -> str:
     lines = [_clip(x) for x in lines]
     if len(lines) > MAX_LINES:
         extra = len(lines) - (MAX_LINES - 1)
-        lines = lines[: MAX_LINES - 1] + [f"truncated: {extra} more lines (render=json for everything)"]
+        lines = lines[: MAX_LINES - 1] + [f"truncated: {extra} more lines (structuredContent has everything; "
+                                          "render=json prints it)"]
     return "\n".join(lines)
 
 
 def as_json_text(result: Mapping[str, Any]) -> str:
     return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+
+
+# Contracts whose engine has one serialization of its own: render=json gives exactly those bytes.
+# The litho engine prints sorted keys, compact, ASCII (worker_sdk.litho.api.dumps): the CLI's stdout.
+ENGINE_JSON = {"dome.litho": {"sort_keys": True, "ensure_ascii": True}}
+
+
+def json_text(contract_id: str, result: Mapping[str, Any]) -> str:
+    """render=json text: the engine's own serialization where it has one, else the result's key order."""
+    style = ENGINE_JSON.get(contract_id)
+    if style is None:
+        return as_json_text(result)
+    return json.dumps(result, separators=(",", ":"), **style)
 
 
 def bound_structured(result: dict[str, Any], artifact_dir: Path | None) -> dict[str, Any]:

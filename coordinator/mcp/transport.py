@@ -28,11 +28,10 @@ from registry.stdio_guard import claim_stdout
 
 @asynccontextmanager
 async def host_stdio() -> AsyncIterator[tuple[object, object]]:
-    from mcp.server.stdio import stdio_server
+    from registry.mcp_pipes import pipe_streams
 
     claim = claim_stdout()
-    rd, wr = claim.text_streams()
-    async with stdio_server(stdin=anyio.wrap_file(rd), stdout=anyio.wrap_file(wr)) as streams:
+    async with pipe_streams(claim.stdin_fd, claim.protocol_fd) as streams:
         yield streams
 
 

@@ -167,8 +167,11 @@ def run(name: str) -> dict[str, Any]:
                 if not until or _dig(sc, until["path"]) in until["in"] or time.monotonic() > deadline:
                     break
                 time.sleep(0.25)
+            meta = (answer.get("result") or {}).get("_meta") or {}
             for var, path in (step.get("capture") or {}).items():
-                env[var] = str(_dig(sc, path))
+                # a long call's job id rides in _meta (the tool's result is untouched)
+                value = _dig(sc, path) if path in sc or "." in path else meta.get(f"dome/{path}")
+                env[var] = str(value)
             steps_out.append({"step": step, "id": rid, "notifications": notes, "answer": answer})
         return {"name": name, "description": scen["description"], "steps": steps_out, "frames": server.frames}
     finally:

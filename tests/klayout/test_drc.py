@@ -66,3 +66,39 @@ def test_violations_are_the_litho_schema_and_deterministic(tools, kl_env) -> Non
 def test_mask_rule_deck_helper_rejects_bad_rules() -> None:
     expect_code("INVALID_TARGET", mask_rule_deck, "python", min_width=0, min_space=1, min_area=1)
     expect_code("INVALID_TARGET", mask_rule_deck, "tcl", min_width=1, min_space=1, min_area=1)
+
+
+WIDTH_DECK = "source($input, $top_cell)\nreport('w', $output)\ninput(2, 0).width(0.2).output('w', 'narrow')\n"
+ALIAS_DECK = "source($gds, $topcell)\nreport('w', $report)\ninput(2, 0).width(0.2).output('w', 'narrow')\n"
+
+
+def _macro(body: str, interpreter: str = "dsl") -> str:
+    from xml.sax.saxutils import escape
+
+    return ('<?xml version="1.0" encoding="utf-8"?>\n<klayout-macro>\n <description>width</description>\n'
+            ' <category>drc</category>\n <autorun>false</autorun>\n'
+            f' <interpreter>{interpreter}</interpreter>\n <dsl-interpreter-name>drc-dsl-xml</dsl-interpreter-name>\n'
+            f' <text>{escape(body)}</text>\n</klayout-macro>\n')
+
+
+def test_lydrc_macro_decks_run_like_their_script(tools, kl_env) -> None:
+    """A KLayout macro (.lydrc) runs the script in its <text>; other macro kinds get a precise refusal."""
+    d = kl_env["allowed"]
+    plain, macro, alias = d / "w.drc", d / "w.lydrc", d / "alias.drc"
+    plain.write_text(WIDTH_DECK)
+    macro.write_text(_macro(WIDTH_DECK))
+    alias.write_text(ALIAS_DECK)  # the names other KLayout runners give the same three values
+    sid = tools.open(kl_env["gds"], top_cell="TOP")["session_id"]
+    runs = [tools.run_drc_script({"session_id": sid, "script_path": str(p)}) for p in (plain, macro, alias)]
+    marks = [tools.extract_markers({"session_id": sid, "run_id": r["run_id"]})["markers"] for r in runs]
+    assert runs[0]["marker_count"] >= 1
+    assert [(m["rule"], m["box_dbu"]) for m in marks[0]] == [(m["rule"], m["box_dbu"]) for m in marks[1]] \
+        == [(m["rule"], m["box_dbu"]) for m in marks[2]]
+    py = d / "p.lydrc"
+    py.write_text(_macro("import pya\n", interpreter="python"))
+    e = expect_code("DRC_RUN_FAILED", tools.run_drc_script, {"session_id": sid, "script_path": str(py)})
+    assert e.details["reason"] == "unsupported_macro" and e.hints
+    broken = d / "b.lydrc"
+    broken.write_text("<klayout-macro><text>unterminated")
+    e = expect_code("DRC_RUN_FAILED", tools.run_drc_script, {"session_id": sid, "script_path": str(broken)})
+    assert e.details["reason"] == "bad_macro" and ".drc" in " ".join(e.hints)

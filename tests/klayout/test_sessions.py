@@ -57,3 +57,47 @@ def test_sessions_are_independent(tools, kl_env) -> None:
     assert all(x["visible"] for x in tools.list_layers({"session_id": b})["layers"])
     tools.close_session({"session_id": a})
     assert tools.list_cells({"session_id": b})["cells"]
+
+
+def test_ttl_counts_from_the_end_of_the_last_call(kl_env, monkeypatch) -> None:
+    """A call longer than the TTL does not expire its session: idle time starts when the call returns."""
+    from worker_sdk.klayout_tools import inspect_cells
+    from worker_sdk.klayout_tools.sessions import SessionStore
+
+    from .conftest import Tools
+
+    now = [1000.0]
+    tools = Tools(SessionStore(clock=lambda: now[0]))
+    monkeypatch.setenv("KLAYOUT_MCP_SESSION_TTL_SECONDS", "10")
+    sid = tools.open(kl_env["gds"])["session_id"]
+    real = inspect_cells.list_layers
+
+    def slow_list_layers(session):
+        now[0] += 25.0  # the call itself lasts 2.5 TTLs
+        return real(session)
+
+    monkeypatch.setattr(inspect_cells, "list_layers", slow_list_layers)
+    tools.list_layers({"session_id": sid})
+    monkeypatch.setattr(inspect_cells, "list_layers", real)
+    now[0] += 1.0  # one second after the long call ended
+    assert tools.list_layers({"session_id": sid})["session_id"] == sid
+    now[0] += 10.5  # now idle for longer than the TTL
+    expect_code("SESSION_EXPIRED", tools.list_layers, {"session_id": sid})
+
+
+def test_a_session_in_use_is_not_swept_by_another_call(kl_env, monkeypatch) -> None:
+    from worker_sdk.klayout_tools.sessions import SessionStore
+
+    from .conftest import Tools
+
+    now = [0.0]
+    store = SessionStore(clock=lambda: now[0])
+    tools = Tools(store)
+    monkeypatch.setenv("KLAYOUT_MCP_SESSION_TTL_SECONDS", "10")
+    sid = tools.open(kl_env["gds"])["session_id"]
+    with store.in_use(sid):  # a long call holds the session
+        now[0] += 30.0
+        tools.open(kl_env["gds"])  # another call sweeps meanwhile
+        assert sid in store.session_ids()
+    now[0] += 1.0
+    assert tools.list_cells({"session_id": sid})["session_id"] == sid

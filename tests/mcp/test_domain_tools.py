@@ -70,15 +70,18 @@ async def test_byte_identity_cli_inproc_subprocess(tmp_path, iccad13):
                             env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=600)
     assert direct.returncode == 0, direct.stderr.decode()[-2000:]
     cli = json.loads(direct.stdout)
-    results = {}
+    results, texts = {}, {}
     for path in ("inproc", "stdio"):
         async with connect(path, "legacy", tmp_path) as client:
-            res = await client.call_tool("evaluate", {"layout": str(layout), "report_level": "detailed"},
-                                         read_timeout_seconds=600)
+            res = await client.call_tool("evaluate", {"layout": str(layout), "report_level": "detailed",
+                                                      "render": "json"}, read_timeout_seconds=600)
             assert not res.is_error, res.content[0].text
-            results[path] = {k: v for k, v in res.structured_content.items() if k != "job_id"}
-    canon = lambda o: json.dumps(o, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    assert canon(results["inproc"]) == canon(cli) == canon(results["stdio"])
+            assert res.meta["dome/job_id"].startswith("job_")  # the job rides in _meta, not in the result
+            results[path], texts[path] = res.structured_content, res.content[0].text
+    canon = lambda o: json.dumps(o, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    assert canon(results["inproc"]) == canon(cli) == canon(results["stdio"])  # nothing added, nothing lost
+    # render=json text is the engine's own serialization: the very bytes the CLI printed
+    assert texts["inproc"].encode() == texts["stdio"].encode() == direct.stdout.strip()
 
 
 @pytest.mark.slow
@@ -141,3 +144,20 @@ async def test_optimize_cancelled_by_client_disconnect(tmp_path, iccad13):
     events = [json.loads(x) for x in (tmp_path / "mcp" / "telemetry.jsonl").read_text().splitlines()]
     kills = [e for e in events if e["event"] == "fault" and "not honoured" in str(e.get("message"))]
     assert len(kills) <= 1
+
+
+@pytest.mark.slow
+async def test_evaluate_sends_progress(tmp_path, iccad13):
+    layout = iccad13 / "layouts" / "M1_test1.glp"
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, message))
+
+    async with connect("inproc", "legacy", tmp_path) as client:
+        res = await client.call_tool("evaluate", {"layout": str(layout)}, progress_callback=on_progress,
+                                     read_timeout_seconds=600)
+        assert not res.is_error, res.content[0].text
+    values = [p for p, _ in seen]
+    assert len(values) >= 3 and all(b > a for a, b in zip(values, values[1:])), seen
+    assert any("simulating" in (m or "") for _, m in seen)

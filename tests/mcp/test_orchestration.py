@@ -42,10 +42,14 @@ async def test_run_submit_poll_promote(tmp_path, git_repo, consent_mode):
         assert [e["sequence"] for e in ev["events"]] == [1, 2, 3, 4, 5] and ev["next_since"] == 5
         nxt = (await client.call_tool("events", {"run_id": run_id, "since": 5, "limit": 2})).structured_content
         assert [e["sequence"] for e in nxt["events"]] == [6, 7]
-        res = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-1"})
-        assert res.is_error and res.structured_content["code"] == "CONSENT_REQUIRED"
+        # this run promoted itself (no human gate): promote says so instead of asking for consent
+        res = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-0"})
+        assert not res.is_error and res.structured_content["already_promoted"] is True, res.content[0].text
+        assert (await client.call_tool("poll", {"job_id": job_id})).structured_content["run"]["outcome"] == "promoted"
         if consent_mode == "lenient":
-            token = res.structured_content["details"]["consent_token"]
+            from coordinator.mcp.consent import ConsentBook
+
+            token = ConsentBook(tmp_path / "ops" / "mcp", "lenient").mint("promote", run_id)
             assert token.startswith("dct1.")
             res = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-1",
                                                      "consent_token": token})

@@ -61,6 +61,13 @@ async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
                                                    "consent_token": token})
         assert again.is_error and again.structured_content["code"] == "CONSENT_ALREADY_USED", again.content[0].text
         assert _rev(git_repo, TO_REF) == out["head_ref"]
+        # without a token: it says the run is already promoted instead of asking for consent
+        told = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-3"})
+        assert not told.is_error, told.content[0].text
+        assert told.structured_content["already_promoted"] is True and told.structured_content["status"] == "promoted"
+        # poll tells the run's real outcome now, not the job's view from when `dome run` exited
+        polled = (await client.call_tool("poll", {"job_id": done["job_id"]})).structured_content
+        assert polled["run"]["outcome"] == "promoted", polled
 
 
 async def test_promote_success_lenient_host_reads_the_gate_token(tmp_path, git_repo):

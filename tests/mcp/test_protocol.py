@@ -5,6 +5,8 @@ import json
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from .conftest import MODES, PATHS, connect
 
@@ -69,7 +71,8 @@ async def check_progress_strictly_increasing_and_job_polled(client, tmp_path):
     if True:
         res = await client.call_tool("test_slow", {"steps": 8, "step_s": 0.06}, progress_callback=on_progress)
         assert not res.is_error, res.content[0].text
-        job_id = res.structured_content["job_id"]
+        assert "job_id" not in res.structured_content  # the tool's result is untouched; the job rides in _meta
+        job_id = res.meta["dome/job_id"]
         polled = await client.call_tool("poll", {"job_id": job_id})
         assert polled.structured_content["status"] == "succeeded"
         assert polled.structured_content["progress"] == 1.0
@@ -117,5 +120,6 @@ async def test_allow_list_filters_tools_list_and_calls(tmp_path):
         names = {t.name for t in (await client.list_tools()).tools}
         assert "evaluate" in names and "test_echo" in names
         assert not names & {"run_submit", "promote", "cancel"}
-        res = await client.call_tool("promote", {"run_id": "r", "idempotency_key": "promote-k1"})
-        assert res.is_error and res.structured_content["code"] == "UNKNOWN_TOOL"
+        with pytest.raises(MCPError) as e:  # a tool outside the allow-list does not exist for this caller
+            await client.call_tool("promote", {"run_id": "r", "idempotency_key": "promote-k1"})
+        assert e.value.error.code == INVALID_PARAMS and e.value.error.data["code"] == "UNKNOWN_TOOL"

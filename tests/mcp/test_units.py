@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from registry.errors import DomeError
+
 from coordinator.mcp import render
 from coordinator.mcp.catalog import default_specs
 from coordinator.mcp.consent import ConsentBook
@@ -32,7 +34,7 @@ def test_argument_normalization_is_unambiguous_only(tmp_path):
     assert args == {"layout": f"{tmp_path}/a.glp", "report_level": "detailed", "halo_nm": 128,
                     "mask": "sha256:" + "0" * 64}  # a digest is never turned into a path
     assert len(notes) == 5
-    args, _ = normalize_arguments(spec, {"layout": "x.glp", "file": "y.glp"})  # target already given: not applied
+    args, _ = normalize_arguments(spec, {"layout": "/x.glp", "file": "/y.glp"})  # target already given: not applied
     assert "file" in args
     args, notes = normalize_arguments(SPECS["open_layout"], {"path": "~/l.gds"})
     assert args["path"].endswith("/l.gds") and not args["path"].startswith("~")
@@ -40,18 +42,53 @@ def test_argument_normalization_is_unambiguous_only(tmp_path):
 
 def test_validation_names_the_offending_field():
     tool = CompiledTool(SPECS["query_region"])
-    with pytest.raises(ToolInputError) as e:
+    with pytest.raises(DomeError) as e:
         tool.validate({"session_id": "ses_0123456789ab", "box": {"left": 0, "bottom": 0, "right": 1, "top": 1},
                        "max_shape": 3})
-    assert e.value.details["unknown_fields"] == ["max_shape"] and "max_shapes" in e.value.details["allowed_fields"]
-    assert "'max_shape'" in e.value.message
-    with pytest.raises(ToolInputError) as e:
+    assert e.value.code == "INVALID_TARGET" and e.value.details["unknown_fields"] == ["max_shape"]
+    assert "max_shapes" in e.value.details["allowed_fields"] and "'max_shape'" in e.value.message
+    with pytest.raises(DomeError) as e:
         tool.validate({"session_id": "ses_0123456789ab"})
-    assert e.value.details["field"] == "box" and "'box'" in e.value.message
-    with pytest.raises(ToolInputError) as e:
+    assert e.value.code == "INVALID_BOX" and e.value.details["field"] == "box"
+    with pytest.raises(DomeError) as e:
         tool.validate({"session_id": "ses_0123456789ab", "box": {"left": "a", "bottom": 0, "right": 1, "top": 1}})
-    assert e.value.details["field"] == "box" and "box/left" in e.value.message
+    assert e.value.code == "INVALID_BOX" and e.value.details["field"] == "box/left"
     assert e.value.details["errors"][0]["path"] == "/box/left"
+    # a contract without codes of its own keeps the generic one
+    with pytest.raises(ToolInputError):
+        CompiledTool(SPECS["evaluate"]).validate({"no_such_field": 1})
+
+
+def test_klayout_schema_failures_get_contract_codes_and_name_nested_fields():
+    """A nested required field is named (never 'None'); each failure maps to one of the contract's codes."""
+    from worker_sdk.klayout_tools.errors import CONTRACT_CODES
+
+    cases = [("query_region", {"session_id": "ses_0123456789ab", "box": {"left": 0, "bottom": 0, "right": 1}},
+              "INVALID_BOX", "box/top"),
+             ("query_region", {"session_id": "ses_0123456789ab", "box": {"left": 0, "bottom": 0, "right": 1, "top": 1},
+                               "layers": [{"layer": "x"}]}, "INVALID_LAYER", None),
+             ("render_view", {"session_id": "ses_0123456789ab", "image_size": {"width": 10}}, "INVALID_TARGET",
+              "image_size/height"),
+             ("open_layout", {}, "INVALID_TARGET", "path")]
+    for tool, args, code, field in cases:
+        with pytest.raises(DomeError) as e:
+            CompiledTool(SPECS[tool]).validate(args)
+        assert e.value.code == code and code in CONTRACT_CODES, (tool, e.value.to_object())
+        assert "None" not in e.value.message
+        if field is not None:
+            assert e.value.details["field"] == field and repr(field) in e.value.message
+
+
+def test_relative_paths_are_refused_not_resolved_against_the_host_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chip.gds").write_bytes(b"x")
+    with pytest.raises(DomeError) as e:
+        normalize_arguments(SPECS["open_layout"], {"path": "chip.gds"})
+    assert e.value.code == "INVALID_TARGET" and e.value.details["reason"] == "not_absolute"
+    assert str(tmp_path) not in str(e.value.to_object())
+    with pytest.raises(DomeError) as e:
+        normalize_arguments(SPECS["evaluate"], {"layout": "./chip.glp"})
+    assert e.value.code == "SCHEMA_VALIDATION_ERROR" and e.value.details["field"] == "layout"
 
 
 def test_porcelain_is_bounded_and_summary_first():
@@ -97,3 +134,39 @@ def test_faults_are_model_shaped():
     assert "\n" not in obj["message"] and len(obj["message"]) <= 200
     for cat in FaultCategory:
         assert Fault(cat, "x").to_object()["retry"] in ("none", "light", "heavy")
+
+
+def test_group_fix_lists_every_group_member_as_resolved():
+    """RFC 0006 2c: optimize(violation_id=shadow) resolves to the canonical record; all members are listed."""
+    from worker_sdk.litho import api, pins
+    from worker_sdk.litho.violations import encode_violation_id
+
+    deck = "sha256:" + "ab" * 32
+    loc = (1000.0, 2000.0)
+    members = [encode_violation_id(deck, "1f" * 8, i, loc, "LITHO.EPE.15NM", offset=(i * 8.0, 0.0)) for i in range(3)]
+    other = encode_violation_id(deck, "2e" * 8, 0, (5.0, 5.0), "LITHO.EPE.15NM")
+    session = "unit-group-fix"
+    for vid in members + [other]:
+        gid = "1f" * 8 if vid in members else "2e" * 8
+        pins.CACHE.put(session, vid, {"violation": {"violation_id": vid, "violation_group_id": gid},
+                                      "layout": "/x.glp", "layer": None, "fill": "exact", "canonical_location": [0, 0]})
+    try:
+        gid = api.resolve_violation({"violation_id": members[2], "session_id": session}, model=object())["violation_group_id"]
+        res = api.resolve_violation({"violation_id": members[2], "session_id": session}, model=object())
+        assert res["resolved_violation_id"] == members[0] and res["was_shadow"] is True
+        assert res["resolved_by_group_fix"] == sorted(members) and other not in res["resolved_by_group_fix"]
+        assert res["group_members_source"] == "session_cache" and gid == res["violation_group_id"]
+        alone = api.resolve_violation({"violation_id": members[1], "session_id": session, "scope": "record_only"},
+                                      model=object())
+        assert "resolved_by_group_fix" not in alone
+    finally:
+        pins.CACHE.end_session(session)
+
+
+def test_standard_provenance_block_has_every_key():
+    from registry.provenance import stamp
+
+    out = stamp({"x": 1}, {"a": 1, "render": "json"}, tool="t", engine_versions={"e": "1"})
+    assert {"seed", "engine_versions", "inputs_hash", "outputs_hash", "revision_id"} <= set(out["provenance"])
+    assert out["provenance"]["revision_id"] is None and out["provenance"]["inputs_hash"] == stamp(
+        {"x": 1}, {"a": 1}, tool="t")["provenance"]["inputs_hash"]  # delivery fields are not inputs

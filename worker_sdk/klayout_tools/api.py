@@ -10,15 +10,19 @@ worker process, not from an event loop.
 from __future__ import annotations
 
 import functools
+import json
+import shutil
 from typing import Any, Callable
 
 import klayout.db as kdb
 
 from registry import schema_store
 from registry.errors import SchemaValidationError
+from registry.input_codes import klayout_input_code
 
 from . import drc, inspect_cells, loader, measure as measure_mod, query, render
-from .errors import InternalError, InvalidBox, InvalidLayer, InvalidTarget, KlayoutToolError, ToolLimitExceeded
+from .errors import (InternalError, InvalidBox, InvalidTarget, KlayoutToolError, SessionExpired, SessionNotFound,
+                     ToolLimitExceeded)
 from .layers import layer_ref, resolve_layers
 from .paths import resolve_allowed
 from .sessions import Session, SessionStore
@@ -42,14 +46,9 @@ def _validate(tool: str, request: Any) -> None:
         schema_store.validate(f"klayout/{tool}.request", request)
     except SchemaValidationError as exc:
         errors = exc.details.get("errors", [])
-        paths = [e["path"] for e in errors]
-        cls = InvalidTarget
-        if any(p.startswith(("/box", "/crop_size_um")) for p in paths):
-            cls = InvalidBox
-        elif any(p.startswith("/layers") for p in paths):
-            cls = InvalidLayer
-        raise cls(f"invalid {tool} request: {exc.message}", details={"tool": tool, "errors": errors},
-                  hints=exc.hints) from exc
+        code = klayout_input_code([e["path"] for e in errors])
+        raise KlayoutToolError(f"invalid {tool} request: {exc.message}", code=code,
+                               details={"tool": tool, "errors": errors}, hints=exc.hints) from exc
 
 
 def tool(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
@@ -60,11 +59,13 @@ def tool(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
         _validate(name, request)
         st = store or _DEFAULT_STORE
         try:
-            return fn(request, st)
+            with st.in_use(request.get("session_id")):  # idle time counts from the end of this call
+                return fn(request, st)
         except KlayoutToolError:
             raise
         except Exception as exc:  # a bug or an unexpected KLayout failure: typed, never a bare traceback
-            raise InternalError(f"{name} failed unexpectedly", details={"tool": name, "error": repr(exc)}) from exc
+            raise InternalError(f"{name} failed unexpectedly",
+                                details={"tool": name, "error": type(exc).__name__}) from exc
 
     wrapper.tool_name = name  # type: ignore[attr-defined]
     return wrapper
@@ -252,6 +253,48 @@ def extract_markers(request: dict[str, Any], store: SessionStore) -> dict[str, A
         return {"session_id": s.id, "run_id": record.run_id, "markers": out, "marker_count": len(record.markers),
                 "violations_schema_version": "1.0.0", "violations": viol[:lim.max_markers_per_response],
                 "truncation": {"markers_dropped": len(record.markers) - len(markers)}}
+
+
+def restore_session(request: dict[str, Any], *, store: SessionStore | None = None) -> dict[str, Any]:
+    """Re-create a session under its own id in a fresh worker (host-only; not a contract tool).
+
+    request: {session_id, open: open_layout request, sha256, idle_s, queries: [query_region requests]}.
+    The session comes back whole or not at all: the same layout bytes (sha256), the same artifact
+    folder, its DRC runs and view read back from that folder, its shape ids rebuilt by replaying its
+    queries in order (ids are content-derived, so the replay yields the same ids). A session idle for
+    longer than the TTL is expired here (folder deleted), exactly as the lost worker would have done.
+    """
+    st = store or _DEFAULT_STORE
+    cfg = st.config
+    sid = request["session_id"]
+    root = cfg.artifact_root if cfg.artifact_root.is_absolute() else cfg.artifact_root.resolve()
+    folder = root / "sessions" / sid
+    if float(request.get("idle_s", 0.0)) > cfg.ttl_seconds:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise SessionExpired("session expired after inactivity", details={"session_id": sid,
+                             "ttl_seconds": cfg.ttl_seconds}, hints=["open_layout again"])
+    if not (folder / "session.json").is_file():
+        raise SessionNotFound("the session's artifact folder is gone", details={"session_id": sid},
+                              hints=["open_layout again"])
+    manifest = json.loads((folder / "session.json").read_text())
+    opener = request["open"]
+    source, layout, top, tops = loader.load(opener["path"], opener.get("format"), opener.get("top_cell"), cfg)
+    if source["sha256"] != request.get("sha256"):
+        raise SessionNotFound("the layout changed since the session was opened",
+                              details={"session_id": sid, "reason": "source_changed"}, hints=["open_layout again"])
+    session = st.create(source=source, layout=layout, top_cell=top, top_cells=tops, session_id=sid)
+    try:
+        session.view_state = manifest.get("view")
+        for run_id in manifest.get("runs", []):
+            session.runs[run_id] = drc.load_run(session, run_id)
+        session.write_manifest()
+        for q in request.get("queries", []):
+            query_region({**q, "session_id": sid}, store=st)
+    except BaseException:
+        st.forget(sid)  # never half-alive: drop it, keep the folder for a later attempt
+        raise
+    return {"session_id": sid, "shape_ids": len(session.shapes), "runs": sorted(session.runs),
+            "artifact_root": str(session.artifact_dir)}
 
 
 TOOLS: dict[str, Callable[..., dict[str, Any]]] = {name: globals()[name] for name in TOOL_NAMES}

@@ -8,6 +8,7 @@ environment, a timeout that kills the whole process group, and stdout and
 stderr captured to files. The deck path was validated against the allowed
 roots; parameters are names matching [A-Za-z_][A-Za-z0-9_]* and string
 values that reach the deck as data ($name in Ruby, deck.params in Python).
+A KLayout macro file (.lydrc) runs the DRC script held in its <text>.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from .markers import VIOLATIONS_SCHEMA_VERSION, read_report, violations
 from .sessions import RunRecord, Session
 
 RESERVED_PARAMS = ("input", "output", "top_cell")
+MACRO_SUFFIXES = (".lydrc", ".lym")
 RUNNER = Path(__file__).resolve().parent / "pydeck_runner.py"
 TAIL = 4000
 
@@ -71,12 +73,61 @@ def new_run_id(session: Session) -> str:
             return rid
 
 
+# Other names decks written for other KLayout runners use for the same three values. Each is set
+# too (as $name), unless the caller passed a parameter of that name, which then wins.
+RUBY_ALIASES = {"input": ("layout", "gds", "input_file", "in_gds"),
+                "output": ("report", "report_file", "output_file", "rdb"),
+                "top_cell": ("topcell", "top")}
+
+
+def ruby_variables(layout_copy: Path, report: Path, top_cell: str, params: dict[str, str]) -> dict[str, str]:
+    """Every global a Ruby deck sees: $input, $output, $top_cell, their aliases, then the caller's params."""
+    base = {"input": str(layout_copy), "output": str(report), "top_cell": top_cell}
+    out = dict(base)
+    for name, aliases in RUBY_ALIASES.items():
+        for alias in aliases:
+            if alias not in params:
+                out[alias] = base[name]
+    out.update(params)
+    return out
+
+
+def macro_body(script: Path, run_dir: Path) -> Path:
+    """A KLayout macro file (.lydrc/.lym XML): the DRC script inside it, written to the run folder.
+
+    Only DRC (the drc DSL) and Ruby macros can run here; anything else is refused with what to do.
+    """
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.fromstring(script.read_bytes())
+    except ET.ParseError as exc:
+        raise DrcRunFailed("the deck is not a valid KLayout macro file", details={
+            "reason": "bad_macro", "error": str(exc)}, hints=[
+            "a .lydrc file is KLayout macro XML with the DRC script in <text>; "
+            "or save the script itself as a .drc file"]) from None
+    text = root.findtext("text")
+    interpreter = (root.findtext("interpreter") or "").strip()
+    dsl = (root.findtext("dsl-interpreter-name") or "").strip()
+    if interpreter not in ("dsl", "ruby") or (interpreter == "dsl" and dsl not in ("", "drc-dsl-xml", "drc-dsl")):
+        raise DrcRunFailed("only DRC and Ruby macros can run as decks", details={
+            "reason": "unsupported_macro", "interpreter": interpreter, "dsl_interpreter": dsl}, hints=[
+            "a Python DRC deck is a .py file defining run(deck); see docs/klayout.md"])
+    if not text or not text.strip():
+        raise DrcRunFailed("the macro holds no script", details={"reason": "empty_macro"},
+                           hints=["the DRC script goes in the macro's <text> element"])
+    body = run_dir / "deck.drc"
+    body.write_text(text)
+    return body
+
+
 def build_argv(script_type: str, script: Path, layout_copy: Path, report: Path, top_cell: str,
                params: dict[str, str], run_dir: Path, klayout_bin: str) -> list[str]:
     if script_type == "ruby":
-        argv = [klayout_bin, "-b", "-r", str(script), "-rd", f"input={layout_copy}", "-rd", f"output={report}",
-                "-rd", f"top_cell={top_cell}"]
-        for name, value in params.items():
+        if script.suffix.lower() in MACRO_SUFFIXES:
+            script = macro_body(script, run_dir)
+        argv = [klayout_bin, "-b", "-r", str(script)]
+        for name, value in ruby_variables(layout_copy, report, top_cell, params).items():
             argv += ["-rd", f"{name}={value}"]
         return argv
     spec = {"script": str(script), "input": str(layout_copy), "output": str(report), "top_cell": top_cell,
@@ -158,13 +209,23 @@ def run_deck(session: Session, script: Path, script_type: str, params: dict[str,
     viol = violations(markers, deck_name=script.name, deck_sha256=deck_sha, run_id=run_id, dbu=session.dbu)
     # compact: pretty-printing ten thousand markers costs more than reading the report
     (run_dir / "markers.json").write_text(json.dumps(
-        {"run_id": run_id, "deck": str(script), "deck_sha256": deck_sha, "marker_count": len(markers),
+        {"run_id": run_id, "deck": str(script), "script_type": script_type, "deck_sha256": deck_sha,
+         "marker_count": len(markers),
          "rule_counts": rule_counts, "markers": markers,
          "schema_version": VIOLATIONS_SCHEMA_VERSION, "violations": viol}, separators=(",", ":")) + "\n")
     record = RunRecord(run_id=run_id, run_dir=run_dir, script_path=str(script), script_type=script_type,
                        deck_sha256=deck_sha, report_path=report, markers=markers, violations=viol)
     session.runs[run_id] = record
     return record, rc, rule_counts, duration
+
+
+def load_run(session: Session, run_id: str) -> RunRecord:
+    """A finished run read back from its folder (markers.json is written last, so it marks a whole run)."""
+    run_dir = session.artifact_dir / "drc" / run_id
+    data = json.loads((run_dir / "markers.json").read_text())
+    return RunRecord(run_id=run_id, run_dir=run_dir, script_path=data["deck"], script_type=data.get("script_type", ""),
+                     deck_sha256=data["deck_sha256"], report_path=run_dir / "report.lyrdb",
+                     markers=data["markers"], violations=data.get("violations", []))
 
 
 def run_artifacts(record: RunRecord) -> list[dict[str, Any]]:

@@ -2,7 +2,9 @@
 
 A path must be absolute, free of NUL and control characters, and its fully
 resolved form (every symlink followed) must lie under one of the allowed
-roots (also resolved). Only the resolved path is ever handed to KLayout or a
+roots (also resolved). Outside the roots the answer never depends on
+whether the file exists, and error details name only the roots the user
+configured (never dome's install folder). Only the resolved path is ever handed to KLayout or a
 subprocess, so a symlink cannot point a check at one file and a use at another.
 """
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .config import BUILTIN_DECKS
 from .errors import FileNotFound, InvalidTarget
 
 
@@ -21,21 +24,20 @@ def resolve_allowed(raw: str, roots: tuple[Path, ...], *, field: str) -> Path:
     if not os.path.isabs(raw):
         raise InvalidTarget(f"{field} must be an absolute path", details={"field": field, "path": raw,
                             "reason": "not_absolute"}, hints=["pass an absolute path"])
-    path = Path(raw)
-    if not path.exists():
-        raise FileNotFound(f"{field} does not exist", details={"field": field, "path": raw})
-    real = path.resolve(strict=True)
+    # Containment is judged on the resolved form before anything is said about existence, so a
+    # path outside the roots gets the same answer whether or not it exists (no existence oracle).
+    real = Path(os.path.realpath(raw))
     for root in roots:
-        try:
-            root_real = root.resolve(strict=True)
-        except OSError:
+        root_real = Path(os.path.realpath(root))
+        if not root_real.is_dir():
             continue
         if real == root_real or root_real in real.parents:
+            if not real.exists():
+                raise FileNotFound(f"{field} does not exist", details={"field": field, "path": raw})
             if not real.is_file():
                 raise FileNotFound(f"{field} is not a regular file", details={"field": field, "path": raw})
             return real
-    raise InvalidTarget(f"{field} resolves outside the allowed roots",
-                        details={"field": field, "path": raw, "resolved": str(real),
-                                 "reason": "outside_allowed_roots",
-                                 "allowed_roots": [str(r) for r in roots]},
-                        hints=["set KLAYOUT_MCP_ALLOWED_ROOTS to include the layout's directory"])
+    raise InvalidTarget(f"{field} is outside the allowed roots",
+                        details={"field": field, "path": raw, "reason": "outside_allowed_roots",
+                                 "allowed_roots": [str(r) for r in roots if Path(r) != BUILTIN_DECKS]},
+                        hints=["set KLAYOUT_MCP_ALLOWED_ROOTS to include the file's directory"])

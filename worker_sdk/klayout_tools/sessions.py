@@ -1,8 +1,11 @@
 """In-process session store: ids, lazy TTL expiry, artifact directories.
 
-A session is created only by open_layout. Every tool call first sweeps the
-store (sessions idle for longer than the TTL are deleted together with their
-artifact directory) and then touches the session it uses. Expired ids are
+A session is created only by open_layout (or re-created under its own id by
+`restore` after a worker restart). Every tool call first sweeps the store
+(sessions idle for longer than the TTL are deleted together with their
+artifact directory). Idle time counts from the end of the session's last
+call: a session in use is never swept, and `in_use` touches it again when
+the call returns, so a call longer than the TTL does not expire it. Expired ids are
 remembered (bounded) so a late caller gets SESSION_EXPIRED rather than
 SESSION_NOT_FOUND. Ids are ses_<12 lowercase hex>, unique per process.
 """
@@ -13,10 +16,11 @@ import secrets
 import shutil
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import klayout.db as kdb
 
@@ -89,6 +93,7 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._expired: OrderedDict[str, None] = OrderedDict()
         self._issued: set[str] = set()
+        self._busy: Counter[str] = Counter()  # session id -> calls in progress
         self._lock = threading.RLock()
 
     @property
@@ -107,7 +112,7 @@ class SessionStore:
         ttl = self.config.ttl_seconds
         now = self._clock()
         with self._lock:
-            dead = [s for s in self._sessions.values() if now - s.last_used > ttl]
+            dead = [s for s in self._sessions.values() if now - s.last_used > ttl and not self._busy[s.id]]
             for s in dead:
                 self._drop(s)
                 self._expired[s.id] = None
@@ -115,25 +120,47 @@ class SessionStore:
                     self._expired.popitem(last=False)
         return [s.id for s in dead]
 
+    @contextmanager
+    def in_use(self, session_id: Any) -> Iterator[None]:
+        """Mark a session busy for one call (never swept meanwhile); touch it when the call ends."""
+        if not isinstance(session_id, str):
+            yield
+            return
+        self.sweep()  # an already expired session is swept before this call can hold it
+        with self._lock:
+            self._busy[session_id] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy[session_id] -= 1
+                if self._busy[session_id] <= 0:
+                    del self._busy[session_id]
+                session = self._sessions.get(session_id)
+                if session is not None:
+                    session.last_used = self._clock()
+
     def create(self, *, source: dict[str, Any], layout: kdb.Layout, top_cell: str,
-               top_cells: list[str]) -> Session:
+               top_cells: list[str], session_id: str | None = None) -> Session:
+        """A new session; `session_id` (with its existing artifact directory) only when restoring one."""
         cfg = self.config
         with self._lock:
             if len(self._sessions) >= cfg.limits.max_sessions:
                 raise ToolLimitExceeded("too many open sessions",
                                         details={"limit": "max_sessions", "max": cfg.limits.max_sessions},
                                         hints=["close_session sessions you no longer need"], retry="light")
-            sid = self._new_id()
+            sid = session_id or self._new_id()
+            self._issued.add(sid)
             root = cfg.artifact_root
             try:
                 artifact_dir = (root if root.is_absolute() else root.resolve()) / "sessions" / sid
-                artifact_dir.mkdir(parents=True, exist_ok=False)
-                (artifact_dir / "renders").mkdir()
-                (artifact_dir / "drc").mkdir()
+                artifact_dir.mkdir(parents=True, exist_ok=session_id is not None)
+                (artifact_dir / "renders").mkdir(exist_ok=session_id is not None)
+                (artifact_dir / "drc").mkdir(exist_ok=session_id is not None)
             except OSError as exc:
                 raise InternalError("cannot create the session artifact directory",
-                                    details={"artifact_root": str(root), "error": str(exc)},
-                                    hints=["check KLAYOUT_MCP_ARTIFACT_ROOT"]) from exc
+                                    details={"artifact_root": str(root), "error": type(exc).__name__},
+                                    hints=["check that KLAYOUT_MCP_ARTIFACT_ROOT is writable"]) from exc
             session = Session(id=sid, source=source, layout=layout, top_cell=top_cell, top_cells=top_cells,
                               artifact_dir=artifact_dir.resolve(), last_used=self._clock())
             session.write_manifest()
@@ -162,6 +189,17 @@ class SessionStore:
             if session is None:
                 return False, False
             return True, self._drop(session)
+
+    def forget(self, session_id: str) -> None:
+        """Drop a session from memory, keeping its artifact folder (a restore that failed halfway)."""
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+        if session is not None:
+            with session.lock:
+                session.shapes.clear()
+                view, session.layout_view = session.layout_view, None
+                if view is not None:
+                    view.destroy()
 
     def _drop(self, session: Session) -> bool:
         self._sessions.pop(session.id, None)

@@ -235,18 +235,28 @@ def _violations(ev, deck_hash: str, session: str, inp: _Inputs) -> list[dict[str
     return out
 
 
-def evaluate(request: dict[str, Any], token: CancellationToken | None = None) -> dict[str, Any]:
-    """Evaluate a mask (default: the target itself) for a layout: L2, PVB, EPE, optionally violations[]."""
+def evaluate(request: dict[str, Any], token: CancellationToken | None = None,
+             progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
+    """Evaluate a mask (default: the target itself) for a layout: L2, PVB, EPE, optionally violations[].
+
+    `progress(fraction, message)` is told each phase as it starts (inputs, model, corners, violations).
+    """
     from .engine import evaluate as run_eval
 
+    report = progress or (lambda fraction, message: None)
     validate("litho/evaluate_request", request)
     token = token or NEVER
+    level = request.get("report_level", "aggregate")
+    report(0.05, "loading inputs")
     inp = _load_inputs(request)
+    report(0.15, "building the optical model")
     model = load_model(request)
     window = _window(request, model)
     tile = {"auto": None, "always": True, "never": False}[request.get("tile", "auto")]
+    report(0.3, "simulating the process corners")
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
                   halo=int(request.get("halo_nm", 512)), window=window, token=token)
+    report(0.85, "scoring" + (" and listing violations" if level == "detailed" else ""))
     return _evaluate_response(request, inp, model, ev, token)
 
 
@@ -357,10 +367,17 @@ def resolve_violation(request: dict[str, Any], model=None) -> dict[str, Any]:
         target_loc = (canon[0] + dec.offset[0], canon[1] + dec.offset[1])
         resolved_index = dec.index
     resolved_id = encode_violation_id_from(dec, resolved_index)
-    return {"violation_id": vid, "resolved_violation_id": resolved_id, "violation_group_id": dec.group_id,
-            "rule_id": dec.rule_id, "scope": scope, "resolved_via": via, "location_nm": [target_loc[0], target_loc[1]],
-            "coordinate_frame": dec.frame, "layout": layout_path, "layer": layer, "fill": fill,
-            "was_shadow": dec.index != 0}
+    out = {"violation_id": vid, "resolved_violation_id": resolved_id, "violation_group_id": dec.group_id,
+           "rule_id": dec.rule_id, "scope": scope, "resolved_via": via, "location_nm": [target_loc[0], target_loc[1]],
+           "coordinate_frame": dec.frame, "layout": layout_path, "layer": layer, "fill": fill,
+           "was_shadow": dec.index != 0}
+    if scope == "group":
+        # RFC 0006 2c: every member of the group is resolved by the one group fix; the members are the
+        # ones the session's evaluate reported (the id alone names only itself and its canonical record)
+        members = pins.CACHE.group_members(session, dec.group_id) if via == "session_cache" else []
+        out["resolved_by_group_fix"] = sorted(set(members) | {resolved_id, vid})
+        out["group_members_source"] = "session_cache" if members else "violation_id"
+    return out
 
 
 def encode_violation_id_from(dec, index: int) -> str:

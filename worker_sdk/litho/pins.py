@@ -81,6 +81,13 @@ class SessionCache:
             od.move_to_end(vid)
             return od[vid]
 
+    def group_members(self, session: str, group_id: str) -> list[str]:
+        """Violation ids of one group that this session's evaluate reported (and the cache still holds)."""
+        with self._lock:
+            od = self._data.get(session) or {}
+            return [vid for vid, e in od.items()
+                    if (e.get("violation") or {}).get("violation_group_id") == group_id]
+
     def was_evicted(self, session: str, vid: str) -> bool:
         with self._lock:
             return vid in self._evicted.get(session, set())
