@@ -225,7 +225,8 @@ class Canvas:
         self._base_cp = Checkpoint("cp-0000", 0, base_ref, base_tree, "", (), ())
         self.workdir: Path | None = None
         if create_worktree:
-            self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dome-canvas-"))
+            # absolute: git creates the worktree from the repository, not from our cwd
+            self.workdir = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="dome-canvas-"))
             _fresh_worktree(self.repo, self.workdir, base_ref)
             # the private index lives beside the worktree, so a crash leaves nothing in the temp dir
             self._index = Path(str(self.workdir) + ".index") / "index"

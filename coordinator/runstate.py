@@ -43,6 +43,7 @@ class NodeState:
     active: tuple[str, ...] = ()  # node_execution_ids dispatched and not yet ended
     succeeded_by: str | None = None
     acked: bool = False
+    last_error: str | None = None  # error code of the latest failed attempt (what retry policy reads)
 
     @property
     def succeeded(self) -> bool:
@@ -113,7 +114,7 @@ class _Folding:
             node_id = _get(event, "node_id") or payload.get("node_id")
             ns = self.nodes.get(node_id, _NEW)
             self.nodes[node_id] = NodeState(ns.attempts + 1, ns.failures, tuple(sorted((*ns.active, neid))),
-                                            ns.succeeded_by, ns.acked)
+                                            ns.succeeded_by, ns.acked, ns.last_error)
             self.executions[neid] = {**payload, "node_id": node_id}
             self.total_attempts += 1
         elif topic in TERMINAL_ATTEMPT_TOPICS:
@@ -122,19 +123,22 @@ class _Folding:
                 return  # a late or duplicate terminal event changes nothing
             node_id = self.executions[neid]["node_id"]
             ns = self.nodes.get(node_id, _NEW)
-            succeeded_by, failures = ns.succeeded_by, ns.failures
+            succeeded_by, failures, last_error = ns.succeeded_by, ns.failures, ns.last_error
             if topic == TASK_COMPLETED and payload.get("outcome") == "succeeded":
                 succeeded_by = succeeded_by or neid
             elif topic in (TASK_FAILED, TASK_TIMEOUT) or topic == TASK_COMPLETED:
                 failures += 1
+                err = payload.get("error")
+                code = err.get("code") if isinstance(err, Mapping) else None
+                last_error = str(code) if code else ("TIMEOUT" if topic == TASK_TIMEOUT else None)
             self.nodes[node_id] = NodeState(ns.attempts, failures, tuple(a for a in ns.active if a != neid),
-                                            succeeded_by, ns.acked)
+                                            succeeded_by, ns.acked, last_error)
             self.ended.add(neid)
             self.lost_attempts += topic == TASK_LOST
         elif topic == TASK_ACK:
             node_id = _get(event, "node_id") or payload.get("node_id")
             ns = self.nodes.get(node_id, _NEW)
-            self.nodes[node_id] = NodeState(ns.attempts, ns.failures, ns.active, ns.succeeded_by, True)
+            self.nodes[node_id] = NodeState(ns.attempts, ns.failures, ns.active, ns.succeeded_by, True, ns.last_error)
         elif topic == PATCH_SUBMITTED:
             self.proposals.append(payload)
 

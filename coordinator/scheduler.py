@@ -20,13 +20,20 @@ Order: total descending, then the spec's tie-breaks node_priority_group
 (ascending), node_id, task_spec_digest. Each selected entry persists its
 scores and tie-break fields.
 
-Endgame: when no node is ready, slots are free, and at most
-`endgame_threshold` unfinished nodes remain (all of them running), the
-scheduler duplicates the running blockers, at most `endgame_max_duplicates`
-extra attempts per node at a time and in total (a node never gets more than
-max_attempts + endgame_max_duplicates attempts), and never beyond its
-remaining retry budget. The run loop accepts the first valid
-result and cancels the rest (revoking their grants).
+Endgame duplicates are opt-in (`scheduling.endgame_max_duplicates`, default
+0: with paid agents a duplicate doubles the cost of a task). When a queue
+asks for them: when no node is ready, slots are free (idle capacity only),
+and at most `endgame_threshold` unfinished nodes remain (all of them
+running), the scheduler duplicates the running blockers, at most
+`endgame_max_duplicates` extra attempts per node at a time and in total (a
+node never gets more than max_attempts + endgame_max_duplicates attempts),
+and never beyond its remaining retry budget. The run loop accepts the first
+valid result and cancels the rest (revoking their grants).
+
+Retries: a failed attempt is retried up to the node's max_attempts, except
+when its error is one that recurs on every try (DETERMINISTIC_FAILURES: a
+command or intent that does not exist, parameters that clash, an output
+schema the worker cannot meet): the node fails at once.
 """
 from __future__ import annotations
 
@@ -39,6 +46,9 @@ from .runstate import RunState
 from .workqueue import Graph, Node
 
 DECISION_KIND = "dome.scheduling_decision/v1"
+# error codes that the same attempt would hit again: never retried, never duplicated
+DETERMINISTIC_FAILURES = frozenset({"COMMAND_NOT_FOUND", "UNKNOWN_INTENT", "INTENT_UNAVAILABLE",
+                                    "INTENT_PARAMS_CLASH", "SCHEMA_VALIDATION_ERROR"})
 RISK_PENALTY = {"low": 0, "medium": 250, "high": 500, "critical": 900}
 
 
@@ -46,7 +56,7 @@ RISK_PENALTY = {"low": 0, "medium": 250, "high": 500, "critical": 900}
 class SchedulerPolicy:
     max_parallel: int = 4
     endgame_threshold: int = 2
-    endgame_max_duplicates: int = 1
+    endgame_max_duplicates: int = 0  # opt-in per queue
     max_total_attempts: int | None = None
 
     @classmethod
@@ -73,7 +83,7 @@ def statuses(graph: Graph, state: RunState) -> dict[str, str]:
             out[nid] = "succeeded"
         elif ns.active:
             out[nid] = "running"
-        elif ns.failures >= node.max_attempts:
+        elif ns.failures >= node.max_attempts or ns.last_error in DETERMINISTIC_FAILURES:
             out[nid] = "failed"
         elif any(out[d] in ("failed", "blocked") for d in node.dependencies):
             out[nid] = "blocked"

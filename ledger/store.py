@@ -267,6 +267,16 @@ class LedgerTransaction:
         return result
 
 
+def _sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names; None for memory or a database server."""
+    from sqlalchemy.engine import make_url
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or "mode=memory" in url:
+        return None
+    return Path(database)
+
+
 class Ledger:
     """Open with Ledger.open(db_url, ops_root). Thread-safe; one writer
     connection per Ledger, any number of processes (writes serialize)."""
@@ -290,8 +300,9 @@ class Ledger:
         a missing default file raises LedgerNotFound instead of creating an empty ledger."""
         ops_root = Path(ops_root)
         url = db_url or default_url(ops_root)
-        if must_exist and db_url is None and not (ops_root / "dome.db").is_file():
-            raise LedgerNotFound(f"no ledger at {ops_root / 'dome.db'}", details={"path": str(ops_root / "dome.db")},
+        where = _sqlite_file(url)
+        if must_exist and where is not None and not where.is_file():  # --db naming a missing file too
+            raise LedgerNotFound(f"no ledger at {where}", details={"path": str(where)},
                                  hints=["pass the --ops-root the run used (or --db)"])
         try:
             engines = make_engines(url)

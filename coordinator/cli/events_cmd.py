@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 from registry.errors import DomeError
@@ -46,24 +45,24 @@ def run(args: argparse.Namespace) -> int:
         ledger = open_ledger(args)
     except DomeError as exc:
         return refuse("events", args, exc)
+    from .main import report_error, run_not_found
+
     try:
+        if ledger.head(args.run_id) == 0:
+            report_error("events", run_not_found(args.run_id), as_json=args.json)
+            return EXIT_USAGE
         since = args.since
-        seen_any = False
         while True:
             batch = ledger.events(args.run_id, since=since)
             for rec in batch:
                 print(json.dumps(rec.to_json(), ensure_ascii=False) if args.json else _line(rec),
                       flush=True)
                 since = rec.sequence
-                seen_any = True
                 if args.follow and rec.topic == FINAL_TOPIC:
                     return EXIT_OK
             if not args.follow:
                 break
             time.sleep(POLL_SECONDS)
-        if not seen_any and ledger.head(args.run_id) == 0:
-            print(f"dome events: no run {args.run_id!r} in the ledger", file=sys.stderr)
-            return EXIT_USAGE
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_OK

@@ -47,7 +47,8 @@ def _export(args: argparse.Namespace) -> int:
         wanted = args.run_ids or known
         unknown = [r for r in wanted if r not in known]
         if unknown:
-            print(f"dome ledger export: no run {unknown[0]!r} in the ledger", file=sys.stderr)
+            from .main import report_error, run_not_found
+            report_error("ledger export", run_not_found(unknown[0]), as_json=args.json)
             return EXIT_USAGE
         out = []
         for run_id in wanted:
@@ -80,8 +81,10 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "export":
         return _export(args)
     if args.action != "verify":
-        print("usage: dome ledger verify|export [RUN_ID ...] [--db URL] [--ops-root DIR] [--json]",
-              file=sys.stderr)
+        from .main import error_object, report_error
+        report_error("ledger", error_object("USAGE", "give an action: verify or export",
+                                            hints=["dome ledger verify|export [RUN_ID ...] [--ops-root DIR]"]),
+                     as_json=getattr(args, "json", False))
         return EXIT_USAGE
     ops_root = Path(args.ops_root)
     try:

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("coordinator.cli.mcp_cmd", "serve the MCP front door"),
     "litho": ("coordinator.cli.litho_cmd", "lithography engine (evaluate, optimize)"),
     "registry": ("coordinator.cli.registry_cmd", "tool registry: check, openrpc, gen-client"),
+    "gc": ("coordinator.cli.gc_cmd", "prune the refs old runs left in a repository"),
 }
 
 EXIT_OK = 0
@@ -66,10 +67,57 @@ def ledger_exit_code(exc: Exception) -> int:
 
 
 def refuse(command: str, args: argparse.Namespace, exc: Any) -> int:
-    """Say on stderr why `dome COMMAND` cannot go on (the typed error under --json) and
-    return its exit code."""
-    print(json.dumps({"error": exc.to_object()}) if args.json else f"dome {command}: {exc}", file=sys.stderr)
+    """Say why `dome COMMAND` cannot go on (the typed error on stdout under --json)
+    and return its exit code."""
+    report_error(command, exc, as_json=bool(getattr(args, "json", False)))
     return ledger_exit_code(exc)
+
+
+# error codes that mean the caller asked for something that is not there or not valid
+BAD_INPUT_CODES = frozenset({"LEDGER_NOT_FOUND", "RUN_NOT_FOUND", "USAGE", "UNKNOWN_COMMAND"})
+
+
+def error_object(code: str, message: str, *, hints: Sequence[str] = (), details: dict | None = None) -> Any:
+    """A typed error for a problem found in the CLI itself (bad flags, unknown command)."""
+    from registry.errors import DomeError
+    return DomeError(message, code=code, hints=list(hints), details=details or {})
+
+
+def report_error(command: str, err: Any, *, as_json: bool, extra: dict | None = None) -> None:
+    """Print an error the one way every command does: with --json one object
+    `{"error": {code, message, details, hints, retry}}` on stdout, otherwise
+    `dome COMMAND: CODE: message` and its hints on stderr."""
+    obj = err.to_object()
+    if as_json:
+        print(json.dumps({**(extra or {}), "error": obj}, sort_keys=True))
+        return
+    print(f"dome {command}: {obj.get('code')}: {obj.get('message')}", file=sys.stderr)
+    for h in obj.get("hints") or []:
+        print(f"  hint: {h}", file=sys.stderr)
+
+
+def exit_code_for(err: Any, default: int = EXIT_INTERNAL) -> int:
+    return EXIT_USAGE if getattr(err, "code", None) in BAD_INPUT_CODES else default
+
+
+def run_not_found(run_id: str) -> Any:
+    from registry.errors import DomeError
+    return DomeError(f"no run {run_id!r} in the ledger", code="RUN_NOT_FOUND", details={"run_id": run_id},
+                     hints=["dome status lists the runs of this ledger"])
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors follow the CLI contract: exit 2, and with --json
+    a JSON error object on stdout."""
+
+    json_errors = False  # set per invocation; sub-command parsers share it
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            report_error(self.prog.removeprefix("dome "), error_object("USAGE", message, hints=[
+                f"{self.prog} --help lists the options"]), as_json=True)
+            sys.exit(EXIT_USAGE)
+        super().error(message)
 
 
 def _top_help() -> str:
@@ -82,6 +130,20 @@ def _top_help() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`dome events RUN | head`): stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return EXIT_OK
+
+
+def _main(argv: list[str]) -> int:
+    as_json = "--json" in argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_top_help())
         return EXIT_OK
@@ -91,7 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     name = argv[0]
     if name not in COMMANDS:
-        print(f"dome: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
+        if as_json:
+            report_error(name, error_object("UNKNOWN_COMMAND", f"unknown command {name!r}",
+                                            hints=["dome --help lists the commands"]), as_json=True)
+        else:
+            print(f"dome: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
         return EXIT_USAGE
     module_name, text = COMMANDS[name]
     try:
@@ -101,10 +167,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"dome {name}: not available in this build", file=sys.stderr)
         return EXIT_USAGE
-    parser = argparse.ArgumentParser(prog=f"dome {name}", description=text)
+    _Parser.json_errors = as_json
+    parser = _Parser(prog=f"dome {name}", description=text)
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    from registry.errors import DomeError
+    try:
+        return int(module.run(args) or 0)
+    except BrokenPipeError:
+        raise
+    except DomeError as exc:  # a typed error a command did not handle itself
+        report_error(name, exc, as_json=bool(getattr(args, "json", as_json)))
+        return exit_code_for(exc, ledger_exit_code(exc))
+    except Exception as exc:  # noqa: BLE001 - the contract: exit 3, still a typed error
+        report_error(name, error_object("INTERNAL_ERROR", f"{type(exc).__name__}: {exc}",
+                                        hints=["this is a bug in dome; please report it"]),
+                     as_json=bool(getattr(args, "json", as_json)))
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,8 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from coordinator.integration.consent import grant_consent
     from coordinator.keys import load_keyring, load_or_create_signing_key
+    from .main import run_not_found
     try:
         ledger = open_ledger(args, migrate=True)
+        if not ledger.events(args.run_id, limit=1):
+            raise run_not_found(args.run_id)
         key = load_or_create_signing_key(args.ops_root)
         res = grant_consent(ledger, args.run_id, args.consent, key=key, ops_root=args.ops_root,
                             keyring=load_keyring(args.ops_root), approved_by=args.approved_by)
@@ -33,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": args.run_id, "error": exc.to_object()}))
         else:
             print(f"dome promote: {exc.code}: {exc.message}", file=sys.stderr)
+        if exc.code == "RUN_NOT_FOUND":
+            return 2
         return ledger_exit_code(exc) if isinstance(exc, LedgerError) else 1
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))

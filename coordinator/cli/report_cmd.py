@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from registry.errors import DomeError
 
@@ -33,16 +34,20 @@ def run(args: argparse.Namespace) -> int:
         ledger = open_ledger(args)
     except DomeError as exc:
         return refuse("report", args, exc)
+    from .main import report_error, run_not_found
+
+    progress = ReportProgress(sys.stderr)
     try:
         if args.run_id not in ledger.run_ids():
-            print(f"dome report: no run {args.run_id!r} in the ledger", file=sys.stderr)
+            report_error("report", run_not_found(args.run_id), as_json=args.json)
             return EXIT_USAGE
-        report = build_report(ledger, ops_root, args.run_id, pictures=not args.no_pictures)
+        report = build_report(ledger, ops_root, args.run_id, pictures=not args.no_pictures, progress=progress)
     except DomeError as exc:
-        print(f"dome report: {exc}", file=sys.stderr)
+        report_error("report", exc, as_json=args.json)
         return EXIT_INTERNAL
     finally:
         ledger.close()
+        progress.done()
     if args.html:
         Path(args.html).write_text(report.html)
     if args.json:
@@ -59,3 +64,29 @@ def run(args: argparse.Namespace) -> int:
         if args.html:
             print(f"report written to {args.html}")
     return EXIT_OK
+
+
+class ReportProgress:
+    """Progress on stderr while the report renders (pictures take a while):
+    one line per step, redrawn in place on a terminal."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        self.shown = False
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        import shutil
+        text = f"dome report: {what} ({done}/{total})" if total else f"dome report: {what}"
+        if self.tty:
+            width = shutil.get_terminal_size((80, 24)).columns
+            self.out.write("\r\x1b[K" + text[: max(10, width - 1)])
+        else:
+            self.out.write(text + "\n")
+        self.out.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.tty and self.shown:
+            self.out.write("\r\x1b[K")
+            self.out.flush()

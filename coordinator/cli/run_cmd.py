@@ -4,7 +4,9 @@ Exit codes: 0 completed or promoted, 2 bad input (work queue, arguments),
 3 internal failure or no sandbox, 4 blocked, 5 failed, 6 cancelled.
 With --json, stdout carries exactly one JSON object:
 {run_id, status, head, promoted_ref, ops_path, counts, awaiting_consent,
-consent_token_file} (the last two say a run is held at the human gate).
+consent_token_file, why} (awaiting_consent and consent_token_file say a run
+is held at the human gate; `why` holds the reasons the verdict block prints).
+The live view and the verdict block go to stderr, with or without --json.
 """
 from __future__ import annotations
 
@@ -42,10 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from coordinator.preflight import prepare
 
+    from .main import error_object, report_error
+    from .status_cmd import run_reasons
+
     if not args.work_queue and not args.resume:
-        print("dome run: give a WORK_QUEUE or --resume RUN_ID", file=sys.stderr)
+        report_error("run", error_object("USAGE", "give a WORK_QUEUE or --resume RUN_ID",
+                                         hints=["dome run examples/hello.queue.json"]), as_json=args.json)
         return 2
     ops_root = Path(args.ops_root)
+    view = None
     try:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
@@ -53,10 +60,10 @@ def run(args: argparse.Namespace) -> int:
         from coordinator.keys import load_keyring, load_or_create_signing_key
         from coordinator.runloop.finish import integration_finish
         from coordinator.runloop.loop import RunContext, RunLoop
-        from coordinator.runloop.view import LiveView, PlainView
+        from coordinator.runloop.view import make_view
         from ledger import Ledger
 
-        view = None if args.json else (LiveView() if sys.stderr.isatty() else PlainView())
+        view = make_view(sys.stderr)  # on stderr, so it shows with --json too
         # read before anything is created: a bad egress configuration is refused up front
         egress_path = args.egress or (ops_root / "egress.json" if (ops_root / "egress.json").is_file() else None)
         egress = None
@@ -79,18 +86,18 @@ def run(args: argparse.Namespace) -> int:
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:
-        obj = exc.to_object()
-        if args.json:
-            print(json.dumps({"error": obj}))
-        else:
-            print(f"dome run: {exc.code}: {exc.message}", file=sys.stderr)
-            for h in exc.hints:
-                print(f"  hint: {h}", file=sys.stderr)
+        if view is not None:
+            view.close()
+        report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
             "BASE_REF", "RUN_NOT_FOUND", "EGRESS_"))
         return 2 if bad_input else 3
+    view.close()
+    why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)
     if args.json:
-        print(json.dumps(outcome.to_json(), sort_keys=True))
+        print(json.dumps({**outcome.to_json(), "why": why}, sort_keys=True))
+        print("\n".join(why["verdict"]), file=sys.stderr)  # the person watching stderr reads it too
     else:
-        print(f"run {outcome.run_id}: {outcome.status}  ({outcome.counts})  ops: {outcome.ops_path}")
+        print("\n".join(why["verdict"]))
+        print(f"  ledger: {outcome.ops_path}   next: dome report {outcome.run_id} --html report.html")
     return STATUS_EXIT.get(outcome.status, 3)

@@ -66,18 +66,34 @@ def liveness(ledger: Any, run_id: str) -> dict[str, Any]:
     return out
 
 
+def run_reasons(ledger: Any, run_id: str, out: Any = None) -> dict[str, Any]:
+    """Why the run stands where it does: the reasons and the verdict block that
+    `dome run` ends with, worded for the width of the terminal `out` writes to."""
+    from coordinator.report.explain import explain, reasons
+    from coordinator.runloop.view import columns
+
+    return reasons(explain(run_id, [e.to_json() for e in ledger.events(run_id)]), columns(out or sys.stdout))
+
+
 def run(args: argparse.Namespace) -> int:
+    from .main import report_error, run_not_found
+
     try:
         ledger = open_ledger(args)
     except DomeError as exc:
         return refuse("status", args, exc)
-    ids = [args.run_id] if args.run_id else ledger.run_ids()
-    if args.run_id and not ledger.events(args.run_id, limit=1):
-        print(f"dome status: no run {args.run_id!r}", file=sys.stderr)
-        return 2
-    rows = [summarize(ledger, r) for r in ids]
+    try:
+        ids = [args.run_id] if args.run_id else ledger.run_ids()
+        if args.run_id and not ledger.events(args.run_id, limit=1):
+            report_error("status", run_not_found(args.run_id), as_json=args.json)
+            return 2
+        rows = [summarize(ledger, r) for r in ids]
+        if args.run_id:
+            rows[0]["why"] = run_reasons(ledger, args.run_id)
+    finally:
+        ledger.close()
     if args.json:
-        print(json.dumps(rows[0] if args.run_id else rows, sort_keys=True))
+        print(json.dumps(rows[0] if args.run_id else {"runs": rows}, sort_keys=True))
         return 0
     for r in rows:
         nodes = " ".join(f"{k}={v}" for k, v in (r.get("nodes") or {}).items())
@@ -85,4 +101,7 @@ def run(args: argparse.Namespace) -> int:
               f"active={len(r['active_attempts'])} proposals={r['proposals']} {nodes}")
         if r.get("next_step"):
             print(f"  no coordinator holds this run (it was killed or hung): resume with {r['next_step']}")
+    if args.run_id:
+        for line in rows[0]["why"]["verdict"][1:]:
+            print(line)
     return 0

@@ -28,11 +28,26 @@ def exit_code(exc: DomeError) -> int:
     return ledger_exit_code(exc) if isinstance(exc, LedgerError) else 1
 
 
+# checks that fail for every blocked run by design: it was not promoted
+BLOCKED_BY_DESIGN = frozenset({"promotion_outcome", "evidence_chain", "target_ref", "run_finished_agrees"})
+
+
 def render_text(rep) -> list[str]:
-    """The human report: the verdict, what was promoted, each failed check."""
+    """The human report. A blocked run whose record is intact is said to be
+    exactly that; "promoted head" is printed only for a run that was promoted."""
+    failed = rep.failures
+    if rep.outcome == "blocked" and failed and all(c.kind.value in BLOCKED_BY_DESIGN for c in failed):
+        integrity = [c for c in rep.checks if c.kind.value not in BLOCKED_BY_DESIGN]
+        lines = [f"run {rep.run_id}: the evidence chain is valid and the run is blocked (not promoted)",
+                 f"  {sum(c.ok for c in integrity)}/{len(integrity)} integrity checks passed",
+                 "  blocked because:"]
+        lines += [f"    - {c.detail}" for c in failed if c.kind.value == "promotion_outcome"]
+        return lines
     lines = [f"run {rep.run_id}: {'VALID' if rep.valid else 'INVALID'}"]
     if rep.head_ref and rep.outcome == "promoted":
         lines.append(f"  promoted head {rep.head_ref} -> {rep.to_ref}")
+    elif rep.outcome:
+        lines.append(f"  the run is {rep.outcome} (not promoted)")
     lines.append(f"  {sum(c.ok for c in rep.checks)}/{len(rep.checks)} checks passed")
     lines.extend(f"  x {r}" for r in rep.reasons())
     return lines

@@ -119,8 +119,9 @@ class Stacker:
             return
         trailers = {"Dome-Proposal": [l.proposal_id for l in self._unflushed],
                     "Dome-Diff-Digest": [f"{l.proposal_id} {l.diff_digest}" for l in self._unflushed]}
-        label = ("dome: apply " + self._unflushed[0].proposal_id if len(self._unflushed) == 1
-                 else f"dome: apply {len(self._unflushed)} proposals")
+        names = [self._layer_name(l.proposal_id) for l in self._unflushed]
+        label = (f"dome: apply {names[0]} {self._unflushed[0].proposal_id}" if len(names) == 1
+                 else f"dome: apply {len(names)} proposals: " + ", ".join(names))
         cp = self.canvas.checkpoint(trailers, label)
         self.emit(T_CHECKPOINT, {"artifact_kind": "dome.checkpoint/v1", "run_id": self.canvas.run_id,
                                  **cp.to_dict()})
@@ -128,6 +129,15 @@ class Stacker:
             layer.checkpoint = cp
             self._apply_result(layer, cp)
         self._unflushed = []
+
+    def _layer_name(self, pid: str) -> str:
+        """`node (intent)` for a checkpoint's subject line, so `git log` says what landed."""
+        cp = self.checked.get(pid.split(":split-")[0])
+        prop = cp.proposal if cp is not None else {}
+        meta = prop.get("worker_run_meta") if isinstance(prop.get("worker_run_meta"), Mapping) else {}
+        node = str(prop.get("node_id") or meta.get("node_id") or pid)
+        part = f" part {pid.rsplit(':split-', 1)[1]}" if ":split-" in pid else ""
+        return f"{node}{part} ({meta.get('intent') or 'unknown intent'})"
 
     def _apply_result(self, layer: Layer, cp: Checkpoint) -> None:
         res = {"artifact_kind": "dome.apply_result/v1", "run_id": self.canvas.run_id,

@@ -55,6 +55,11 @@ def _tool_version(argv: list[str]) -> str:
 _ENV_CACHE: dict[str, Any] = {}
 
 
+READ_ONLY_TOOL_ENV = {"PYTEST_ADDOPTS": "-p no:cacheprovider"}
+"""Set for command suites (a suite's own `env` wins): pytest would otherwise
+warn that it cannot write .pytest_cache into the read-only checkout."""
+
+
 def environment() -> dict[str, Any]:
     if not _ENV_CACHE:
         _ENV_CACHE.update({
@@ -138,7 +143,9 @@ class SuiteRunner:
         with tempfile.TemporaryDirectory(prefix="dome-suite-") as tmp:
             ro = checkout_readonly(self.repo, cp.commit, Path(tmp) / "head")
             argv = list(suite["argv"])
-            suite_env = {str(k): str(v) for k, v in dict(suite.get("env") or {}).items()}
+            # the checkout is read-only: tools that cache into it would only warn
+            suite_env = {**READ_ONLY_TOOL_ENV,
+                         **{str(k): str(v) for k, v in dict(suite.get("env") or {}).items()}}
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8",
                    "PYTHONDONTWRITEBYTECODE": "1", **suite_env}
             cmd = bwrap_argv(ro, argv, env=suite_env) if self.sandbox == "bwrap" else argv

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from registry.datasets import iccad13_data
 
@@ -77,16 +77,23 @@ def _test_number(name: str) -> int | None:
     return int(digits[-1]) if digits else None
 
 
-def litho_clips(model: ReportModel, *, pictures: bool) -> list[ClipSection]:
+Progress = Callable[[int, int, str], None]  # (done, total, what)
+
+
+def _no_progress(done: int, total: int, what: str) -> None:
+    pass
+
+
+def litho_clips(model: ReportModel, *, pictures: bool, progress: Progress = _no_progress) -> list[ClipSection]:
     """One section per optimized clip: metrics from the task's evidence, the
     layout named by its committed metrics report, pictures from the head."""
     repo = model.manifest.get("repo")
     head = model.finished.get("head")
     csv_path = _published_csv()
     clips: list[ClipSection] = []
-    for ev in model.evidence:
-        if ev.kind != "litho.optimize":
-            continue
+    todo = [ev for ev in model.evidence if ev.kind == "litho.optimize"]
+    for i, ev in enumerate(todo):
+        progress(i, len(todo), f"clip {ev.node_id}: {'rendering pictures' if pictures else 'metrics'}")
         files = ev.data.get("files") or {}
         report = {}
         if repo and head and files.get("metrics"):
@@ -95,7 +102,8 @@ def litho_clips(model: ReportModel, *, pictures: bool) -> list[ClipSection]:
         layout_path = report.get("layout") or files.get("layout")
         name = Path(layout_path).stem if layout_path else ev.node_id
         clip = ClipSection(name=name, metrics=dict(ev.data.get("metrics") or {}),
-                           published=published_rows(csv_path, _test_number(name)))
+                           published=published_rows(csv_path, _test_number(name)),
+                           iterations=(report.get("ilt") or {}).get("iterations"))
         kernels = (ev.data.get("provenance") or {}).get("kernels")
         kernels = kernels if isinstance(kernels, str) and not Path(kernels).is_absolute() else None
         if pictures and repo and head and layout_path and files.get("mask") and report:
@@ -110,8 +118,25 @@ def _pinned_kernels(repo: str, rev: str) -> str | None:
     return "kernels/iccad13" if r.returncode == 0 and r.stdout.strip() else None
 
 
-def build_report(ledger: Any, ops_root: Path, run_id: str, *, pictures: bool = True) -> Report:
+def build_report(ledger: Any, ops_root: Path, run_id: str, *, pictures: bool = True,
+                 progress: Progress = _no_progress) -> Report:
+    progress(0, 0, "reading the ledger")
     events = [json.loads(json.dumps(r.to_json())) for r in ledger.events(run_id)]
     model = build_model(run_id, events)
-    clips = litho_clips(model, pictures=pictures)
-    return Report(model=model, clips=clips, html=render_html(model, clips))
+    clips = litho_clips(model, pictures=pictures, progress=progress)
+    progress(len(clips), len(clips), "writing the page")
+    return Report(model=model, clips=clips,
+                  html=render_html(model, clips, quick_iterations=quick_iterations(ops_root, run_id)))
+
+
+def quick_iterations(ops_root: Path, run_id: str) -> int | None:
+    """The ILT iteration count the run's work queue set for its optimize tasks
+    (a shortened schedule), or None when they ran the full default."""
+    try:
+        queue = json.loads((Path(ops_root) / "runs" / run_id / "work.queue.json").read_text())
+    except (OSError, ValueError):
+        return None
+    counts = {int(t["action_spec"]["params"]["iterations"]) for t in queue.get("tasks", [])
+              if isinstance(t, dict) and (t.get("action_spec") or {}).get("intent") == "litho.optimize"
+              and ((t.get("action_spec") or {}).get("params") or {}).get("iterations")}
+    return min(counts) if counts else None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from .explain import Decision, Explainer, Explanation
 from .svg import Attempt, ChainNode
 
 ATTEMPT_END = {"task.completed": None, "task.failed": "failed", "task.timeout": "timeout",
@@ -24,8 +25,12 @@ class ProposalRow:
     proposal_id: str
     node_id: str
     files: list[str]
-    status: str  # applied | rejected | submitted
+    status: str  # applied | split | dropped | ejected | rejected | awaiting_resolver | submitted | not_integrated
     why: str = ""
+    parts: list[str] = field(default_factory=list)
+    conflicts_with: list[str] = field(default_factory=list)
+    hunks: list[str] = field(default_factory=list)
+    failing_suites: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -34,7 +39,9 @@ class ValidationRow:
     passed: bool
     head_ref: str
     duration_s: float | None
-    proposals: list[str]
+    proposals: list[str]  # the nodes whose proposals the validated head holds
+    phase: str = "final"  # final: the whole stack; bisect: a prefix of it
+    checkpoint_id: str = ""
 
 
 @dataclass
@@ -61,6 +68,10 @@ class ReportModel:
     evidence: list[TaskEvidence] = field(default_factory=list)
     duration_s: float = 0.0
     event_count: int = 0
+    drc: list[dict[str, Any]] = field(default_factory=list)  # per-mask DRC task results
+    decisions: list[Decision] = field(default_factory=list)  # integration, in ledger order
+    wave_starts: list[float] = field(default_factory=list)  # seconds since run start
+    explanation: Explanation | None = None
     model_usage: dict[str, Any] = field(default_factory=dict)  # agents' model calls (coordinator.egress.usage)
 
 
@@ -73,9 +84,10 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
     t0: float | None = None
     last_ts = 0.0
     open_attempts: dict[str, dict[str, Any]] = {}
-    proposals: dict[str, ProposalRow] = {}
+    explainer = Explainer(run_id)
     for ev in events:
         m.event_count += 1
+        explainer.feed(ev)
         topic, p = ev["topic"], ev.get("payload") or {}
         ts = _ts(ev["ts"])
         t0 = ts if t0 is None else t0
@@ -85,6 +97,7 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
             m.manifest = dict(p)
         elif topic == "wave.started":
             m.waves += 1
+            m.wave_starts.append(rel)
         elif topic == "task.dispatched":
             neid = p.get("node_execution_id") or ev.get("node_execution_id")
             open_attempts[neid] = {"node": ev.get("node_id"), "start": rel, "wave": m.waves,
@@ -97,32 +110,16 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
                                                 else "failed")
                 m.attempts.append(Attempt(lane=str(a["node"]), label=f"{neid} ({a['kind']})",
                                           start=a["start"], end=rel, status=status, wave=a["wave"]))
+            summary = p.get("summary") if isinstance(p.get("summary"), Mapping) else {}
+            if topic == "task.completed" and "rule_counts" in summary:  # a drc.run task's result
+                m.drc.append({"node_id": str(ev.get("node_id")), "layout": summary.get("layout"),
+                              "deck": summary.get("deck"), "markers": summary.get("marker_count"),
+                              "rule_counts": dict(summary.get("rule_counts") or {})})
             if topic == "task.completed":
                 for item in p.get("evidence") or []:
                     if isinstance(item, Mapping):
                         m.evidence.append(TaskEvidence(str(ev.get("node_id")), str(item.get("kind", "")),
                                                        dict(item)))
-        elif topic == "patch.submitted":
-            pid = str(p.get("proposal_id"))
-            proposals.setdefault(pid, ProposalRow(pid, str(ev.get("node_id")),
-                                                  list(p.get("touched_files") or []), "submitted"))
-        elif topic == "integration.apply_result":
-            row = proposals.get(str(p.get("proposal_id")))
-            if row is not None:
-                row.status = "applied" if p.get("applied") else "conflict"
-                if not p.get("applied"):
-                    row.why = ", ".join(p.get("conflict_summary", {}).get("files", []))[:200]
-        elif topic == "integration.proposal_rejected":
-            row = proposals.get(str(p.get("proposal_id")))
-            if row is not None:
-                row.status = "rejected"
-                row.why = "; ".join(f"{r.get('code')}: {r.get('message', '')}" for r in p.get("rejections", []))[:300]
-        elif topic == "integration.validation_report":
-            m.validations.append(ValidationRow(
-                suite=str(p.get("suite") or p.get("environment", {}).get("suite", {}).get("suite", "?")),
-                passed=bool(p.get("passed", p.get("result") in ("pass", "passed"))),
-                head_ref=str(p.get("head_ref", ""))[:12], duration_s=p.get("duration_s"),
-                proposals=list(p.get("included_proposals") or p.get("proposal_ids") or [])))
         elif topic == "gate.computed":
             m.gate = dict(p)
         elif topic == "promotion.computed":
@@ -134,7 +131,21 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
     for neid, a in open_attempts.items():
         m.attempts.append(Attempt(lane=str(a["node"]), label=f"{neid} ({a['kind']})", start=a["start"],
                                   end=(last_ts - (t0 or last_ts)), status="running", wave=a["wave"]))
-    m.proposals = sorted(proposals.values(), key=lambda r: (r.node_id, r.proposal_id))
+    ex = m.explanation = explainer.explanation()
+    node_of = {f.proposal_id: f.node_id for f in ex.proposals}
+
+    def name(pid: str) -> str:
+        part = pid.rsplit(":split-", 1)[1] if ":split-" in pid else ""
+        return node_of.get(pid.split(":split-")[0], pid) + (f" (part {part})" if part else "")
+
+    m.proposals = [ProposalRow(f.proposal_id, f.node_id, list(f.files), f.status,
+                               f.reason if f.status != "applied" else "", [name(x) for x in f.parts],
+                               list(f.conflicts_with), list(f.hunks), list(f.failing_suites))
+                   for f in ex.proposals if ":split-" not in f.proposal_id]
+    m.validations = [ValidationRow(v.suite, v.passed, v.head_ref[:12], v.duration_s,
+                                   [name(x) for x in v.proposals], v.phase, v.checkpoint_id)
+                     for v in ex.validations]
+    m.decisions = list(ex.decisions)
     m.duration_s = last_ts - (t0 or last_ts)
     m.chain_nodes, m.chain_edges = evidence_chain(m)
     return m
@@ -155,11 +166,21 @@ def evidence_chain(m: ReportModel) -> tuple[list[ChainNode], list[tuple[str, str
         status = "present" if link.get("status") == "ok" else str(link.get("status", "missing"))
         nodes.append(ChainNode(name, kind, rest or family, status))
         edges.append((name, gate_id))
+    # what blocked the promotion after the gate (a target branch that moved) is a link too
+    gate_links = {str(link.get("link")) for link in m.gate.get("links", [])}
+    late = [g for g in (m.explanation.gate_problems if m.explanation else []) if g.link not in gate_links]
+    for g in late:
+        nodes.append(ChainNode(g.link, "PromotionDecision" if g.link.startswith("target") else "Evidence",
+                               g.link.partition(":")[2] or g.link, g.status))
+        edges.append((g.link, "promotion"))
     if m.gate:
-        nodes.append(ChainNode(gate_id, "GateDecision", "gate",
-                               "passed" if m.gate.get("passed") else "failed"))
+        # a blocked run's gate is never shown as passed, whatever stopped it
+        gate_status = "passed" if m.gate.get("passed") and not late and m.status != "blocked" else (
+            "failed" if not m.gate.get("passed") else "blocked")
+        nodes.append(ChainNode(gate_id, "GateDecision", "gate", gate_status))
     if m.promotion or m.gate:
-        status = "promoted" if m.status == "promoted" else ("present" if m.promotion else "missing")
+        status = ("promoted" if m.status == "promoted" else
+                  str(m.promotion.get("outcome")) if m.promotion else "missing")
         nodes.append(ChainNode("promotion", "PromotionDecision", m.promotion.get("to_ref", "promotion"), status))
         edges.append((gate_id, "promotion"))
     for row in m.proposals:

@@ -9,7 +9,8 @@ STATUS_COLORS = {
     "present": "#2e7d32", "promoted": "#2e7d32",
     "failed": "#c62828", "missing": "#c62828", "invalid": "#c62828", "rejected": "#c62828",
     "timeout": "#ef6c00", "cancelled": "#757575", "dropped": "#757575", "blocked": "#ef6c00",
-    "running": "#1565c0",
+    "running": "#1565c0", "ejected": "#ad1457", "split": "#6a1b9a", "not_integrated": "#757575",
+    "awaiting_resolver": "#ef6c00", "submitted": "#546e7a",
 }
 
 
@@ -45,30 +46,56 @@ def _pack(attempts: list[Attempt]) -> dict[int, int]:
     return slot
 
 
-def timeline_svg(attempts: list[Attempt], *, width: int = 960, bar_h: int = 12) -> str:
-    """Gantt-style chart: one band per node, one bar per attempt, coloured by outcome."""
+def _tick_step(span: float) -> float:
+    """A round step giving 4-8 ticks over `span` seconds (1, 2, 5 x 10^k)."""
+    import math
+    raw = max(span, 1e-6) / 6
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
+def _fmt_s(t: float) -> str:
+    if t >= 120:
+        return f"{int(t // 60)}m{int(t % 60):02d}s"
+    return f"{t:.0f}s" if t >= 10 or t == int(t) else f"{t:.1f}s"
+
+
+def timeline_svg(attempts: list[Attempt], *, width: int = 960, bar_h: int = 12,
+                 duration: float | None = None, wave_starts: list[float] | None = None) -> str:
+    """Gantt-style chart: one band per node, one bar per attempt, coloured by
+    outcome. Rows in order of their first start; dashed lines where waves
+    start; the axis spans the run's whole duration."""
     if not attempts:
         return '<svg xmlns="http://www.w3.org/2000/svg" width="300" height="30"><text x="4" y="20">no attempts</text></svg>'
-    lanes = sorted({a.lane for a in attempts})
+    first: dict[str, float] = {}
+    for a in attempts:
+        first[a.lane] = min(first.get(a.lane, a.start), a.start)
+    lanes = sorted(first, key=lambda lane: (first[lane], lane))
     slot = _pack(attempts)
     depth = {lane: 1 + max(slot[i] for i, a in enumerate(attempts) if a.lane == lane) for lane in lanes}
     top: dict[str, int] = {}
-    y = 10
+    y = 24
     for lane in lanes:
         top[lane] = y
         y += depth[lane] * (bar_h + 4) + 4
-    label_w = min(220, 8 * max(len(l) for l in lanes) + 12)
-    t_end = max(max(a.end for a in attempts), 1e-6)
+    label_w = min(220, 7 * max(len(l) for l in lanes) + 12)
+    t_end = max(duration or 0.0, max(a.end for a in attempts), 1e-6)
     plot_w = width - label_w - 20
     height = y + 30
     scale = plot_w / t_end
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'font-family="sans-serif" font-size="11" role="img" aria-label="wave timeline">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+             f'height="{height}" style="max-width:100%;height:auto" font-family="sans-serif" font-size="11" '
+             f'role="img" aria-label="wave timeline">']
     for i, lane in enumerate(lanes):
         band = depth[lane] * (bar_h + 4) + 4
         if i % 2 == 0:
             parts.append(f'<rect x="0" y="{top[lane]}" width="{width}" height="{band}" fill="#f5f5f5"/>')
-        parts.append(f'<text x="4" y="{top[lane] + bar_h}">{escape(lane)}</text>')
+        parts.append(f'<text x="4" y="{top[lane] + bar_h}">{escape(lane[:30])}</text>')
+    for k, ws in enumerate(wave_starts or []):
+        x = label_w + ws * scale
+        parts.append(f'<line class="wave" x1="{x:.1f}" y1="14" x2="{x:.1f}" y2="{y}" stroke="#9e9e9e" '
+                     f'stroke-dasharray="3,3"><title>wave {k + 1} starts at {ws:.1f} s</title></line>')
+        parts.append(f'<text x="{x + 2:.1f}" y="12" fill="#757575" font-size="9">w{k + 1}</text>')
     for i, a in enumerate(attempts):
         by = top[a.lane] + 4 + slot[i] * (bar_h + 4)
         x = label_w + a.start * scale
@@ -79,10 +106,13 @@ def timeline_svg(attempts: list[Attempt], *, width: int = 960, bar_h: int = 12) 
             f'({a.end - a.start:.2f} s)</title></rect>')
     axis_y = height - 22
     parts.append(f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + plot_w}" y2="{axis_y}" stroke="#999"/>')
-    for k in range(6):
-        t = t_end * k / 5
-        x = label_w + t * scale
-        parts.append(f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{t:.1f}s</text>')
+    step = _tick_step(t_end)
+    k = 0
+    while k * step <= t_end + 1e-9:
+        x = label_w + k * step * scale
+        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#999"/>'
+                     f'<text class="tick" x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{_fmt_s(k * step)}</text>')
+        k += 1
     parts.append("</svg>")
     return "".join(parts)
 
@@ -108,8 +138,10 @@ def evidence_graph_svg(nodes: list[ChainNode], edges: list[tuple[str, str]], *, 
     tallest = max((len(v) for v in columns.values()), default=1)
     height = 40 + tallest * (box_h + gap_y)
     pos: dict[str, tuple[float, float]] = {}
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(width, col_w * len(kinds) + 20)}" '
-             f'height="{height}" font-family="sans-serif" font-size="10" role="img" aria-label="evidence chain">']
+    full_w = max(width, col_w * len(kinds) + 20)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {full_w} {height}" width="{full_w}" '
+             f'height="{height}" style="max-width:100%;height:auto" font-family="sans-serif" font-size="10" '
+             f'role="img" aria-label="evidence chain">']
     for ci, kind in enumerate(kinds):
         x = 10 + ci * col_w
         parts.append(f'<text x="{x}" y="14" font-weight="bold">{escape(kind)}</text>')

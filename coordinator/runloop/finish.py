@@ -7,7 +7,7 @@ held at a human gate is blocked until `dome promote --consent`).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .loop import FinishedRun
 
@@ -51,8 +51,15 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
                  for nid, n in graph.nodes.items()}
     critical = frozenset(nid for nid, d in graph.descendants.items() if d > 0)
 
+    ledger, validator = fc.ledger, None
+    if fc.view is not None:  # the person watching sees each integration step as it happens
+        from coordinator.integration.validation import SuiteRunner
+        ledger = ObservedLedger(fc.ledger, fc.view)
+        validator = AnnouncedValidator(lambda: SuiteRunner(fc.repo, sandbox=fc.sandbox,
+                                                           put_artifact=fc.ledger.blobs.put), fc.view)
     res = finish_run(FinishContext(
-        run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=bound_proposals(fc), ledger=fc.ledger,
+        run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=bound_proposals(fc), ledger=ledger,
+        validator=validator,
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
         seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
         policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical))
@@ -72,3 +79,41 @@ def _reason(status: str, error: dict[str, Any] | None) -> str | None:
     if error is not None:  # the decision said promote, the ref did not move: never recorded as promoted
         return f"{error.get('code')}: {error.get('message')}"
     return "evidence chain incomplete or human gate"
+
+
+
+class ObservedLedger:
+    """The run's ledger, telling the live view about each record integration
+    appends (integration writes to the ledger directly, not through the run
+    loop's writer). Everything else is the ledger itself."""
+
+    def __init__(self, ledger: Any, view: Any) -> None:
+        self._ledger, self._view = ledger, view
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        rec = self._ledger.append(*args, **kwargs)
+        self._view.on_record(rec, None)
+        return rec
+
+
+class AnnouncedValidator:
+    """A validator that tells the live view which suite starts on which
+    checkpoint; its report (with the phase) follows as a ledger record."""
+
+    def __init__(self, make: Callable[[], Any], view: Any) -> None:
+        self.make, self.view, self.inner = make, view, None
+        self.newest = -1  # the newest checkpoint validated: the head of the stack
+
+    def __call__(self, cp: Any, suite: Mapping[str, Any]) -> dict[str, Any]:
+        from coordinator.integration.validation import suite_name
+        if self.inner is None:  # built on first use, as finish_run would (it may need a sandbox)
+            self.inner = self.make()
+        # the whole stack is validated on its head; a bisect step checks an older prefix
+        phase = "final" if cp.index >= self.newest else "bisect step"
+        self.newest = max(self.newest, cp.index)
+        self.view.on_step(f"validating {suite_name(suite)} ({phase}) on {cp.checkpoint_id} "
+                          f"({len(cp.included)} proposal(s))")
+        return self.inner(cp, suite)

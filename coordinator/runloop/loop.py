@@ -175,6 +175,7 @@ class FinishedRun:
     ops_root: Path | None = None
     sandbox: str = "bwrap"
     seed: int = 0
+    view: Any = None  # the live view: integration reports its steps to it
 
 
 @dataclass
@@ -674,7 +675,7 @@ class RunLoop:
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
                            ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
                            signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
-                           sandbox=self.ctx.sandbox, seed=self.seed)
+                           sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view)
         if any(s != "succeeded" for s in fc.node_status.values()):
             result = default_finish(fc)  # tasks failed: nothing is integrated
         else:

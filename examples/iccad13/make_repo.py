@@ -166,7 +166,8 @@ QUICK_ITERATIONS = 40
 MIN_FEATURE_NM = 9
 
 
-def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str) -> dict:
+def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str,
+               promote_to: str = "refs/heads/masks") -> dict:
     """One litho.optimize task per clip, a DRC task per mask after it, and the
     validations that gate promotion: re-simulation, the mask rules, the repo's tests."""
     tasks = []
@@ -192,7 +193,7 @@ def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str) -> 
         "base_ref": "main",
         "determinism_seed": 2013,
         "policy": "default",
-        "promote_to": "refs/heads/masks",
+        "promote_to": promote_to,
         "scheduling": {"max_parallel": 2, "endgame_max_duplicates": 0, "default_max_attempts": 2},
         "tasks": tasks,
         "validations": [
@@ -211,10 +212,13 @@ def write_queues(directory: Path = HERE) -> list[Path]:
     import json
 
     out = []
-    for fname, clips, iters, name in (("work.queue.json", tuple(range(1, 11)), None, "iccad13-ilt"),
-                                      ("work.quick.json", QUICK_CLIPS, QUICK_ITERATIONS, "iccad13-ilt-quick")):
+    # the quick job and the full job promote to different branches, so running
+    # one after the other never finds its target moved by the other
+    for fname, clips, iters, name, target in (
+            ("work.queue.json", tuple(range(1, 11)), None, "iccad13-ilt", "refs/heads/masks"),
+            ("work.quick.json", QUICK_CLIPS, QUICK_ITERATIONS, "iccad13-ilt-quick", "refs/heads/masks-quick")):
         path = directory / fname
-        path.write_text(json.dumps(work_queue(clips, iters, name=name), indent=2) + "\n")
+        path.write_text(json.dumps(work_queue(clips, iters, name=name, promote_to=target), indent=2) + "\n")
         out.append(path)
     return out
 

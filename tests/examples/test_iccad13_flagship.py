@@ -114,3 +114,31 @@ def test_report_has_nonblank_pictures_and_renders_in_chromium(flagship: dict) ->
                     f"--user-data-dir={flagship['base'] / 'chromium'}", f"--screenshot={shot}",
                     "--window-size=1200,3000", html.as_uri()], capture_output=True, timeout=120)
     assert shot.is_file() and _png_is_not_blank(shot.read_bytes())
+
+
+def test_litho_report_page_says_what_the_ledger_says(flagship: dict, tmp_path: Path) -> None:
+    """The page Chromium renders at 760 px and at phone width fits, and its
+    per-clip metrics, DRC rows and quick-schedule note match the ledger."""
+    from tests.report.test_report_page import Page, check_page, rendered
+
+    html = tmp_path / "report.html"
+    r = dome_cli("report", flagship["run"]["run_id"], "--ops-root", str(flagship["ops"]), "--html", str(html),
+                 "--no-pictures", env={"DOME_SHARED": str(SHARED)}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    page, events = check_page(html, flagship["ops"], flagship["run"]["run_id"], tmp_path)
+    page = Page(rendered(html, 760, tmp_path))
+    drc = {e["node_id"]: e["payload"]["summary"] for e in events
+           if e["topic"] == "task.completed" and "rule_counts" in (e["payload"].get("summary") or {})}
+    rows = {r[0]: r for r in page.tables["Mask rules (DRC) per mask"][1:]}
+    assert set(rows) == set(drc)
+    for node, summary in drc.items():
+        assert rows[node][1] == summary["layout"] and int(rows[node][3]) == summary["marker_count"]
+    metrics = [item["metrics"] for e in events if e["topic"] == "task.completed"
+               for item in e["payload"].get("evidence") or [] if item.get("kind") == "litho.optimize"]
+    ours = [r for r in page.tables["Lithography: per-clip results"] if r and r[0] == "dome (this run)"]
+    assert sorted(float(r[1]) for r in ours) == sorted(float(m["l2_nm2"]) for m in metrics)
+    mean = [r for r in page.tables["Lithography: per-clip results"] if r and r[0].startswith("dome, mean of")][0]
+    assert mean[1] == f"{sum(float(m['l2_nm2']) for m in metrics) / len(metrics):,.0f}"
+    iters = {t["action_spec"]["params"].get("iterations") for t in flagship["queue"]["tasks"]
+             if t["action_spec"]["intent"] == "litho.optimize"}
+    assert ("Quick schedule" in html.read_text()) == any(iters)

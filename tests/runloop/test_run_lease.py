@@ -120,5 +120,5 @@ def test_status_of_a_killed_run_says_stalled_and_how_to_resume(git_repo, ops_roo
         a.wait()
     st = _status(run_id, ops_root)
     assert st["status"] == "stalled" and st["next_step"] == f"dome run --resume {run_id}"
-    every = json.loads(dome_cli("status", "--ops-root", str(ops_root), "--json").stdout)
+    every = json.loads(dome_cli("status", "--ops-root", str(ops_root), "--json").stdout)["runs"]
     assert [r["status"] for r in every if r["run_id"] == run_id] == ["stalled"]

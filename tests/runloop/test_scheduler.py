@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from coordinator import runstate as rs
 from coordinator.runstate import fold
-from coordinator.scheduler import SchedulerPolicy, decide, statuses
+from coordinator.scheduler import DETERMINISTIC_FAILURES, SchedulerPolicy, decide, statuses
 from coordinator.workqueue import parse_work_queue
 from registry.canonical import canonical_json
 
@@ -102,6 +102,43 @@ def test_endgame_duplicates_last_blockers_bounded():
     # the first valid result wins; the loser's late result changes nothing
     sim.add(rs.TASK_COMPLETED, "a", node_execution_id=first[0][1], outcome="succeeded")
     assert sim.state.node("a").succeeded_by == first[0][1]
+
+
+def test_endgame_duplicates_are_opt_in():
+    """Without `endgame_max_duplicates` in the queue, a small queue runs each task once."""
+    g = wq([t("a"), t("b")]).graph
+    assert SchedulerPolicy().endgame_max_duplicates == 0
+    sim = Sim()
+    pol = SchedulerPolicy(max_parallel=4, endgame_threshold=3)
+    assert [n for n, _ in sim.dispatch(decide(g, sim.state, pol, 3, 1))] == ["a", "b"]
+    assert decide(g, sim.state, pol, 3, 2) is None  # two idle slots, both tasks running: no duplicates
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(DETERMINISTIC_FAILURES)), st.integers(2, 5), st.integers(0, 3))
+def test_property_deterministic_failures_are_never_retried(code, max_attempts, dups):
+    g = wq([t("a", max_attempts=max_attempts), t("b", ["a"])]).graph
+    sim = Sim()
+    pol = SchedulerPolicy(max_parallel=4, endgame_threshold=3, endgame_max_duplicates=dups)
+    (nid, neid), = sim.dispatch(decide(g, sim.state, pol, 3, 1))
+    sim.add(rs.TASK_COMPLETED, nid, node_execution_id=neid, outcome="failed",
+            error={"code": code, "message": "x", "retry": "none"})
+    assert statuses(g, sim.state) == {"a": "failed", "b": "blocked"}
+    assert decide(g, sim.state, pol, 3, 2) is None
+    assert fold(sim.events).node("a").last_error == code  # replay gives the same verdict
+
+
+def test_other_failures_are_retried_up_to_max_attempts():
+    g = wq([t("a", max_attempts=3)]).graph
+    sim = Sim()
+    pol = SchedulerPolicy(max_parallel=1)
+    for attempt in (1, 2, 3):
+        d = decide(g, sim.state, pol, 3, attempt)
+        assert d is not None and d["selected"][0]["attempt"] == attempt
+        (nid, neid), = sim.dispatch(d)
+        sim.add(rs.TASK_COMPLETED, nid, node_execution_id=neid, outcome="failed",
+                error={"code": "COMMAND_FAILED", "message": "exit 1", "retry": "light"})
+    assert statuses(g, sim.state)["a"] == "failed" and decide(g, sim.state, pol, 3, 4) is None
 
 
 def test_blocked_descendants_of_failed_nodes():
