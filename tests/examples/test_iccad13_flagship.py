@@ -123,7 +123,7 @@ def test_litho_report_page_says_what_the_ledger_says(flagship: dict, tmp_path: P
 
     html = tmp_path / "report.html"
     r = dome_cli("report", flagship["run"]["run_id"], "--ops-root", str(flagship["ops"]), "--html", str(html),
-                 "--no-pictures", env={"DOME_SHARED": str(SHARED)}, timeout=300)
+                 "--no-pictures", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     page, events = check_page(html, flagship["ops"], flagship["run"]["run_id"], tmp_path)
     page = Page(rendered(html, 760, tmp_path))
