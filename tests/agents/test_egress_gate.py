@@ -20,6 +20,7 @@ from registry.signing import SigningKey
 from tests.agents.helpers import HOST, MODEL, card, load_scripted_llm
 from worker_sdk.client import GatewayClient
 from worker_sdk.intents.agent import make_client
+from tests.attacks import attack
 
 RUN = "run-egress"
 OTHER = "other.scripted.test"
@@ -107,6 +108,7 @@ def test_allowed_call_is_forwarded_with_the_key_metered_and_recorded(env):
     assert json.loads(body)["max_completion_tokens"] >= 1  # the gate capped the output
 
 
+@attack("egress-escape")
 def test_host_model_method_and_grant_refusals_are_typed_and_never_forwarded(env):
     gw = env["attempt"]("ne-a")
     before = len(env["llm"].requests)
@@ -142,6 +144,7 @@ def test_host_model_method_and_grant_refusals_are_typed_and_never_forwarded(env)
     assert topics.count(mt.REFUSED_TOPIC) == 5 and "grant.rejected" in topics and mt.CALL_TOPIC not in topics
 
 
+@attack("egress-key-theft")
 def test_the_key_never_reaches_the_worker_or_the_ledger_even_when_the_upstream_echoes_it(env, ops_root):
     gw = env["attempt"]("ne-a")
     llm = env["llm"]
@@ -156,6 +159,7 @@ def test_the_key_never_reaches_the_worker_or_the_ledger_even_when_the_upstream_e
     assert key not in db and env["key"][-20:].encode() not in db
 
 
+@attack("egress-budget-race")
 def test_two_attempts_racing_cannot_overspend_the_node_token_budget(env):
     budget = 4000
     a, b = env["attempt"]("ne-a", budgets={"max_tokens": budget}), env["attempt"]("ne-b", budgets={"max_tokens": budget})

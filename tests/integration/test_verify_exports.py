@@ -16,6 +16,7 @@ import pytest
 
 from ledger import Ledger
 from tests.conftest import dome_cli, gated_queue, git
+from tests.attacks import attack
 
 
 def _repo(tmp: Path) -> Path:
@@ -185,6 +186,7 @@ TAMPER = {
 }
 
 
+@attack("export-tamper")
 @pytest.mark.parametrize("name", sorted(TAMPER))
 def test_tampering_with_an_exported_file_makes_verify_fail_naming_the_file(run_copy, name: str) -> None:
     ops, run_id, rdir = run_copy
@@ -212,6 +214,7 @@ def test_a_promoted_run_verifies_and_agrees_with_run_finished(promoted_copy) -> 
     assert {"run_finished", "run_finished_agrees", "export_tasks"} <= {c["kind"] for c in out["checks"]}
 
 
+@attack("ledger-truncate-or-append")
 def test_a_run_whose_run_finished_was_cut_from_the_ledger_is_invalid(promoted_copy) -> None:
     """Removing records from the end of a run leaves a valid hash chain (here: only
     run.finished, after the promotion decision); a run the run loop started must
@@ -231,6 +234,7 @@ def test_a_run_whose_run_finished_was_cut_from_the_ledger_is_invalid(promoted_co
     assert fails.get(("export_events", f"events/{fin.name}")) == "failed"
 
 
+@attack("ledger-truncate-or-append")
 @pytest.mark.parametrize("fixture", ["promoted_copy", "run_copy"])
 def test_an_unsigned_record_after_run_finished_is_refused(request, fixture: str) -> None:
     ops, run_id, _ = request.getfixturevalue(fixture)
@@ -244,6 +248,7 @@ def test_an_unsigned_record_after_run_finished_is_refused(request, fixture: str)
     assert _failures(out) == {("signed_after_finish", f"#{rec.sequence} task.progress"): "failed"}
 
 
+@attack("ledger-truncate-or-append")
 def test_a_record_signed_by_an_unknown_key_after_run_finished_is_refused(promoted_copy) -> None:
     from registry.signing import SigningKey
     ops, run_id, _ = promoted_copy
@@ -257,6 +262,7 @@ def test_a_record_signed_by_an_unknown_key_after_run_finished_is_refused(promote
     assert _failures(out).get(("signed_after_finish", f"#{rec.sequence} task.progress")) == "failed"
 
 
+@attack("export-tamper")
 def test_promoted_ref_must_hold_the_decisions_head(finished_run, run_copy) -> None:
     """The ledger says promoted; the ref must contain that head (where the repo is available)."""
     repo, _, _ = finished_run

@@ -18,6 +18,7 @@ from coordinator.cli.main import main as dome_main
 from coordinator.workqueue import MAX_BYTES, WorkQueueError, branch_ref_problem, decode_json, parse_work_queue
 from registry.errors import DomeError
 from tests.conftest import git
+from tests.attacks import attack
 
 
 def _queue(repo: Path) -> dict[str, Any]:
@@ -90,6 +91,7 @@ CASES: dict[str, tuple[Callable[[dict], bytes], str, str]] = {
 }
 
 
+@attack("hostile-queue")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_fails_before_run_started_and_writes_nothing(name, git_repo, tmp_path, capsys):
     make, code, word = CASES[name]
@@ -129,6 +131,7 @@ def test_queue_path_that_is_a_directory(tmp_path, capsys):
     assert rc == 2 and out["error"]["code"] == "WORK_QUEUE_IS_DIRECTORY" and not ops.exists()
 
 
+@attack("hostile-queue")
 def test_queue_path_that_is_a_fifo_or_too_large(tmp_path, capsys):
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
@@ -222,6 +225,7 @@ def _typed_or_ok(data: bytes) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(st.binary(max_size=200) | _json_values().map(lambda v: json.dumps(v).encode())
        | _near_queue().map(lambda v: json.dumps(v).encode()))
+@attack("hostile-queue")
 def test_queue_parser_never_raises_anything_but_a_typed_error(data):
     _typed_or_ok(data)
 

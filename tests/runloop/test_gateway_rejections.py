@@ -13,6 +13,7 @@ from coordinator.gateway.ratelimit import RejectionLimiter, Verdict
 from registry.errors import DomeError
 from registry.toolprofile import envelope_to_token
 from tests.runloop.test_gateway import RUN, client, gateway  # noqa: F401 - the gateway fixture
+from tests.attacks import attack
 
 
 def _forged(grant) -> str:
@@ -29,6 +30,7 @@ def _list_with(gw, grant, token: str) -> DomeError:
     return ei.value
 
 
+@attack("forged-grant")
 def test_tools_list_refuses_bad_grants_with_the_typed_error_of_a_call(gateway, caplog, capfd) -> None:
     gw, writer, verifier, attempt, ledger = gateway
     g = attempt("ne-l1")
@@ -57,6 +59,7 @@ def test_tools_list_refuses_bad_grants_with_the_typed_error_of_a_call(gateway, c
     assert "-32603" not in caplog.text and "Internal server error" not in caplog.text
 
 
+@attack("forged-grant")
 def test_a_spent_grant_is_refused_by_tools_list(gateway) -> None:
     gw, writer, verifier, attempt, ledger = gateway
     g = attempt("ne-s1")
@@ -65,6 +68,7 @@ def test_a_spent_grant_is_refused_by_tools_list(gateway) -> None:
     assert _list_with(gw, g, g.token).code == "GRANT_REPLAYED"
 
 
+@attack("rejection-flood")
 def test_300_forged_calls_grow_the_ledger_by_a_bounded_number_of_events(gateway) -> None:
     gw, writer, verifier, attempt, ledger = gateway
     g = attempt("ne-f1")
@@ -99,6 +103,7 @@ def test_300_forged_calls_grow_the_ledger_by_a_bounded_number_of_events(gateway)
     assert honest.report_progress(0.5)
 
 
+@attack("rejection-flood")
 def test_forged_calls_naming_many_attempts_are_bounded_in_aggregate(gateway) -> None:
     gw, writer, verifier, attempt, ledger = gateway
     grants = [attempt(f"ne-m{k}") for k in range(12)]

@@ -18,6 +18,7 @@ from coordinator import runstate as rs
 from coordinator.executors.sandbox import probe_bwrap
 from tests.conftest import REPO_ROOT
 from tests.runloop.conftest import cmd_task, run_queue, write_queue
+from tests.attacks import attack
 
 if not probe_bwrap()[0]:
     if os.environ.get("CI"):
@@ -59,6 +60,7 @@ def _violation(ev, node: str) -> str:
     return blob + json.dumps(recorded)
 
 
+@attack("sandbox-git-config")
 def test_planted_git_config_and_hooks_never_run_in_the_runtime(git_repo, ops_root, ledger_env, tmp_path):
     """The action writes core.fsmonitor, hooksPath, include.path, a filter and an external diff into
     its checkout's .git; the runtime stages and diffs the checkout afterwards without running any of it."""
@@ -82,6 +84,7 @@ def _limits_queue(tmp_path, git_repo, tasks):
                        scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
 
 
+@attack("sandbox-exhaustion")
 def test_tmp_and_scratch_are_bounded_and_exceeding_them_is_a_violation(git_repo, ops_root, ledger_env, tmp_path):
     """96 MiB written to $TMPDIR under a 32 MiB tmp limit, and to the checkout under a 32 MiB disk
     limit: the writes stop at the limit and each attempt fails with SANDBOX_VIOLATION; an honest
@@ -110,6 +113,7 @@ def _needs_cgroup(kind: str) -> None:
         pytest.skip(msg)
 
 
+@attack("sandbox-exhaustion")
 def test_fork_bomb_held_by_the_pids_cgroup_fails_with_sandbox_violation(git_repo, ops_root, ledger_env, tmp_path):
     """A fork bomb the pids limit held, in an action that then exits 0, is not `succeeded`."""
     _needs_cgroup("pids")
@@ -120,6 +124,7 @@ def test_fork_bomb_held_by_the_pids_cgroup_fails_with_sandbox_violation(git_repo
     assert "process_limit" in _violation(ledger.events(out.run_id), "fork-bomb")
 
 
+@attack("sandbox-exhaustion")
 def test_memory_past_the_memory_cgroup_fails_with_sandbox_violation(git_repo, ops_root, ledger_env, tmp_path):
     """768 MiB touched under memory_mb 512: the kernel kills the process; the action exits 0 anyway,
     and the attempt still fails with SANDBOX_VIOLATION."""
@@ -147,6 +152,7 @@ loop.run()
 """
 
 
+@attack("key-leftover")
 def test_attempt_dirs_and_worker_keys_do_not_outlive_attempts(git_repo, ops_root, tmp_path):
     """An attempt that ended leaves no directory; a running attempt's key is inside its sandbox
     only (no host file); after kill -9 of the coordinator mid-attempt, sweep_attempt_dirs(run_id)
