@@ -44,6 +44,10 @@ class ILTConfig:
     min_area_nm2: int = 64  # islands / holes smaller than this are removed
     seed: int = 0
     init_noise: float = 0.0
+    # topology: extra weight on printing in the narrow gaps between distinct target shapes
+    # (pixels outside the target within bridge_gap_nm of two of them), where a print is a bridge
+    bridge_weight: float = 0.0
+    bridge_gap_nm: int = 40
 
     def scaled(self, iterations: int | None) -> "ILTConfig":
         """Spread a total iteration budget over the stages in proportion."""
@@ -103,6 +107,7 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
     theta: torch.Tensor | None = None
     prev_scale = None
     as_t = lambda a: torch.as_tensor(np.asarray(a), dtype=dt, device=dev)  # noqa: E731
+    gaps = as_t(bridge_gaps(target, config.bridge_gap_nm)) if config.bridge_weight else None
     for stage in config.stages:
         s = stage.scale
         if n % s:
@@ -126,6 +131,7 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
         free_s = _pool_target(as_t(free), s) if free is not None else None
         fixed_s = _pool_target(as_t(fixed) * (1 - as_t(free)), s) if free is not None and fixed is not None else None
         w_s = _pool_target(as_t(weight), s) if weight is not None else None
+        g_s = _pool_target(gaps, s) if gaps is not None else None
         for _ in range(stage.iterations):
             token.check()  # one iteration is well under 100 ms at coarse scales, ~1 s at 1 nm
             opt.zero_grad(set_to_none=True)
@@ -143,6 +149,8 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
                 zs[corner.name] = z
                 wgt = 1.0 if corner.name == "nominal" else config.pvb_weight
                 err = (z - t_s) ** 2
+                if g_s is not None:
+                    err = err + config.bridge_weight * g_s * z ** 2
                 loss = loss + wgt * (err * w_s if w_s is not None else err).sum() * area
             if config.band_weight:
                 others = [z for name, z in zs.items() if name != "nominal"]
@@ -168,6 +176,25 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
     raw = binary.cpu().numpy()
     mask = cleanup(raw, config.min_feature_nm, config.min_area_nm2) if clean else raw
     return ILTResult(mask, history, done, time.perf_counter() - t0)
+
+
+def bridge_gaps(target: np.ndarray, gap: int) -> np.ndarray:
+    """float {0,1}: pixels outside the target with two different target shapes (4-connected
+    components) within `gap` px (Chebyshev): where a print would join them."""
+    from .metrics import label_components
+
+    lab = torch.as_tensor(label_components(target).labels.astype(np.float32))[None, None]
+    k = 2 * gap + 1
+
+    def pool(x: torch.Tensor) -> torch.Tensor:  # separable: a row max, then a column max
+        x = F.max_pool2d(x, (1, k), stride=1, padding=(0, gap))
+        return F.max_pool2d(x, (k, 1), stride=1, padding=(gap, 0))
+
+    hi = pool(lab)
+    big = float(lab.max()) + 1.0
+    lo = -pool(-torch.where(lab > 0, lab, torch.full_like(lab, big)))
+    out = (lab == 0) & (hi > 0) & (lo < big) & (hi != lo)
+    return out[0, 0].numpy().astype(np.float32)
 
 
 def _morph(img: torch.Tensor, k: int, op: str) -> torch.Tensor:

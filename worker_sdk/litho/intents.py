@@ -130,7 +130,7 @@ def _tile_batch(ctx: IntentContext, resp: dict[str, Any]) -> IntentResult:
     """A batch of tiles of a tiled layout: the finished cores are the proposal; the tiles' record the evidence."""
     t = resp["tiling"]
     summary = {"tiles_run": t["tiles_run"], "tiles_resumed": t["tiles_resumed"], "missing": len(t["missing"]),
-               "dir": _rel(ctx, Path(t["dir"])), "seconds": t["seconds"]}
+               "dir": _rel(ctx, Path(t["dir"])), "seconds": t["seconds"], "peak_rss_mb": t["peak_rss_mb"]}
     ctx.progress(1.0, f"{len(t['tiles_run'])} tile(s) optimised")
     return IntentResult(summary=summary, evidence=[{"kind": "litho.tiles", "schema_version": resp["schema_version"],
                                                     "tiling": {**summary, "plan": t["plan"]}, "ilt": resp["ilt"]}],

@@ -78,6 +78,7 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     if not stitch:
         info["missing"] = tiled.missing(plan, store)
         resp["runtime_s"] = round(time.perf_counter() - t0, 3)
+        info["peak_rss_mb"] = peak_rss_mb()
         return resp
     mark = time.perf_counter()
     tiled.stitch(plan, store, index, cfg, rules, token=token)
@@ -106,8 +107,34 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     if req.get("mrc"):
         resp["mask"]["mask_rules"] = dict(req["mrc"])
     resp["runtime_s"] = round(time.perf_counter() - t0, 3)
+    info["peak_rss_mb"] = peak_rss_mb()
     return resp
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MiB)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
 
 
 def _lap(mark: float) -> float:
     return round(time.perf_counter() - mark, 3)
+
+
+def prepare(request: dict[str, Any]):
+    """Plan a tiled optimize request and create its tile folder (plan.json) without optimising:
+    what a work queue's repository commits before its tile tasks run. Returns the TilePlan."""
+    from registry.schema_store import validate
+
+    from . import api
+    from .ilt import ILTConfig
+
+    validate("litho/optimize_request", request)
+    inp = api._load_inputs({k: request[k] for k in ("layout", "layer", "fill") if k in request})
+    model32 = api.load_model(request, "float32")
+    window = api._window(request, model32)
+    cfg = ILTConfig(seed=int(request.get("seed", 0))).scaled(request.get("iterations"))
+    plan = tiled.plan_layout(inp.layout, model32, inp.fill, (request.get("tiling") or {}).get("halo_nm"))
+    tiled.TileStore(tile_dir(request), tiled.store_pin(plan, inp.layout, cfg, request.get("mrc"), window))
+    return plan
