@@ -27,7 +27,8 @@ from coordinator.canvas import Canvas
 from . import gitio
 from .evidence import (INTOTO_PAYLOAD, T_CONSENT, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION,
                        T_PROPOSAL, T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, GitFacts, Record,
-                       evaluate_chain, intoto_statements, sign_artifact)
+                       intoto_statements, sign_artifact)
+from .gate import evaluate_chain
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
 from .proposals import BaseInspector, verify_proposal

@@ -27,7 +27,8 @@ from coordinator.canvas import Canvas
 from . import export_checks as exports
 from . import gitio
 from .evidence import (T_APPLY, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
-                       ChainResult, GitFacts, Record, body_of, evaluate_chain, verify_artifact)
+                       ChainResult, GitFacts, Record, body_of, verify_artifact)
+from .gate import evaluate_chain
 from .finish import records_of, run_dir
 from .verify_result import CheckKind, CheckResult, Status, VerifyReport, failed, missing, ok
 

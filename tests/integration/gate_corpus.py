@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from coordinator.integration.evidence import GitFacts, Record, evaluate_chain, policy_from_record, sign_artifact
+from coordinator.integration.evidence import GitFacts, Record, policy_from_record, sign_artifact
+from coordinator.integration.gate import evaluate_chain
 from coordinator.integration.policy import IntegrationPolicy
 from registry.canonical import canonical_json
 from registry.signing import Keyring, SigningKey
@@ -27,8 +28,9 @@ FORGER = SigningKey(b"\x02" * 32)
 RUN_ID = "run-1"
 
 
-def _records(raw: list[dict[str, Any]]) -> list[Record]:
-    return [Record(int(r["sequence"]), str(r["topic"]), r["artifact"]) for r in raw]
+def records(case: dict[str, Any]) -> list[Record]:
+    """The evidence records of a recorded case."""
+    return [Record(int(r["sequence"]), str(r["topic"]), r["artifact"]) for r in case["records"]]
 
 
 def _facts(raw: dict[str, Any]) -> GitFacts:
@@ -38,40 +40,40 @@ def _facts(raw: dict[str, Any]) -> GitFacts:
 def variations(case: dict[str, Any]) -> Iterator[tuple[str, list[Record], GitFacts, str,
                                                        IntegrationPolicy | None]]:
     """Every variation of one recorded run, by name: (records, facts, run id, policy in force)."""
-    records, facts = _records(case["records"]), case["facts"]
+    recs, facts = records(case), case["facts"]
     gf = _facts(facts)
-    yield "as-recorded", records, gf, RUN_ID, None
-    yield "other-run", records, gf, "run-2", None
-    yield "policy-in-force", records, gf, RUN_ID, IntegrationPolicy()
-    yield "per-layer-policy", records, gf, RUN_ID, IntegrationPolicy(validation_counts="per_layer_or_final")
+    yield "as-recorded", recs, gf, RUN_ID, None
+    yield "other-run", recs, gf, "run-2", None
+    yield "policy-in-force", recs, gf, RUN_ID, IntegrationPolicy()
+    yield "per-layer-policy", recs, gf, RUN_ID, IntegrationPolicy(validation_counts="per_layer_or_final")
     yield "no-records", [], gf, RUN_ID, None
-    for r in records:
-        yield f"drop-{r.sequence}", [x for x in records if x is not r], gf, RUN_ID, None
+    for r in recs:
+        yield f"drop-{r.sequence}", [x for x in recs if x is not r], gf, RUN_ID, None
         forged = Record(r.sequence, r.topic, sign_artifact(r.artifact, FORGER))
-        yield f"forge-{r.sequence}", [forged if x is r else x for x in records], gf, RUN_ID, None
-    recorded = [r for r in records if r.topic == "integration.policy"]
+        yield f"forge-{r.sequence}", [forged if x is r else x for x in recs], gf, RUN_ID, None
+    recorded = [r for r in recs if r.topic == "integration.policy"]
     per_layer = dataclasses.replace(policy_from_record(recorded[-1].artifact) if recorded else IntegrationPolicy(),
                                     validation_counts="per_layer_or_final")
-    for r in records:
+    for r in recs:
         if r.topic == "integration.validation_report":
-            yield f"per-layer-drop-{r.sequence}", [x for x in records if x is not r], gf, RUN_ID, per_layer
-    reports = [r for r in records if r.topic == "integration.validation_report"]
-    applied = [(r.artifact["head_ref"], r.artifact["proposal_id"]) for r in records
+            yield f"per-layer-drop-{r.sequence}", [x for x in recs if x is not r], gf, RUN_ID, per_layer
+    reports = [r for r in recs if r.topic == "integration.validation_report"]
+    applied = [(r.artifact["head_ref"], r.artifact["proposal_id"]) for r in recs
                if r.topic == "integration.apply_result" and r.artifact.get("applied")]
     if reports and applied:  # a passing report on each layer instead of one on the head
-        rest = [r for r in records if r.topic != "integration.validation_report"]
-        top = max(r.sequence for r in records)
+        rest = [r for r in recs if r.topic != "integration.validation_report"]
+        top = max(r.sequence for r in recs)
         layers = [Record(top + i, r.topic, sign_artifact({**r.artifact, "head_ref": c, "passed": True,
                                                           "included_proposals": [pid]}, KEY))
                   for r in reports for i, (c, pid) in enumerate(applied, start=1 + len(applied) * reports.index(r))]
         yield "per-layer-reports", rest + layers, gf, RUN_ID, per_layer
         yield "per-layer-reports-final-only", rest + layers, gf, RUN_ID, None
     for oid in sorted(facts):
-        yield f"no-commit-{oid[:12]}", records, _facts({k: v for k, v in facts.items() if k != oid}), RUN_ID, None
+        yield f"no-commit-{oid[:12]}", recs, _facts({k: v for k, v in facts.items() if k != oid}), RUN_ID, None
         for field in ("tree", "parents", "trailers_all"):
             changed = {**facts, oid: {**facts[oid], field: [] if field == "parents" else
                                       ({} if field == "trailers_all" else "0" * 40)}}
-            yield f"{field}-{oid[:12]}", records, _facts(changed), RUN_ID, None
+            yield f"{field}-{oid[:12]}", recs, _facts(changed), RUN_ID, None
 
 
 def decide(records: list[Record], facts: GitFacts, run_id: str, policy: IntegrationPolicy | None) -> str:

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from registry.canonical import canonical_json
-from tests.integration.gate_corpus import decide, variations
+from coordinator.integration.evidence import GitFacts
+from coordinator.integration.gate import RULES, SHARED_KINDS, evaluate_chain
+from registry.signing import Keyring
+from tests.integration.gate_corpus import KEY, decide, records, variations
 
 RECORDED = Path(__file__).resolve().parent / "recorded_gate"
 CASES = sorted(p.stem for p in RECORDED.glob("*.json"))
@@ -31,6 +34,24 @@ def test_the_corpus_covers_every_kind_of_link_and_outcome() -> None:
                  ("validation", "ok"), ("validation", "failing"), ("validation", "missing"),
                  ("consent", "ok"), ("consent", "missing")]:
         assert want in seen, want
+
+
+def test_every_recorded_link_belongs_to_exactly_one_rule_of_the_table() -> None:
+    assert len({r.code for r in RULES}) == len(RULES) and all(r.explanation for r in RULES)
+    for name in CASES:
+        for d in json.loads((RECORDED / f"{name}.json").read_text())["decisions"]:
+            for link in d["links"]:
+                owners = [r.code for r in RULES if r.adds(link["link"])]
+                assert len(owners) == 1 or link["link"].split(":")[0] in SHARED_KINDS, (link, owners)
+
+
+def test_a_rule_that_stops_the_chain_ends_the_fold() -> None:
+    """Without a stack plan no later rule runs: the decision names only what was checked."""
+    case = json.loads((RECORDED / "clean.json").read_text())
+    recs = [r for r in records(case) if r.topic != "integration.stack_plan"]
+    res = evaluate_chain(recs, keyring=Keyring({KEY.kid: KEY.public}), facts=GitFacts(), run_id="run-1")
+    assert not res.passed and [l.link for l in res.links] == ["stack_plan"]
+    assert res.head_ref is None and res.required_suites == [] and res.stack_plan_id is None
 
 
 @pytest.mark.parametrize("name", CASES)
