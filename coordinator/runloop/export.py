@@ -22,7 +22,7 @@ from ledger.export import export_run as export_events
 from .. import runstate as rs
 from ..runstate import fold
 from ..scheduler import statuses
-from ..workqueue import Graph
+from ..workgraph import Graph
 
 
 def render_json(obj: Any) -> bytes:
