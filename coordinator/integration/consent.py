@@ -10,9 +10,10 @@ from registry.signing import Keyring, SigningKey
 
 from . import gitio
 from .evidence import T_CONSENT, T_CONSENT_REQ, T_PROMOTION, T_REQUIREMENTS, verify_artifact
-from .finish import (Emitter, FinishResult, export_promotion, finish_recorded_promotion, gate_and_promote,
-                     recorded_result, records_of, token_digest, utc_now)
+from .finish import (FinishResult, export_promotion, finish_recorded_promotion, gate_and_promote,
+                     recorded_result, token_digest, utc_now)
 from .policy import IntegrationPolicy
+from .recorder import Emitter, records_of
 
 
 class ConsentError(DomeError):

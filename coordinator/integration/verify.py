@@ -29,7 +29,7 @@ from . import gitio
 from .evidence import (T_APPLY, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
                        ChainResult, GitFacts, Record, body_of, verify_artifact)
 from .gate import evaluate_chain
-from .finish import records_of, run_dir
+from .recorder import records_of, run_dir
 from .verify_result import CheckKind, CheckResult, Status, VerifyReport, failed, missing, ok
 
 __all__ = ["CheckKind", "CheckResult", "Status", "VerifyReport", "verify_run"]

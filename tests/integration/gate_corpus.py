@@ -133,7 +133,7 @@ def _scenarios() -> dict[str, Callable[[Path, Path], Any]]:
 
 
 def record(out: Path) -> None:
-    from coordinator.integration.finish import git_facts, records_of
+    from coordinator.integration.recorder import git_facts, records_of
     out.mkdir(parents=True, exist_ok=True)
     for name, make in _scenarios().items():
         with tempfile.TemporaryDirectory() as tmp:
