@@ -42,8 +42,9 @@ from registry.agent_card import normalize_host
 from registry.canonical import digest_bytes
 from registry.errors import DomeError
 from registry.grant_errors import GrantError
+from registry.toolprofile import PROOF_HEADER
 
-from ..gateway.auth import PROOF_HEADER, gateway_audience
+from ..gateway.auth import gateway_audience
 from . import metering as mt
 from .config import EgressConfig, Route
 

@@ -21,8 +21,7 @@ from registry.canonical import canonical_json
 from registry.errors import DomeError
 from registry.signing import Keyring, SigningKey, dsse_sign
 
-from coordinator.canvas import Canvas
-
+from .canvas import Canvas
 from . import gitio
 from .evidence import (INTOTO_PAYLOAD, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION, T_PROPOSAL,
                        T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, Record, intoto_statements)

@@ -15,11 +15,11 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from coordinator.canvas import Attempt, Canvas, Checkpoint
 from registry import diffs
 from registry.canonical import digest_bytes, digest_json
 from registry.diffs import DiffError, ParsedDiff
 
+from .canvas import Attempt, Canvas, Checkpoint
 from .planning import (ConflictDecision, OverlapIndex, StackPlan, bisect_culprit, conflict_fingerprint,
                        decide_conflict)
 from .policy import IntegrationPolicy

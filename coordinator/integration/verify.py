@@ -22,8 +22,7 @@ from registry.canonical import digest_bytes, digest_json
 from registry.errors import DomeError, SignatureError
 from registry.signing import Keyring
 
-from coordinator.canvas import Canvas
-
+from .canvas import Canvas
 from . import export_checks as exports
 from . import gitio
 from .evidence import (T_APPLY, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,

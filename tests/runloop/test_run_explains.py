@@ -298,7 +298,7 @@ def test_live_view_on_a_50_column_terminal_never_wraps(tmp_path):
 def test_pytest_suite_on_a_read_only_checkout_runs_without_cache_warnings(tmp_path):
     """A `python3 -m pytest` validation (as the examples use) runs on a read-only
     view of the head: pytest must not warn that it cannot write its cache."""
-    from coordinator.canvas import Checkpoint
+    from coordinator.integration.canvas import Checkpoint
     from coordinator.integration.validation import SuiteRunner
 
     repo = _repo(tmp_path / "repo")
