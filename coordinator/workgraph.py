@@ -302,9 +302,9 @@ def build_graph(tasks: list[Mapping[str, Any]], scheduling: Mapping[str, Any] | 
 def finish_graph(nodes: Mapping[str, Node]) -> Graph:
     ordered = dict(sorted(nodes.items()))
     dependents: dict[str, list[str]] = {n: [] for n in ordered}
-    for n in ordered.values():
-        for d in n.dependencies:
-            dependents[d].append(n.node_id)
+    for node in ordered.values():
+        for d in node.dependencies:
+            dependents[d].append(node.node_id)
     # Kahn with a sorted frontier: a deterministic topological order
     indeg = {n: len(ordered[n].dependencies) for n in ordered}
     frontier = [n for n, k in indeg.items() if k == 0]
@@ -329,9 +329,9 @@ def finish_graph(nodes: Mapping[str, Node]) -> Graph:
         reach[n] = acc
     descendants = {n: bin(reach[n]).count("1") for n in ordered}
     resource_counts: dict[str, int] = {}
-    for n in ordered.values():
-        resource_counts[n.resource_key] = resource_counts.get(n.resource_key, 0) + 1
-    digest = digest_json([[n.node_id, list(n.dependencies), n.task_spec_digest] for n in ordered.values()])
+    for node in ordered.values():
+        resource_counts[node.resource_key] = resource_counts.get(node.resource_key, 0) + 1
+    digest = digest_json([[x.node_id, list(x.dependencies), x.task_spec_digest] for x in ordered.values()])
     return Graph(nodes=ordered, topo_order=tuple(topo),
                  dependents={k: tuple(sorted(v)) for k, v in dependents.items()},
                  descendants=descendants, resource_counts=resource_counts, digest=digest)

@@ -5,11 +5,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from registry.errors import DomeError
 
 from .main import add_common_arguments, open_ledger, refuse
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
 
 
-def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
+def summarize(ledger: Ledger, run_id: str) -> dict[str, Any]:
     from coordinator.runstate import fold
     from coordinator.scheduler import statuses
     from coordinator.workqueue import parse_work_queue
@@ -49,7 +52,7 @@ def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
     return out
 
 
-def liveness(ledger: Any, run_id: str) -> dict[str, Any]:
+def liveness(ledger: Ledger, run_id: str) -> dict[str, Any]:
     """An unfinished run is `running` while a coordinator holds its lease, else
     `stalled` (its coordinator died or hung): someone must resume it."""
     import socket
@@ -66,7 +69,7 @@ def liveness(ledger: Any, run_id: str) -> dict[str, Any]:
     return out
 
 
-def run_reasons(ledger: Any, run_id: str, out: Any = None) -> dict[str, Any]:
+def run_reasons(ledger: Ledger, run_id: str, out: Any = None) -> dict[str, Any]:
     """Why the run stands where it does: the reasons and the verdict block that
     `dome run` ends with, worded for the width of the terminal `out` writes to."""
     from coordinator.report.explain import explain, reasons

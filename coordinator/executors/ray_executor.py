@@ -20,8 +20,8 @@ import re
 import threading
 from typing import Any, Mapping
 
-from .base import AttemptFiles, ExitInfo, Limits, SandboxUnavailable
-from .sandbox import bwrap_argv, direct_argv, direct_env, probe_bwrap
+from .base import AttemptFiles, ExitInfo, Limits
+from .sandbox import bwrap_argv, direct_argv, direct_env, require_bwrap
 
 GPU_IMAGE = re.compile(r"(cuda|gpu)", re.IGNORECASE)
 
@@ -56,11 +56,7 @@ class RayExecutor:
         import ray
 
         if sandbox == "bwrap":
-            ok, info = probe_bwrap()
-            if not ok:
-                raise SandboxUnavailable(f"no sandbox available: {info}", details={"reason": info},
-                                         hints=SandboxUnavailable.hints_default)
-            self.bwrap = info
+            self.bwrap = require_bwrap()
         self.sandbox = sandbox
         self.max_concurrency = max_concurrency
         self.limits = limits or Limits()

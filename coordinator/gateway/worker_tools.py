@@ -26,7 +26,7 @@ import base64
 import binascii
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from registry import limits
 from registry.canonical import digest_json
@@ -38,6 +38,11 @@ from .. import runstate as rs
 from ..integration.binding import ProposalBindingMismatch, check_binding
 from ..integration.proposals import path_rejections
 from .dispatch import ToolSpec
+
+if TYPE_CHECKING:
+    from ledger.blobs import BlobStore
+
+    from ..runloop.writer import LedgerWriter
 
 SCHEMA_VERSION = "1.0.0"
 MAX_ARTIFACT_BYTES = limits.MAX_ARTIFACT_BYTES
@@ -75,8 +80,8 @@ class CallContext:
 @dataclass
 class GatewayBackend:
     run_id: str
-    writer: Any                      # LedgerWriter
-    blobs: Any                       # ledger.blobs.BlobStore
+    writer: LedgerWriter
+    blobs: BlobStore
     attempt: Callable[[str], Mapping[str, Any] | None]  # neid -> {node_id, wave_id, base_ref, base_tree_hash, task}
     max_artifact_bytes: int = MAX_ARTIFACT_BYTES
     calls: dict[str, int] = field(default_factory=dict)

@@ -5,6 +5,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
+from ledger.protocols import EventLog
 from registry.errors import DomeError
 from registry.signing import Keyring, SigningKey
 
@@ -20,7 +21,7 @@ class ConsentError(DomeError):
     code = "CONSENT_ERROR"
 
 
-def grant_consent(ledger: Any, run_id: str, token: str, *, key: SigningKey, ops_root: Path,
+def grant_consent(ledger: EventLog, run_id: str, token: str, *, key: SigningKey, ops_root: Path,
                   keyring: Keyring | None = None, policy: IntegrationPolicy | None = None,
                   approved_by: str = "") -> FinishResult:
     """Spend a consent token (once) and promote the run if the chain is now complete."""

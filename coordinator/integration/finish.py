@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ledger.protocols import EventLog
 from registry import diffs
 from registry.canonical import canonical_json
 from registry.errors import DomeError
@@ -29,7 +30,7 @@ from .gate import evaluate_chain
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
 from .proposals import BaseInspector, verify_proposal
-from .recorder import Emitter, git_facts, integration_records, records_of, run_dir, write_json
+from .recorder import Emitter, blobs_of, git_facts, integration_records, records_of, run_dir, write_json
 from .stacking import Stacker, Validator
 from .validation import SuiteRunner, suite_name
 
@@ -52,7 +53,7 @@ class FinishContext:
     repo: Path
     base_ref: str
     proposals: Sequence[Mapping[str, Any]]
-    ledger: Any
+    ledger: EventLog
     signing_key: SigningKey
     ops_root: Path
     validations: Sequence[Mapping[str, Any]] = ()
@@ -100,14 +101,14 @@ class FinishResult:
                 "error": self.error}
 
 
-def default_diff_loader(ledger: Any) -> Callable[[Mapping[str, Any]], bytes | None]:
+def default_diff_loader(ledger: EventLog) -> Callable[[Mapping[str, Any]], bytes | None]:
     def load(p: Mapping[str, Any]) -> bytes | None:
         if p.get("diff_unified") is not None:
             return str(p["diff_unified"]).encode("utf-8", "surrogateescape")
-        ref = p.get("diff_ref")
-        if ref and getattr(ledger, "blobs", None) is not None:
+        ref, store = p.get("diff_ref"), blobs_of(ledger)
+        if ref and store is not None:
             try:
-                return ledger.blobs.get(ref)
+                return store.get(ref)
             except Exception:  # noqa: BLE001 - a missing blob is a rejected proposal
                 return None
         return None
@@ -220,7 +221,8 @@ def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPoli
         if cp is None:
             _reject(emit, rejected, pid, p, rej)
             continue
-        blob = ctx.ledger.blobs.put(cp.canonical) if getattr(ctx.ledger, "blobs", None) else None
+        store = blobs_of(ctx.ledger)
+        blob = store.put(cp.canonical) if store is not None else None
         emit(T_PROPOSAL, {"artifact_kind": "dome.proposal_verification/v1", "proposal_id": pid,
                           "diff_digest": cp.diff_digest, "diff_blob": blob,
                           "diff_canonicalization": diffs.DIFF_CANONICALIZATION,
@@ -252,7 +254,7 @@ def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPo
         if state.layers and suites:
             validator = ctx.validator or SuiteRunner(
                 ctx.repo, sandbox=ctx.sandbox,
-                put_artifact=(ctx.ledger.blobs.put if getattr(ctx.ledger, "blobs", None) else None))
+                put_artifact=store.put if (store := blobs_of(ctx.ledger)) is not None else None)
             stacker.validate(suites, validator)
         included = list(canvas.included)
         digests = {l.proposal_id: l.diff_digest for l in state.layers}
@@ -271,7 +273,7 @@ def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPo
 T_BASE_DERIVED = "task.base_derived"
 
 
-def derived_bases(ledger: Any, run_id: str, run_base: str) -> dict[str, dict[str, Any]]:
+def derived_bases(ledger: EventLog, run_id: str, run_base: str) -> dict[str, dict[str, Any]]:
     """Derived bases the run loop built for dependent tasks (`task.base_derived`):
     run base + the listed proposals applied in order."""
     out: dict[str, dict[str, Any]] = {}
@@ -323,7 +325,7 @@ def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: S
     return None
 
 
-def recorded_result(ledger: Any, run_id: str) -> FinishResult | None:
+def recorded_result(ledger: EventLog, run_id: str) -> FinishResult | None:
     """The outcome already in the ledger (a promotion decision, or a run held
     at the human gate), or None when the integration stage has not decided."""
     records = records_of(ledger, run_id)
@@ -361,7 +363,7 @@ def _suites(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy,
     return out
 
 
-def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, keyring: Keyring,
+def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningKey, keyring: Keyring,
                      policy: IntegrationPolicy | None, to_ref: str, ops_root: Path, emit: Emitter,
                      why: dict[str, Any] | None = None, rejected: list | None = None,
                      base_ref: str = "", issue_consent: bool = True) -> FinishResult:
@@ -407,7 +409,7 @@ def token_digest(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref: str, emit: Emitter,
+def promote(ledger: EventLog, run_id: str, *, repo: Path, chain: ChainResult, to_ref: str, emit: Emitter,
             ops_root: Path, key: SigningKey, policy: IntegrationPolicy | None,
             records: Sequence[Record]) -> dict[str, Any]:
     """Write the PromotionDecision; move `to_ref` only when the chain passed."""

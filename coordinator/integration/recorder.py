@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ledger.blobs import BlobStore
+from ledger.protocols import EventLog, EventSource
 from registry.canonical import canonical_json
 from registry.gitoid import is_git_oid
 from registry.signing import SigningKey
@@ -31,7 +33,7 @@ class Emitter:
     nothing is appended), so a resumed integration never records a step twice.
     The first step not found ends the replay; from there every step is new."""
 
-    def __init__(self, ledger: Any, run_id: str, key: SigningKey, clock: Callable[[], str],
+    def __init__(self, ledger: EventLog, run_id: str, key: SigningKey, clock: Callable[[], str],
                  wave_id: str | None = None, replay: Sequence[Record] = ()) -> None:
         self.ledger, self.run_id, self.key, self.clock, self.wave_id = ledger, run_id, key, clock, wave_id
         self.count = 0
@@ -71,7 +73,7 @@ class Emitter:
                 return got
         signed = sign_artifact(a, self.key)
         payload: dict[str, Any] = signed
-        blobs = getattr(self.ledger, "blobs", None)
+        blobs = blobs_of(self.ledger)
         if blobs is not None:
             raw = canonical_json(signed)
             if len(raw) > EXTERNALIZE_BYTES:
@@ -101,7 +103,7 @@ def same_step(topic: str, recorded: Mapping[str, Any], new: Mapping[str, Any]) -
         all(recorded.get(k) == new.get(k) for k in DECISIVE if k in new)
 
 
-def integration_records(ledger: Any, run_id: str) -> list[Record]:
+def integration_records(ledger: EventSource, run_id: str) -> list[Record]:
     """What an earlier, interrupted integration pass of this run recorded."""
     return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in ("integration", "gate", "promotion")]
 
@@ -116,6 +118,11 @@ def _object_id(a: Mapping[str, Any], n: int) -> str:
     return f"{kind}:{n}"
 
 
+def blobs_of(ledger: EventSource) -> BlobStore | None:
+    """The ledger's blob store, or None for a ledger that keeps no blobs."""
+    return getattr(ledger, "blobs", None)
+
+
 def run_dir(ops_root: Path, run_id: str) -> Path:
     return Path(ops_root) / "runs" / run_id
 
@@ -127,7 +134,7 @@ def write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def records_of(ledger: Any, run_id: str) -> list[Record]:
+def records_of(ledger: EventSource, run_id: str) -> list[Record]:
     """The run's records, with externalized artifacts loaded from the blob
     store (a missing or changed blob leaves the stub, which fails its
     signature check downstream)."""
@@ -135,9 +142,10 @@ def records_of(ledger: Any, run_id: str) -> list[Record]:
     for e in ledger.events(run_id):
         rec = Record.from_event(e)
         ref = rec.artifact.get("artifact_ref") if isinstance(rec.artifact, Mapping) else None
-        if ref and getattr(ledger, "blobs", None) is not None:
+        store = blobs_of(ledger)
+        if ref and store is not None:
             try:
-                full = json.loads(ledger.blobs.get(ref))
+                full = json.loads(store.get(ref))
             except Exception:  # noqa: BLE001 - treated as tampering
                 full = None
             if isinstance(full, dict) and full.get("payload_digest") == rec.artifact.get("payload_digest") \
@@ -153,7 +161,7 @@ def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
         for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
             v = r.artifact.get(k)
             if is_git_oid(v):
-                commits.add(v)
+                commits.add(str(v))
     with gitio.ObjectReader(repo) as reader:
         return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
 

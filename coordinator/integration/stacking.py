@@ -26,7 +26,7 @@ from .policy import IntegrationPolicy
 from .validation import suite_name
 from .proposals import CheckedProposal
 
-Emit = Callable[[str, dict[str, Any]], None]
+Emit = Callable[[str, dict[str, Any]], Any]  # what it returns (the signed artifact) is not needed here
 Validator = Callable[[Checkpoint, Mapping[str, Any]], dict[str, Any]]
 ResolverHook = Callable[[dict[str, Any]], Any]
 

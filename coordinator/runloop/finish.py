@@ -7,9 +7,12 @@ held at a human gate is blocked until `dome promote --consent`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .loop import FinishedRun
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 
 def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
@@ -87,7 +90,7 @@ class ObservedLedger:
     appends (integration writes to the ledger directly, not through the run
     loop's writer). Everything else is the ledger itself."""
 
-    def __init__(self, ledger: Any, view: Any) -> None:
+    def __init__(self, ledger: Ledger, view: Any) -> None:
         self._ledger, self._view = ledger, view
 
     def __getattr__(self, name: str) -> Any:
