@@ -78,6 +78,13 @@ class Stacker:
         self.state = StackState()
         self._unflushed: list[Layer] = []
 
+    def extend(self, checked: Mapping[str, CheckedProposal], plan: StackPlan, index: OverlapIndex,
+               requires: Mapping[str, Sequence[str]] | None = None) -> None:
+        """A further batch to stack on the same canvas (`run()` applies it on the head)."""
+        self.checked.update(checked)
+        self.plan, self.index = plan, index
+        self.requires.update({k: tuple(v) for k, v in (requires or {}).items()})
+
     # -- applying ------------------------------------------------------------
     def run(self) -> StackState:
         queue = deque(self.plan.ordered)

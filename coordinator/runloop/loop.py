@@ -14,24 +14,26 @@ run's accepted proposals (one winner per node) and returns at least
 `{"status": ...}` (plus `head`, `promoted_ref`); the integration area plugs
 stacking, validation and promotion in here. The default ends the run
 `completed` (every node succeeded) or `failed`.
+
+With `scheduling.integrate_during_run` the loop also owns a canvas driver
+(`canvas_driver.py`): accepted proposals are stacked in batches as they
+arrive, new waves may start from the integration head (`baseline.py`), and
+the finish stage completes what is left.
 """
 from __future__ import annotations
 
 import json
-import platform
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from registry.canonical import digest_bytes, digest_json
+from registry.canonical import digest_json
 from registry.errors import DomeError
 from registry.signing import SigningKey
 
@@ -49,6 +51,9 @@ from ..scheduler import SchedulerPolicy, decide, statuses
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
+from .contracts import FinishedRun, RunContext, RunOutcome, default_finish
+from .manifest import (RunError, RunNotFound, egress_terms, environment, host_container_ref,
+                       new_run_id, node_seed, registry_ref, utc_stamp)
 from .lease import LeaseKeeper
 from .writer import LedgerWriter, WriterLedger
 
@@ -58,147 +63,6 @@ POLICY_VERSION = "dome.policy/default@1"
 TICK_S = 0.02
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
 SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
-
-
-class RunError(DomeError):
-    code = "RUN_ERROR"
-
-
-class BaseRefUnresolved(RunError):
-    code = "BASE_REF_UNRESOLVED"
-
-
-class RunNotFound(RunError):
-    code = "RUN_NOT_FOUND"
-
-
-def utc_stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def new_run_id() -> str:
-    return "run-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def _git(repo: Path, *args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise BaseRefUnresolved(f"git {' '.join(args)} failed: {r.stderr.strip()[:300]}",
-                                details={"repo": str(repo), "args": list(args)})
-    return r.stdout.strip()
-
-
-def registry_ref() -> str:
-    """Digest of the registry's schemas and tool contracts this coordinator uses."""
-    import registry
-    root = Path(registry.__file__).resolve().parent
-    h = []
-    for sub in ("schemas", "tools", "policy"):
-        for p in sorted((root / sub).rglob("*.json")) if (root / sub).exists() else []:
-            h.append([str(p.relative_to(root)), digest_bytes(p.read_bytes())])
-    return "registry@" + digest_json(h)
-
-
-def environment(executor: str, sandbox: str) -> dict[str, Any]:
-    env = {"python": platform.python_version(), "platform": platform.platform(), "executor": executor,
-           "sandbox": sandbox, "git": _safe(["git", "--version"])}
-    if sandbox == "bwrap":
-        env["bwrap"] = _safe(["bwrap", "--version"])
-    try:
-        from importlib.metadata import version
-        env["dome"] = version("dome")
-    except Exception:  # noqa: BLE001
-        env["dome"] = "unknown"
-    return env
-
-
-def _safe(argv: list[str]) -> str:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return "unavailable"
-
-
-def host_container_ref(env: Mapping[str, Any]) -> str:
-    return "host@" + digest_json(dict(env))
-
-
-def node_seed(seed: int, node_id: str) -> int:
-    return int(digest_json([seed, node_id])[7:20], 16) % (2 ** 53)
-
-
-def egress_terms(action_spec: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The grant terms of an agent node's runtime card (hosts, models, budgets), or None."""
-    if action_spec.get("intent") != "agent":
-        return None
-    from registry.agent_card import grant_terms
-
-    return grant_terms((action_spec.get("params") or {}).get("card") or action_spec.get("card"))
-
-
-@dataclass
-class RunContext:
-    """Everything the loop needs from outside (the CLI builds it)."""
-
-    ledger: Any
-    ops_root: Path
-    signer: Any
-    keyring: Any
-    executor_kind: str = "local"
-    sandbox: str = "bwrap"
-    seed: int | None = None
-    max_parallel: int | None = None
-    finish: Callable[["FinishedRun"], dict[str, Any]] | None = None
-    view: Any = None
-    executor: Any = None  # injected executor (tests, benchmarks)
-    # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
-    wave_base: Callable[[Any], tuple[str, str] | None] | None = None
-    lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
-    egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
-
-
-@dataclass
-class FinishedRun:
-    """What the run loop hands its finish stage: the run, its graph state and accepted proposals."""
-    run_id: str
-    work_queue: WorkQueue
-    repo: Path
-    base_ref: str
-    base_tree_hash: str
-    state: RunState
-    node_status: Mapping[str, str]
-    proposals: list[dict[str, Any]]
-    writer: LedgerWriter
-    ops_dir: Path
-    ledger: Any
-    signer: Any = None
-    ops_root: Path | None = None
-    sandbox: str = "bwrap"
-    seed: int = 0
-    view: Any = None  # the live view: integration reports its steps to it
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    status: str
-    head: str | None
-    promoted_ref: str | None
-    ops_path: str
-    counts: dict[str, int] = field(default_factory=dict)
-    awaiting_consent: bool = False  # held at the human gate: `dome promote RUN --consent TOKEN`
-    consent_token_file: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "status": self.status, "head": self.head,
-                "promoted_ref": self.promoted_ref, "ops_path": self.ops_path, "counts": self.counts,
-                "awaiting_consent": self.awaiting_consent, "consent_token_file": self.consent_token_file}
-
-
-def default_finish(fc: FinishedRun) -> dict[str, Any]:
-    ok = all(s == "succeeded" for s in fc.node_status.values())
-    return {"status": "completed" if ok else "failed", "head": fc.base_ref, "promoted_ref": None,
-            "reason": None if ok else "some nodes failed or were blocked"}
 
 
 @dataclass
@@ -269,6 +133,7 @@ class RunLoop:
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
         self.lease: LeaseKeeper | None = None  # taken by start()/resume() before any write
+        self.canvas: Any = None  # canvas_driver.CanvasDriver with scheduling.integrate_during_run
 
     # -- construction -----------------------------------------------------------
     @classmethod
@@ -345,6 +210,8 @@ class RunLoop:
     def _on_record(self, rec: Any) -> None:
         if rec.topic == rs.TASK_COMPLETED and rec.node_id:
             self._to_check.add(rec.node_id)  # a winner to ack, maybe endgame losers to cancel
+        if self.canvas is not None:
+            self.canvas.on_record(rec)
         if rec.topic == rs.TASK_PROGRESS:
             live = self.live.get(rec.node_execution_id or "")
             if live is not None:
@@ -402,9 +269,10 @@ class RunLoop:
     def _wave_base(self) -> str:
         """Pick the new wave's base: the run base, or (when the queue asks for it and the
         integration stage offers one) the current integration head. Returns its source."""
-        if not self.wq.scheduling.get("rebase_waves_on_integration_head") or self.ctx.wave_base is None:
+        hook = self.ctx.wave_base or (self.canvas.wave_base if self.canvas is not None else None)
+        if not self.wq.scheduling.get("rebase_waves_on_integration_head") or hook is None:
             return "run_base" if self.wave_sha == self.base_sha else "integration_head"
-        head = self.ctx.wave_base(self)
+        head = hook(self)
         if head is None:
             return "run_base" if self.wave_sha == self.base_sha else "integration_head"
         sha, tree = head
@@ -614,10 +482,14 @@ class RunLoop:
         assert self.lease is not None
         self._prepare()
         old_handlers = self._install_signals()
+        from .canvas_driver import driver_for
+        self.canvas = driver_for(self)
         try:
             if self.resumed:
                 self.lease.check()
                 self._recover()
+                if self.canvas is not None:
+                    self.canvas.restore()
             while True:
                 self.lease.check()  # a coordinator that lost the run stops (every write checks too)
                 t0 = time.perf_counter()
@@ -626,6 +498,8 @@ class RunLoop:
                 self._supervise()
                 if self.cancel_reason is not None:
                     return self._cancel_all()
+                if self.canvas is not None and not self._done():
+                    self.canvas.tick()  # a batch of accepted proposals onto the canvas
                 launched = self._schedule()
                 self.timings["coordinator_s"] += time.perf_counter() - t0
                 self.timings["coordinator_cpu_s"] = self.timings.get("coordinator_cpu_s", 0.0) + time.thread_time() - c0
@@ -639,6 +513,8 @@ class RunLoop:
         finally:
             self._restore_signals(old_handlers)
             self.executor.shutdown()
+            if self.canvas is not None:
+                self.canvas.close()
             if self.gateway is not None:
                 self.gateway.stop()
             if self.egress_gate is not None:
@@ -675,7 +551,7 @@ class RunLoop:
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
                            ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
                            signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
-                           sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view)
+                           sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view, canvas=self.canvas)
         if any(s != "succeeded" for s in fc.node_status.values()):
             result = default_finish(fc)  # tasks failed: nothing is integrated
         else:
