@@ -373,6 +373,7 @@ def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPoli
                           "base_ref": ctx.base_ref, "base_tree_hash": p.get("base_tree_hash"),
                           "proposal_base_ref": p.get("base_ref"),
                           "requires": list(p.get("_requires", [])),
+                          **({"resolves": dict(p["resolves"])} if isinstance(p.get("resolves"), Mapping) else {}),
                           "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                           "atomicity": p.get("atomicity", "atomic_proposal"),
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),

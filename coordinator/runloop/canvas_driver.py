@@ -30,7 +30,18 @@ from coordinator.integration.stacking import Stacker
 from coordinator.integration.validation import SuiteRunner, suite_name
 from registry.signing import Keyring
 
+from . import resolver as rv
 from .baseline import T_BATCH, CanvasFacts, CanvasPolicy, advance_to, batch_due, fold_canvas, fold_events
+
+
+@dataclasses.dataclass
+class ResolverNode:
+    """A resolver task: not in the graph; shaped like a graph node for dispatch."""
+    task: dict[str, Any]
+    action_spec: dict[str, Any]
+    timeout_s: float
+    task_spec_digest: str
+    dependencies: tuple[str, ...] = ()
 
 
 class CanvasDriver:
@@ -45,7 +56,12 @@ class CanvasDriver:
         self.wq = loop.wq
         self.ipolicy = repo_policy_for(self.wq, self.repo, self.base_ref)
         self.task_meta, self.critical = task_meta_of(self.wq.graph)
-        self.facts: CanvasFacts = fold_events(loop.ctx.ledger.events(self.run_id))
+        # a resolver's proposal is judged as its original task's (risk floor, atomicity)
+        self.task_meta.update({rv.resolver_node_id(n, k): m for n, m in list(self.task_meta.items())
+                               for k in range(1, policy.resolver_max_tries + 1)})
+        events = loop.ctx.ledger.events(self.run_id)
+        self.facts: CanvasFacts = fold_events(events)
+        self.rfacts: rv.ResolverFacts = rv.fold_resolver_events(events)
         self.canvas: Canvas | None = None
         self.stacker: Stacker | None = None
         self.emit: Emitter | None = None
@@ -68,6 +84,8 @@ class CanvasDriver:
 
     def on_record(self, rec: Any) -> None:
         self.facts = fold_canvas(self.facts, rec.topic, rec.payload or {})
+        self.rfacts = rv.fold_resolvers(self.rfacts, rec.topic, rec.payload or {},
+                                        getattr(rec, "node_execution_id", None))
 
     def _context(self, proposals: Sequence[Mapping[str, Any]]) -> FinishContext:
         return FinishContext(
@@ -75,7 +93,8 @@ class CanvasDriver:
             ledger=self.ledger, signing_key=self.loop.ctx.signer, ops_root=Path(self.loop.ctx.ops_root),
             validations=list(self.wq.validations), policy=self.ipolicy, seed=self.loop.seed,
             promote_to=self.wq.promote_to, sandbox=self.loop.ctx.sandbox, task_meta=self.task_meta,
-            critical_ids=self.critical, wave_bases=self.integration_bases())
+            critical_ids=self.critical, wave_bases=self.integration_bases(),
+            resolver_hook=self if self.policy.resolver_max_tries > 0 else None)
 
     def integration_bases(self) -> frozenset[str]:
         """Wave bases that are integration heads of this run (a proposal may start there)."""
@@ -97,28 +116,116 @@ class CanvasDriver:
         """After a restart: walk the batches the ledger holds again (their steps are adopted)."""
         if recorded_result(self.loop.ctx.ledger, self.run_id) is not None:
             return
-        batches = [r.artifact for r in records_of(self.loop.ctx.ledger, self.run_id) if r.topic == T_BATCH]
-        if not batches:
+        units = [r for r in records_of(self.loop.ctx.ledger, self.run_id) if r.topic in (T_BATCH, rv.T_EXHAUSTED)]
+        if not units:
             return
+        events = self.loop.ctx.ledger.events(self.run_id)
         by_id = {str(p.get("proposal_id")): p for p in self._accepted()}
-        for b in batches:
-            self.integrate([by_id[i] for i in b.get("proposal_ids", []) if i in by_id])
+        for u in units:  # each step decided on what the ledger held then
+            self.rfacts = rv.fold_resolver_events([e for e in events if e.sequence < u.sequence])
+            if u.topic == T_BATCH:
+                self.integrate([by_id[i] for i in u.artifact.get("proposal_ids", []) if i in by_id])
+            else:
+                self._exhaust(str(u.artifact["proposal_id"]), int(u.artifact.get("tries", 0)))
+        self.rfacts = rv.fold_resolver_events(events)
 
     # -- batches -----------------------------------------------------------------
     def _accepted(self) -> list[dict[str, Any]]:
+        """The winners' proposals and those of resolver attempts that succeeded (with their provenance)."""
         from .finish import bind_proposals
-        return bind_proposals(self.loop._accepted_proposals(), self.loop.writer.state, self.run_id)
+        st = self.loop.writer.state
+        done = {n: a for n, a in self.rfacts.attempts.items() if a.ended == "succeeded"}
+        extra = [p for p in st.proposals if p.get("node_execution_id") in done]
+        out = bind_proposals(self.loop._accepted_proposals() + extra, st, self.run_id)
+        for p in out:
+            att = done.get(p.get("node_execution_id"))
+            if att is not None and isinstance(p.get("proposal"), Mapping):
+                req = self.rfacts.requests.get(att.request, {})
+                p["proposal"] = {**p["proposal"], "resolves": {
+                    "proposal_id": req.get("proposal_id"), "origin_proposal_id": att.origin,
+                    "conflict_decision": self.rfacts.decisions.get(str(req.get("conflict_fingerprint"))),
+                    "conflict_fingerprint": req.get("conflict_fingerprint"), "try": att.try_no}}
+        return out
 
     def waiting(self) -> list[dict[str, Any]]:
         return [p for p in self._accepted() if str(p.get("proposal_id")) not in self.facts.batched]
 
     def tick(self) -> bool:
-        """Integrate a batch if one is due; True when it did."""
+        """Integrate a batch if one is due, then start the resolvers it asked for; True when it did anything."""
+        did = False
         waiting = self.waiting()
-        if not batch_due(len(waiting), len(self.loop.live), self.policy.batch_size):
-            return False
-        self.integrate(waiting)
-        return True
+        if batch_due(len(waiting), len(self.loop.live), self.policy.batch_size):
+            self.integrate(waiting)
+            did = True
+        if self.policy.resolver_max_tries > 0:
+            for origin_id, tries in rv.exhausted_now(self.rfacts, self.policy.resolver_max_tries):
+                self._exhaust(origin_id, tries)
+                did = True
+            for origin_id, req, try_no in rv.to_spawn(self.rfacts, self.policy.resolver_max_tries):
+                self._spawn_resolver(origin_id, req, try_no)
+                did = True
+        return did
+
+    def busy(self) -> bool:
+        """Is there integration work the run must not finish without?"""
+        if self.waiting():
+            return True
+        n = self.policy.resolver_max_tries
+        return n > 0 and bool(rv.to_spawn(self.rfacts, n) or rv.exhausted_now(self.rfacts, n))
+
+    # -- resolvers ---------------------------------------------------------------
+    def available(self, proposal_id: str) -> bool:
+        """Stacker hook: may this conflict go to a resolver worker?"""
+        return rv.available(self.rfacts, proposal_id, self.policy.resolver_max_tries)
+
+    def why_not(self, proposal_id: str) -> str | None:
+        o = rv.origin(self.rfacts, proposal_id)
+        used = rv.tries_used(self.rfacts, o)
+        return f"resolver tried {used} time(s), the most policy allows" if used else None
+
+    def __call__(self, request: Mapping[str, Any]) -> None:
+        """Stacker hook: the request is in the ledger (integration.resolver_request); tick() spawns."""
+
+    def _exhaust(self, origin_id: str, tries: int) -> None:
+        self._open()
+        assert self.emit is not None
+        reason = f"resolver tried {tries} time(s) without a proposal that lands"
+        self.emit(rv.T_EXHAUSTED, {"artifact_kind": "dome.resolver_exhausted/v1", "proposal_id": origin_id,
+                                   "object_id": f"resolver-exhausted:{origin_id}", "tries": tries,
+                                   "reason": reason})
+        if self.stacker is not None:
+            self.stacker.state.why_blocked[origin_id] = {"state": "dropped", "reason": reason}
+
+    def _spawn_resolver(self, origin_id: str, req: Mapping[str, Any], try_no: int) -> None:
+        """A resolver attempt on the current integration head, recorded with its grant and dispatch."""
+        from .loop import SIGNED_TOPICS
+        assert self.canvas is not None
+        src = self.checked.get(str(req["proposal_id"]).split(":split-")[0]) or self.checked.get(origin_id)
+        node_id = rv.original_node(str((src.proposal if src else {}).get("node_id") or ""))
+        orig = self.loop.node(node_id)
+        head, tree = self.canvas.publish_head(), self.canvas.head_tree
+        self.loop.ensure_commit(head)
+        inp = rv.resolver_input(req, origin_id=origin_id,
+                                decision_id=self.rfacts.decisions.get(str(req.get("conflict_fingerprint"))),
+                                diff=src.canonical.decode("utf-8", "surrogateescape") if src else "",
+                                intent={"node_id": node_id, "action_spec": dict(orig.action_spec)},
+                                head_ref=head, try_no=try_no)
+        nid = rv.resolver_node_id(node_id, try_no)
+        action = rv.resolver_action(orig.action_spec, inp)
+        task = {**orig.task, "node_id": nid, "action_spec": action, "dependencies": []}
+        self.loop.extra_nodes[nid] = ResolverNode(task, action, orig.timeout_s,
+                                                  rv.task_spec_digest(orig.task_spec_digest, inp))
+        wave_id = f"w{max(1, self.loop.writer.state.waves):04d}"
+        drafts, launch = self.loop.draft_attempt(nid, wave_id, try_no, "resolver", (head, tree))
+        keys = {"node_id": nid, "node_execution_id": launch[1], "wave_id": wave_id, "task_id": nid}
+        spawned = {"node_execution_id": launch[1], "node_id": nid, "origin": origin_id,
+                   "request": rv.request_key(req), "try": try_no, "proposal_id": req["proposal_id"],
+                   "conflict_decision": inp["conflict_decision"],
+                   "conflict_fingerprint": req.get("conflict_fingerprint"),
+                   "base_ref": head, "base_tree_hash": tree, "base_source": "integration_head"}
+        self.loop.writer.append_many([(rv.T_SPAWNED, spawned, keys), *drafts],
+                                     signed=SIGNED_TOPICS | {rv.T_SPAWNED})
+        self.loop.launch([launch])
 
     def integrate(self, proposals: Sequence[Mapping[str, Any]]) -> None:
         """One batch: verify, plan, stack on the head, validate the stack."""
@@ -145,11 +252,21 @@ class CanvasDriver:
         requires = {pid: tuple(c.proposal.get("_requires", ())) for pid, c in checked.items()}
         if self.stacker is None:
             self.stacker = Stacker(self.canvas, checked, plan, index, self.ipolicy, emit=self.emit,
-                                   requires=requires)
+                                   requires=requires, resolver_hook=ctx.resolver_hook)
         else:
             self.stacker.extend(checked, plan, index, requires)
         self.stacker.run()
         self._validate()
+        self._mark_resolved(checked)
+
+    def _mark_resolved(self, checked: Mapping[str, Any]) -> None:
+        """An original proposal whose resolver's proposal is on the head is resolved, not dropped."""
+        assert self.stacker is not None and self.canvas is not None
+        for pid, c in checked.items():
+            res = c.proposal.get("resolves")
+            if isinstance(res, Mapping) and pid in self.canvas.included:
+                self.stacker.state.why_blocked[str(res.get("origin_proposal_id"))] = {
+                    "state": "resolved", "by": pid, "conflict_decision": res.get("conflict_decision")}
 
     def _suites(self) -> list[dict[str, Any]]:
         assert self.stacker is not None

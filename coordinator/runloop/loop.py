@@ -134,6 +134,7 @@ class RunLoop:
         self.resumed = False
         self.lease: LeaseKeeper | None = None  # taken by start()/resume() before any write
         self.canvas: Any = None  # canvas_driver.CanvasDriver with scheduling.integrate_during_run
+        self.extra_nodes: dict[str, Any] = {}  # resolver tasks the canvas added (not in the graph)
 
     # -- construction -----------------------------------------------------------
     @classmethod
@@ -276,23 +277,27 @@ class RunLoop:
         if head is None:
             return "run_base" if self.wave_sha == self.base_sha else "integration_head"
         sha, tree = head
+        self.ensure_commit(sha)
+        self.wave_sha, self.wave_tree = sha, tree
+        return "run_base" if sha == self.base_sha else "integration_head"
+
+    def ensure_commit(self, sha: str) -> None:
+        """Workers check out from the run's mirror: fetch a commit made since (an integration head)."""
         if subprocess.run(["git", "--git-dir", str(self.base_git), "cat-file", "-e", f"{sha}^{{commit}}"],
                           capture_output=True).returncode != 0:
             subprocess.run(["git", "--git-dir", str(self.base_git), "fetch", "--quiet", str(self.repo), sha],
                            capture_output=True, check=True)
-        self.wave_sha, self.wave_tree = sha, tree
-        return "run_base" if sha == self.base_sha else "integration_head"
 
     def _inputs(self, node_id: str, base: str | None = None) -> tuple[int, str]:
         nseed = node_seed(self.seed, node_id)
-        return nseed, digest_json({"task": self.graph.nodes[node_id].task_spec_digest,
+        return nseed, digest_json({"task": self.node(node_id).task_spec_digest,
                                    "base": base or self.wave_sha, "seed": nseed})
 
     def _base_for(self, node_id: str) -> tuple[str, str, dict[str, Any] | None]:
         """The commit an attempt of node_id starts from: the run base, or a derived
         base holding the winning proposals of its ancestors (see derived_base.py)."""
         st = self.writer.state
-        if not st.proposals or not self.graph.nodes[node_id].dependencies:
+        if not st.proposals or not self.node(node_id).dependencies:
             plan: list = []
         else:
             by_neid = {p.get("node_execution_id"): p for p in st.proposals}
@@ -314,7 +319,7 @@ class RunLoop:
 
     def _spawn_spec(self, node_id: str, neid: str, wave_id: str, attempt: int, grant: Any,
                     base: tuple[str, str] | None = None) -> dict[str, Any]:
-        node = self.graph.nodes[node_id]
+        node = self.node(node_id)
         base_sha, base_tree = base or (self.wave_sha, self.wave_tree)
         nseed, inputs_hash = self._inputs(node_id, base_sha)
         return {
@@ -351,40 +356,58 @@ class RunLoop:
             launches = []
             for e in decision["selected"]:
                 nid = e["node_id"]
-                node = self.graph.nodes[nid]
-                neid = f"ne-{secrets.token_hex(8)}"
                 base_sha, base_tree, derivation = self._base_for(nid)
-                nseed, inputs_hash = self._inputs(nid, base_sha)
-                worker_key = SigningKey.generate()  # per attempt; only its public half is in the grant (cnf)
-                grant, issued = grants_io.issue(
-                    key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
-                    capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
-                    policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
-                    worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
-                spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant, (base_sha, base_tree))
-                validate_spawn_spec(spec)
-                keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
-                if derivation is not None:
-                    drafts.append((TASK_BASE_DERIVED, {**derivation, "node_execution_id": neid}, keys))
-                drafts.append((grants_io.ISSUED_TOPIC, issued, keys))
-                drafts.append((rs.TASK_DISPATCHED, {
-                    "node_execution_id": neid, "attempt": e["attempt"], "kind": e["kind"], "wave_id": wave_id,
-                    "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grants_io.profile_ref(grant),
-                    "profile_id": grant.profile_id, "jti": grant.jti,
-                    "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": base_sha,
-                    "timeout_s": node.timeout_s}, {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id,
-                                                   "task_id": nid}))
-                launches.append((nid, neid, spec, grant, worker_key))
+                more, launch = self.draft_attempt(nid, wave_id, e["attempt"], e["kind"], (base_sha, base_tree),
+                                                  derivation=derivation)
+                drafts.extend(more)
+                launches.append(launch)
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
+        self.launch(launches)
+        return len(launches)
+
+    def node(self, node_id: str) -> Any:
+        """A node of the graph, or a resolver task the canvas added (resolver.ResolverNode)."""
+        return self.graph.nodes[node_id] if node_id in self.graph.nodes else self.extra_nodes[node_id]
+
+    def draft_attempt(self, nid: str, wave_id: str, attempt: int, kind: str, base: tuple[str, str], *,
+                      derivation: dict[str, Any] | None = None) -> tuple[list, tuple]:
+        """The ledger drafts (grant, dispatch) of one attempt and what launch() needs to start it."""
+        node = self.node(nid)
+        base_sha, base_tree = base
+        neid = f"ne-{secrets.token_hex(8)}"
+        nseed, inputs_hash = self._inputs(nid, base_sha)
+        worker_key = SigningKey.generate()  # per attempt; only its public half is in the grant (cnf)
+        grant, issued = grants_io.issue(
+            key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
+            capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
+            policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
+            worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
+        spec = self._spawn_spec(nid, neid, wave_id, attempt, grant, (base_sha, base_tree))
+        validate_spawn_spec(spec)
+        keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
+        drafts: list[tuple[str, dict, dict]] = []
+        if derivation is not None:
+            drafts.append((TASK_BASE_DERIVED, {**derivation, "node_execution_id": neid}, keys))
+        drafts.append((grants_io.ISSUED_TOPIC, issued, keys))
+        drafts.append((rs.TASK_DISPATCHED, {
+            "node_execution_id": neid, "attempt": attempt, "kind": kind, "wave_id": wave_id,
+            "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grants_io.profile_ref(grant),
+            "profile_id": grant.profile_id, "jti": grant.jti,
+            "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": base_sha,
+            "timeout_s": node.timeout_s}, dict(keys)))
+        return drafts, (nid, neid, spec, grant, worker_key)
+
+    def launch(self, launches: list[tuple]) -> None:
         now = time.monotonic()
         for nid, neid, spec, grant, worker_key in launches:
-            files = write_attempt(self.work, spec, worker_key, self.graph.nodes[nid].task, self.limits,
+            node = self.node(nid)
+            files = write_attempt(self.work, spec, worker_key, node.task, self.limits,
                                   egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             del worker_key
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
                                    "base_ref": spec["base_ref"],
-                                   "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
-            self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
+                                   "base_tree_hash": spec["base_tree_hash"], "task": node.task}
+            self.live[neid] = _Live(nid, now + node.timeout_s, now, grant.jti, grant.profile_id)
             try:
                 self.executor.dispatch(spec, files)
             except Exception as exc:  # noqa: BLE001 - recorded, the node is retried
@@ -392,7 +415,6 @@ class RunLoop:
                 err = exc.to_object() if isinstance(exc, DomeError) else {"code": "DISPATCH_FAILED", "message": str(exc)}
                 self.writer.append(rs.TASK_FAILED, {"node_execution_id": neid, "reason": "dispatch failed", "error": err},
                                    node_id=nid, node_execution_id=neid, wave_id=spec["wave_id"], task_id=nid)
-        return len(launches)
 
     # -- supervision --------------------------------------------------------------
     def _end_attempt(self, neid: str, topic: str, payload: dict[str, Any], revoke_reason: str | None) -> None:
@@ -432,7 +454,7 @@ class RunLoop:
                 self.executor.kill(neid, "timeout")
                 self._end_attempt(neid, rs.TASK_TIMEOUT, {
                     "reason": "heartbeat missed" if hung and now <= live.deadline else "wall-clock timeout",
-                    "timeout_s": self.graph.nodes[live.node_id].timeout_s, "killed": "process group"},
+                    "timeout_s": self.node(live.node_id).timeout_s, "killed": "process group"},
                     "attempt timed out")
         st = self.writer.state
         acks = []
@@ -458,7 +480,8 @@ class RunLoop:
         if self.live or self.executor.running():
             return False
         st = statuses(self.graph, self.writer.state)
-        return all(s in ("succeeded", "failed", "blocked") for s in st.values())
+        return all(s in ("succeeded", "failed", "blocked") for s in st.values()) and \
+            (self.canvas is None or not self.canvas.busy())
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
         self.cancel_reason = reason
@@ -498,8 +521,8 @@ class RunLoop:
                 self._supervise()
                 if self.cancel_reason is not None:
                     return self._cancel_all()
-                if self.canvas is not None and not self._done():
-                    self.canvas.tick()  # a batch of accepted proposals onto the canvas
+                if self.canvas is not None:
+                    self.canvas.tick()  # a batch of accepted proposals onto the canvas; resolvers
                 launched = self._schedule()
                 self.timings["coordinator_s"] += time.perf_counter() - t0
                 self.timings["coordinator_cpu_s"] = self.timings.get("coordinator_cpu_s", 0.0) + time.thread_time() - c0
