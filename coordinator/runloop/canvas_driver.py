@@ -127,7 +127,8 @@ class CanvasDriver:
                 self.integrate([by_id[i] for i in u.artifact.get("proposal_ids", []) if i in by_id])
             else:
                 self._exhaust(str(u.artifact["proposal_id"]), int(u.artifact.get("tries", 0)))
-        self.rfacts = rv.fold_resolver_events(events)
+        # what the ledger holds now (the walk may have recorded the steps a kill cut short)
+        self.rfacts = rv.fold_resolver_events(self.loop.ctx.ledger.events(self.run_id))
 
     # -- batches -----------------------------------------------------------------
     def _accepted(self) -> list[dict[str, Any]]:
@@ -329,6 +330,7 @@ class CanvasDriver:
                            expected_validations=[suite_name(s) for s in self._suites()], run_id=self.run_id)
         self.emit(T_PLAN, fplan.to_dict())
         self.canvas.publish_head()
+        self.close()  # the worktree goes before the gate: a kill from here on leaves none behind
         key = self.loop.ctx.signer
         res = gate_and_promote(self.ledger, self.run_id, repo=self.repo, key=key,
                                keyring=Keyring({key.kid: key.public}), policy=self.ipolicy,
