@@ -68,6 +68,9 @@ class FinishContext:
     validator: Validator | None = None
     clock: Callable[[], str] = utc_now
     wave_id: str | None = None
+    wave_bases: frozenset[str] = frozenset()
+    """Integration heads of this run that later waves started from: a proposal
+    on one is checked against it and applied three-way on the head."""
     task_meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """node_id -> {"risk", "atomicity"} from the (admin-authored) work queue: a
     task's risk is a floor a worker cannot talk down, its atomicity wins."""
@@ -215,6 +218,8 @@ def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPoli
                 continue
             wave_base = pbase
             p = {**p, "_requires": [a["proposal_id"] for a in derived[pbase]["applied"]]}
+        elif pbase in ctx.wave_bases:
+            wave_base = pbase
         rej, cp = verify_proposal(p, load(p), wave_base=wave_base, policy=policy, inspector=insp)
         if pid in checked:
             rej, cp = [Rejection("PROPOSAL_DUPLICATE_ID", "proposal id already submitted", REDUNDANT)], None
@@ -229,6 +234,7 @@ def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPoli
                           "base_ref": ctx.base_ref, "base_tree_hash": p.get("base_tree_hash"),
                           "proposal_base_ref": p.get("base_ref"),
                           "requires": list(p.get("_requires", [])),
+                          **({"resolves": dict(p["resolves"])} if isinstance(p.get("resolves"), Mapping) else {}),
                           "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                           "atomicity": p.get("atomicity", "atomic_proposal"),
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
