@@ -3,13 +3,16 @@
 `integration_finish(fc)` hands the run's accepted proposals (one winner per
 node) to `coordinator.integration.finish.finish_run` and maps its result onto
 the run's final status: promoted, or blocked (missing links named; a run
-held at a human gate is blocked until `dome promote --consent`).
+held at a human gate is blocked until `dome promote --consent`). A partial run (`if_tasks_fail: promote_rest`,
+see `partial.py`) hands over only the succeeded tasks' proposals, and the
+tasks not landed are recorded with integration's inputs for the gate to name.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
 from .loop import FinishedRun
+from .partial import decide
 
 
 def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
@@ -50,6 +53,7 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
     task_meta = {nid: {"risk": n.task.get("risk"), "atomicity": n.task.get("atomicity")}
                  for nid, n in graph.nodes.items()}
     critical = frozenset(nid for nid, d in graph.descendants.items() if d > 0)
+    partial = decide(fc.node_status, fc.work_queue.if_tasks_fail)
 
     ledger, validator = fc.ledger, None
     if fc.view is not None:  # the person watching sees each integration step as it happens
@@ -62,7 +66,8 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
         validator=validator,
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
         seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
-        policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical))
+        policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical,
+        tasks_not_landed=partial.record().get("tasks_not_landed", ())))
     status = res.status if res.status in ("promoted", "failed") else "blocked"
     promotion = res.promotion or {}
     return {"status": status, "head": res.head_ref, "promoted_ref": promotion.get("to_ref") if status == "promoted" else None,
