@@ -1,6 +1,7 @@
 """Shared pieces of the agent tests: the runtime card and the scripted endpoint."""
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from typing import Any
 
@@ -8,11 +9,12 @@ from tests.conftest import REPO_ROOT
 
 HOST = "models.scripted.test"
 MODEL = "scripted-1"
+OPENAI_VERSION = importlib.metadata.version("openai")  # the card pins what this installation has
 SCRIPTED_LLM = REPO_ROOT / "examples" / "agent-swarm" / "scripted_llm.py"
 
 
 def card(**over: Any) -> dict[str, Any]:
-    c = {"runtime_id": "openai-chat", "sdk": {"package": "openai", "version": "3.54.0"}, "model": MODEL,
+    c = {"runtime_id": "openai-chat", "sdk": {"package": "openai", "version": OPENAI_VERSION}, "model": MODEL,
          "endpoint": {"host": HOST, "base_path": "/v1"}, "transport": {"timeout_s": 30, "max_retries": 0},
          "allow_models": [MODEL], "budgets": {"max_tokens": 20000}, "max_turns": 8, "max_output_tokens": 256,
          "temperature": 0, "seed": 7}
