@@ -21,4 +21,6 @@ PY=${PYTHON:-python3}
 # On a GPU machine install your CUDA build of torch first; this line then does nothing.
 "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0" >&2
 "$PY" -m pip install -q -e ".[litho,ray,agents,test]" >&2
+# agent CLIs (aider from PyPI), pinned, each in its own virtual environment
+PYTHON="$PY" bash scripts/install_agent_clis.sh
 echo "setup: done" >&2

@@ -28,3 +28,17 @@ def load_scripted_llm() -> Any:
     assert spec.loader is not None
     spec.loader.exec_module(mod)
     return mod.ScriptedLLM
+
+
+def scripted_egress(llm: Any, monkeypatch: Any, env: str = "DOME_TEST_MODEL_KEY") -> tuple[Any, str]:
+    """An egress configuration routing HOST to the scripted endpoint `llm`, and the
+    random key the gate injects (set in this process's environment only)."""
+    import secrets
+
+    from coordinator.egress.config import EgressConfig
+
+    key = "sk-dome-test-" + secrets.token_hex(20)
+    monkeypatch.setenv(env, key)
+    return EgressConfig.parse({"routes": {HOST: {
+        "upstream": f"http://127.0.0.1:{llm.port}", "key_env": env,
+        "prices": {MODEL: {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}}}}}), key

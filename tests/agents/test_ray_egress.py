@@ -3,15 +3,12 @@ gate: a local Ray on the coordinator's host, real bubblewrap, the OpenAI SDK in 
 worker, the scripted endpoint on loopback, the ledger metering every call."""
 from __future__ import annotations
 
-import secrets
-
 import pytest
 
 from coordinator import runstate as rs
 from coordinator.egress import metering as mt
-from coordinator.egress.config import EgressConfig
 from coordinator.runloop.finish import integration_finish
-from tests.agents.helpers import HOST, MODEL, load_scripted_llm
+from tests.agents.helpers import load_scripted_llm, scripted_egress
 from tests.agents.test_agent_run import SCRIPT, _agent_task, needs_bwrap
 from tests.conftest import git
 from tests.runloop.conftest import run_queue, write_queue
@@ -26,11 +23,7 @@ def test_ray_executed_agents_reach_the_gate_and_stay_typed(git_repo, ops_root, l
 
     ledger = ledger_env[0]
     llm = load_scripted_llm()(SCRIPT).start()
-    key = "sk-dome-test-" + secrets.token_hex(20)
-    monkeypatch.setenv("DOME_TEST_MODEL_KEY", key)
-    egress = EgressConfig.parse({"routes": {HOST: {
-        "upstream": f"http://127.0.0.1:{llm.port}", "key_env": "DOME_TEST_MODEL_KEY",
-        "prices": {MODEL: {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}}}}})
+    egress, key = scripted_egress(llm, monkeypatch)
     tasks = [_agent_task("fix-readme", "fix-readme"),
              _agent_task("greedy", "greedy", budgets={"max_tokens": 6000})]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)

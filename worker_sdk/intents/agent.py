@@ -149,14 +149,32 @@ def check_sdk(card: Mapping[str, Any]) -> str | None:
     pkg, want = card["sdk"]["package"], card["sdk"]["version"]
     if pkg.startswith("npm:"):
         return None
-    try:
-        have = metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        have = None
+    venv = card["sdk"].get("venv")
+    have = installed_version(pkg, venv)
     if have != want:
-        raise RuntimeMismatch(f"the runtime card pins {pkg}=={want}; this sandbox has {have}",
-                              details={"package": pkg, "pinned": want, "installed": have})
+        where = f"the environment {venv}" if venv else "this sandbox"
+        raise RuntimeMismatch(f"the runtime card pins {pkg}=={want}; {where} has {have}",
+                              details={"package": pkg, "pinned": want, "installed": have,
+                                       **({"venv": venv} if venv else {})})
     return have
+
+
+def installed_version(pkg: str, venv: str | None = None) -> str | None:
+    """The version of `pkg` in this Python, or in the virtual environment `venv`
+    (read from its site-packages, nothing of it imported); None when absent."""
+    if venv is None:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+    paths = [str(p) for p in sorted(Path(venv).glob("lib/python3*/site-packages"))]
+    if not paths:
+        return None
+    want = re.sub(r"[-_.]+", "-", pkg).lower()
+    for dist in metadata.distributions(path=paths):
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower() == want:
+            return dist.version
+    return None
 
 
 def make_client(card: Mapping[str, Any], gateway: Any, socket: str) -> Any:
@@ -272,8 +290,9 @@ def run_cli(ctx: IntentContext, card: Mapping[str, Any], instructions: str, sock
     env = {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": "dome-egress-gate",
            "DOME_AGENT_MODEL": card["model"], "DOME_AGENT_INSTRUCTIONS": instructions,
            **card["cli"].get("env", {})}
+    argv = cli_argv(card, instructions)
     try:
-        res = execute(ctx, list(card["cli"]["argv"]), env, cwd=ctx.scratch, connect_ports=(shim.port,))
+        res = execute(ctx, argv, env, cwd=ctx.scratch, connect_ports=(shim.port,))
     finally:
         shim.stop()
     if res["exit_code"] != 0:
@@ -285,6 +304,13 @@ def run_cli(ctx: IntentContext, card: Mapping[str, Any], instructions: str, sock
     return IntentResult(summary={"model": card["model"], "runtime_id": card["runtime_id"], "cli": card["cli"]["argv"][0],
                                  "stdout_tail": res["stdout_tail"][-1024:]},
                         evidence=res["logs"], metrics={"model_calls": shim.calls})
+
+
+def cli_argv(card: Mapping[str, Any], instructions: str) -> list[str]:
+    """The CLI's argv with `{instructions}` and `{model}` filled in (each argument
+    stays one argument: no shell ever reads them)."""
+    values = {"instructions": instructions, "model": card["model"]}
+    return [re.sub(r"\{(instructions|model)\}", lambda m: values[m.group(1)], a) for a in card["cli"]["argv"]]
 
 
 def _transcript(card: Mapping[str, Any], messages: list[dict[str, Any]]) -> bytes:
