@@ -15,6 +15,7 @@ from coordinator.runloop.finish import integration_finish
 from registry.agent_clis import AIDER
 from tests.agents.helpers import card, load_scripted_llm, scripted_egress
 from tests.agents.test_agent_run import needs_bwrap
+from tests.attacks import attack
 from tests.conftest import git
 from tests.runloop.conftest import run_queue, write_queue
 from worker_sdk.intents import agent
@@ -45,6 +46,7 @@ def _aider_task(nid: str, **sdk_over) -> dict:
                                                           "instructions": "[script:aider-fix] greet aider"}}}
 
 
+@attack("agent-runtime-swap")
 @needs_aider
 def test_the_aider_pin_is_checked_in_its_own_environment():
     assert agent.check_sdk(aider_card()) == AIDER.version
@@ -58,6 +60,7 @@ def test_the_aider_pin_is_checked_in_its_own_environment():
     assert exc.value.details["installed"] is None
 
 
+@attack("agent-cli-argv-injection")
 def test_cli_argv_fills_instructions_and_model_as_single_arguments():
     c = aider_card()
     argv = agent.cli_argv(c, "fix it; rm -rf / {model}")
@@ -65,6 +68,7 @@ def test_cli_argv_fills_instructions_and_model_as_single_arguments():
     assert argv[argv.index("--model") + 1] == "openai/scripted-1"
 
 
+@attack("agent-runtime-swap")
 @needs_bwrap
 @needs_aider
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.runloop.partial import PROMOTE_NOTHING, PROMOTE_REST, decide
+from tests.attacks import attack
 from tests.conftest import dome_cli, git, init_repo
 from tests.runloop.conftest import cmd_task, write_queue
 
@@ -154,33 +155,37 @@ def _records(gate_rows):
     return [prop, gate]
 
 
-@pytest.mark.parametrize("finished, gate_rows, included, bad", [
-    # the honest record
-    ({"status": "promoted", "partial": True, "counts": {"failed": 1},
-      "tasks_not_landed": [{"node_id": "b", "status": "failed"}]}, [{"node_id": "b", "status": "failed"}], ["p-a"],
-     None),
-    # promoted with a failed task, without saying it is partial
-    ({"status": "promoted", "counts": {"failed": 1}}, None, ["p-a"], "does not say the run is partial"),
-    # names a task that succeeded as not landed (hiding which one failed)
-    ({"status": "promoted", "partial": True, "counts": {"failed": 1},
-      "tasks_not_landed": [{"node_id": "a", "status": "failed"}]}, [{"node_id": "a", "status": "failed"}], [],
-     "named as not landed yet succeeded: a"),
-    # the gate names other tasks than run.finished
-    ({"status": "promoted", "partial": True, "counts": {"failed": 1},
-      "tasks_not_landed": [{"node_id": "b", "status": "failed"}]}, None, ["p-a"], "the gate names other tasks"),
-    # a proposal of a task that did not land was included
-    ({"status": "promoted", "partial": True, "counts": {"failed": 1},
-      "tasks_not_landed": [{"node_id": "a", "status": "failed"}]}, [{"node_id": "a", "status": "failed"}], ["p-a"],
-     "included proposals of tasks not landed: p-a"),
-])
-def test_verify_refuses_an_untruthful_partial_record(finished, gate_rows, included, bad):
+HONEST = {"status": "promoted", "partial": True, "counts": {"failed": 1},
+          "tasks_not_landed": [{"node_id": "b", "status": "failed"}]}
+
+
+def _partial_check(finished, gate_rows, included):
     from coordinator.integration.verify import _partial
     from coordinator.integration.verify_result import VerifyReport
     rep = VerifyReport("r")
     _partial(rep, _events(finished), _records(gate_rows), 9, included)
     checks = [c for c in rep.checks if c.kind.value == "partial_run"]
     assert len(checks) == 1
-    if bad is None:
-        assert checks[0].ok
-    else:
-        assert not checks[0].ok and bad in checks[0].detail, checks[0].detail
+    return checks[0]
+
+
+def test_verify_accepts_an_honest_partial_record():
+    assert _partial_check(HONEST, [{"node_id": "b", "status": "failed"}], ["p-a"]).ok
+
+
+@attack("partial-record-lie")
+@pytest.mark.parametrize("finished, gate_rows, included, bad", [
+    # promoted with a failed task, without saying it is partial
+    ({"status": "promoted", "counts": {"failed": 1}}, None, ["p-a"], "does not say the run is partial"),
+    # names a task that succeeded as not landed (hiding which one failed)
+    ({**HONEST, "tasks_not_landed": [{"node_id": "a", "status": "failed"}]}, [{"node_id": "a", "status": "failed"}],
+     [], "named as not landed yet succeeded: a"),
+    # the gate names other tasks than run.finished
+    (HONEST, None, ["p-a"], "the gate names other tasks"),
+    # a proposal of a task that did not land was included
+    ({**HONEST, "tasks_not_landed": [{"node_id": "a", "status": "failed"}]}, [{"node_id": "a", "status": "failed"}],
+     ["p-a"], "included proposals of tasks not landed: p-a"),
+])
+def test_verify_refuses_an_untruthful_partial_record(finished, gate_rows, included, bad):
+    check = _partial_check(finished, gate_rows, included)
+    assert not check.ok and bad in check.detail, check.detail
