@@ -42,3 +42,26 @@ def scripted_egress(llm: Any, monkeypatch: Any, env: str = "DOME_TEST_MODEL_KEY"
     return EgressConfig.parse({"routes": {HOST: {
         "upstream": f"http://127.0.0.1:{llm.port}", "key_env": env,
         "prices": {MODEL: {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}}}}}), key
+
+
+def agent_task(nid: str, agent_card: dict[str, Any], instructions: str, **extra: Any) -> dict[str, Any]:
+    """A work-queue node of the `agent` intent with this card (one attempt unless `extra` says otherwise)."""
+    return {"node_id": nid, "containers": [], "required_capabilities": ["read:repo", "write"],
+            "required_outputs": ["patch_proposal"], "dependencies": [], "max_attempts": 1,
+            "action_spec": {"intent": "agent", "params": {"card": agent_card, "instructions": instructions}},
+            **extra}
+
+
+def assert_pin_is_checked(make_card: Any, cli: Any, wrong: str) -> None:
+    """The installed version of `cli` (registry.agent_clis.AgentCli) passes the card's pin
+    check in its own directory; a card pinning `wrong` is refused, typed, naming both."""
+    import pytest
+
+    from worker_sdk.intents import agent
+
+    assert agent.check_sdk(make_card()) == cli.version
+    with pytest.raises(agent.RuntimeMismatch) as exc:
+        agent.check_sdk(make_card(version=wrong))
+    assert exc.value.code == "RUNTIME_SDK_MISMATCH"
+    assert exc.value.details == {"package": cli.card_package, "pinned": wrong, "installed": cli.version,
+                                 "install_dir": str(cli.install_dir)}

@@ -13,7 +13,7 @@ from coordinator import runstate as rs
 from coordinator.egress import metering as mt
 from coordinator.runloop.finish import integration_finish
 from registry.agent_clis import AIDER
-from tests.agents.helpers import card, load_scripted_llm, scripted_egress
+from tests.agents.helpers import agent_task, assert_pin_is_checked, card, load_scripted_llm, scripted_egress
 from tests.agents.test_agent_run import needs_bwrap
 from tests.attacks import attack
 from tests.conftest import git
@@ -21,7 +21,7 @@ from tests.runloop.conftest import run_queue, write_queue
 from worker_sdk.intents import agent
 
 needs_aider = pytest.mark.skipif(not AIDER.executable.exists() and not os.environ.get("CI"),
-                                 reason=f"aider is not installed in {AIDER.venv} (bash scripts/install_agent_clis.sh)")
+                                 reason=f"aider is not installed in {AIDER.install_dir} (bash scripts/install_agent_clis.sh)")
 
 # aider's diff edit format: the file name, then a fenced SEARCH/REPLACE block
 AIDER_REPLY = "README.md\n```\n<<<<<<< SEARCH\nhello\n=======\nhello, aider\n>>>>>>> REPLACE\n```\n"
@@ -29,8 +29,8 @@ SCRIPT = {"aider-fix": [{"content": AIDER_REPLY}]}
 
 
 def aider_card(**sdk_over) -> dict:
-    return card(runtime_id="aider", sdk={"package": AIDER.package, "version": AIDER.version,
-                                         "venv": str(AIDER.venv), **sdk_over},
+    return card(runtime_id="aider", sdk={"package": AIDER.card_package, "version": AIDER.version,
+                                         "install_dir": str(AIDER.install_dir), **sdk_over},
                 transport={"timeout_s": 120, "max_retries": 0},
                 cli={"argv": [str(AIDER.executable), "--model", "openai/{model}", "--edit-format", "diff",
                               "--no-git", "--yes-always", "--no-stream", "--no-pretty", "--no-fancy-input",
@@ -40,23 +40,15 @@ def aider_card(**sdk_over) -> dict:
 
 
 def _aider_task(nid: str, **sdk_over) -> dict:
-    return {"node_id": nid, "containers": [], "required_capabilities": ["read:repo", "write"],
-            "required_outputs": ["patch_proposal"], "dependencies": [], "max_attempts": 1,
-            "action_spec": {"intent": "agent", "params": {"card": aider_card(**sdk_over),
-                                                          "instructions": "[script:aider-fix] greet aider"}}}
+    return agent_task(nid, aider_card(**sdk_over), "[script:aider-fix] greet aider")
 
 
 @attack("agent-runtime-swap")
 @needs_aider
 def test_the_aider_pin_is_checked_in_its_own_environment():
-    assert agent.check_sdk(aider_card()) == AIDER.version
-    with pytest.raises(agent.RuntimeMismatch) as exc:
-        agent.check_sdk(aider_card(version="0.1.0"))
-    assert exc.value.code == "RUNTIME_SDK_MISMATCH"
-    assert exc.value.details == {"package": "aider-chat", "pinned": "0.1.0", "installed": AIDER.version,
-                                 "venv": str(AIDER.venv)}
+    assert_pin_is_checked(aider_card, AIDER, "0.1.0")
     with pytest.raises(agent.RuntimeMismatch) as exc:  # an environment without it
-        agent.check_sdk(aider_card(venv="/nonexistent/dome-agents/aider"))
+        agent.check_sdk(aider_card(install_dir="/nonexistent/dome-agents/aider"))
     assert exc.value.details["installed"] is None
 
 

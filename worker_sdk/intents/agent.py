@@ -144,30 +144,39 @@ def agent_tools(allowed_methods: list[str] | tuple[str, ...]) -> list[dict[str, 
 
 # -- the client -------------------------------------------------------------------
 def check_sdk(card: Mapping[str, Any]) -> str | None:
-    """The installed version of the card's Python package, refused unless it is the pinned one.
-    An npm package (`npm:<name>`, an agent CLI from npm) is not checked: None."""
+    """The installed version of the card's package, refused unless it is the pinned one.
+    A Python package is read from this Python or from `sdk.install_dir` (a virtual
+    environment); an npm package (`npm:<name>`) from `sdk.install_dir` (an npm prefix).
+    An npm package without `install_dir` is not checked: None."""
     pkg, want = card["sdk"]["package"], card["sdk"]["version"]
-    if pkg.startswith("npm:"):
+    where_dir = card["sdk"].get("install_dir")
+    if pkg.startswith("npm:") and where_dir is None:
         return None
-    venv = card["sdk"].get("venv")
-    have = installed_version(pkg, venv)
+    have = installed_version(pkg, where_dir)
     if have != want:
-        where = f"the environment {venv}" if venv else "this sandbox"
+        where = f"{where_dir}" if where_dir else "this sandbox"
         raise RuntimeMismatch(f"the runtime card pins {pkg}=={want}; {where} has {have}",
                               details={"package": pkg, "pinned": want, "installed": have,
-                                       **({"venv": venv} if venv else {})})
+                                       **({"install_dir": where_dir} if where_dir else {})})
     return have
 
 
-def installed_version(pkg: str, venv: str | None = None) -> str | None:
-    """The version of `pkg` in this Python, or in the virtual environment `venv`
-    (read from its site-packages, nothing of it imported); None when absent."""
-    if venv is None:
+def installed_version(pkg: str, install_dir: str | None = None) -> str | None:
+    """The version of `pkg` installed in this Python, in the virtual environment
+    `install_dir` (read from its site-packages), or for `npm:<name>` in the npm prefix
+    `install_dir` (its package.json); nothing of it is imported or run. None when absent."""
+    if pkg.startswith("npm:"):
+        try:
+            meta = json.loads((Path(str(install_dir)) / "node_modules" / pkg[4:] / "package.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return str(meta.get("version")) if isinstance(meta, dict) and meta.get("version") else None
+    if install_dir is None:
         try:
             return metadata.version(pkg)
         except metadata.PackageNotFoundError:
             return None
-    paths = [str(p) for p in sorted(Path(venv).glob("lib/python3*/site-packages"))]
+    paths = [str(p) for p in sorted(Path(install_dir).glob("lib/python3*/site-packages"))]
     if not paths:
         return None
     want = re.sub(r"[-_.]+", "-", pkg).lower()
