@@ -575,10 +575,12 @@ class RunLoop:
                            ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
                            signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
                            sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view, canvas=self.canvas)
-        if any(s != "succeeded" for s in fc.node_status.values()):
-            result = default_finish(fc)  # tasks failed: nothing is integrated
-        else:
-            result = (self.ctx.finish or default_finish)(fc)
+        from .partial import decide
+        decision = decide(fc.node_status, self.wq.if_tasks_fail)
+        if not decision.integrate:
+            result = default_finish(fc)  # tasks failed and the queue promotes nothing then
+        else:  # a partial run (promote_rest) says so, and which tasks did not land
+            result = {**(self.ctx.finish or default_finish)(fc), **decision.record()}
         if result.get("status") not in FINAL_STATUSES:
             raise RunError(f"finish stage returned an unknown status {result.get('status')!r}")
         return self._record_finish(result)
