@@ -49,7 +49,7 @@ def small_block(iccad13: Path) -> Layout:
 
 def test_plan_halo_is_the_optical_radius_and_waves_never_hold_neighbours(model32, iccad13):
     plan = tiled.plan_layout(two_clips(iccad13), model32, "lithobench")
-    assert plan.radius == 456 and plan.halo == 512 and plan.core == 1024  # 99% of the kernels' energy
+    assert 440 <= plan.radius <= 464 and plan.halo == 512 and plan.core == 1024  # 99% of the kernels' energy
     assert (plan.rows, plan.cols) == (2, 3)
     cover = np.zeros(plan.canvas, dtype=np.int32)
     for t in plan.tiles:

@@ -60,26 +60,33 @@ HALO_QUANTUM = 64
 PLAN_VERSION = 1
 
 
+RADIUS_STEP = 8  # px between the spatial samples the radius is measured on
+
+
 def optical_radius(model, energy: float = RADIUS_ENERGY) -> int:
-    """Chebyshev radius (px) holding `energy` of the weighted spatial energy of every kernel set."""
+    """Chebyshev radius (px, to RADIUS_STEP) holding `energy` of the weighted spatial energy of
+    every kernel set. The kernels are band-limited (|f| <= h cycles per canvas), so their fields are
+    sampled without aliasing every RADIUS_STEP px by a small inverse FFT of the (2h+1)^2 block."""
     import torch
 
-    n = model.size
+    from . import fftsafe
+
+    g = model.size // RADIUS_STEP
     h = model.h
     worst = 0
     for name in model.kernel_names:
         k = model._kernels[name].to(torch.complex128).cpu()
         w = model._weights[name].to(torch.float64).cpu()
-        full = torch.zeros((k.shape[0], n, n), dtype=torch.complex128)
-        idx = torch.arange(-h, h + 1) % n
+        idx = torch.arange(-h, h + 1) % g
+        full = torch.zeros((k.shape[0], g, g), dtype=torch.complex128)
         full[:, idx[:, None], idx[None, :]] = k
-        field = torch.fft.fftshift(torch.fft.ifft2(full, norm="forward"), dim=(-2, -1))
-        e = (w[:, None, None] * field.abs() ** 2).sum(0)
-        yy, xx = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
-        r = torch.maximum((yy - n // 2).abs(), (xx - n // 2).abs()).reshape(-1)
-        per = torch.zeros(n, dtype=torch.float64).index_add_(0, r, e.reshape(-1))
+        field = fftsafe.ifft2_unnorm(full)  # unnormalised (see fftsafe); the scale cancels below
+        e = torch.fft.fftshift((w[:, None, None] * (field.real ** 2 + field.imag ** 2)).sum(0))
+        yy, xx = torch.meshgrid(torch.arange(g), torch.arange(g), indexing="ij")
+        r = torch.maximum((yy - g // 2).abs(), (xx - g // 2).abs()).reshape(-1)
+        per = torch.zeros(g, dtype=torch.float64).index_add_(0, r, e.reshape(-1))
         frac = torch.cumsum(per, 0) / per.sum()
-        worst = max(worst, int(torch.searchsorted(frac, torch.tensor(energy, dtype=torch.float64))))
+        worst = max(worst, int(torch.searchsorted(frac, torch.tensor(energy, dtype=torch.float64))) * RADIUS_STEP)
     return worst
 
 
