@@ -86,8 +86,6 @@ class GitFacts:
     """What the shell read from git for the commits the evidence names."""
 
     commits: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # sha -> {tree, parents, trailers}
-    ref_targets: Mapping[str, str | None] = field(default_factory=dict)
-    ancestors_ok: Mapping[tuple[str, str], bool] = field(default_factory=dict)  # (anc, desc) -> bool
 
 
 @dataclass
