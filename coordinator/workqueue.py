@@ -39,6 +39,7 @@ class WorkQueue:
     limits: Mapping[str, Any] = field(default_factory=dict)
     validations: tuple[Mapping[str, Any], ...] = ()
     if_target_moved: str = "refuse"
+    if_tasks_fail: str = "promote_nothing"  # or promote_rest: coordinator/runloop/partial.py
 
 
 MAX_BYTES = 16 * 1024 * 1024  # a work queue is a plan, not data
@@ -250,6 +251,7 @@ def parse_work_queue(obj: Any) -> WorkQueue:
         scheduling=dict(obj.get("scheduling", {})),
         validations=tuple(obj.get("validations", [])),
         if_target_moved=str(obj.get("if_target_moved", "refuse")),
+        if_tasks_fail=str(obj.get("if_tasks_fail", "promote_nothing")),
     )
 
 

@@ -47,6 +47,8 @@ def summarize(ledger: Ledger, run_id: str) -> dict[str, Any]:
         out.update(liveness(ledger, run_id))
     if st.finished:
         out.update({k: st.finished.get(k) for k in ("head", "promoted_ref", "counts", "reason")})
+        if st.finished.get("partial"):  # the rest was integrated without the tasks that failed
+            out.update({"partial": True, "tasks_not_landed": list(st.finished.get("tasks_not_landed") or [])})
         if st.finished.get("awaiting_consent"):  # held at the human gate
             out.update({k: st.finished.get(k) for k in ("awaiting_consent", "consent_token_file", "missing")})
     return out
@@ -100,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for r in rows:
         nodes = " ".join(f"{k}={v}" for k, v in (r.get("nodes") or {}).items())
-        print(f"{r['run_id']}  {r['status']:<10} waves={r['waves']} attempts={r['attempts']} "
+        shown = f"{r['status']} (partial)" if r.get("partial") else r["status"]
+        print(f"{r['run_id']}  {shown:<10} waves={r['waves']} attempts={r['attempts']} "
               f"active={len(r['active_attempts'])} proposals={r['proposals']} {nodes}")
         if r.get("next_step"):
             print(f"  no coordinator holds this run (it was killed or hung): resume with {r['next_step']}")

@@ -68,9 +68,15 @@ class FinishContext:
     validator: Validator | None = None
     clock: Callable[[], str] = utc_now
     wave_id: str | None = None
+    wave_bases: frozenset[str] = frozenset()
+    """Integration heads of this run that later waves started from: a proposal
+    on one is checked against it and applied three-way on the head."""
     task_meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """node_id -> {"risk", "atomicity"} from the (admin-authored) work queue: a
     task's risk is a floor a worker cannot talk down, its atomicity wins."""
+    tasks_not_landed: Sequence[Mapping[str, str]] = ()
+    """A partial run (`if_tasks_fail: promote_rest`): the tasks whose work is not
+    in these proposals ({node_id, status}); recorded with the inputs, named by the gate."""
 
 
 @dataclass
@@ -181,7 +187,9 @@ def _record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy,
     emit(T_REQUIREMENTS, {"artifact_kind": "dome.integration_requirements/v1",
                           "required_suites": required_wq, "repo": str(Path(ctx.repo).resolve()),
                           "promote_to": to_ref, "base_ref": ctx.base_ref,
-                          "validations": [dict(v) for v in ctx.validations]})
+                          "validations": [dict(v) for v in ctx.validations],
+                          **({"tasks_not_landed": [dict(t) for t in ctx.tasks_not_landed]}
+                             if ctx.tasks_not_landed else {})})
 
 
 def _reject(emit: Emitter, rejected: list, pid: str, p: Mapping[str, Any], rej: Sequence[Any]) -> None:
@@ -215,6 +223,8 @@ def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPoli
                 continue
             wave_base = pbase
             p = {**p, "_requires": [a["proposal_id"] for a in derived[pbase]["applied"]]}
+        elif pbase in ctx.wave_bases:
+            wave_base = pbase
         rej, cp = verify_proposal(p, load(p), wave_base=wave_base, policy=policy, inspector=insp)
         if pid in checked:
             rej, cp = [Rejection("PROPOSAL_DUPLICATE_ID", "proposal id already submitted", REDUNDANT)], None
@@ -229,6 +239,7 @@ def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPoli
                           "base_ref": ctx.base_ref, "base_tree_hash": p.get("base_tree_hash"),
                           "proposal_base_ref": p.get("base_ref"),
                           "requires": list(p.get("_requires", [])),
+                          **({"resolves": dict(p["resolves"])} if isinstance(p.get("resolves"), Mapping) else {}),
                           "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                           "atomicity": p.get("atomicity", "atomic_proposal"),
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
@@ -377,7 +388,8 @@ def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningK
     gate = {"artifact_kind": "dome.gate.decision/v1", "decision_id": f"gate-{run_id}-{len(records)}",
             "passed": chain.passed, **chain.to_dict(),
             "reason_codes": sorted({l.link.split(":")[0] + "_" + l.status for l in chain.links
-                                    if l.status != "ok"})}
+                                    if l.status != "ok"}),
+            **partial_of(records)}
     signed_gate = emit(T_GATE, gate)
     write_json(run_dir(ops_root, run_id) / "gate" / "gate.decision.json", signed_gate)
     consent_token = None
@@ -403,6 +415,14 @@ def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningK
     return finish_recorded_promotion(repo, FinishResult(
         promotion["outcome"], run_id, chain.base_ref or base_ref, chain.head_ref, chain.included,
         list(promotion.get("missing", [])), why or {}, signed_gate, promotion, None, rejected or []))
+
+
+def partial_of(records: Sequence[Record]) -> dict[str, Any]:
+    """What the gate says of a partial run: the tasks the recorded inputs name as
+    not landed (nothing for a run whose every task landed)."""
+    req = [r for r in records if r.topic == T_REQUIREMENTS]
+    rows = req[-1].artifact.get("tasks_not_landed") if req else None
+    return {"partial": True, "tasks_not_landed": list(rows)} if rows else {}
 
 
 def token_digest(token: str) -> str:
