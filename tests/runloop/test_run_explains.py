@@ -157,6 +157,15 @@ def test_blocked_run_names_the_moved_target_and_integration_shows_on_stderr(bloc
     assert not DICT_REPR.search(err)
 
 
+def test_each_integration_decision_is_shown_once(blocked_run):
+    """Without a TTY the live view prints one line per integration decision, never two."""
+    err = blocked_run["res"].stderr
+    lines = [line for line in err.splitlines() if re.match(r"\S+ #\d+ integration ", line)]
+    assert any(" integration gate passed" in line for line in lines), err[-2000:]
+    assert any(" integration promotion blocked to refs/heads/target" in line for line in lines)
+    assert len(lines) == len(set(lines)), [line for line in lines if lines.count(line) > 1]
+
+
 def test_run_leaves_nothing_in_the_target_working_tree(blocked_run):
     repo = blocked_run["repo"]
     assert git(repo, "status", "--porcelain", "--ignored") == ""
