@@ -249,12 +249,35 @@ def test_gc_keeps_the_newest_runs_refs(tmp_path):
 
 
 def test_verify_on_a_correctly_blocked_run_says_valid_and_blocked(blocked_run):
-    res = dome_cli("verify", blocked_run["out"]["run_id"], "--ops-root", str(blocked_run["ops"]))
+    run_id, ops = blocked_run["out"]["run_id"], str(blocked_run["ops"])
+    res = dome_cli("verify", run_id, "--ops-root", ops)
+    assert res.returncode == 0, res.stdout + res.stderr  # a valid record of a run blocked by design
     lines = res.stdout.splitlines()
-    assert lines[0] == f"run {blocked_run['out']['run_id']}: the evidence chain is valid and the run is blocked (not promoted)"
+    assert lines[0] == f"run {run_id}: the evidence chain is valid and the run is blocked (not promoted)"
     assert re.fullmatch(r"  (\d+)/\1 integrity checks passed", lines[1]), lines
-    assert "target:refs/heads/target: invalid (moved since the base" in res.stdout
+    assert lines[2] == "  blocked because:"
+    assert lines[3].startswith("    - target:refs/heads/target: invalid (moved since the base"), lines
     assert "promoted head" not in res.stdout
+    js = dome_cli("verify", run_id, "--ops-root", ops, "--json")
+    ver = json.loads(js.stdout)
+    assert js.returncode == 0 and ver["valid"] is True and ver["status"] == "blocked" and not ver["failures"]
+    assert ver["blocked_by"] == [lines[3][len("    - "):]]
+    kinds = {c["kind"]: c for c in ver["checks"]}
+    assert kinds["block_agrees_with_gate"]["status"] == "ok"
+    assert all(c["detail"] == "" for c in ver["checks"] if c["ok"])  # ok never carries "what is missing"
+
+
+def test_verify_on_a_failed_run_says_valid_and_failed(failed_run):
+    """Tasks failed, so nothing was integrated: no promotion decision is expected."""
+    res = dome_cli("verify", failed_run["run_id"], "--ops-root", str(failed_run["ops"]))
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"run {failed_run['run_id']}: the evidence chain is valid and the run failed (not promoted)"
+    assert lines[-1] == "  reason: some nodes failed or were blocked"
+    ver = json.loads(dome_cli("verify", failed_run["run_id"], "--ops-root", str(failed_run["ops"]),
+                              "--json").stdout)
+    assert ver["status"] == "failed" and ver["valid"] is True
+    assert "promotion_decision" not in {c["kind"] for c in ver["checks"]}
 
 
 # -- progress in every phase ------------------------------------------------------
