@@ -61,6 +61,7 @@ class Node:
     resource_key: str
     max_attempts: int
     timeout_s: float
+    endgame_duplicates: int | None = None  # the task's own endgame_duplicates; None: the queue's setting
 
     @property
     def action_spec(self) -> Mapping[str, Any]:
@@ -511,6 +512,8 @@ def build_graph(tasks: list[Mapping[str, Any]], scheduling: Mapping[str, Any] | 
             risk_level=_risk_level(src), resource_key=_resource_key(src),
             max_attempts=int(src.get("max_attempts", default_attempts)),
             timeout_s=float(src.get("timeout_s", default_timeout)),
+            endgame_duplicates=(int(src["endgame_duplicates"]) if src.get("endgame_duplicates") is not None
+                                else None),
         )
 
     for nid in ids:
