@@ -548,6 +548,11 @@ def token_digest(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+# how a promotion decision names a target that could not take the head (`dome verify` reads them back)
+TARGET_MOVED = "(moved since the base; not an ancestor of the head)"
+TARGET_CHECKED_OUT = "(checked out in the worktree "
+
+
 def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref: str, emit: Emitter,
             ops_root: Path, key: SigningKey, policy: IntegrationPolicy | None,
             records: Sequence[Record]) -> dict[str, Any]:
@@ -559,11 +564,11 @@ def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref:
         assert chain.head_ref is not None
         if previous is not None and not gitio.is_ancestor(repo, previous, chain.head_ref):
             outcome = "blocked"
-            missing.append(f"target:{to_ref}: invalid (moved since the base; not an ancestor of the head)")
+            missing.append(f"target:{to_ref}: invalid {TARGET_MOVED}")
     holder = gitio.worktree_holding(repo, to_ref) if outcome == "promoted" else None
     if holder is not None:
         outcome = "blocked"
-        missing.append(f"target:{to_ref}: invalid (checked out in the worktree {holder}; "
+        missing.append(f"target:{to_ref}: invalid {TARGET_CHECKED_OUT}{holder}; "
                        "dome does not move a branch under someone's files)")
     pol = policy or IntegrationPolicy()
     decision = {

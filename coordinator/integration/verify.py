@@ -28,7 +28,7 @@ from . import export_checks as exports
 from . import gitio
 from .evidence import (T_APPLY, T_CONSENT_REQ, T_GATE, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
                        ChainResult, GitFacts, Record, body_of, evaluate_chain, verify_artifact)
-from .finish import records_of, run_dir
+from .finish import TARGET_CHECKED_OUT, TARGET_MOVED, records_of, run_dir
 from .verify_result import CheckKind, CheckResult, RunVerdict, Status, VerifyReport, failed, missing, ok
 
 __all__ = ["CheckKind", "CheckResult", "RunVerdict", "Status", "VerifyReport", "verify_run"]
@@ -129,10 +129,6 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
     if chain.head_ref and chain.base_ref:
         _rehash_new_objects(rep, repo, chain.base_ref, chain.head_ref)
     return rep
-
-
-TARGET_MOVED = "(moved since the base; not an ancestor of the head)"
-TARGET_CHECKED_OUT = "(checked out in the worktree "
 
 
 def _without_decision(rep: VerifyReport, records: list[Record], keyring: Keyring) -> None:
