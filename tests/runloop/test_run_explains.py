@@ -164,6 +164,9 @@ def test_each_integration_decision_is_shown_once(blocked_run):
     assert any(" integration gate passed" in line for line in lines), err[-2000:]
     assert any(" integration promotion blocked to refs/heads/target" in line for line in lines)
     assert len(lines) == len(set(lines)), [line for line in lines if lines.count(line) > 1]
+    # two plans are two decisions: the first, and the one the gate judges (it supersedes the first)
+    texts = [line.split(" integration ", 1)[1] for line in lines]
+    assert texts.count("stack plan with 1 layer(s)") == 1 and "stack plan revision 2 with 1 layer(s)" in texts
 
 
 def test_run_leaves_nothing_in_the_target_working_tree(blocked_run):
