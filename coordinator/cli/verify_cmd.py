@@ -46,8 +46,11 @@ def render_text(rep) -> list[str]:
     status = rep.status.value
     passed = f"{sum(c.ok for c in rep.checks)}/{len(rep.checks)}"
     if status == "promoted":
-        return [f"run {rep.run_id}: VALID", f"  promoted head {rep.head_ref} -> {rep.to_ref}",
-                f"  {passed} checks passed"]
+        lines = [f"run {rep.run_id}: VALID", f"  promoted head {rep.head_ref} -> {rep.to_ref}"]
+        if rep.tasks_not_landed:
+            lines.append("  partial: promoted without " + ", ".join(
+                f"{t.get('node_id')} ({t.get('status')})" for t in rep.tasks_not_landed))
+        return lines + [f"  {passed} checks passed"]
     if status in CONCLUSION:
         lines = [f"run {rep.run_id}: {CONCLUSION[status]}", f"  {passed} integrity checks passed"]
         if rep.blocked_by:

@@ -43,6 +43,7 @@ class CheckKind(str, Enum):
     RUN_FINISHED = "run_finished"
     SIGNED_AFTER_FINISH = "signed_after_finish"
     FINISH_AGREES = "run_finished_agrees"
+    PARTIAL = "partial_run"  # a run promoted without some tasks says so, and names exactly those
     # the promotion decision and its evidence
     PROMOTION_DECISION = "promotion_decision"
     PROMOTION_SIGNATURE = "promotion_signature"
@@ -118,6 +119,7 @@ class VerifyReport:
     run_status: str | None = None   # what `run.finished` says, when there is one
     run_reason: str | None = None   # and the reason it gives
     blocked_by: list[str] = field(default_factory=list)  # a blocked run's missing links, as recorded
+    tasks_not_landed: list[dict[str, Any]] = field(default_factory=list)  # a partial run's, as recorded
 
     @property
     def status(self) -> RunVerdict:
@@ -149,7 +151,9 @@ class VerifyReport:
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "valid": self.valid, "status": self.status.value,
                 "outcome": self.outcome, "blocked_by": self.blocked_by,
-                "run_status": self.run_status, "run_reason": self.run_reason, "head_ref": self.head_ref, "to_ref": self.to_ref,
+                "run_status": self.run_status, "run_reason": self.run_reason,
+                "head_ref": self.head_ref, "to_ref": self.to_ref,
+                "partial": bool(self.tasks_not_landed), "tasks_not_landed": self.tasks_not_landed,
                 "checks": [c.to_dict() for c in self.checks],
                 "failures": [c.to_dict() for c in self.failures], "reasons": self.reasons()}
 
