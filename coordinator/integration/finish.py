@@ -24,8 +24,8 @@ from registry.signing import Keyring, SigningKey, dsse_sign
 
 from .canvas import Canvas
 from . import gitio
-from .evidence import (INTOTO_PAYLOAD, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION, T_PROPOSAL,
-                       T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, Record, intoto_statements)
+from .evidence import (INTOTO_PAYLOAD, TARGET_CHECKED_OUT, TARGET_MOVED, T_CONSENT_REQ, T_GATE, T_PLAN,
+                       T_POLICY, T_PROMOTION, T_PROPOSAL, T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, Record, intoto_statements)
 from .gate import evaluate_chain
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
@@ -442,11 +442,11 @@ def promote(ledger: EventLog, run_id: str, *, repo: Path, chain: ChainResult, to
         assert chain.head_ref is not None
         if previous is not None and not gitio.is_ancestor(repo, previous, chain.head_ref):
             outcome = "blocked"
-            missing.append(f"target:{to_ref}: invalid (moved since the base; not an ancestor of the head)")
+            missing.append(f"target:{to_ref}: invalid {TARGET_MOVED}")
     holder = gitio.worktree_holding(repo, to_ref) if outcome == "promoted" else None
     if holder is not None:
         outcome = "blocked"
-        missing.append(f"target:{to_ref}: invalid (checked out in the worktree {holder}; "
+        missing.append(f"target:{to_ref}: invalid {TARGET_CHECKED_OUT}{holder}; "
                        "dome does not move a branch under someone's files)")
     pol = policy or IntegrationPolicy()
     decision = {

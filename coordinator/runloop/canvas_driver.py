@@ -76,12 +76,10 @@ class CanvasDriver:
     # -- the ledger ------------------------------------------------------------
     @property
     def ledger(self) -> Any:
+        """The run's writer: it applies each record to the run state and shows it
+        in the live view (once; a second observer printed every decision twice)."""
         from .writer import WriterLedger
-        led = WriterLedger(self.loop.writer)
-        if self.loop.ctx.view is not None:
-            from .finish import ObservedLedger
-            return ObservedLedger(led, self.loop.ctx.view)
-        return led
+        return WriterLedger(self.loop.writer)
 
     def on_record(self, rec: Any) -> None:
         self.facts = fold_canvas(self.facts, rec.topic, rec.payload or {})
