@@ -379,7 +379,8 @@ def suites_for(validations: Sequence[Mapping[str, Any]], policy: IntegrationPoli
 def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningKey, keyring: Keyring,
                      policy: IntegrationPolicy | None, to_ref: str, ops_root: Path, emit: Emitter,
                      why: dict[str, Any] | None = None, rejected: list | None = None,
-                     base_ref: str = "", issue_consent: bool = True) -> FinishResult:
+                     base_ref: str = "", issue_consent: bool = True,
+                     tasks_not_landed: Sequence[Mapping[str, Any]] | None = None) -> FinishResult:
     records = records_of(ledger, run_id)
     if policy is None:
         from .evidence import policy_from_record
@@ -391,7 +392,7 @@ def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningK
             "passed": chain.passed, **chain.to_dict(),
             "reason_codes": sorted({l.link.split(":")[0] + "_" + l.status for l in chain.links
                                     if l.status != "ok"}),
-            **partial_of(records)}
+            **partial_of(records, tasks_not_landed)}
     signed_gate = emit(T_GATE, gate)
     write_json(run_dir(ops_root, run_id) / "gate" / "gate.decision.json", signed_gate)
     consent_token = None
@@ -419,11 +420,17 @@ def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningK
         list(promotion.get("missing", [])), why or {}, signed_gate, promotion, None, rejected or []))
 
 
-def partial_of(records: Sequence[Record]) -> dict[str, Any]:
-    """What the gate says of a partial run: the tasks the recorded inputs name as
-    not landed (nothing for a run whose every task landed)."""
-    req = [r for r in records if r.topic == T_REQUIREMENTS]
-    rows = req[-1].artifact.get("tasks_not_landed") if req else None
+def partial_of(records: Sequence[Record], tasks_not_landed: Sequence[Mapping[str, Any]] | None = None
+               ) -> dict[str, Any]:
+    """What the gate says of a partial run: the tasks not landed as the finish stage
+    names them, else as the recorded inputs name them (integration at the finish),
+    else as the previous gate did (`dome promote` after consent); nothing for a run
+    whose every task landed."""
+    rows: Any = [dict(t) for t in tasks_not_landed] if tasks_not_landed is not None else None
+    for topic in (T_REQUIREMENTS, T_GATE):
+        if rows is None:
+            recs = [r for r in records if r.topic == topic]
+            rows = recs[-1].artifact.get("tasks_not_landed") if recs else None
     return {"partial": True, "tasks_not_landed": list(rows)} if rows else {}
 
 
