@@ -27,7 +27,11 @@ STATUS_EXIT = {"completed": 0, "promoted": 0, "blocked": 4, "failed": 5, "cancel
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("work_queue", nargs="?", help="path of a dome.work.queue/v1 JSON file")
     add_common_arguments(parser)
-    parser.add_argument("--executor", choices=["local", "ray"], default="local")
+    parser.add_argument("--executor", choices=["local", "container", "ray"], default="local",
+                        help="where attempts run: local sandboxes, OCI containers (podman), or a Ray cluster")
+    parser.add_argument("--image", default=None, metavar="NAME[@sha256:DIGEST]",
+                        help="worker image of --executor container (default $DOME_WORKER_IMAGE); "
+                             "ops/container/build.sh prints the pinned ref")
     parser.add_argument("--seed", type=int, default=None, help="override the work queue's determinism_seed")
     parser.add_argument("--resume", metavar="RUN_ID", default=None, help="carry on a run from its ledger")
     parser.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
-                         lease_ttl_s=args.lease_ttl)
+                         lease_ttl_s=args.lease_ttl, image=args.image)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:

@@ -151,6 +151,7 @@ class RunContext:
     finish: Callable[["FinishedRun"], dict[str, Any]] | None = None
     view: Any = None
     executor: Any = None  # injected executor (tests, benchmarks)
+    image: str | None = None  # the worker image of the container executor (NAME or NAME@sha256:...)
     # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
     lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
@@ -238,7 +239,7 @@ class RunLoop:
             from ..executors import make_executor
             max_c = ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4))
             ctx.executor = make_executor(ctx.executor_kind, sandbox=ctx.sandbox, max_concurrency=max_c,
-                                         limits=self.limits)
+                                         limits=self.limits, image=ctx.image)
         self.executor = ctx.executor
         par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
         retries = wq.budgets.get("max_retries")
@@ -265,7 +266,9 @@ class RunLoop:
         self.cancel_reason: str | None = None
         self.gateway: WorkerGateway | None = None
         self.egress_gate: Any = None
-        self.container_ref = host_container_ref(self.started.get("environment", {}))
+        # the executor's pinned worker image (containers), else the host's environment
+        self.container_ref = getattr(self.executor, "container_ref", None) or \
+            host_container_ref(self.started.get("environment", {}))
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
         self.lease: LeaseKeeper | None = None  # taken by start()/resume() before any write
