@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", default=None, metavar="NAME[@sha256:DIGEST]",
                         help="worker image of --executor container (default $DOME_WORKER_IMAGE); "
                              "ops/container/build.sh prints the pinned ref")
+    parser.add_argument("--gateway-bind", default=None, metavar="HOST[:PORT]",
+                        help="with --executor ray: serve the worker gateway over TCP with TLS on HOST "
+                             "(an address the Ray nodes reach), so workers run on other hosts")
     parser.add_argument("--seed", type=int, default=None, help="override the work queue's determinism_seed")
     parser.add_argument("--resume", metavar="RUN_ID", default=None, help="carry on a run from its ledger")
     parser.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
@@ -86,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
-                         lease_ttl_s=args.lease_ttl, image=args.image)
+                         lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:

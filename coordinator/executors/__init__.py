@@ -6,14 +6,16 @@ __all__ = ["AttemptFiles", "ExitInfo", "Executor", "Limits", "SandboxUnavailable
 
 
 def make_executor(kind: str, *, sandbox: str = "bwrap", max_concurrency: int = 4, limits: Limits | None = None,
-                  image: str | None = None):
+                  image: str | None = None, gateway_bind: str | None = None):
     if kind == "local":
         from .local import LocalExecutor
         return LocalExecutor(sandbox=sandbox, max_concurrency=max_concurrency, limits=limits)
+    if gateway_bind is not None and kind != "ray":
+        raise ValueError("--gateway-bind is for --executor ray (workers on other hosts)")
     if kind == "container":
         from .container import ContainerExecutor
         return ContainerExecutor(image=image, sandbox=sandbox, max_concurrency=max_concurrency, limits=limits)
     if kind == "ray":
         from .ray_executor import RayExecutor
-        return RayExecutor(sandbox=sandbox, max_concurrency=max_concurrency, limits=limits)
+        return RayExecutor(sandbox=sandbox, max_concurrency=max_concurrency, limits=limits, gateway_bind=gateway_bind)
     raise ValueError(f"unknown executor {kind!r}")

@@ -152,6 +152,7 @@ class RunContext:
     view: Any = None
     executor: Any = None  # injected executor (tests, benchmarks)
     image: str | None = None  # the worker image of the container executor (NAME or NAME@sha256:...)
+    gateway_bind: str | None = None  # HOST[:PORT]: the gateway also over TCP+TLS, for Ray workers on other hosts
     # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
     lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
@@ -239,7 +240,7 @@ class RunLoop:
             from ..executors import make_executor
             max_c = ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4))
             ctx.executor = make_executor(ctx.executor_kind, sandbox=ctx.sandbox, max_concurrency=max_c,
-                                         limits=self.limits, image=ctx.image)
+                                         limits=self.limits, image=ctx.image, gateway_bind=ctx.gateway_bind)
         self.executor = ctx.executor
         par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
         retries = wq.budgets.get("max_retries")
@@ -265,6 +266,7 @@ class RunLoop:
         self.socket = self.work / "gw.sock"
         self.cancel_reason: str | None = None
         self.gateway: WorkerGateway | None = None
+        self.tls_front: Any = None  # the gateway over TCP+TLS (workers on other hosts)
         self.egress_gate: Any = None
         # the executor's pinned worker image (containers), else the host's environment
         self.container_ref = getattr(self.executor, "container_ref", None) or \
@@ -373,6 +375,13 @@ class RunLoop:
                                      dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket,
                                      attempt=self.attempts.get)
         self.gateway.start()
+        bind = getattr(self.executor, "gateway_bind", None)
+        if bind is not None:  # workers on other hosts: the gateway over TCP with TLS, certificate made now
+            from ..gateway.tls import TlsFront, make_certificate
+
+            self.tls_front = TlsFront(bind[0], bind[1], make_certificate(self.work, [bind[0]]), self.socket)
+            host, port = self.tls_front.start()
+            self.executor.connect_gateway(host, port, self.tls_front.certificate.cert_pem)
         if self.ctx.egress is not None:
             from coordinator.egress.gate import EgressGate
 
@@ -644,6 +653,8 @@ class RunLoop:
             self.executor.shutdown()
             if self.gateway is not None:
                 self.gateway.stop()
+            if self.tls_front is not None:
+                self.tls_front.stop()
             if self.egress_gate is not None:
                 self.egress_gate.stop()
 
