@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from .sandbox import IN_BASE, IN_EGRESS, IN_PUB, IN_SCRATCH, IN_SOCKET, IN_SPAWN
 
 WORKER_USER = "10001:10001"
 LABEL = "io.dome.attempt"
+OWNER_LABEL = "io.dome.coordinator"  # "<host>:<pid>" of the coordinator that started the container
 STDERR_TAIL = 4096
 REF = re.compile(r"^(?P<name>[^@\s]+)@sha256:(?P<hex>[0-9a-f]{64})$")
 
@@ -174,6 +176,43 @@ def probe_runtime(podman: str, image_id: str, preferred: str | None = None) -> s
                                hints=["set DOME_OCI_RUNTIME, or install runc (apt-get install runc)"])
 
 
+def orphans(containers: list[dict[str, Any]], host: str, alive) -> list[str]:
+    """Pure: names of dome attempt containers whose coordinator (on this host) no longer runs."""
+    out = []
+    for c in containers:
+        labels = c.get("Labels") or {}
+        owner = str(labels.get(OWNER_LABEL, ""))
+        h, _, pid = owner.rpartition(":")
+        if LABEL in labels and h == host and pid.isdigit() and not alive(int(pid)):
+            out.append(str((c.get("Names") or [c.get("Id")])[0]))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(podman: str) -> list[str]:
+    """Remove attempt containers left by a coordinator of this host that was killed (kill -9):
+    detached containers outlive it, though their grants die with the run's lease."""
+    r = subprocess.run([podman, "ps", "-a", "--filter", f"label={LABEL}", "--format", "json"],
+                       capture_output=True, text=True, timeout=60)
+    try:
+        found = json.loads(r.stdout or "[]") if r.returncode == 0 else []
+    except json.JSONDecodeError:
+        return []
+    names = orphans(found, socket.gethostname(), _alive)
+    if names:
+        subprocess.run([podman, "rm", "-f", *names], capture_output=True, timeout=120)
+    return names
+
+
 @dataclass
 class _Attempt:
     name: str
@@ -209,6 +248,8 @@ class ContainerExecutor:
         self.max_concurrency = max_concurrency
         self.limits = limits or Limits()
         self.rootless = os.geteuid() != 0
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        sweep_orphans(exe)
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
 
@@ -228,7 +269,8 @@ class ContainerExecutor:
         cname = f"dome-{neid}"
         argv = container_argv(files, image_id=image_id, name=cname, gateway_path=gw, limits=self.limits,
                               cpus=cpus_per_worker(self.max_concurrency), user=user, podman=self.podman,
-                              runtime=self.runtime, labels={LABEL: neid, "io.dome.run": str(spec["run_id"])})
+                              runtime=self.runtime, labels={LABEL: neid, "io.dome.run": str(spec["run_id"]),
+                                                            OWNER_LABEL: self.owner})
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         finally:

@@ -79,5 +79,9 @@ if ! podman image exists "$tag"; then
     -t "$tag" -f "$ctx/Containerfile" "$ctx" >/dev/null
 fi
 podman tag "$tag" "$name:$variant"
+# earlier builds of this variant (other sources) are untagged; an image a container still uses stays
+for old in $(podman images --format '{{.Repository}}:{{.Tag}}' | grep "^$name:$variant-" | grep -vx "$tag"); do
+  podman rmi "$old" >/dev/null 2>&1 || echo "build.sh: kept $old (in use)" >&2
+done
 id=$(podman image inspect --format '{{.Id}}' "$tag")
 echo "$name:$variant@sha256:$id"

@@ -155,3 +155,39 @@ def test_spawn_spec_pinning_another_image_is_refused_before_start(worker_image, 
     failed = [e["payload"] for e in events if e.get("topic") == "task.failed"]
     assert failed and all(f["error"]["code"] == "CONTAINER_IMAGE_MISMATCH" for f in failed), failed
     assert _containers(f"io.dome.run={out['run_id']}") == []  # nothing was started
+
+
+def test_only_containers_of_a_dead_coordinator_on_this_host_are_orphans():
+    from coordinator.executors.container import LABEL, OWNER_LABEL, orphans
+
+    def c(name, owner, attempt=True):
+        return {"Names": [name], "Labels": {**({LABEL: "ne-1"} if attempt else {}), OWNER_LABEL: owner}}
+    found = [c("dead", "h:11"), c("live", "h:22"), c("elsewhere", "other:11"), c("not-dome", "h:11", attempt=False)]
+    assert orphans(found, "h", lambda pid: pid == 22) == ["dead"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@needs_podman
+def test_attempt_containers_of_a_killed_coordinator_are_removed(worker_image):
+    """A coordinator killed with SIGKILL leaves its detached containers; the next one removes them."""
+    import socket as _socket
+
+    from coordinator.executors.container import LABEL, OWNER_LABEL, ContainerExecutor
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no longer runs
+    image_id = worker_image.rsplit("@", 1)[1]
+    name = f"dome-orphan-{os.getpid()}"
+    ex = ContainerExecutor(image=worker_image)  # (also sweeps; the orphan is made after it)
+    r = subprocess.run(["podman", *(["--runtime", ex.runtime] if ex.runtime else []), "run", "-d", "--name", name,
+                        "--label", f"{LABEL}=ne-orphan", "--label", f"{OWNER_LABEL}={_socket.gethostname()}:{dead.pid}",
+                        "--network", "none", "--ulimit", "nofile=256:256", "--ulimit", "nproc=64:64",
+                        "--entrypoint", "sleep", image_id, "600"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert name in _containers(f"{LABEL}=ne-orphan")
+        ContainerExecutor(image=worker_image)
+        assert _containers(f"{LABEL}=ne-orphan") == []
+    finally:
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=120)
