@@ -30,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=["local", "container", "ray"], default="local",
                         help="where attempts run: local sandboxes, OCI containers (podman), or a Ray cluster")
     parser.add_argument("--image", default=None, metavar="NAME[@sha256:DIGEST]",
-                        help="worker image of --executor container (default $DOME_WORKER_IMAGE); "
-                             "ops/container/build.sh prints the pinned ref")
+                        help="worker image: of --executor container (default $DOME_WORKER_IMAGE; "
+                             "ops/container/build.sh prints the pinned ref), or with --executor ray "
+                             "the image Ray starts each task's worker in (runtime_env image_uri)")
     parser.add_argument("--gateway-bind", default=None, metavar="HOST[:PORT]",
                         help="with --executor ray: serve the worker gateway over TCP with TLS on HOST "
                              "(an address the Ray nodes reach), so workers run on other hosts")

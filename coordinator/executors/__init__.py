@@ -17,5 +17,6 @@ def make_executor(kind: str, *, sandbox: str = "bwrap", max_concurrency: int = 4
         return ContainerExecutor(image=image, sandbox=sandbox, max_concurrency=max_concurrency, limits=limits)
     if kind == "ray":
         from .ray_executor import RayExecutor
-        return RayExecutor(sandbox=sandbox, max_concurrency=max_concurrency, limits=limits, gateway_bind=gateway_bind)
+        return RayExecutor(sandbox=sandbox, max_concurrency=max_concurrency, limits=limits, gateway_bind=gateway_bind,
+                           image=image)
     raise ValueError(f"unknown executor {kind!r}")

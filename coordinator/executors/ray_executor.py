@@ -25,6 +25,12 @@ Two modes:
   it. Artifacts and proposals go back only through the gateway; the
   directory is removed when the attempt ends. The ledger and the signing
   keys never leave the coordinator.
+
+With `image` (`dome run --executor ray --image NAME@sha256:...`, across hosts
+only) each task asks Ray's container runtime environment (`image_uri`) for
+the SpawnSpec's image, so the Ray worker that starts the sandbox runs in the
+worker image (the CUDA one on GPU nodes). That image must hold Ray of the
+cluster's version, bubblewrap and dome's packages (build.sh --variant ray).
 """
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ from .sandbox import bwrap_argv, direct_argv, direct_env, probe_bwrap
 
 GPU_IMAGE = re.compile(r"(cuda|gpu)", re.IGNORECASE)
 NODE_DIR_PREFIX = "dome-node-"
+IMAGE_REF = re.compile(r"^(?!host@)[^@\s]+@sha256:[0-9a-f]{64}$")  # an OCI image pinned by digest (not host@...)
 
 
 class RayUnavailable(DomeError):
@@ -55,6 +62,10 @@ class RayAuthRefused(DomeError):
 
 class GatewayBindInvalid(DomeError):
     code = "GATEWAY_BIND_INVALID"
+
+
+class RayImageInvalid(DomeError):
+    code = "RAY_IMAGE_INVALID"
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -181,6 +192,16 @@ def _remote_attempt(blobs: dict[str, bytes], bundle: bytes, gateway: dict[str, A
         shutil.rmtree(work, ignore_errors=True)
 
 
+def task_options(container_ref: str, resources: Mapping[str, float], *, image_runtime: bool) -> dict[str, Any]:
+    """Pure: the Ray options of one attempt's task (GPUs, CPUs, custom resources, the image it runs in)."""
+    opts: dict[str, Any] = {"num_gpus": gpus_for(container_ref), "num_cpus": 1}
+    if resources:
+        opts["resources"] = dict(resources)
+    if image_runtime and IMAGE_REF.match(container_ref):
+        opts["runtime_env"] = {"image_uri": container_ref}
+    return opts
+
+
 def check_ray_auth(address: str, timeout: float = 5.0) -> None:
     """Ask the cluster's GCS once before joining, so a refused token is a clear RAY_AUTH_REFUSED within
     seconds (ray.init itself retries for about half a minute and then names no reason)."""
@@ -205,7 +226,7 @@ class RayExecutor:
 
     def __init__(self, *, sandbox: str = "bwrap", max_concurrency: int = 4, limits: Limits | None = None,
                  ray_init: Mapping[str, Any] | None = None, gateway_bind: str | None = None,
-                 resources: Mapping[str, float] | None = None) -> None:
+                 resources: Mapping[str, float] | None = None, image: str | None = None) -> None:
         import ray
 
         if gateway_bind is not None and sandbox != "bwrap":
@@ -224,6 +245,16 @@ class RayExecutor:
         self.resources = dict(resources) if resources is not None else ray_resources()
         self._gateway: dict[str, Any] | None = None
         self._bundles: dict[str, Any] = {}
+        # Ray's container runtime environment: each task's Ray worker runs in the SpawnSpec's image
+        self.image_runtime = image is not None
+        if image is not None:
+            if gateway_bind is None:
+                raise RayImageInvalid("Ray tasks in an image share no files with the coordinator: "
+                                         "give --gateway-bind too", details={"image": image})
+            if not IMAGE_REF.match(image):
+                raise RayImageInvalid("the Ray worker image must be pinned: NAME@sha256:<digest>",
+                                         details={"image": image})
+            self.container_ref = image
         if not ray.is_initialized():
             try:
                 if ray_init is None and os.environ.get("RAY_ADDRESS"):
@@ -275,8 +306,7 @@ class RayExecutor:
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
         lim = {k: getattr(self.limits, k) for k in Limits.__dataclass_fields__}
-        opts = {"num_gpus": gpus_for(spec["container_ref"]), "num_cpus": 1,
-                **({"resources": self.resources} if self.resources else {})}
+        opts = task_options(str(spec["container_ref"]), self.resources, image_runtime=self.image_runtime)
         if self.gateway_bind is not None:
             if self._gateway is None:
                 raise RayUnavailable("the TLS gateway for remote workers is not running")

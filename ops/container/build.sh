@@ -3,7 +3,7 @@
 #   1. a Debian bookworm root filesystem made with mmdebstrap (apt), imported with `podman import`;
 #   2. the pinned wheels of the variant, downloaded with pip before the build;
 #   3. `podman build --network none` from ops/container/Containerfile.
-# Usage: ops/container/build.sh [--variant ci|litho] [--name NAME]
+# Usage: ops/container/build.sh [--variant ci|litho|ray] [--name NAME]
 # Prints one line on stdout: the image pinned by digest, NAME@sha256:<image id>, ready for a
 # work queue's `containers` or `dome run --executor container --image`.
 # Everything is cached under $DOME_IMAGE_CACHE (default ~/.cache/dome/image): the root filesystem
@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-case "$variant" in ci|litho) ;; *) echo "build.sh: --variant must be ci or litho" >&2; exit 2 ;; esac
+case "$variant" in ci|litho|ray) ;; *) echo "build.sh: --variant must be ci, litho or ray" >&2; exit 2 ;; esac
 for tool in podman mmdebstrap python3; do
   command -v "$tool" >/dev/null || { echo "build.sh: $tool is not installed (apt-get install -y podman mmdebstrap)" >&2; exit 3; }
 done
@@ -29,6 +29,7 @@ cache=${DOME_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dome/image}
 mkdir -p "$cache"
 mirror=${DOME_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=python3,python3-venv,git,ca-certificates,passwd
+[ "$variant" = ray ] && packages=$packages,bubblewrap  # the Ray task starts the sandbox inside the image
 h() { sha256sum | cut -c1-16; }
 
 # 1. root filesystem (cached by suite + packages)
@@ -67,10 +68,12 @@ fi
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/src"
-cp "$here/Containerfile" "$here/requirements-ci.txt" "$here/requirements-litho.txt" "$ctx/"
+cp "$here/Containerfile" "$here"/requirements-*.txt "$ctx/"
 cp -r "$wheels" "$ctx/wheels"
-# the worker's packages only: registry and worker_sdk (never ops/, never the coordinator's keys)
-(cd "$repo" && git ls-files -z registry worker_sdk | xargs -0 cp --parents -t "$ctx/src")
+# the worker's packages: registry and worker_sdk; the ray variant adds coordinator (its Ray task
+# code). Never ops/, never the coordinator's keys or ledger.
+pkgs=(registry worker_sdk); [ "$variant" = ray ] && pkgs+=(coordinator)
+(cd "$repo" && git ls-files -z "${pkgs[@]}" | xargs -0 cp --parents -t "$ctx/src")
 inkey=$( (echo "$base $variant"; cd "$ctx" && find . -type f ! -path './wheels/*' -print0 | sort -z | xargs -0 sha256sum; ls "$ctx/wheels") | h)
 tag="$name:$variant-$inkey"
 if ! podman image exists "$tag"; then
