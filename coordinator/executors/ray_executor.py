@@ -77,6 +77,9 @@ def parse_bind(bind: str) -> tuple[str, int]:
     port = int(m.group("p6") or m.group("p") or 0)
     if not 0 <= port <= 65535:
         raise GatewayBindInvalid(f"gateway bind {bind!r}: port out of range", details={"bind": bind})
+    if host in ("0.0.0.0", "::", "*"):  # workers are told this address: it must be one they can reach
+        raise GatewayBindInvalid(f"gateway bind {bind!r}: name the address the Ray nodes reach, not every "
+                                 "interface", details={"bind": bind})
     return host, port
 
 

@@ -90,6 +90,40 @@ def test_gateway_bind_is_host_and_optional_port():
     assert parse_bind("10.0.0.1:7000") == ("10.0.0.1", 7000)
     assert parse_bind("10.0.0.1") == ("10.0.0.1", 0)
     assert parse_bind("[fd00::1]:9") == ("fd00::1", 9)
-    for bad in ("", "a:b", "1.2.3.4:99999", "a b"):
+    for bad in ("", "a:b", "1.2.3.4:99999", "a b", "0.0.0.0:7000", "[::]"):
         with pytest.raises(GatewayBindInvalid):
             parse_bind(bad)
+
+
+from tests.runloop.test_gateway import gateway  # noqa: E402,F401 - the real gateway fixture
+
+
+def test_calls_over_tls_are_still_authorised_by_grant_and_proof(gateway, tmp_path):  # noqa: F811
+    """Through the TLS front and a node's relay, a granted call with its proof passes; the same token
+    without the attempt's key (a stolen grant), or a forged token, is refused by the gateway."""
+    from registry.errors import DomeError
+    from worker_sdk.client import GatewayClient
+
+    gw, _, _, attempt, _ = gateway
+    (tmp_path / "c").mkdir()
+    cert = make_certificate(tmp_path / "c", ["127.0.0.1"])
+    front = TlsFront("127.0.0.1", 0, cert, gw.socket_path)
+    host, port = front.start()
+    relay = Relay(tmp_path / "relay.sock", host, port, cert.cert_pem)
+    relay.start()
+    try:
+        g = attempt("ne-tls1")
+        ok = GatewayClient(token=g.token, profile=g.profile, socket=str(tmp_path / "relay.sock"), worker_key=g.key)
+        assert ok.report_progress(0.5, "over tls") is not None  # answered, not refused
+        stolen = GatewayClient(token=g.token, profile={k: v for k, v in g.profile.items() if k != "cnf"},
+                               socket=str(tmp_path / "relay.sock"))
+        with pytest.raises(DomeError) as err:
+            stolen.report_progress(0.6, "no proof")
+        assert "PROOF" in err.value.code or "GRANT" in err.value.code, err.value.code
+        forged = GatewayClient(token=g.token[:-4] + "AAAA", profile=g.profile, socket=str(tmp_path / "relay.sock"),
+                               worker_key=g.key)
+        with pytest.raises(DomeError):
+            forged.report_progress(0.7, "forged")
+    finally:
+        relay.stop()
+        front.stop()
