@@ -26,7 +26,9 @@ Confinement matches the bubblewrap sandbox (coordinator/executors/sandbox.py):
 The attempt's private key is bound read-only into its container and the
 host file deleted as soon as the container has started (`podman run -d`
 returns after the mounts are made), as the local executor does with bwrap.
-Exit status comes from `podman wait`; stdout and stderr from `podman logs`.
+Each attempt has a thread of its own that starts the container, waits for it (`podman wait`),
+reads its exit status and logs (`podman logs`) and removes it, so podman's CLI never holds the
+run loop; a container that could not start exits 125 with podman's message as its stderr.
 """
 from __future__ import annotations
 
@@ -216,8 +218,10 @@ def sweep_orphans(podman: str) -> list[str]:
 @dataclass
 class _Attempt:
     name: str
-    waiter: subprocess.Popen
     files: AttemptFiles
+    thread: threading.Thread | None = None
+    killed: str | None = None
+    result: ExitInfo | None = None
 
 
 class ContainerExecutor:
@@ -259,6 +263,8 @@ class ContainerExecutor:
         return check_image(ref, inspect_image(self.podman, ref.name), inspect_image(self.podman, ref.digest))
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
+        """Check the image (a typed refusal raises here, before anything starts), then start and
+        supervise the container on a thread of its own, so podman's CLI never holds the run loop."""
         neid = str(spec["node_execution_id"])
         image_id = self.resolve(str(spec["container_ref"]))
         files.log_dir.mkdir(parents=True, exist_ok=True)
@@ -266,60 +272,70 @@ class ContainerExecutor:
         if files.worker_key is not None and not self.rootless:
             os.chown(files.worker_key, 10001, 10001)  # readable by the container's user only (0600)
         gw = (spec.get("gateway") or {}).get("socket") or IN_SOCKET
-        cname = f"dome-{neid}"
-        argv = container_argv(files, image_id=image_id, name=cname, gateway_path=gw, limits=self.limits,
+        att = _Attempt(f"dome-{neid}", files)
+        argv = container_argv(files, image_id=image_id, name=att.name, gateway_path=gw, limits=self.limits,
                               cpus=cpus_per_worker(self.max_concurrency), user=user, podman=self.podman,
                               runtime=self.runtime, labels={LABEL: neid, "io.dome.run": str(spec["run_id"]),
                                                             OWNER_LABEL: self.owner})
+        att.thread = threading.Thread(target=self._supervise, args=(neid, att, argv), name=f"dome-{neid}",
+                                      daemon=True)
+        with self._lock:
+            self._attempts[neid] = att
+        att.thread.start()
+
+    def _supervise(self, neid: str, att: _Attempt, argv: list[str]) -> None:
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            att.result = self._lifecycle(neid, att, argv)
+        except Exception as exc:  # noqa: BLE001 - reported as the attempt's exit, never lost
+            att.result = ExitInfo(neid, 125, stderr_tail=f"container executor: {type(exc).__name__}: {exc}")
         finally:
-            if files.worker_key is not None:
-                files.worker_key.unlink(missing_ok=True)  # the container holds its bind: the key lives only there
+            _podman(self.podman, None, "rm", "-f", att.name)
+
+    def _lifecycle(self, neid: str, att: _Attempt, argv: list[str]) -> ExitInfo:
+        """run -d, drop the host's key, wait, read the exit and the logs."""
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        finally:
+            if att.files.worker_key is not None:
+                att.files.worker_key.unlink(missing_ok=True)  # the container holds its bind: the key lives only there
         if r.returncode != 0:
-            _podman(self.podman, None, "rm", "-f", cname)
-            raise ContainerUnavailable(f"podman could not start the attempt: {r.stderr.strip()[-500:]}",
-                                       details={"node_execution_id": neid})
-        waiter = subprocess.Popen([self.podman, "wait", cname], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  stdin=subprocess.DEVNULL, text=True)
-        with self._lock:
-            self._attempts[neid] = _Attempt(cname, waiter, files)
-
-    def running(self) -> list[str]:
-        with self._lock:
-            return sorted(self._attempts)
-
-    def _finish(self, neid: str, att: _Attempt) -> ExitInfo:
-        out = (att.waiter.stdout.read() if att.waiter.stdout else "").strip()
+            return ExitInfo(neid, 125, stderr_tail=f"podman could not start the attempt: {r.stderr.strip()[-2000:]}")
+        if att.killed:  # killed while it was starting
+            _podman(self.podman, None, "kill", "--signal", "KILL", att.name, timeout=60)
+        subprocess.run([self.podman, "wait", att.name], capture_output=True, text=True)
         r = _podman(self.podman, None, "inspect", "--format", "{{.State.ExitCode}} {{.State.OOMKilled}}", att.name)
         code_s, _, oom = r.stdout.strip().partition(" ")
         try:
-            rc = int(code_s or out)
+            rc = int(code_s)
         except ValueError:
-            rc = -9
+            rc = 137
         with open(att.files.log_dir / "worker.stdout", "wb") as so, open(att.files.log_dir / "worker.stderr", "wb") as se:
             subprocess.run([self.podman, "logs", att.name], stdout=so, stderr=se, timeout=60)
-        _podman(self.podman, None, "rm", "-f", att.name)
         violations = [{"kind": "memory_limit", "limit_mb": self.limits.memory_mb}] if oom == "true" else []
         try:
             tail = (att.files.log_dir / "worker.stderr").read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace")
         except OSError:
             tail = ""
-        if rc >= 128 + 1 and rc <= 128 + 64:  # killed by a signal (podman reports 128+n)
+        if 128 < rc <= 128 + 64:  # killed by a signal (podman reports 128+n)
             return ExitInfo(neid, None, signal=rc - 128, stderr_tail=tail, violations=violations)
         return ExitInfo(neid, rc, stderr_tail=tail, violations=violations)
 
+    def running(self) -> list[str]:
+        with self._lock:
+            return sorted(self._attempts)
+
     def poll(self) -> list[ExitInfo]:
         with self._lock:
-            done = [(n, a) for n, a in self._attempts.items() if a.waiter.poll() is not None]
+            done = [(n, a) for n, a in self._attempts.items() if a.thread is not None and not a.thread.is_alive()]
             for n, _ in done:
                 del self._attempts[n]
-        return [self._finish(n, a) for n, a in done]
+        return [a.result or ExitInfo(n, 125, stderr_tail="container executor: no result") for n, a in done]
 
     def kill(self, node_execution_id: str, reason: str) -> None:
         with self._lock:
             att = self._attempts.get(node_execution_id)
         if att is not None:
+            att.killed = reason
             _podman(self.podman, None, "kill", "--signal", "KILL", att.name, timeout=60)
 
     def shutdown(self) -> None:
@@ -328,8 +344,6 @@ class ContainerExecutor:
         with self._lock:
             atts = list(self._attempts.values())
         for a in atts:
-            try:
-                a.waiter.wait(30)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                a.waiter.kill()
+            if a.thread is not None:
+                a.thread.join(60)
         self.poll()

@@ -191,3 +191,18 @@ def test_attempt_containers_of_a_killed_coordinator_are_removed(worker_image):
         assert _containers(f"{LABEL}=ne-orphan") == []
     finally:
         subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@needs_podman
+def test_hung_attempt_is_killed_at_its_deadline_and_its_container_removed(worker_image, git_repo, tmp_path):
+    ops = tmp_path / "ops"
+    q = write_queue(tmp_path, git_repo, [cmd_task("stuck", "sleep 1000", timeout_s=6, max_attempts=1)])
+    r = dome_cli("run", str(q), "--ops-root", str(ops), "--executor", "container", "--image", worker_image,
+                 "--json", timeout=300)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["status"] == "failed", r.stdout[-2000:]
+    events = [json.loads(p.read_text()) for p in (ops / "runs" / out["run_id"] / "events").glob("event.*.json")]
+    assert any(e["topic"] == "task.timeout" for e in events), sorted({e["topic"] for e in events})
+    assert _containers(f"io.dome.run={out['run_id']}") == []
