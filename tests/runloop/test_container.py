@@ -18,6 +18,7 @@ import pytest
 from coordinator.executors.base import AttemptFiles, Limits
 from coordinator.executors.container import (ContainerImageMismatch, ContainerImageUnavailable, check_image,
                                              container_argv, image_digests, parse_ref)
+from tests.attacks import attack
 from tests.conftest import REPO_ROOT, dome_cli
 from tests.runloop.conftest import cmd_task, write_queue
 
@@ -37,6 +38,7 @@ def test_pinned_ref_is_parsed_and_unpinned_ones_are_refused():
             parse_ref(bad)
 
 
+@attack("container-image-swap")
 def test_image_whose_name_moved_to_another_digest_is_refused():
     ref = parse_ref(f"localhost/dome-worker:ci@sha256:{A}")
     pinned = {"Id": A, "Digest": f"sha256:{'c' * 64}", "RepoDigests": []}
@@ -96,6 +98,7 @@ def _containers(label: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @needs_podman
+@attack("container-escape")
 def test_queue_runs_in_the_pinned_image_confined_and_is_promoted_and_verified(worker_image, git_repo, tmp_path):
     ops = tmp_path / "ops"
     probe = ("echo uid=$(id -u) > probe.txt; "
@@ -130,6 +133,7 @@ def test_queue_runs_in_the_pinned_image_confined_and_is_promoted_and_verified(wo
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @needs_podman
+@attack("container-image-swap")
 def test_spawn_spec_pinning_another_image_is_refused_before_start(worker_image, git_repo, tmp_path):
     """A work queue pins a digest the image's name no longer points at: each attempt is refused
     with CONTAINER_IMAGE_MISMATCH before any container exists, and the run does not promote."""

@@ -11,6 +11,8 @@ import pytest
 from coordinator.executors.ray_executor import GatewayBindInvalid, parse_bind
 from coordinator.executors.relay import GatewayCertificateMismatch, Relay, pinned_connect
 from coordinator.gateway.tls import TlsFront, fingerprint, make_certificate
+from tests.attacks import attack
+from tests.runloop.test_gateway import gateway  # noqa: F401 - the real gateway fixture
 
 
 def _echo_server(path: Path) -> socket.socket:
@@ -49,6 +51,7 @@ def _through_relay(relay_sock: Path, msg: bytes) -> bytes:
     return got
 
 
+@attack("gateway-impersonation")
 def test_relay_reaches_the_gateway_only_through_its_pinned_certificate(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -95,9 +98,9 @@ def test_gateway_bind_is_host_and_optional_port():
             parse_bind(bad)
 
 
-from tests.runloop.test_gateway import gateway  # noqa: E402,F401 - the real gateway fixture
 
 
+@attack("remote-grant-replay")
 def test_calls_over_tls_are_still_authorised_by_grant_and_proof(gateway, tmp_path):  # noqa: F811
     """Through the TLS front and a node's relay, a granted call with its proof passes; the same token
     without the attempt's key (a stolen grant), or a forged token, is refused by the gateway."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.executors.sandbox import probe_bwrap
+from tests.attacks import attack
 from tests.conftest import REPO_ROOT, dome_cli
 from tests.runloop.conftest import cmd_task, write_queue
 
@@ -149,6 +150,7 @@ def cluster():
 
 
 @pytest.mark.timeout(900)
+@attack("remote-node-reads-coordinator")
 def test_queue_on_a_node_in_another_namespace_is_promoted_and_the_node_sees_no_coordinator_file(
         cluster, git_repo, tmp_path):
     ops = tmp_path / "ops"
