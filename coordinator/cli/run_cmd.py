@@ -49,6 +49,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "coordinator stops renewing it another one may take the run over")
 
 
+def _check_executor_options(args: argparse.Namespace) -> None:
+    """--image and --gateway-bind belong to certain executors; a bind must be one address and port."""
+    from coordinator.executors.ray_executor import GatewayBindInvalid, RayImageInvalid, parse_bind
+
+    if args.gateway_bind is not None:
+        if args.executor != "ray":
+            raise GatewayBindInvalid("--gateway-bind is for --executor ray (workers on other hosts)",
+                                     details={"executor": args.executor})
+        parse_bind(args.gateway_bind)
+    if args.image is not None and args.executor == "local":
+        raise RayImageInvalid("--image is for --executor container or ray", details={"executor": args.executor})
+
+
 def run(args: argparse.Namespace) -> int:
     from coordinator.preflight import prepare
 
@@ -65,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
         prepared = None if args.resume else prepare(args.work_queue, integrate=True)
+        _check_executor_options(args)  # before the ledger or ops/ exist
         from coordinator.keys import load_keyring, load_or_create_signing_key
         from coordinator.runloop.finish import integration_finish
         from coordinator.runloop.loop import RunContext, RunLoop
@@ -98,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             view.close()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)

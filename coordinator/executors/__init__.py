@@ -11,7 +11,9 @@ def make_executor(kind: str, *, sandbox: str = "bwrap", max_concurrency: int = 4
         from .local import LocalExecutor
         return LocalExecutor(sandbox=sandbox, max_concurrency=max_concurrency, limits=limits)
     if gateway_bind is not None and kind != "ray":
-        raise ValueError("--gateway-bind is for --executor ray (workers on other hosts)")
+        from .ray_executor import GatewayBindInvalid
+        raise GatewayBindInvalid("a gateway bind is for the Ray executor (workers on other hosts)",
+                                 details={"executor": kind})
     if kind == "container":
         from .container import ContainerExecutor
         return ContainerExecutor(image=image, sandbox=sandbox, max_concurrency=max_concurrency, limits=limits)

@@ -130,3 +130,23 @@ def test_calls_over_tls_are_still_authorised_by_grant_and_proof(gateway, tmp_pat
     finally:
         relay.stop()
         front.stop()
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["--executor", "local", "--gateway-bind", "127.0.0.1"], "GATEWAY_BIND_INVALID"),
+    (["--executor", "ray", "--gateway-bind", "0.0.0.0"], "GATEWAY_BIND_INVALID"),
+    (["--executor", "ray", "--gateway-bind", "host:port"], "GATEWAY_BIND_INVALID"),
+    (["--executor", "local", "--image", "w@sha256:" + "a" * 64], "RAY_IMAGE_INVALID"),
+])
+def test_executor_options_are_refused_before_anything_is_created(git_repo, tmp_path, argv, code):
+    import json
+
+    from tests.conftest import dome_cli
+    from tests.runloop.conftest import cmd_task, write_queue
+
+    q = write_queue(tmp_path, git_repo, [cmd_task("one", "echo 1 > one.txt")])
+    ops = tmp_path / "ops"
+    r = dome_cli("run", str(q), "--ops-root", str(ops), *argv, "--json", timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["error"]["code"] == code
+    assert not ops.exists()
