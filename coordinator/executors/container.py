@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -53,6 +54,7 @@ WORKER_USER = "10001:10001"
 LABEL = "io.dome.attempt"
 OWNER_LABEL = "io.dome.coordinator"  # "<host>:<pid>" of the coordinator that started the container
 STDERR_TAIL = 4096
+NPROC_RLIMIT = 16384  # the RLIMIT_NPROC backstop (capped at the host's hard limit); the pids cgroup is the limit
 REF = re.compile(r"^(?P<name>[^@\s]+)@sha256:(?P<hex>[0-9a-f]{64})$")
 
 
@@ -117,8 +119,12 @@ def container_argv(files: AttemptFiles, *, image_id: str, name: str, gateway_pat
                    labels: Mapping[str, str] | None = None) -> list[str]:
     """The full `podman run -d` command line of one attempt (pure)."""
     lim = limits
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    nproc = NPROC_RLIMIT if hard == resource.RLIM_INFINITY else min(hard, NPROC_RLIMIT)
+    # the container sees its own cgroups at /sys/fs/cgroup (read-only): the runtime reads its
+    # limit counters there, as it reads /dome/cgroup under bubblewrap
     budget = {"tmp_mb": lim.tmp_mb, "disk_mb": lim.disk_mb, "memory_mb": lim.memory_mb,
-              "max_processes": lim.max_processes, "cgroups": []}
+              "max_processes": lim.max_processes, "cgroups": ["memory", "pids"], "cgroup_root": "/sys/fs/cgroup"}
     a = [podman, *(["--runtime", runtime] if runtime else []), "run", "--detach", "--name", name,
          *[x for k, v in sorted((labels or {}).items()) for x in ("--label", f"{k}={v}")],
          "--network", "none", "--read-only", "--read-only-tmpfs=false",
@@ -127,7 +133,10 @@ def container_argv(files: AttemptFiles, *, image_id: str, name: str, gateway_pat
          "--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m", "--cpus", str(cpus),
          "--ulimit", f"cpu={lim.cpu_seconds}:{lim.cpu_seconds}",
          "--ulimit", f"nofile={lim.max_open_files}:{lim.max_open_files}",
-         "--ulimit", f"nproc={lim.max_processes}:{lim.max_processes}",
+         # processes: the pids cgroup (--pids-limit) bounds the container; RLIMIT_NPROC counts every process
+         # of the uid on the host, so it is only a generous backstop (an attempt's own limit would be hit by
+         # the uid's other containers, and fork failures there leave no trace in the cgroup's counters)
+         "--ulimit", f"nproc={nproc}:{nproc}",
          "--ulimit", f"fsize={lim.max_file_mb * 1024 * 1024}:{lim.max_file_mb * 1024 * 1024}",
          "--ulimit", "core=0:0",
          "--tmpfs", f"/tmp:rw,nosuid,nodev,size={lim.tmp_mb}m,mode=1777",

@@ -60,6 +60,7 @@ def test_container_command_line_confines_like_the_sandbox(tmp_path):
     joined = " ".join(argv)
     for flag in ("--network none", "--read-only", "--cap-drop ALL", "--security-opt no-new-privileges",
                  "--user 10001:10001", "--pids-limit 64", "--memory 512m", "--memory-swap 512m",
+                 '"cgroup_root": "/sys/fs/cgroup"',
                  "--ulimit cpu=30:30", "/tmp:rw,nosuid,nodev,size=32m", "/dome/scratch:rw,nosuid,nodev,size=64m",
                  f"{tmp_path}/base.git:/dome/base.git:ro", f"{tmp_path}/gw.sock:/dome/gateway.sock",
                  f"{tmp_path}/worker.key:/dome/worker.key:ro"):
@@ -210,3 +211,39 @@ def test_hung_attempt_is_killed_at_its_deadline_and_its_container_removed(worker
     events = [json.loads(p.read_text()) for p in (ops / "runs" / out["run_id"] / "events").glob("event.*.json")]
     assert any(e["topic"] == "task.timeout" for e in events), sorted({e["topic"] for e in events})
     assert _containers(f"io.dome.run={out['run_id']}") == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@needs_podman
+@attack("sandbox-exhaustion")
+def test_limits_hit_in_a_container_fail_the_attempt_with_sandbox_violation(worker_image, git_repo, ops_root,
+                                                                          ledger_env, tmp_path):
+    """Filling /tmp and the scratch past their caps, a fork bomb and a memory hog, each in an action that
+    exits 0 in its container: every one fails SANDBOX_VIOLATION; an honest task under the same limits succeeds."""
+    from coordinator.executors.container import ContainerExecutor
+    from tests.runloop.conftest import run_queue
+    from tests.runloop.test_sandbox_limits import _ended, _violation
+
+    from coordinator import runstate as rs
+
+    limits = {"memory_mb": 512, "tmp_mb": 32, "disk_mb": 32, "max_processes": 48}
+    fill = "dd if=/dev/zero of={} bs=1M count=96 2>&1; echo dd=$?; true"
+    tasks = [cmd_task("fill-tmp", fill.format('"$TMPDIR/big"'), outputs=(), max_attempts=1),
+             cmd_task("fill-scratch", fill.format("big.bin"), outputs=(), max_attempts=1),
+             cmd_task("fork-bomb", "i=0; while [ $i -lt 200 ]; do (sleep 5 &) 2>/dev/null; i=$((i+1)); done; "
+                                   "echo done", outputs=(), max_attempts=1, timeout_s=60),
+             cmd_task("memory-hog", "python3 -c \"b = b'x' * (768 << 20); print(len(b))\"; true", outputs=(),
+                      max_attempts=1),
+             cmd_task("honest", "head -c 1048576 /dev/zero > small.bin", max_attempts=1)]
+    q = write_queue(tmp_path, git_repo, tasks, limits=limits,
+                    scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
+    ex = ContainerExecutor(image=worker_image, max_concurrency=2, limits=Limits.from_work_queue(limits))
+    _, out = run_queue(q, ops_root, ledger_env, sandbox="bwrap", executor=ex, executor_kind="container")
+    ev = ledger_env[0].events(out.run_id)
+    assert "tmp_limit" in _violation(ev, "fill-tmp")
+    assert "disk_limit" in _violation(ev, "fill-scratch")
+    assert "process_limit" in _violation(ev, "fork-bomb")
+    assert "memory_limit" in _violation(ev, "memory-hog")
+    honest = _ended(ev, "honest")
+    assert honest.topic == rs.TASK_COMPLETED and honest.payload["outcome"] == "succeeded", honest.payload
