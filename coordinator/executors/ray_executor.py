@@ -12,8 +12,11 @@ dies with it (PR_SET_PDEATHSIG and --die-with-parent).
 Two modes:
 
 - one host (no `gateway_bind`): the task runs the LocalExecutor's command
-  line, with the attempt's files and the gateway's Unix socket on the
-  coordinator's file system; the Ray nodes must share it.
+  line, with the attempt's files, the gateway's Unix socket and (for
+  `agent` workers) the egress gate's socket in the coordinator's temporary
+  directory. Every attempt is therefore pinned to the coordinator's own Ray
+  node (a hard node-affinity strategy): on a multi-host cluster it waits
+  for that node rather than starting where the sockets do not exist.
 - across hosts (`gateway_bind="HOST:PORT"`, `dome run --gateway-bind`): the
   coordinator serves the gateway over TCP with TLS on HOST (certificate made
   at run start). Nothing is shared on disk: the task carries the SpawnSpec,
@@ -24,7 +27,8 @@ Two modes:
   certificate, builds the bubblewrap command line for that node and runs
   it. Artifacts and proposals go back only through the gateway; the
   directory is removed when the attempt ends. The ledger and the signing
-  keys never leave the coordinator.
+  keys never leave the coordinator. The egress gate is not served to other
+  hosts: an `agent` attempt is refused at dispatch in this mode.
 
 With `image` (`dome run --executor ray --image NAME@sha256:...`, across hosts
 only) each task asks Ray's container runtime environment (`image_uri`) for
@@ -43,7 +47,7 @@ from typing import Any, Mapping
 from registry.errors import DomeError
 
 from .base import AttemptFiles, ExitInfo, Limits, SandboxUnavailable
-from .sandbox import bwrap_argv, direct_argv, direct_env, probe_bwrap
+from .sandbox import bwrap_argv, direct_argv, direct_env, require_bwrap
 
 GPU_IMAGE = re.compile(r"(cuda|gpu)", re.IGNORECASE)
 NODE_DIR_PREFIX = "dome-node-"
@@ -236,11 +240,7 @@ class RayExecutor:
             raise SandboxUnavailable("workers on other hosts run only in the bubblewrap sandbox",
                                      details={"sandbox": sandbox})
         if sandbox == "bwrap":
-            ok, info = probe_bwrap()
-            if not ok:
-                raise SandboxUnavailable(f"no sandbox available: {info}", details={"reason": info},
-                                         hints=SandboxUnavailable.hints_default)
-            self.bwrap = info
+            self.bwrap = require_bwrap()
         self.sandbox = sandbox
         self.max_concurrency = max_concurrency
         self.limits = limits or Limits()
@@ -278,6 +278,9 @@ class RayExecutor:
                 raise RayUnavailable(f"cannot join the Ray cluster: {str(exc)[:500]}",
                                      details={"address": os.environ.get("RAY_ADDRESS", "")}) from None
         self._ray = ray
+        self.node_id = ray.get_runtime_context().get_node_id()  # the coordinator's host: where the sockets are
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        self._strategy = NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False)
         self._remote = ray.remote(max_retries=0)(_attempt)
         self._remote_node = ray.remote(max_retries=0)(_remote_attempt)
         self._refs: dict[str, Any] = {}
@@ -313,6 +316,9 @@ class RayExecutor:
         if self.gateway_bind is not None:
             if self._gateway is None:
                 raise RayUnavailable("the TLS gateway for remote workers is not running")
+            if files.egress_socket is not None:
+                raise RayUnavailable("agent attempts need the egress gate, which is not served to other hosts: "
+                                     "run them without --gateway-bind", details={"node_id": spec["node_id"]})
             blobs = {"spawn.json": files.spawn_json.read_bytes(), "coordinator.pub": files.coordinator_pub.read_bytes()}
             if files.task_json is not None:
                 blobs["task.json"] = files.task_json.read_bytes()
@@ -326,7 +332,8 @@ class RayExecutor:
                 argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cpus=1), {}  # num_cpus=1 each
             else:
                 argv, env = direct_argv(files), direct_env(files, cpus=1)
-            ref = self._remote.options(**opts).remote(argv, env, str(files.log_dir), lim)
+            ref = self._remote.options(**opts, scheduling_strategy=self._strategy).remote(
+                argv, env, str(files.log_dir), lim)
         with self._lock:
             self._refs[spec["node_execution_id"]] = ref
             self._files[spec["node_execution_id"]] = files
