@@ -75,12 +75,9 @@ class CanvasDriver:
     # -- the ledger ------------------------------------------------------------
     @property
     def ledger(self) -> Any:
+        """The run's ledger through the loop's writer (lease-fenced; the live view hears each record)."""
         from .writer import WriterLedger
-        led = WriterLedger(self.loop.writer)
-        if self.loop.ctx.view is not None:
-            from .finish import ObservedLedger
-            return ObservedLedger(led, self.loop.ctx.view)
-        return led
+        return WriterLedger(self.loop.writer)
 
     def on_record(self, rec: Any) -> None:
         self.facts = fold_canvas(self.facts, rec.topic, rec.payload or {})
@@ -319,6 +316,9 @@ class CanvasDriver:
         assert self.stacker is not None and self.canvas is not None and self.emit is not None
         self._validate()
         state = self.stacker.state
+        for origin_id in rv.settled_without_change(self.rfacts):
+            state.why_blocked[origin_id] = {"state": "resolved", "by": None,
+                                            "reason": "its resolver found nothing left to do on the head"}
         included = list(self.canvas.included)
         digests = {l.proposal_id: l.diff_digest for l in state.layers}
         atom = {pid: str(c.proposal.get("atomicity", "atomic_proposal")) for pid, c in self.checked.items()}
