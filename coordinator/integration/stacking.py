@@ -15,18 +15,18 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from coordinator.canvas import Attempt, Canvas, Checkpoint
 from registry import diffs
 from registry.canonical import digest_bytes, digest_json
 from registry.diffs import DiffError, ParsedDiff
 
+from .canvas import Attempt, Canvas, Checkpoint
 from .planning import (ConflictDecision, OverlapIndex, StackPlan, bisect_culprit, conflict_fingerprint,
                        decide_conflict)
 from .policy import IntegrationPolicy
 from .validation import suite_name
 from .proposals import CheckedProposal
 
-Emit = Callable[[str, dict[str, Any]], None]
+Emit = Callable[[str, dict[str, Any]], Any]  # what it returns (the signed artifact) is not needed here
 Validator = Callable[[Checkpoint, Mapping[str, Any]], dict[str, Any]]
 ResolverHook = Callable[[dict[str, Any]], Any]
 

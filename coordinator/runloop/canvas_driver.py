@@ -20,11 +20,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from coordinator.canvas import Canvas
+from coordinator.integration.canvas import Canvas
 from coordinator.integration.evidence import T_PLAN, T_SELECTION
-from coordinator.integration.finish import (Emitter, FinishContext, _record_inputs, _suites, _verify_proposals,
+from coordinator.integration.finish import (FinishContext, _record_inputs, _suites, _verify_proposals,
                                             export_promotion, finish_recorded_promotion, gate_and_promote,
-                                            integration_records, records_of, recorded_result, run_dir)
+                                            recorded_result)
+from coordinator.integration.recorder import Emitter, integration_records, records_of, run_dir
 from coordinator.integration.planning import Candidate, final_plan, plan_stack
 from coordinator.integration.stacking import Stacker
 from coordinator.integration.validation import SuiteRunner, suite_name

@@ -3,13 +3,19 @@
 `integration_finish(fc)` hands the run's accepted proposals (one winner per
 node) to `coordinator.integration.finish.finish_run` and maps its result onto
 the run's final status: promoted, or blocked (missing links named; a run
-held at a human gate is blocked until `dome promote --consent`).
+held at a human gate is blocked until `dome promote --consent`). A partial run (`if_tasks_fail: promote_rest`,
+see `partial.py`) hands over only the succeeded tasks' proposals, and the
+tasks not landed are recorded with integration's inputs for the gate to name.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .loop import FinishedRun
+from .partial import decide
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 
 def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
@@ -65,6 +71,7 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
     if fc.canvas is not None:  # integrated during the run: the driver completes what is left
         return fc.canvas.finish(fc)
     task_meta, critical = task_meta_of(fc.work_queue.graph)
+    partial = decide(fc.node_status, fc.work_queue.if_tasks_fail)
 
     ledger, validator = fc.ledger, None
     if fc.view is not None:  # the person watching sees each integration step as it happens
@@ -77,7 +84,8 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
         validator=validator,
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
         seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
-        policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical))
+        policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical,
+        tasks_not_landed=partial.record().get("tasks_not_landed", ())))
     return outcome_of(fc, res)
 
 
@@ -107,7 +115,7 @@ class ObservedLedger:
     appends (integration writes to the ledger directly, not through the run
     loop's writer). Everything else is the ledger itself."""
 
-    def __init__(self, ledger: Any, view: Any) -> None:
+    def __init__(self, ledger: Ledger, view: Any) -> None:
         self._ledger, self._view = ledger, view
 
     def __getattr__(self, name: str) -> Any:
