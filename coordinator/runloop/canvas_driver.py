@@ -318,6 +318,9 @@ class CanvasDriver:
         assert self.stacker is not None and self.canvas is not None and self.emit is not None
         self._validate()
         state = self.stacker.state
+        for origin_id in rv.settled_without_change(self.rfacts):
+            state.why_blocked[origin_id] = {"state": "resolved", "by": None,
+                                            "reason": "its resolver found nothing left to do on the head"}
         included = list(self.canvas.included)
         digests = {l.proposal_id: l.diff_digest for l in state.layers}
         atom = {pid: str(c.proposal.get("atomicity", "atomic_proposal")) for pid, c in self.checked.items()}

@@ -25,9 +25,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +53,7 @@ from .contracts import FinishedRun, RunContext, RunOutcome, default_finish
 from .manifest import (RunError, RunNotFound, egress_terms, environment, host_container_ref,
                        new_run_id, node_seed, registry_ref, utc_stamp)
 from .lease import LeaseKeeper
+from .signals import install_cancel_signals, restore_signals
 from .writer import LedgerWriter, WriterLedger
 
 TASK_BASE_DERIVED = "task.base_derived"
@@ -515,7 +514,7 @@ class RunLoop:
     def _drive(self) -> RunOutcome:
         assert self.lease is not None
         self._prepare()
-        old_handlers = self._install_signals()
+        old_handlers = install_cancel_signals(self.cancel)
         from .canvas_driver import driver_for
         self.canvas = driver_for(self)
         try:
@@ -545,7 +544,7 @@ class RunLoop:
                 if not launched:
                     self.writer.wait(TICK_S)
         finally:
-            self._restore_signals(old_handlers)
+            restore_signals(old_handlers)
             self.executor.shutdown()
             if self.canvas is not None:
                 self.canvas.close()
@@ -555,18 +554,6 @@ class RunLoop:
                 self.tls_front.stop()
             if self.egress_gate is not None:
                 self.egress_gate.stop()
-
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        old = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, lambda s, f: self.cancel(f"signal {signal.Signals(s).name}"))
-        return old
-
-    def _restore_signals(self, old: dict[int, Any]) -> None:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
     def _cancel_all(self) -> RunOutcome:
         for neid in list(self.live):
