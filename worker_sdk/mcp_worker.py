@@ -62,9 +62,25 @@ def _probe_close_session(arguments: dict[str, Any]) -> dict[str, Any]:
                                             "artifact_dir_deleted": False}}
 
 
+_RESOLVED: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {}
+
+
 def _resolve(ref: str) -> Callable[..., Any]:
     module, _, func = ref.partition(":")
     return getattr(importlib.import_module(module), func)
+
+
+def _tool_function(ref: str) -> tuple[Callable[..., Any], frozenset[str]]:
+    """(function, its parameter names), looked up once per tool: not on every call."""
+    hit = _RESOLVED.get(ref)
+    if hit is None:
+        fn = _resolve(ref)
+        try:
+            params = frozenset(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            params = frozenset()
+        hit = _RESOLVED[ref] = (fn, params)
+    return hit
 
 
 def _engine_versions() -> dict[str, str]:
@@ -106,6 +122,7 @@ def build_server():  # -> mcp.server.lowlevel.Server
     from mcp.server.lowlevel import Server
 
     from registry.errors import DomeError
+    from registry.provenance import stamp
     from worker_sdk.cancel import Cancelled, CancellationToken
 
     tools = dict(TOOLS)
@@ -142,7 +159,7 @@ def build_server():  # -> mcp.server.lowlevel.Server
             return error_result({"code": "UNKNOWN_TOOL", "message": f"worker has no tool {name}", "details": {},
                                  "hints": [], "retry": "none"})
         try:
-            fn = _resolve(ref)
+            fn, sig = _tool_function(ref)
         except ImportError as exc:
             return error_result({"code": "TOOL_UNAVAILABLE", "message": f"{name} is not installed in this worker "
                                  f"({type(exc).__name__}: {getattr(exc, 'name', '') or exc})", "details": {},
@@ -153,10 +170,6 @@ def build_server():  # -> mcp.server.lowlevel.Server
         progress = _Progress()
         stopped = threading.Event()
         running[job_id] = stopped
-        try:
-            sig = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            sig = {}
         kwargs: dict[str, Any] = {}
         if "token" in sig:
             kwargs["token"] = token
@@ -219,7 +232,6 @@ def build_server():  # -> mcp.server.lowlevel.Server
         if not isinstance(result, dict):
             return error_result({"code": "ENGINE_ERROR", "message": f"{name} returned {type(result).__name__}",
                                  "details": {}, "hints": [], "retry": "none"})
-        from registry.provenance import stamp
         return ok_result(stamp(result, args, tool=name, engine_versions=_engine_versions()))
 
     return Server("dome-worker", version="1", on_list_tools=list_tools, on_call_tool=call_tool)

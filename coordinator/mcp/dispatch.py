@@ -249,10 +249,13 @@ class ToolHost:
                 meta["dome/job_id"] = ctx.job_id
             if notes:
                 meta["dome/normalized"] = notes
-            structured = render.bound_structured(structured, self.state_dir / "artifacts")
+            whole = render.as_json_text(structured)
+            structured = render.bound_structured(structured, self.state_dir / "artifacts", text=whole)
             text = render.json_text(spec.contract_id, structured) if render_mode == "json" else \
                 render.porcelain(spec.name, structured, notes=notes)
-            extra = ctx.content + artifacts.content_for(self.ops_root, structured)
+            # an artifact reference is an object with a media_type: most results have none to walk for
+            extra = ctx.content + (artifacts.content_for(self.ops_root, structured)
+                                   if '"media_type"' in whole else [])
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
             self.telemetry.success()
             return CallResult(structured, False, text, meta, extra)

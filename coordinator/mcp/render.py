@@ -28,8 +28,11 @@ MAX_STRUCTURED_BYTES = 256 * 1024
 PROVENANCE_KEYS = ("inputs_hash", "outputs_hash", "seed", "run_id")
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+
+
 def _compact(value: Any) -> str:
-    return json.dumps(value, sort_keys=False, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _COMPACT(value)
 
 
 def _clip(line: str) -> str:
@@ -91,8 +94,11 @@ def _bound(lines: list[str]) -> str:
     return "\n".join(lines)
 
 
+_JSON_TEXT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def as_json_text(result: Mapping[str, Any]) -> str:
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    return _JSON_TEXT(result)
 
 
 # Contracts whose engine has one serialization of its own: render=json gives exactly those bytes.
@@ -108,9 +114,12 @@ def json_text(contract_id: str, result: Mapping[str, Any]) -> str:
     return json.dumps(result, separators=(",", ":"), **style)
 
 
-def bound_structured(result: dict[str, Any], artifact_dir: Path | None) -> dict[str, Any]:
-    """Cut an oversized result down to MAX_STRUCTURED_BYTES, keeping the whole in an artifact."""
-    raw = as_json_text(result).encode()
+def bound_structured(result: dict[str, Any], artifact_dir: Path | None, *,
+                     text: str | None = None) -> dict[str, Any]:
+    """Cut an oversized result down to MAX_STRUCTURED_BYTES, keeping the whole in an artifact.
+
+    `text`: as_json_text(result), when the caller has it already."""
+    raw = (as_json_text(result) if text is None else text).encode()
     if len(raw) <= MAX_STRUCTURED_BYTES:
         return result
     artifact = None

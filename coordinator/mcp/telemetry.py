@@ -1,4 +1,9 @@
-"""Health and telemetry of the host, and the append-only JSONL event file."""
+"""Health and telemetry of the host, and the append-only JSONL event file.
+
+Per-call events are buffered and reach the file at most FLUSH_S after they
+happened (or when the host stops): a small tool call pays no file I/O.
+Faults, restarts and lifecycle changes are written through at once.
+"""
 from __future__ import annotations
 
 import json
@@ -11,6 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .faults import Fault
+
+FLUSH_S = 1.0  # the longest a per-call event waits in the buffer
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 @dataclass
@@ -49,17 +59,22 @@ class Telemetry:
     last_fault: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _fh: Any = None
+    _flushed: float = 0.0
 
-    def _emit(self, event: dict[str, Any]) -> None:
+    def _emit(self, event: dict[str, Any], *, buffered: bool = False) -> None:
         if self.path is None:
             return
         with self._lock:
             try:
                 if self._fh is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._fh = open(self.path, "a", buffering=1, encoding="utf-8")
+                    self._fh = open(self.path, "a", buffering=64 * 1024, encoding="utf-8")
                 event = {"ts": round(time.time(), 6), "pid": os.getpid(), **event}
-                self._fh.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
+                self._fh.write(_ENCODE(event) + "\n")
+                now = time.monotonic()
+                if not buffered or now - self._flushed >= FLUSH_S:
+                    self._fh.flush()
+                    self._flushed = now
             except OSError as exc:  # an unwritable ops root must not break the tools; say so once
                 print(f"dome mcp: telemetry file disabled ({self.path}: {exc})", file=sys.stderr)
                 self.path = None
@@ -84,7 +99,7 @@ class Telemetry:
             stats.last_error = short
             self.last_method_error = {"tool": tool, **short}
         self._emit({"event": "call", "tool": tool, "ok": ok, "ms": round(ms, 3), "retries": retries,
-                    "code": (error or {}).get("code"), "category": (error or {}).get("category")})
+                    "code": (error or {}).get("code"), "category": (error or {}).get("category")}, buffered=True)
 
     def fault(self, fault: Fault, *, tool: str | None, restarted: bool) -> None:
         obj = {"tool": tool, "code": fault.code, "category": fault.category.value, "message": fault.message,
