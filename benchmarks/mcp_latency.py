@@ -108,11 +108,11 @@ def pct(xs: list[float], q: float) -> float:
 
 def validation_times(n: int = 20000) -> tuple[float, float]:
     from coordinator.mcp.catalog import default_specs
-    from coordinator.mcp.validation import CompiledTool
+    from coordinator.toolcore import InputSchema
     from registry import schema_store
 
     spec = default_specs(include_test=False)["evaluate"]
-    tool = CompiledTool(spec)
+    tool = InputSchema(spec.name, spec.input_schema, spec.contract_id)
     req = {"layout": "/data/iccad13/M1_test1.glp", "report_level": "detailed", "fill": "lithobench"} \
         if "fill" in spec.fields else {"layout": "/data/iccad13/M1_test1.glp", "report_level": "detailed"}
     tool.validate(req)

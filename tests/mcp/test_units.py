@@ -10,11 +10,15 @@ from registry.errors import DomeError
 from coordinator.mcp import render
 from coordinator.mcp.catalog import default_specs
 from coordinator.mcp.consent import ConsentBook
-from coordinator.mcp.faults import Fault, FaultCategory, ToolInputError
+from coordinator.mcp.faults import Fault, FaultCategory
 from coordinator.mcp.normalization import ToolNames, normalize_arguments
-from coordinator.mcp.validation import CompiledTool
+from coordinator.toolcore import InputSchema, ToolInputError
 
 SPECS = default_specs(include_test=False)
+
+
+def CompiledTool(spec):  # noqa: N802 - the front door compiles each tool's schema this way (ToolHost.compiled)
+    return InputSchema(spec.name, spec.input_schema, spec.contract_id)
 
 
 def test_tool_name_aliases_and_spellings():
@@ -88,7 +92,7 @@ def test_relative_paths_are_refused_not_resolved_against_the_host_folder(tmp_pat
     assert str(tmp_path) not in str(e.value.to_object())
     with pytest.raises(DomeError) as e:
         normalize_arguments(SPECS["evaluate"], {"layout": "./chip.glp"})
-    assert e.value.code == "SCHEMA_VALIDATION_ERROR" and e.value.details["field"] == "layout"
+    assert e.value.code == "INVALID_REQUEST" and e.value.details["field"] == "layout"
 
 
 def test_porcelain_is_bounded_and_summary_first():
