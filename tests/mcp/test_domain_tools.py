@@ -37,11 +37,16 @@ def _gds(path):
     ly.write(str(path))
 
 
-async def test_klayout_session_survives_worker_crash(tmp_path):
+def _klayout_host(tmp_path):
+    """A host whose worker may read tmp_path, with a two-bar layout there: (host, layout path)."""
     gds = tmp_path / "two_bars.gds"
     _gds(gds)
-    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path),
-                     KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp_path / "artifacts"))
+    return make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path),
+                     KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp_path / "artifacts")), gds
+
+
+async def test_klayout_session_survives_worker_crash(tmp_path):
+    host, gds = _klayout_host(tmp_path)
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         opened = await client.call_tool("open_layout", {"path": f"file://{gds}"})
         assert not opened.is_error, opened.content[0].text
@@ -161,3 +166,25 @@ async def test_evaluate_sends_progress(tmp_path, iccad13):
     values = [p for p, _ in seen]
     assert len(values) >= 3 and all(b > a for a, b in zip(values, values[1:])), seen
     assert any("simulating" in (m or "") for _, m in seen)
+
+
+async def test_klayout_results_carry_the_standard_provenance_block(tmp_path):
+    """Inside the result, not only in _meta: seed, engine versions, input and output hashes, revision."""
+    from registry.canonical import digest_json
+    from registry.provenance import STANDARD_KEYS
+
+    host, gds = _klayout_host(tmp_path)
+    async with connect("inproc", "legacy", tmp_path, host=host) as client:
+        opened = await client.call_tool("open_layout", {"path": str(gds)})
+        sid = opened.structured_content["session_id"]
+        box = {"left": 0, "bottom": 0, "right": 20, "top": 10}
+        for tool, args in (("open_layout", {"path": str(gds)}), ("list_layers", {"session_id": sid}),
+                           ("query_region", {"session_id": sid, "box": box})):
+            res = await client.call_tool(tool, args)
+            assert not res.is_error, res.content[0].text
+            sc = res.structured_content
+            prov = sc["provenance"]
+            assert set(STANDARD_KEYS) <= set(prov) and prov["tool"] == tool
+            assert "klayout" in prov["engine_versions"] and prov["revision_id"] is None
+            assert prov["outputs_hash"] == digest_json({k: v for k, v in sc.items() if k != "provenance"})
+            assert res.meta["dome/provenance"]["outputs_hash"] == prov["outputs_hash"]
