@@ -11,7 +11,11 @@
    beside the generic registry.schema_store.validate of the same request.
 4. query_region on a small layout: the KLayout API called directly in this process,
    beside the same request through `dome mcp` over stdio (host + worker), interleaved
-   in rounds so machine load hits both alike.
+   in rounds so machine load hits both alike; then the front door again with the
+   worker's direct lane off (DOME_MCP_DIRECT=0: MCP on the host-worker hop too). CPU
+   time per call (user + system, host and worker together) is printed beside the
+   wall-clock figures: it does not count waiting for a core, so it is the steadier
+   figure on a loaded machine.
 
 Targets: cold start <= 300 ms, trivial call p50 <= 2 ms, validation <= 0.1 ms,
 query_region through the front door <= 2 x direct + 2 ms.
@@ -242,6 +246,10 @@ def main() -> int:
                 "call_p50_ms_minimal_sdk": pct(base, 0.5) * 1e3, "call_p99_ms_minimal_sdk": pct(base, 0.99) * 1e3})
     q_cpu: dict[str, float] = {}
     q_direct, q_door = query_region_overhead(tmp, env, a.calls, cpu=q_cpu)
+    mcp_cpu: dict[str, float] = {}  # the same calls with the worker's direct lane off (MCP on both hops)
+    _, q_mcp = query_region_overhead(tmp, {**env, "DOME_MCP_DIRECT": "0"}, a.calls, cpu=mcp_cpu)
+    res.update({"query_region_p50_ms_front_door_mcp_only": pct(q_mcp, 0.5) * 1e3,
+                "query_region_cpu_ms_front_door_mcp_only": mcp_cpu["front_door"] * 1e3})
     res.update({"query_region_cpu_ms_direct": q_cpu["direct"] * 1e3,
                 "query_region_cpu_ms_front_door": q_cpu["front_door"] * 1e3,
                 "query_region_p50_ms_direct": pct(q_direct, 0.5) * 1e3,
@@ -269,6 +277,8 @@ def main() -> int:
           f"p90 {res['query_region_p90_ms_front_door']:6.2f} ms   target <= {res['query_region_target_ms']:.2f}")
     print(f"  CPU per call: direct {res['query_region_cpu_ms_direct']:.2f} ms, "
           f"front door (host + worker) {res['query_region_cpu_ms_front_door']:.2f} ms")
+    print(f"  direct lane off (DOME_MCP_DIRECT=0) p50 {res['query_region_p50_ms_front_door_mcp_only']:6.2f} ms, "
+          f"CPU per call {res['query_region_cpu_ms_front_door_mcp_only']:.2f} ms")
     print("input validation (evaluate request):")
     print(f"  dome compiled closed schema {res['validation_ms_dome'] * 1e3:8.1f} us   target <= 100")
     print(f"  generic jsonschema validate {res['validation_ms_generic_jsonschema'] * 1e3:8.1f} us")
