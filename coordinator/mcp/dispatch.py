@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 
 from registry.errors import DomeError
-from registry.provenance import stamp
+from registry.provenance import stamp, standard_block
 
 from . import artifacts, render
 from .catalog import Replay, ToolSpec, default_specs, specs_from_flat_contract
@@ -475,6 +475,10 @@ class ToolHost:
                     pin.queries.append({k: v for k, v in args.items() if k != "session_id"})
             if result.get("session_id") == pin.worker_id:
                 result = {**result, "session_id": public_sid}
+                prov = result.get("provenance")
+                if isinstance(prov, dict) and "outputs_hash" in prov:  # the hashes cover the public id
+                    result["provenance"] = {**prov, **standard_block(
+                        result, args, tool=spec.name, engine_versions=prov.get("engine_versions"))}
             if spec.name == "close_session":
                 self.sessions.pop(public_sid, None)
             return result
