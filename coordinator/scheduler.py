@@ -43,7 +43,7 @@ from typing import Any, Mapping
 from registry.canonical import digest_json
 
 from .runstate import RunState
-from .workqueue import Graph, Node
+from .workgraph import Graph, Node
 
 DECISION_KIND = "dome.scheduling_decision/v1"
 # error codes that the same attempt would hit again: never retried, never duplicated

@@ -16,6 +16,12 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Iterable
 
 MAX_FRAME = 64 * 1024 * 1024
+# The MCP worker's direct lane: a frame starting with this is not JSON-RPC (the SDK never sees it)
+DIRECT_PREFIX = b'{"dome_direct":'
+# the worker's short, bounded reads: run on its event loop, and over the direct lane when the host
+# needs no job, progress or cancellation for them
+DIRECT_TOOLS = frozenset({"list_cells", "describe_cell", "list_layers", "query_region", "measure_geometry",
+                          "analyze_waveguide", "set_view", "close_session", "test_echo"})
 
 
 @asynccontextmanager

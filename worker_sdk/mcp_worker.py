@@ -30,6 +30,8 @@ import time
 import traceback
 from typing import Any, Callable
 
+from registry.mcp_pipes import DIRECT_PREFIX, DIRECT_TOOLS
+
 TEST_TOOLS_ENV = "DOME_MCP_TEST_TOOLS"
 
 # tool name -> "module:function" (imported on first use; the worker starts fast)
@@ -43,11 +45,9 @@ TOOLS: dict[str, str] = {
         "extract_markers")},
     "dome_session_restore": "worker_sdk.klayout_tools.api:restore_session",
 }
-DIRECT_PREFIX = b'{"dome_direct":'  # a frame of the direct lane (run_direct), never JSON-RPC
 # short, bounded reads served on the worker's event loop itself (no thread hop); the host sends
-# these over the direct lane when it needs no job, progress or cancellation for them
-INLINE = frozenset({"list_cells", "describe_cell", "list_layers", "query_region", "measure_geometry",
-                    "analyze_waveguide", "set_view", "close_session", "test_echo"})
+# these over the direct lane (run_direct) when it needs no job, progress or cancellation for them
+INLINE = DIRECT_TOOLS
 TEST_TOOLS: dict[str, str] = {name: f"worker_sdk.testing.mcp_tools:{name}" for name in (
     "test_echo", "test_slow", "test_crash_convergent", "test_crash_probe", "test_crash_never", "test_noisy",
     "test_session_open", "test_session_read", "test_crash_now")}

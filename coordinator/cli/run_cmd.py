@@ -1,7 +1,8 @@
 """`dome run WORK_QUEUE` and `dome run --resume RUN_ID`.
 
 Exit codes: 0 completed or promoted, 2 bad input (work queue, arguments),
-3 internal failure or no sandbox, 4 blocked, 5 failed, 6 cancelled.
+3 internal failure or no sandbox, 4 blocked, 5 failed, 6 cancelled,
+7 promoted partially (`if_tasks_fail: promote_rest`: the rest landed, some tasks did not).
 With --json, stdout carries exactly one JSON object:
 {run_id, status, head, promoted_ref, ops_path, counts, awaiting_consent,
 consent_token_file, why} (awaiting_consent and consent_token_file say a run
@@ -22,6 +23,7 @@ from coordinator.workqueue import WorkQueueError
 from .main import add_common_arguments
 
 STATUS_EXIT = {"completed": 0, "promoted": 0, "blocked": 4, "failed": 5, "cancelled": 6}
+EXIT_PARTIAL = 7
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,4 +102,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n".join(why["verdict"]))
         print(f"  ledger: {outcome.ops_path}   next: dome report {outcome.run_id} --html report.html")
+    if outcome.status == "promoted" and why.get("partial"):
+        return EXIT_PARTIAL  # a script that checks for 0 never takes a partial promotion for a whole one
     return STATUS_EXIT.get(outcome.status, 3)

@@ -46,6 +46,9 @@ def render_text(rep) -> list[str]:
     lines = [f"run {rep.run_id}: {'VALID' if rep.valid else 'INVALID'}"]
     if rep.head_ref and rep.outcome == "promoted":
         lines.append(f"  promoted head {rep.head_ref} -> {rep.to_ref}")
+        if rep.tasks_not_landed:
+            lines.append("  partial: promoted without " + ", ".join(
+                f"{t.get('node_id')} ({t.get('status')})" for t in rep.tasks_not_landed))
     elif rep.outcome:
         lines.append(f"  the run is {rep.outcome} (not promoted)")
     lines.append(f"  {sum(c.ok for c in rep.checks)}/{len(rep.checks)} checks passed")

@@ -8,8 +8,12 @@ status: results travel through the gateway, never through Ray's object
 store. `kill` is `ray.cancel(force=True)`, which kills the Ray worker
 process; the sandbox dies with it (PR_SET_PDEATHSIG and --die-with-parent).
 
-Scope today: the gateway is a Unix socket, so Ray nodes must share the
-coordinator's filesystem (a local Ray, or one host); a TCP gateway for
+Scope today: the gateway and the egress gate (model calls of `agent`
+workers) are Unix sockets in the coordinator's temporary directory, bound
+into the sandbox exactly as the LocalExecutor binds them. Every attempt is
+therefore pinned to the coordinator's own Ray node (a hard node-affinity
+strategy): on a multi-host cluster an attempt waits for that node rather
+than starting on a host where the sockets do not exist. A TCP gateway for
 multi-host clusters is future work.
 """
 from __future__ import annotations
@@ -20,8 +24,8 @@ import re
 import threading
 from typing import Any, Mapping
 
-from .base import AttemptFiles, ExitInfo, Limits, SandboxUnavailable
-from .sandbox import bwrap_argv, direct_argv, direct_env, probe_bwrap
+from .base import AttemptFiles, ExitInfo, Limits
+from .sandbox import bwrap_argv, direct_argv, direct_env, require_bwrap
 
 GPU_IMAGE = re.compile(r"(cuda|gpu)", re.IGNORECASE)
 
@@ -56,11 +60,7 @@ class RayExecutor:
         import ray
 
         if sandbox == "bwrap":
-            ok, info = probe_bwrap()
-            if not ok:
-                raise SandboxUnavailable(f"no sandbox available: {info}", details={"reason": info},
-                                         hints=SandboxUnavailable.hints_default)
-            self.bwrap = info
+            self.bwrap = require_bwrap()
         self.sandbox = sandbox
         self.max_concurrency = max_concurrency
         self.limits = limits or Limits()
@@ -71,6 +71,9 @@ class RayExecutor:
                 ray.init(**(dict(ray_init) if ray_init else {"num_cpus": max_concurrency, "include_dashboard": False,
                                                               "log_to_driver": False}))
         self._ray = ray
+        self.node_id = ray.get_runtime_context().get_node_id()  # the coordinator's host: where the sockets are
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        self._strategy = NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False)
         self._remote = ray.remote(max_retries=0)(_attempt)
         self._refs: dict[str, Any] = {}
         self._files: dict[str, AttemptFiles] = {}
@@ -82,7 +85,8 @@ class RayExecutor:
         else:
             argv, env = direct_argv(files), direct_env(files, cpus=1)
         lim = {k: getattr(self.limits, k) for k in Limits.__dataclass_fields__}
-        ref = self._remote.options(num_gpus=gpus_for(spec["container_ref"]), num_cpus=1).remote(
+        ref = self._remote.options(num_gpus=gpus_for(spec["container_ref"]), num_cpus=1,
+                                   scheduling_strategy=self._strategy).remote(
             argv, env, str(files.log_dir), lim)
         with self._lock:
             self._refs[spec["node_execution_id"]] = ref

@@ -36,7 +36,7 @@ from registry import toolprofile as tp
 from registry.errors import DomeError
 from registry.grant_errors import GrantError
 
-from .auth import PROOF_HEADER, GrantVerifier, gateway_audience, verify_for_listing
+from .auth import GrantVerifier, gateway_audience, verify_for_listing
 from .dispatch import ToolDispatcher
 from .ratelimit import AGGREGATE, LIMITED_TOPIC, SUMMARY_TOPIC, RateLimited, RejectionLimiter, Verdict
 from .worker_tools import AttemptNotLive, CallContext
@@ -60,7 +60,7 @@ def _bearer(ctx: Any) -> str:
 
 def _proof(ctx: Any) -> str | None:
     req = getattr(ctx, "request", None)
-    return (req.headers.get(PROOF_HEADER) or None) if req is not None else None
+    return (req.headers.get(tp.PROOF_HEADER) or None) if req is not None else None
 
 
 def _result(payload: dict[str, Any], *, error: bool) -> types.CallToolResult:

@@ -22,13 +22,13 @@ from registry.canonical import digest_bytes, digest_json
 from registry.errors import DomeError, SignatureError
 from registry.signing import Keyring
 
-from coordinator.canvas import Canvas
-
+from .canvas import Canvas
 from . import export_checks as exports
 from . import gitio
 from .evidence import (T_APPLY, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
-                       ChainResult, GitFacts, Record, body_of, evaluate_chain, verify_artifact)
-from .finish import records_of, run_dir
+                       ChainResult, GitFacts, Record, body_of, verify_artifact)
+from .gate import evaluate_chain
+from .recorder import records_of, run_dir
 from .verify_result import CheckKind, CheckResult, Status, VerifyReport, failed, missing, ok
 
 __all__ = ["CheckKind", "CheckResult", "Status", "VerifyReport", "verify_run"]
@@ -116,6 +116,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
             return rep
     chain = evaluate_chain(before, keyring=keyring, facts=facts, run_id=run_id)
     _chain_links(rep, chain)
+    _partial(rep, events, before, last_finish, chain.included)
     rep.check(K.PROMOTED_HEAD, chain.head_ref == d.get("from_head_ref"),
               f"chain head {chain.head_ref} != promoted {d.get('from_head_ref')}")
     pol = [r for r in before if r.topic == T_POLICY]
@@ -172,6 +173,42 @@ def _finish_agrees(rep: VerifyReport, events: list[EventRecord], first: int | No
         # only `dome promote` (after run.finished, with consent) may promote a run that finished otherwise
         rep.check(K.FINISH_AGREES, first is not None and promo.sequence > first,
                   f"run.finished says {fin.get('status')}, yet a decision before it says promoted")
+
+
+def _partial(rep: VerifyReport, events: list[EventRecord], records: list[Record], last: int | None,
+             included: list[str]) -> None:
+    """A run that integrated without some tasks (`if_tasks_fail: promote_rest`) must
+    say so in run.finished and name exactly the tasks that did not succeed, the gate
+    must name the same ones, and no included proposal may come from one of them."""
+    if last is None:
+        return
+    from coordinator.runstate import fold
+    fin = next(e for e in events if e.sequence == last).payload
+    counts = fin.get("counts") or {}
+    short = int(counts.get("failed") or 0) + int(counts.get("blocked") or 0)
+    rows = fin.get("tasks_not_landed") if fin.get("partial") else None
+    if not fin.get("partial"):
+        if short and included:
+            rep.add(failed(K.PARTIAL, f"{short} task(s) did not land, yet run.finished does not say the "
+                                      "run is partial"))
+        return
+    rows = [dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
+    rep.tasks_not_landed = rows
+    named = {str(r.get("node_id")) for r in rows}
+    st = fold(events)
+    wrong = sorted(n for n in named if st.node(n).succeeded)
+    gates = [r for r in records if r.topic == "gate.computed"]
+    gate_rows = gates[-1].artifact.get("tasks_not_landed") if gates else None
+    verified = {str(r.artifact.get("proposal_id")): r.artifact.get("node_id") for r in records
+                if r.topic == T_PROPOSAL}
+    smuggled = sorted(p for p in included if verified.get(p.split(":split-")[0]) in named)
+    rep.check(K.PARTIAL, len(named) == len(rows) == short and not wrong and gate_rows == rows and not smuggled,
+              "; ".join(x for x in (
+                  f"run.finished names {len(named)} task(s) not landed, its counts say {short}"
+                  if not len(named) == len(rows) == short else "",
+                  f"named as not landed yet succeeded: {', '.join(wrong)}" if wrong else "",
+                  "the gate names other tasks not landed" if gate_rows != rows else "",
+                  f"included proposals of tasks not landed: {', '.join(smuggled)}" if smuggled else "") if x))
 
 
 def _target_ref(rep: VerifyReport, repo: Path, d: Mapping[str, Any], head: str | None) -> None:

@@ -25,6 +25,7 @@ class CheckKind(str, Enum):
     RUN_FINISHED = "run_finished"
     SIGNED_AFTER_FINISH = "signed_after_finish"
     FINISH_AGREES = "run_finished_agrees"
+    PARTIAL = "partial_run"  # a run promoted without some tasks says so, and names exactly those
     # the promotion decision and its evidence
     PROMOTION_DECISION = "promotion_decision"
     PROMOTION_SIGNATURE = "promotion_signature"
@@ -93,6 +94,7 @@ class VerifyReport:
     to_ref: str | None = None
     outcome: str | None = None      # the promotion decision's outcome, when there is one
     run_status: str | None = None   # what `run.finished` says, when there is one
+    tasks_not_landed: list[dict[str, Any]] = field(default_factory=list)  # a partial run's, as recorded
 
     @property
     def valid(self) -> bool:
@@ -120,5 +122,6 @@ class VerifyReport:
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "valid": self.valid, "outcome": self.outcome,
                 "run_status": self.run_status, "head_ref": self.head_ref, "to_ref": self.to_ref,
+                "partial": bool(self.tasks_not_landed), "tasks_not_landed": self.tasks_not_landed,
                 "checks": [c.to_dict() for c in self.checks],
                 "failures": [c.to_dict() for c in self.failures], "reasons": self.reasons()}

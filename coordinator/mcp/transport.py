@@ -33,8 +33,8 @@ from anyio.streams.text import TextReceiveStream
 from mcp.shared.message import SessionMessage
 from registry.stdio_guard import claim_stdout
 
-from worker_sdk.mcp_worker import DIRECT_PREFIX as _PREFIX
-from worker_sdk.mcp_worker import INLINE as DIRECT_TOOLS  # the worker's short reads: never jobs, no progress
+from registry.mcp_pipes import DIRECT_PREFIX as _PREFIX
+from registry.mcp_pipes import DIRECT_TOOLS  # noqa: F401 - the supervisor's list of direct-lane tools
 
 DIRECT_PREFIX = _PREFIX.decode()
 

@@ -13,12 +13,15 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from registry.datasets import iccad13_data
 
 from .html import ClipSection, render_html
 from .model import ReportModel, build_model
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 
 @dataclass
@@ -118,7 +121,7 @@ def _pinned_kernels(repo: str, rev: str) -> str | None:
     return "kernels/iccad13" if r.returncode == 0 and r.stdout.strip() else None
 
 
-def build_report(ledger: Any, ops_root: Path, run_id: str, *, pictures: bool = True,
+def build_report(ledger: Ledger, ops_root: Path, run_id: str, *, pictures: bool = True,
                  progress: Progress = _no_progress) -> Report:
     progress(0, 0, "reading the ledger")
     events = [json.loads(json.dumps(r.to_json())) for r in ledger.events(run_id)]

@@ -91,6 +91,8 @@ class Explanation:
     awaiting_consent: bool = False
     consent_token_file: str | None = None
     blocked_tasks: int = 0  # tasks that never ran because a task they depend on failed
+    partial: bool = False  # if_tasks_fail: promote_rest integrated the rest without some tasks
+    tasks_not_landed: list[dict[str, str]] = field(default_factory=list)  # {node_id, status} of a partial run
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -288,6 +290,9 @@ class Explainer:
             ex.awaiting_consent = bool(p.get("awaiting_consent"))
             ex.consent_token_file = p.get("consent_token_file")
             ex.blocked_tasks = int((p.get("counts") or {}).get("blocked") or 0)
+            ex.partial = bool(p.get("partial"))
+            rows = p.get("tasks_not_landed") if ex.partial else None
+            ex.tasks_not_landed = [dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
         return ex.decisions[n0:]
 
     def explanation(self) -> Explanation:
@@ -320,6 +325,7 @@ def reasons(ex: Explanation, width: int = 100) -> dict[str, Any]:
     d = ex.to_json()
     return {"status": ex.status, "gate_passed": ex.gate_passed, "gate_problems": d["gate_problems"],
             "failed_tasks": d["failed_tasks"],
+            "partial": ex.partial, "tasks_not_landed": d["tasks_not_landed"],
             "proposals_not_landed": [asdict(p) for p in ex.not_landed if ":split-" not in p.proposal_id],
             "verdict": verdict_lines(ex, width)}
 
@@ -327,7 +333,7 @@ def reasons(ex: Explanation, width: int = 100) -> dict[str, Any]:
 def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
     """The verdict block: what happened and, when anything did not land, why."""
     w = max(40, width)
-    out = [f"run {ex.run_id}: {ex.status}"]
+    out = [f"run {ex.run_id}: {ex.status}" + (" (partial)" if ex.partial else "")]
     if ex.status == "promoted":
         out.append(f"  promoted {str(ex.head or '')[:12]} -> {ex.promoted_ref}")
     elif ex.awaiting_consent:
@@ -339,6 +345,11 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
         out.append(f"  not promoted to {ex.target_ref or 'the target'}; the gate is missing:")
         out += [_fit(f"    - {g.link}: {g.status}" + (f" ({g.detail})" if g.detail else ""), w)
                 for g in ex.gate_problems]
+    if ex.partial:
+        what = "promoted" if ex.status == "promoted" else "integrated"
+        out.append(_fit(f"  {what} without {len(ex.tasks_not_landed)} task(s) that did not land (if_tasks_fail: "
+                        "promote_rest): " + ", ".join(f"{t.get('node_id')} ({t.get('status')})"
+                                                      for t in ex.tasks_not_landed), w))
     if ex.failed_tasks:
         out.append(f"  {len(ex.failed_tasks)} task(s) failed:")
         for t in ex.failed_tasks:

@@ -171,6 +171,9 @@ def drc_html(drc: list[dict[str, Any]]) -> str:
 def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
                 quick_iterations: int | None = None) -> str:
     verdict = m.status
+    if m.explanation is not None and m.explanation.partial:  # the rest landed; these tasks did not
+        verdict += " (partial: without " + ", ".join(f"{t.get('node_id')} ({t.get('status')})"
+                                                     for t in m.explanation.tasks_not_landed) + ")"
     man, fin = m.manifest, m.finished
     summary = _kv([
         ("run", m.run_id), ("verdict", verdict), ("repository", man.get("repo", "")),

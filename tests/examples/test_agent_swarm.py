@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,12 +116,21 @@ def test_agent_swarm_run_reorders_splits_drops_bisects_and_promotes(tmp_path: Pa
 
 @pytest.mark.slow
 def test_model_agents_example_promotes_and_stops_typed(tmp_path: Path) -> None:
-    """`model_agents.py --agents model`: real CLI runs with --egress against the scripted endpoint."""
+    """`model_agents.py --agents model`: ONE real CLI run with --egress against the scripted
+    endpoint: one model-driven fix is promoted beside a scripted one, one agent is stopped
+    with BUDGET_EXHAUSTED, one refused EGRESS_HOST_NOT_ALLOWED; the run is partial and valid."""
     r = subprocess.run([sys.executable, str(EXAMPLE / "model_agents.py"), "--agents", "model", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
     out = r.stdout
-    assert "model.queue.json: run " in out and " promoted -> refs/heads/dome/model-agents" in out
-    assert "greedy     stopped: BUDGET_EXHAUSTED" in out and "wanderer   stopped: EGRESS_HOST_NOT_ALLOWED" in out
-    assert out.count("run total:") == 2
-    assert git(tmp_path / "repo", "show", "refs/heads/dome/model-agents:textkit/core.py").count("punctuation") == 1
+    assert out.count("model.queue.json: run ") == 1  # one run, not one per outcome
+    assert " promoted (partial) -> refs/heads/dome/model-agents" in out
+    assert "greedy          stopped: BUDGET_EXHAUSTED" in out
+    assert "wanderer        stopped: EGRESS_HOST_NOT_ALLOWED" in out
+    assert "landed: fix-typo, fix-typo-readme" in out
+    assert re.search(r"fix-typo +ne-\S+: 3 calls, \d+ in / \d+ out tokens, \$0\.\d+", out)
+    assert re.search(r"greedy +ne-\S+: \d+ calls", out)
+    assert out.count("run total:") == 1 and "dome verify: valid" in out
+    promoted = "refs/heads/dome/model-agents"
+    assert git(tmp_path / "repo", "show", f"{promoted}:textkit/core.py").count("punctuation") == 1
+    assert "receive" in git(tmp_path / "repo", "show", f"{promoted}:README.md")

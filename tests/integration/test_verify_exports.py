@@ -15,25 +15,15 @@ from pathlib import Path
 import pytest
 
 from ledger import Ledger
-from tests.conftest import dome_cli, gated_queue, git
+from tests.conftest import dome_cli, gated_queue, git, make_repo
 from tests.attacks import attack
-
-
-def _repo(tmp: Path) -> Path:
-    repo = tmp / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("hello\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "initial")
-    return repo
 
 
 @pytest.fixture(scope="module")
 def promoted_run(tmp_path_factory):
     """(repo, ops, run_id): a low-risk run that `dome run` promoted itself (run.finished is its last record)."""
     tmp = tmp_path_factory.mktemp("verify-promoted")
-    repo = _repo(tmp)
+    repo = make_repo(tmp / "repo")
     q = json.loads(gated_queue(tmp, repo, drc=False).read_text())
     q["tasks"][0]["risk"] = "low"
     qfile = tmp / "low.queue.json"
@@ -56,7 +46,7 @@ def promoted_copy(promoted_run, tmp_path: Path):
 def finished_run(tmp_path_factory):
     """(repo, ops, run_id): a run held at the human gate, then promoted with consent."""
     tmp = tmp_path_factory.mktemp("verify-exports")
-    repo = _repo(tmp)
+    repo = make_repo(tmp / "repo")
     ops = tmp / "ops"
     run = dome_cli("run", str(gated_queue(tmp, repo)), "--ops-root", str(ops), "--json")
     out = json.loads(run.stdout)

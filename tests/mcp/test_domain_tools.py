@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-from .conftest import connect, make_host
+from .conftest import connect, make_host, two_bars_gds
 
 pytestmark = pytest.mark.anyio
 
@@ -26,22 +26,10 @@ def test_litho_capabilities_on_the_descriptor_are_the_engines():
         assert by_name[tool]["_meta"]["dome/capabilities"] == capabilities()
 
 
-def _gds(path):
-    import klayout.db as kdb
-
-    ly = kdb.Layout()
-    ly.dbu = 0.001
-    top = ly.create_cell("TOP")
-    l1 = ly.layer(1, 0)
-    top.shapes(l1).insert(kdb.Box(0, 0, 10000, 2000))
-    top.shapes(l1).insert(kdb.Box(0, 3000, 10000, 5000))
-    ly.write(str(path))
-
-
 def _klayout_host(tmp_path):
     """A host whose worker may read tmp_path, with a two-bar layout there: (host, layout path)."""
     gds = tmp_path / "two_bars.gds"
-    _gds(gds)
+    two_bars_gds(gds)
     return make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path),
                      KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp_path / "artifacts")), gds
 

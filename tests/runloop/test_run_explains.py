@@ -15,19 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, dome_cli, git
+from tests.conftest import REPO_ROOT, dome_cli, git, make_repo
 from tests.runloop.conftest import cmd_task, write_queue
 
 DICT_REPR = re.compile(r"\{'[a-z_]+': ")  # what print(dict) looks like
-
-
-def _repo(path: Path) -> Path:
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("hello\n")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "initial")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +26,7 @@ def failed_run(tmp_path_factory) -> dict:
     """Two tasks that fail: one names a command that does not exist, one exits 3
     after writing to stderr. Run from its own folder with a relative --ops-root."""
     base = tmp_path_factory.mktemp("failed")
-    repo = _repo(base / "repo")
+    repo = make_repo(base / "repo")
     q = write_queue(base, repo, [
         cmd_task("nocmd", "unused"), cmd_task("boom", "echo line1 >&2; echo boom-detail >&2; exit 3")],
         scheduling={"max_parallel": 2, "default_max_attempts": 2, "default_timeout_s": 60})
@@ -58,7 +49,7 @@ def run_with_target_moved_midway(base: Path) -> tuple[subprocess.CompletedProces
     from registry.errors import DomeError
     from sqlalchemy.exc import SQLAlchemyError
 
-    repo = _repo(base / "repo")
+    repo = make_repo(base / "repo")
     git(repo, "checkout", "-q", "-b", "elsewhere")
     (repo / "X").write_text("x\n")
     git(repo, "add", "-A")
@@ -223,7 +214,7 @@ def test_events_into_a_reader_that_stops_early_exits_quietly(failed_run):
 
 
 def test_gc_keeps_the_newest_runs_refs(tmp_path):
-    repo = _repo(tmp_path / "repo")
+    repo = make_repo(tmp_path / "repo")
     head = git(repo, "rev-parse", "HEAD")
     for rid in ("run-20260101T000000-aaaaaa", "run-20260102T000000-bbbbbb", "run-20260103T000000-cccccc"):
         git(repo, "update-ref", f"refs/dome/runs/{rid}/head", head)
@@ -259,7 +250,7 @@ def test_live_view_on_a_50_column_terminal_never_wraps(tmp_path):
     import struct
     import termios
 
-    repo = _repo(tmp_path / "repo")
+    repo = make_repo(tmp_path / "repo")
     q = write_queue(tmp_path, repo, [cmd_task("a-task-with-a-rather-long-node-name", "sleep 1; echo a > A.txt")],
                     scheduling={"max_parallel": 1, "default_max_attempts": 1, "default_timeout_s": 60},
                     validations=[{"suite": "command", "name": "tests", "argv": ["test", "-f", "A.txt"]}])
@@ -298,10 +289,10 @@ def test_live_view_on_a_50_column_terminal_never_wraps(tmp_path):
 def test_pytest_suite_on_a_read_only_checkout_runs_without_cache_warnings(tmp_path):
     """A `python3 -m pytest` validation (as the examples use) runs on a read-only
     view of the head: pytest must not warn that it cannot write its cache."""
-    from coordinator.canvas import Checkpoint
+    from coordinator.integration.canvas import Checkpoint
     from coordinator.integration.validation import SuiteRunner
 
-    repo = _repo(tmp_path / "repo")
+    repo = make_repo(tmp_path / "repo")
     (repo / "test_ok.py").write_text("def test_ok():\n    assert True\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "a test")

@@ -37,12 +37,13 @@ from typing import Any, Iterable, Mapping
 
 import git as gitpython
 
-from coordinator.integration import gitio, tree_rules
-from coordinator.integration.gitio import GitError, ObjectReader
-from coordinator.integration.policy import IntegrationPolicy
 from registry import diffs, limits
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
+
+from . import gitio, tree_rules
+from .gitio import GitError, ObjectReader
+from .policy import IntegrationPolicy
 
 CHECKPOINT_REF = "refs/dome/runs/{run_id}/checkpoints/{n:04d}"
 HEAD_REF = "refs/dome/runs/{run_id}/head"
