@@ -20,7 +20,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from coordinator.canvas import Canvas
+from coordinator.integration.canvas import Canvas
 from coordinator.integration.evidence import T_PLAN, T_SELECTION
 from coordinator.integration.finish import (Emitter, FinishContext, _record_inputs, _suites, _verify_proposals,
                                             export_promotion, finish_recorded_promotion, gate_and_promote,

@@ -183,3 +183,25 @@ def test_standard_provenance_block_has_every_key():
 def test_porcelain_leaves_are_written_as_compact_json(value):
     """The porcelain writes leaves without an encoder run each: the same text as the JSON encoder's."""
     assert render._scalar(value) == render._compact(value)
+
+
+def test_telemetry_buffers_call_events_and_writes_faults_through(tmp_path, monkeypatch):
+    """A small call pays no file I/O: call events reach the file within FLUSH_S or at close;
+    a fault is written at once."""
+    from coordinator.mcp import telemetry as tm
+
+    monkeypatch.setattr(tm, "FLUSH_S", 60.0)  # no flush by the clock during the test
+    path = tmp_path / "telemetry.jsonl"
+    tel = tm.Telemetry(path=path)
+    tel.lifecycle_to("ready")  # written through (and the flush clock starts)
+    size = path.stat().st_size
+    for _ in range(50):
+        tel.call("query_region", ok=True, ms=1.0)
+    assert path.stat().st_size == size  # still buffered
+    assert tel.snapshot()["methods"]["query_region"]["calls"] == 50  # the counts are live
+    tel.fault(Fault(FaultCategory.PROCESS, "worker exited"), tool="query_region", restarted=True)
+    lines = path.read_text().splitlines()
+    assert sum('"event":"call"' in x for x in lines) == 50 and '"event":"fault"' in lines[-1]
+    tel.call("query_region", ok=True, ms=1.0)
+    tel.close()
+    assert sum('"event":"call"' in x for x in path.read_text().splitlines()) == 51

@@ -312,9 +312,10 @@ def test_an_unexpected_exception_is_internal_error_through_both_doors(tmp_path):
     def boom(args, ctx):
         raise RuntimeError("secret backend detail")
 
-    out = ToolDispatcher([ToolSpec("boom", "fails", {"type": "object", "additionalProperties": False}, boom)]
-                         ).call("boom", {})
+    dispatcher = ToolDispatcher([ToolSpec("boom", "fails", {"type": "object", "additionalProperties": False}, boom)])
+    out = dispatcher.call("boom", {})
     assert not out.ok and out.result["code"] == "INTERNAL_ERROR"
+    assert dispatcher.stats.methods["boom"].errors == 1  # the core's call stats, as the front door keeps them
     assert "secret" not in json.dumps(out.result)
 
     async def front_boom(args, ctx):
