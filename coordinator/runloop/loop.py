@@ -25,9 +25,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +53,7 @@ from .contracts import FinishedRun, RunContext, RunOutcome, default_finish
 from .manifest import (RunError, RunNotFound, egress_terms, environment, host_container_ref,
                        new_run_id, node_seed, registry_ref, utc_stamp)
 from .lease import LeaseKeeper
+from .signals import install_cancel_signals, restore_signals
 from .writer import LedgerWriter, WriterLedger
 
 TASK_BASE_DERIVED = "task.base_derived"
@@ -102,7 +101,8 @@ class RunLoop:
             from ..executors import make_executor
             max_c = ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4))
             ctx.executor = make_executor(ctx.executor_kind, sandbox=ctx.sandbox, max_concurrency=max_c,
-                                         limits=self.limits)
+                                         limits=self.limits, image=ctx.image,
+                                         gateway_bind=ctx.gateway_bind)
         self.executor = ctx.executor
         par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
         retries = wq.budgets.get("max_retries")
@@ -128,8 +128,11 @@ class RunLoop:
         self.socket = self.work / "gw.sock"
         self.cancel_reason: str | None = None
         self.gateway: WorkerGateway | None = None
+        self.tls_front: Any = None  # the gateway over TCP+TLS (workers on other hosts)
         self.egress_gate: Any = None
-        self.container_ref = host_container_ref(self.started.get("environment", {}))
+        # the executor's pinned worker image (containers), else the host's environment
+        self.container_ref = getattr(self.executor, "container_ref", None) or \
+            host_container_ref(self.started.get("environment", {}))
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
         self.lease: LeaseKeeper | None = None  # taken by start()/resume() before any write
@@ -238,6 +241,13 @@ class RunLoop:
                                      dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket,
                                      attempt=self.attempts.get)
         self.gateway.start()
+        bind = getattr(self.executor, "gateway_bind", None)
+        if bind is not None:  # workers on other hosts: the gateway over TCP with TLS, certificate made now
+            from ..gateway.tls import TlsFront, make_certificate
+
+            self.tls_front = TlsFront(bind[0], bind[1], make_certificate(self.work, [bind[0]]), self.socket)
+            host, port = self.tls_front.start()
+            self.executor.connect_gateway(host, port, self.tls_front.certificate.cert_pem)
         if self.ctx.egress is not None:
             from coordinator.egress.gate import EgressGate
 
@@ -504,7 +514,7 @@ class RunLoop:
     def _drive(self) -> RunOutcome:
         assert self.lease is not None
         self._prepare()
-        old_handlers = self._install_signals()
+        old_handlers = install_cancel_signals(self.cancel)
         from .canvas_driver import driver_for
         self.canvas = driver_for(self)
         try:
@@ -534,26 +544,16 @@ class RunLoop:
                 if not launched:
                     self.writer.wait(TICK_S)
         finally:
-            self._restore_signals(old_handlers)
+            restore_signals(old_handlers)
             self.executor.shutdown()
             if self.canvas is not None:
                 self.canvas.close()
             if self.gateway is not None:
                 self.gateway.stop()
+            if self.tls_front is not None:
+                self.tls_front.stop()
             if self.egress_gate is not None:
                 self.egress_gate.stop()
-
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        old = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, lambda s, f: self.cancel(f"signal {signal.Signals(s).name}"))
-        return old
-
-    def _restore_signals(self, old: dict[int, Any]) -> None:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
     def _cancel_all(self) -> RunOutcome:
         for neid in list(self.live):

@@ -38,6 +38,7 @@ class Attempt:
     try_no: int
     node_id: str
     ended: str | None = None  # succeeded | failed | lost
+    proposal_id: str | None = None  # what it submitted (None: it found nothing to change)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def fold_resolvers(facts: ResolverFacts, topic: str, p: Mapping[str, Any], neid:
     if n in facts.attempts:
         att = facts.attempts[str(n)]
         if topic == PATCH_SUBMITTED and p.get("proposal_id"):
-            return replace(facts, origin_of={**facts.origin_of, str(p["proposal_id"]): att.origin})
+            return replace(facts, origin_of={**facts.origin_of, str(p["proposal_id"]): att.origin},
+                           attempts={**facts.attempts, str(n): replace(att, proposal_id=str(p["proposal_id"]))})
         if att.ended is None and topic in (*FAILED, LOST, COMPLETED):
             ended = "lost" if topic == LOST else "failed" if topic in FAILED else (
                 "succeeded" if p.get("outcome", "succeeded") == "succeeded" else "failed")
@@ -147,6 +149,11 @@ def exhausted_now(facts: ResolverFacts, max_tries: int) -> list[tuple[str, int]]
         if used >= max_tries:
             out.append((o, used))
     return sorted(out)
+
+
+def settled_without_change(facts: ResolverFacts) -> list[str]:
+    """Conflict chains whose resolver succeeded without a proposal: the head already holds the intent."""
+    return sorted({a.origin for a in facts.attempts.values() if a.ended == "succeeded" and a.proposal_id is None})
 
 
 def resolver_node_id(node_id: str, try_no: int) -> str:

@@ -17,10 +17,9 @@ import pytest
 
 from coordinator.keys import load_keyring
 from ledger import Ledger
-from ledger.crashpoint import EXIT_STATUS
 from tests.conftest import dome_cli, git
 from tests.runloop.conftest import cmd_task
-from tests.runloop.test_crash_points import NEEDS_BWRAP, _steps
+from tests.runloop.test_crash_points import NEEDS_BWRAP, _dome, _events, _steps, kill_chain
 from tests.runloop.test_resolver import CHECK, LIB, PUNCTUATE, TYPED
 
 NODES = ["punctuate", "typed", "note"]
@@ -49,16 +48,6 @@ def _queue(tmp: Path) -> tuple[Path, Path]:
     return repo, qfile
 
 
-def _dome(tmpdir: Path, *args: str, crash: str | None = None):
-    from ledger.crashpoint import ENV
-    return dome_cli(*args, env={"TMPDIR": str(tmpdir), **({ENV: crash} if crash else {})}, timeout=300)
-
-
-def _events(ops: Path, run_id: str) -> list[dict]:
-    with Ledger.open(None, ops) as ledger:
-        return [{"topic": e.topic, "payload": e.payload, "node_id": e.node_id} for e in ledger.events(run_id)]
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("canvas-crash-ref")
@@ -79,23 +68,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def _one_run(tmp_path: Path, reference: dict, chain: list[str]) -> list[str]:
-    repo, qfile = _queue(tmp_path)
-    ops, tmpdir = tmp_path / "ops", tmp_path / "tmp"
-    tmpdir.mkdir()
-    r = _dome(tmpdir, "run", str(qfile), "--ops-root", str(ops), "--json", crash=chain[0])
-    assert r.returncode == EXIT_STATUS, (chain[0], r.returncode, r.stdout[-500:], r.stderr[-2000:])
-    with Ledger.open(None, ops) as ledger:
-        (run_id,) = ledger.run_ids()
-    rest = chain[1:]
-    while rest:
-        r = _dome(tmpdir, "run", "--resume", run_id, "--ops-root", str(ops), "--json", crash=rest[0])
-        if r.returncode != EXIT_STATUS:
-            break
-        rest = rest[1:]
-    else:
-        r = _dome(tmpdir, "run", "--resume", run_id, "--ops-root", str(ops), "--json")
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout)
+    return kill_chain(tmp_path, chain, _queue, lambda *a: _judge(*a, reference))
+
+
+def _judge(out: dict, run_id: str, repo: Path, ops: Path, tmpdir: Path, reference: dict) -> None:
     assert out["status"] == "promoted", out
     assert git(repo, "rev-parse", out["promoted_ref"]) == out["head"]
     assert git(repo, "rev-parse", f"{out['head']}^{{tree}}") == reference["tree"]
@@ -114,7 +90,6 @@ def _one_run(tmp_path: Path, reference: dict, chain: list[str]) -> list[str]:
     assert sorted(p.name for p in tmpdir.iterdir()) == []
     assert not list((ops / "runs" / run_id).glob("canvas*"))
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
-    return rest
 
 
 # Each chain: the first kill stops `dome run`, each later one the resume carrying on.

@@ -25,6 +25,7 @@ from . import pins
 from .capabilities import LAYOUT_AREA_NM2_MAX, MAX_VIOLATIONS_PER_RESPONSE, VIOLATION_COUNT_MAX, capabilities
 from .errors import BadRequest, CacheEvicted, LayoutFormatError, ViolationNotFound
 from .layout import FILLS, Layout, load_layout, load_mask_png, rasterize
+from .provenance import stamp_result
 from .violations import (RULE_DECK_NAME, RULES, SCHEMA_VERSION, TOPOLOGY_RULES, RawRecord, decode_violation_id,
                          dedup, encode_violation_id, rule_deck, rule_deck_hash)
 
@@ -349,7 +350,7 @@ def _evaluate_response(request: dict[str, Any], inp: _Inputs, model, ev, token: 
             resp["degraded_reason"] = reason
             if viols is not None:
                 resp["violation_count"] = len(viols)
-    return resp
+    return stamp_result(resp, request, tool="evaluate", fill=inp.fill, report_level=level)
 
 
 # ----- optimize ------------------------------------------------------------------------------
@@ -503,7 +504,7 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     }
     if resolved is not None:
         resp["resolved"] = {k: v for k, v in resolved.items() if k not in ("layout", "layer")}
-    return resp
+    return stamp_result(resp, req, tool="optimize", fill=inp.fill, seed=cfg.seed)
 
 
 def _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress) -> dict[str, Any]:
@@ -517,7 +518,7 @@ def _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progr
         resp["metrics"], resp["baseline_metrics"] = _metrics(after), _metrics(before)
         deck_hash = rule_deck_hash(rule_deck(inp.fill, model64.digests, window))
         resp["provenance"] = {**_provenance(inp, after, model64, deck_hash, req), "streamed": True}
-    return resp
+    return stamp_result(resp, req, tool="optimize", fill=inp.fill, seed=cfg.seed)
 
 
 def torch_threads() -> int:
@@ -552,7 +553,7 @@ def simulate(request: dict[str, Any], token: CancellationToken | None = None) ->
             corners[name]["png"] = str(d / f"print_{name}.png")
     deck_hash = rule_deck_hash(rule_deck(inp.fill, model.digests, window))
     resp["provenance"] = _provenance(inp, ev, model, deck_hash, request)
-    return resp
+    return stamp_result(resp, request, tool="simulate", fill=inp.fill)
 
 
 def describe() -> dict[str, Any]:
