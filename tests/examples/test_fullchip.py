@@ -5,8 +5,9 @@ tile tasks in parity waves, each seeing its finished neighbours through its
 derived base, a stitch task that redoes no tile, a full-layout evaluation
 with violations deduplicated across tiles, re-simulation as validation,
 promotion, and `dome verify`. The tile workers' peak RSS is recorded.
-About 10 minutes on the 2-core machine at load average 10 (tile tasks 2 min,
-the stitch task 4.5 min, evaluation and validation the rest).
+3.5 minutes on the 2-core machine at load average 4-7, about 10 at load
+average 10-16 (then: tile tasks 2 min, the stitch task 4.5 min, evaluation
+and validation the rest).
 """
 from __future__ import annotations
 
