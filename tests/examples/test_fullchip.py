@@ -97,3 +97,42 @@ def test_full_layout_evaluation_dedups_violations_and_resim_passes(quick: dict) 
 def test_dome_verify_accepts_the_fullchip_run(quick: dict) -> None:
     r = dome_cli("verify", quick["run"]["run_id"], "--ops-root", str(quick["ops"]), "--json")
     assert r.returncode == 0, r.stdout[-3000:]
+
+
+def test_stopping_the_run_cancels_every_tile_task(tmp_path: Path, iccad13: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    make_repo = _make_repo_module()
+    repo = make_repo.make_repo(tmp_path / "repo", iccad13, variants=("work.quick.json",))
+    queue = json.loads((REPO_ROOT / "examples" / "fullchip" / "work.quick.json").read_text())
+    queue["repo"] = str(repo)
+    qfile = tmp_path / "work.quick.json"
+    qfile.write_text(json.dumps(queue))
+    ops = tmp_path / "ops"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "run", str(qfile), "--ops-root", str(ops), "--json"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = 0
+    deadline = time.monotonic() + 300
+    assert p.stderr is not None
+    for line in p.stderr:  # the live view, one line per event without a TTY
+        if "task.dispatched tiles-" in line:
+            seen += 1
+        if seen >= 2 or time.monotonic() > deadline:
+            break
+    assert seen >= 2
+    time.sleep(2)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=300)
+    run = json.loads(out.strip().splitlines()[-1])
+    assert run["status"] == "cancelled"
+    events = [json.loads(x) for x in dome_cli("events", run["run_id"], "--ops-root", str(ops), "--json").stdout.splitlines()]
+    dispatched = {e["node_id"] for e in events if e["topic"] == "task.dispatched"}
+    ended = {e["node_id"] for e in events if e["topic"] in ("task.cancelled", "task.completed", "task.failed")}
+    assert dispatched and dispatched <= ended  # every tile task in flight was stopped (or had finished)
+    assert any(e["topic"] == "task.cancelled" for e in events)
+    assert "stitch" not in dispatched
