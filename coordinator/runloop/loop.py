@@ -510,6 +510,7 @@ class RunLoop:
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
         now = time.monotonic()
         for nid, neid, spec, grant, worker_key in launches:
+            self.verifier.bind_call_key(grant.jti, worker_key)  # the worker's keyed-MAC call proofs
             files = write_attempt(self.work, spec, worker_key, self.graph.nodes[nid].task, self.limits,
                                   egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             del worker_key
@@ -544,6 +545,7 @@ class RunLoop:
     def _on_exit(self, ex: ExitInfo) -> None:
         neid = ex.node_execution_id
         remove_attempt_dir(self.work / "attempts" / neid)  # the worker is gone: its files and key go too
+        self.verifier.drop_call_key(self.writer.state.executions.get(neid, {}).get("jti", ""))
         att = self.attempts.get(neid, {})
         for v in ex.violations:
             self.writer.append(rs.SANDBOX_VIOLATION, {"node_execution_id": neid, **v, "stopped": True},
