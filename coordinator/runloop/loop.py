@@ -45,6 +45,7 @@ from ..gateway.dispatch import ToolDispatcher
 from ..gateway.server import WorkerGateway
 from ..gateway.worker_tools import GatewayBackend, build_tools
 from ..runstate import RunState, fold
+from ..ready_set import ReadySet
 from ..scheduler import SchedulerPolicy, decide, statuses
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
@@ -211,9 +212,11 @@ class _Live:
 
 
 def make_decision(graph: Any, state: RunState, policy: SchedulerPolicy, seed: int, run_id: str,
-                  status: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The SchedulingDecision as recorded (pure): what a replay recomputes byte for byte."""
-    decision = decide(graph, state, policy, seed, state.waves + 1, status=status)
+                  status: Mapping[str, str] | None = None, ready: ReadySet | None = None) -> dict[str, Any] | None:
+    """The SchedulingDecision as recorded (pure): what a replay recomputes byte for byte.
+    With `ready` (kept current by the run loop) the pass costs O(changed nodes)."""
+    decision = ready.decide(state, policy, seed, state.waves + 1) if ready is not None else \
+        decide(graph, state, policy, seed, state.waves + 1, status=status)
     if decision is None:
         return None
     return {**decision, "run_id": run_id, "object_id": f"sd-{run_id}-{decision['wave_id']}",
@@ -255,6 +258,7 @@ class RunLoop:
         self._derived: dict[tuple[str, ...], DerivedBase] = {}
         self._to_check: set[str] = set(wq.graph.nodes)  # nodes whose acks/losers need a look (all, at start)
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
+        self.ready = ReadySet(self.graph, state)  # statuses and ready nodes, updated by what changes
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
                                    guard=self._check_lease)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
@@ -343,6 +347,7 @@ class RunLoop:
 
     # -- events -----------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
+        self.ready.note(rec, self.writer.state)
         if rec.topic == rs.TASK_COMPLETED and rec.node_id:
             self._to_check.add(rec.node_id)  # a winner to ack, maybe endgame losers to cancel
         if rec.topic == rs.TASK_PROGRESS:
@@ -467,8 +472,7 @@ class RunLoop:
             if self.writer.appends == self._idle_at:  # nothing happened since the last empty decision
                 return 0
             st = self.writer.state
-            status = statuses(self.graph, st)
-            decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, status=status)
+            decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, ready=self.ready)
             if decision is None:
                 self._idle_at = self.writer.appends
                 return 0
@@ -591,8 +595,9 @@ class RunLoop:
     def _done(self) -> bool:
         if self.live or self.executor.running():
             return False
-        st = statuses(self.graph, self.writer.state)
-        return all(s in ("succeeded", "failed", "blocked") for s in st.values())
+        with self.writer.lock:
+            self.ready.refresh(self.writer.state)
+            return self.ready.done()
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
         self.cancel_reason = reason
