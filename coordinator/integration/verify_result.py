@@ -25,6 +25,7 @@ class CheckKind(str, Enum):
     RUN_FINISHED = "run_finished"
     SIGNED_AFTER_FINISH = "signed_after_finish"
     FINISH_AGREES = "run_finished_agrees"
+    FINISH_LISTS = "run_finished_lists"  # the proposal lists run.finished keeps in the blob store
     # the promotion decision and its evidence
     PROMOTION_DECISION = "promotion_decision"
     PROMOTION_SIGNATURE = "promotion_signature"

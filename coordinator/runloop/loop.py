@@ -51,6 +51,7 @@ from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
 from .lease import LeaseKeeper
+from ..run_payloads import offload_finish_lists
 from .writer import LedgerWriter, WriterLedger
 
 TASK_BASE_DERIVED = "task.base_derived"
@@ -699,6 +700,7 @@ class RunLoop:
         counts["attempts"] = st.total_attempts
         payload = {**result, "counts": counts, "proposals": [p["proposal_id"] for p in self._accepted_proposals()],
                    "finished_at": utc_stamp()}
+        payload = offload_finish_lists(self.ctx.ledger.blobs, payload)  # no payload grows with N
         self.writer.append(rs.RUN_FINISHED, payload, signed=True)
         self._export()
         return self._outcome(payload)
