@@ -123,8 +123,11 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) - peak["cpu"]
         records = ledger.events(out.run_id)
-        event_bytes = sum(len(canonical_json(r.to_json() if hasattr(r, "to_json") else r.__dict__))
-                          for r in records)
+        by_topic: dict[str, int] = {}
+        for r in records:
+            size = len(canonical_json(r.to_json() if hasattr(r, "to_json") else r.__dict__))
+            by_topic[r.topic] = by_topic.get(r.topic, 0) + size
+        event_bytes = sum(by_topic.values())
         blob_bytes = _tree_bytes(ops / "blobs") - blobs0
         ledger.close()
         return {"n": n, "db": "postgres" if db else "sqlite", "sandbox": sandbox, "status": out.status,
@@ -132,7 +135,9 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
                 "cpu_ms_per_task": round(1000 * cpu / n, 1), "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
                 "peak_scratch_mb": round(peak["bytes"] / 2**20, 1), "events": len(records),
                 "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
-                "max_parallel": max_parallel}
+                "max_parallel": max_parallel,
+                "bytes_per_task_by_topic": {t: round(b / n) for t, b in
+                                            sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -87,3 +87,19 @@ def test_a_real_run_keeps_its_lists_by_digest_and_verify_checks_them(git_repo, o
     blob.unlink()  # and gone
     rc, rep = verify()
     assert rc == 1 and [c["status"] for c in rep["checks"] if c["kind"] == "run_finished_lists"] == ["failed"]
+
+
+def test_checkpoint_payload_does_not_list_the_whole_stack() -> None:
+    """Each checkpoint names its own layers; the head's whole stack only by count and digest,
+    so the checkpoints of an N-proposal run cost O(N) ledger bytes, not O(N^2)."""
+    from coordinator.canvas import Checkpoint
+    from registry.canonical import digest_json
+
+    def cp(n: int) -> dict:
+        ids = tuple(f"pp-{i:024x}" for i in range(n))
+        return Checkpoint(f"cp-{n}", n, "c" * 40, "d" * 40, "e" * 40, ids[-1:], ids).to_dict()
+
+    small, big = cp(10), cp(10_000)
+    assert big["included_count"] == 10_000 and big["included_digest"] == digest_json(
+        [f"pp-{i:024x}" for i in range(10_000)])
+    assert len(canonical_json(big)) - len(canonical_json(small)) <= 10  # digits of the index and count
