@@ -246,6 +246,7 @@ class GrantVerifier:
         self._proofs: dict[bytes, float] = {}
         self._call_keys: dict[str, bytes] = {}  # jti -> the attempt's call MAC key (tp.call_mac_key)
         self._runs_loaded: set[str] = set()
+        self._followed: set[str] = set()  # runs whose every revocation this verifier observes
         self._lock = threading.RLock()
         self.stats = {"cold": 0, "warm": 0}
 
@@ -347,7 +348,8 @@ class GrantVerifier:
         if p["jti"] in self._spent:
             raise GrantReplayed("this single-use grant was already spent by a write", details={"jti": p["jti"]})
         if (p["jti"] in self._revoked_jti or p["profile_id"] in self._revoked_profiles
-                or (self.ledger is not None and self.ledger.is_revoked(p["jti"], p["profile_id"]))):
+                or (self.ledger is not None and run_id not in self._followed
+                    and self.ledger.is_revoked(p["jti"], p["profile_id"]))):
             raise GrantRevoked("grant was revoked", details={"jti": p["jti"], "profile_id": p["profile_id"]})
         return p
 
@@ -440,6 +442,21 @@ class GrantVerifier:
             u.first_call_at = at
         if u.calls_total <= 0:
             u.first_call_at = None
+
+    def follow_run(self, run_id: str) -> None:
+        """Every record of `run_id` will reach `observe` as it is stored (the run loop's single,
+        lease-holding writer): the in-memory revocations are then the ledger's, and a listing
+        needs no revocation query."""
+        self._ensure_run(run_id)
+        with self._lock:
+            self._followed.add(run_id)
+
+    def observe(self, record: Any) -> None:
+        """A stored record of a followed run: a revocation takes effect here, before the
+        writer returns."""
+        if getattr(record, "topic", None) == REVOKED_TOPIC:
+            with self._lock:
+                self._apply_event(REVOKED_TOPIC, record.payload, 0.0)
 
     def revoke(self, *, run_id: str, jti: str | None = None, profile_id: str | None = None,
                reason: str = "revoked by coordinator") -> None:

@@ -263,6 +263,7 @@ class RunLoop:
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
                                    guard=self._check_lease)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
+        self.verifier.follow_run(run_id)  # revocations reach it through _on_record: listings skip the query
         self.work = make_run_dir(run_id)  # findable by run id: sweep_attempt_dirs after a kill -9
         self.base_git = self.work / "base.git"
         self.pub = self.work / "coordinator.pub"
@@ -349,6 +350,7 @@ class RunLoop:
     # -- events -----------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
         self.ready.note(rec, self.writer.state)
+        self.verifier.observe(rec)
         if rec.topic == rs.TASK_COMPLETED and rec.node_id:
             self._to_check.add(rec.node_id)  # a winner to ack, maybe endgame losers to cancel
         if rec.topic == rs.TASK_PROGRESS:
