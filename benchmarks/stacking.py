@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from coordinator.canvas import Canvas  # noqa: E402
+from coordinator.integration.canvas import Canvas  # noqa: E402
 from coordinator.integration.gitio import ObjectReader  # noqa: E402
 from coordinator.integration.planning import Candidate, plan_stack  # noqa: E402
 from coordinator.integration.policy import IntegrationPolicy  # noqa: E402

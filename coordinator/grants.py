@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
+from ledger.protocols import EventLog, GrantLedger
 from registry.canonical import canonical_json, digest_bytes, digest_json
 from registry.contracts import Method, Registry, UnknownMethod, default_registry
 from registry.errors import DomeError
@@ -106,7 +107,7 @@ def _epoch(now: float | datetime | None) -> float:
 
 def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, node_execution_id: str,
                   required_capabilities: list[str] | tuple[str, ...], policy_id: str = "default",
-                  card: str = "agent_cli", registry: Registry | None = None, ledger: Any = None,
+                  card: str = "agent_cli", registry: Registry | None = None, ledger: EventLog | None = None,
                   worker_id: str | None = None, worker_public_key: bytes | None = None,
                   audience: str | None = None, ttl_seconds: int | None = None,
                   now: float | datetime | None = None, contract_pins: Mapping[str, str] | None = None,
@@ -231,7 +232,7 @@ class GatewayCall:
 class GrantVerifier:
     """Verifies grants for one coordinator. Thread-safe for authorize()."""
 
-    def __init__(self, keyring: Keyring, ledger: Any, *, registry: Registry | None = None,
+    def __init__(self, keyring: Keyring, ledger: GrantLedger, *, registry: Registry | None = None,
                  leeway_seconds: float = 30.0, cache_size: int = 8192) -> None:
         self.keyring = keyring
         self.ledger = ledger

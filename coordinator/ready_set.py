@@ -25,7 +25,8 @@ import heapq
 from typing import Any, Iterable, Mapping
 
 from .runstate import RunState
-from .scheduler import SchedulerPolicy, build_decision, entry, scores, sort_key, status_of, statuses
+from .scheduler import (SchedulerPolicy, build_decision, duplicable, duplicates_allowed, entry, scores, sort_key,
+                        status_of, statuses)
 from .workqueue import Graph
 
 UNFINISHED = ("ready", "pending", "running")
@@ -135,14 +136,10 @@ class ReadySet:
         endgame = False
         unfinished = sum(self.counts.get(s, 0) for s in UNFINISHED)
         if not n_ready and self.running and unfinished <= policy.endgame_threshold \
-                and policy.endgame_max_duplicates > 0:
+                and any(duplicates_allowed(policy, self.graph.nodes[n]) > 0 for n in self.running):
             endgame = True
-            nodes = self.graph.nodes
             dup = sorted((entry(self.graph, state, n, "endgame_duplicate") for n in self.running
-                          if len(state.node(n).active) < 1 + policy.endgame_max_duplicates
-                          and state.node(n).attempts < nodes[n].max_attempts + policy.endgame_max_duplicates
-                          and state.node(n).failures + len(state.node(n).active) < nodes[n].max_attempts),
-                         key=sort_key)
+                          if duplicable(self.graph, state, policy, n)), key=sort_key)
             selected = dup[:free]
         return build_decision(self.graph, state, policy, seed, wave_index, free=free,
                               active_total=self.active_total, selected=selected, endgame=endgame,

@@ -2,21 +2,8 @@
 
 Pure: `parse_work_queue(obj)` takes the JSON value and returns a WorkQueue
 or raises a typed error. The schema (registry/schemas/work_queue.json) is
-closed; on top of it the graph rules are checked together so one error
-lists every offending id: duplicate node ids, unknown dependencies,
-self-dependencies, and cycles. A cycle is legal only when a `cycles[]`
-annotation names exactly the members of its strongly connected component
-with a bounded `max_iterations`: every member carries
-`"cycle": {"group": G, "max_iterations": N}` with the same G and N, and the
-group is exactly the strongly connected component. Such a cycle is unrolled
-into N rounds (node ids `<id>@<round>`; a clash with a declared id is an error), so everything after loading
-(scheduler, ledger, resume) works on a plain DAG.
-
-Unrolling rule: inside an annotated cycle, members are ordered as listed in
-the work queue. A dependency on an earlier-listed member is a forward edge
-(same round); a dependency on the same or a later-listed member is a
-feedback edge (previous round; dropped in round 1). Outside nodes that
-depend on a member depend on its last round.
+closed; the graph rules and the unrolling of annotated cycles live in
+`coordinator.workgraph`.
 """
 from __future__ import annotations
 
@@ -29,55 +16,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from registry.canonical import digest_json
-from registry.errors import DomeError, SchemaValidationError
+from registry.errors import SchemaValidationError
 from registry.schema_store import validate
 
+from .workgraph import Graph, WorkQueueError, build_graph
+
 ARTIFACT_KIND = "dome.work.queue/v1"
-ROUND_SEP = "@"
-DEFAULT_TIMEOUT_S = 600.0
-DEFAULT_MAX_ATTEMPTS = 3
-
-
-class WorkQueueError(DomeError):
-    code = "WORK_QUEUE_INVALID"
-
-
-class WorkQueueGraphError(WorkQueueError):
-    """Graph rules failed. `details.problems` lists every offending id by kind."""
-
-    code = "WORK_QUEUE_GRAPH_INVALID"
-
-
-@dataclass(frozen=True)
-class Node:
-    node_id: str
-    source_id: str
-    round: int | None
-    dependencies: tuple[str, ...]
-    task: Mapping[str, Any]
-    task_spec_digest: str
-    priority_group: int
-    risk_level: str
-    resource_key: str
-    max_attempts: int
-    timeout_s: float
-
-    @property
-    def action_spec(self) -> Mapping[str, Any]:
-        return self.task["action_spec"]
-
-
-@dataclass(frozen=True)
-class Graph:
-    nodes: Mapping[str, Node]
-    topo_order: tuple[str, ...]
-    dependents: Mapping[str, tuple[str, ...]]
-    descendants: Mapping[str, int]
-    resource_counts: Mapping[str, int]
-    digest: str
-
-    def __len__(self) -> int:
-        return len(self.nodes)
 
 
 @dataclass(frozen=True)
@@ -95,12 +39,12 @@ class WorkQueue:
     limits: Mapping[str, Any] = field(default_factory=dict)
     validations: tuple[Mapping[str, Any], ...] = ()
     if_target_moved: str = "refuse"
+    if_tasks_fail: str = "promote_nothing"  # or promote_rest: coordinator/runloop/partial.py
 
 
 MAX_BYTES = 16 * 1024 * 1024  # a work queue is a plan, not data
 MAX_DEPTH = 64  # nesting of arrays/objects a work queue may use; deeper is refused, never recursed into
 BRANCH_PREFIX = "refs/heads/"
-TARGET_MOVED = ("refuse", "stack")  # `if_target_moved`: what pre-flight does when promote_to moved past the base
 
 
 class WorkQueueUnknownField(WorkQueueError, SchemaValidationError):
@@ -307,6 +251,7 @@ def parse_work_queue(obj: Any) -> WorkQueue:
         scheduling=dict(obj.get("scheduling", {})),
         validations=tuple(obj.get("validations", [])),
         if_target_moved=str(obj.get("if_target_moved", "refuse")),
+        if_tasks_fail=str(obj.get("if_tasks_fail", "promote_nothing")),
     )
 
 
@@ -341,233 +286,3 @@ def _check_names(obj: Mapping[str, Any]) -> None:
                                      details={"at": f"/tasks/{i}/action_spec", **exc.details}) from None
 
 
-def _risk_level(task: Mapping[str, Any]) -> str:
-    return task.get("risk", "low")
-
-
-def _resource_key(task: Mapping[str, Any]) -> str:
-    images = sorted(task.get("containers", []))
-    caps = sorted(task.get("required_capabilities", []))
-    return json.dumps([images, caps], separators=(",", ":"))
-
-
-def _sccs(ids: list[str], deps: Mapping[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative, deterministic (ids visited in sorted order)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for root in ids:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(set(deps[root]))))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, it = work[-1]
-            advanced = False
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(set(deps[w])))))
-                    advanced = True
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                out.append(sorted(comp))
-    return out
-
-
-def _cycle_groups(tasks: list[Mapping[str, Any]], problem) -> list[dict[str, Any]]:
-    groups: dict[str, dict[str, Any]] = {}
-    for t in tasks:
-        c = t.get("cycle")
-        if not c:
-            continue
-        g = groups.setdefault(c["group"], {"group": c["group"], "nodes": [], "max_iterations": set()})
-        if t["node_id"] not in g["nodes"]:
-            g["nodes"].append(t["node_id"])
-        g["max_iterations"].add(int(c["max_iterations"]))
-    out = []
-    for name in sorted(groups):
-        g = groups[name]
-        if len(g["max_iterations"]) != 1:
-            problem("inconsistent_cycle_groups", name)
-            continue
-        out.append({"group": name, "nodes": g["nodes"], "max_iterations": g["max_iterations"].pop()})
-    return out
-
-
-def build_graph(tasks: list[Mapping[str, Any]], scheduling: Mapping[str, Any] | None = None) -> Graph:
-    budgets = scheduling or {}
-    problems: dict[str, list[Any]] = {}
-
-    def problem(kind: str, item: Any) -> None:
-        problems.setdefault(kind, [])
-        if item not in problems[kind]:
-            problems[kind].append(item)
-
-    by_id: dict[str, Mapping[str, Any]] = {}
-    for t in tasks:
-        nid = t["node_id"]
-        if nid in by_id:
-            problem("duplicate_node_ids", nid)
-        else:
-            by_id[nid] = t
-    deps: dict[str, list[str]] = {}
-    for nid, t in by_id.items():
-        deps[nid] = []
-        for d in t.get("dependencies", []):
-            if d not in by_id:
-                problem("unknown_dependencies", {"node_id": nid, "dependency": d})
-            else:
-                deps[nid].append(d)
-    annotated: dict[frozenset[str], Mapping[str, Any]] = {}
-    for c in _cycle_groups(list(by_id.values()), problem):
-        annotated[frozenset(c["nodes"])] = c
-    ids = sorted(by_id)
-    comps = _sccs(ids, deps)
-    used_annotations: set[frozenset[str]] = set()
-    cyclic: list[list[str]] = []
-    for comp in comps:
-        is_cycle = len(comp) > 1 or comp[0] in deps[comp[0]]
-        if not is_cycle:
-            continue
-        key = frozenset(comp)
-        if key in annotated:
-            used_annotations.add(key)
-            continue
-        if len(comp) == 1:
-            problem("self_dependencies", comp[0])
-        else:
-            problem("cycles", comp)
-    for key, c in annotated.items():
-        if key not in used_annotations:
-            problem("annotated_cycles_not_found", c["group"])
-    if problems:
-        kinds = sorted(problems)
-        code = {
-            "duplicate_node_ids": "DUPLICATE_NODE_ID",
-            "unknown_dependencies": "UNKNOWN_DEPENDENCY",
-            "self_dependencies": "SELF_DEPENDENCY",
-            "cycles": "DEPENDENCY_CYCLE",
-            "inconsistent_cycle_groups": "WORK_QUEUE_GRAPH_INVALID",
-        }.get(kinds[0], "WORK_QUEUE_GRAPH_INVALID") if len(kinds) == 1 else "WORK_QUEUE_GRAPH_INVALID"
-        summary = "; ".join(f"{k}: {json.dumps(problems[k])}" for k in kinds)
-        raise WorkQueueGraphError(
-            f"work queue graph is invalid: {summary}", code=code, details={"problems": problems},
-            hints=["a cycle is allowed only with every member annotated "
-                   "\"cycle\": {\"group\": ..., \"max_iterations\": N}"],
-        )
-
-    # unroll annotated cycles
-    member_of: dict[str, tuple[list[str], int]] = {}
-    for key in used_annotations:
-        c = annotated[key]
-        order = list(c["nodes"])
-        for m in order:
-            member_of[m] = (order, int(c["max_iterations"]))
-
-    def last_round_id(nid: str) -> str:
-        if nid in member_of:
-            return f"{nid}{ROUND_SEP}{member_of[nid][1]}"
-        return nid
-
-    default_attempts = int(budgets.get("default_max_attempts", DEFAULT_MAX_ATTEMPTS))
-    default_timeout = float(budgets.get("default_timeout_s", DEFAULT_TIMEOUT_S))
-    nodes: dict[str, Node] = {}
-
-    def make(nid: str, src: Mapping[str, Any], rnd: int | None, ndeps: list[str]) -> None:
-        if nid in nodes:
-            raise WorkQueueGraphError(f"unrolled cycle id {nid!r} clashes with a declared node id",
-                                      code="WORK_QUEUE_GRAPH_INVALID",
-                                      details={"problems": {"unrolled_id_clashes": [nid]}})
-        digest_src = dict(src) if rnd is None else {**src, "_round": rnd}
-        nodes[nid] = Node(
-            node_id=nid, source_id=src["node_id"], round=rnd,
-            dependencies=tuple(sorted(set(ndeps))), task=src,
-            task_spec_digest=digest_json(digest_src),
-            priority_group=int(src.get("priority_group", 0)),
-            risk_level=_risk_level(src), resource_key=_resource_key(src),
-            max_attempts=int(src.get("max_attempts", default_attempts)),
-            timeout_s=float(src.get("timeout_s", default_timeout)),
-        )
-
-    for nid in ids:
-        t = by_id[nid]
-        if nid not in member_of:
-            make(nid, t, None, [last_round_id(d) for d in deps[nid]])
-            continue
-        order, rounds = member_of[nid]
-        pos = order.index(nid)
-        for r in range(1, rounds + 1):
-            nd: list[str] = []
-            for d in deps[nid]:
-                if d in member_of and member_of[d][0] is order:
-                    if order.index(d) < pos:
-                        nd.append(f"{d}{ROUND_SEP}{r}")
-                    elif r > 1:
-                        nd.append(f"{d}{ROUND_SEP}{r - 1}")
-                else:
-                    nd.append(last_round_id(d))
-            make(f"{nid}{ROUND_SEP}{r}", t, r, nd)
-    return finish_graph(nodes)
-
-
-def finish_graph(nodes: Mapping[str, Node]) -> Graph:
-    ordered = dict(sorted(nodes.items()))
-    dependents: dict[str, list[str]] = {n: [] for n in ordered}
-    for n in ordered.values():
-        for d in n.dependencies:
-            dependents[d].append(n.node_id)
-    # Kahn with a sorted frontier: a deterministic topological order
-    indeg = {n: len(ordered[n].dependencies) for n in ordered}
-    import heapq
-    frontier = [n for n, k in indeg.items() if k == 0]
-    heapq.heapify(frontier)
-    topo: list[str] = []
-    while frontier:
-        n = heapq.heappop(frontier)
-        topo.append(n)
-        for m in dependents[n]:
-            indeg[m] -= 1
-            if indeg[m] == 0:
-                heapq.heappush(frontier, m)
-    if len(topo) != len(ordered):  # pragma: no cover - build_graph rejects cycles first
-        raise WorkQueueGraphError("graph has a cycle after unrolling")
-    # transitive descendants count, by bitsets in reverse topological order
-    bit = {n: 1 << i for i, n in enumerate(topo)}
-    reach: dict[str, int] = {}
-    for n in reversed(topo):
-        acc = 0
-        for m in dependents[n]:
-            acc |= bit[m] | reach[m]
-        reach[n] = acc
-    descendants = {n: bin(reach[n]).count("1") for n in ordered}
-    resource_counts: dict[str, int] = {}
-    for n in ordered.values():
-        resource_counts[n.resource_key] = resource_counts.get(n.resource_key, 0) + 1
-    digest = digest_json([[n.node_id, list(n.dependencies), n.task_spec_digest] for n in ordered.values()])
-    return Graph(nodes=ordered, topo_order=tuple(topo),
-                 dependents={k: tuple(sorted(v)) for k, v in dependents.items()},
-                 descendants=descendants, resource_counts=resource_counts, digest=digest)

@@ -58,6 +58,3 @@ class BlobStore:
                               details={"digest": digest, "actual": actual, "path": str(target)},
                               hints=["restore the blob from a copy; the ledger keeps only its digest"])
         return data
-
-    def has(self, digest: str) -> bool:
-        return self.path(digest).is_file()

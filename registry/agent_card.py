@@ -37,7 +37,11 @@ CARD_SCHEMA: dict[str, Any] = {
         "sdk": {"type": "object", "additionalProperties": False, "required": ["package", "version"],
                 "properties": {"package": {"type": "string",
                                            "pattern": "^(npm:@?[a-z0-9._/-]{1,200}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"},
-                               "version": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+){1,3}$"}}},
+                               "version": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+){1,3}$"},
+                               "install_dir": {"type": "string", "pattern": r"^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$",
+                                               "description": "where an agent CLI's package is installed (a Python "
+                                                              "virtual environment, or an npm prefix); its version "
+                                                              "is read there"}}},
         "model": {"type": "string", "minLength": 1, "maxLength": 200},
         "endpoint": {"type": "object", "additionalProperties": False, "required": ["host"],
                      "properties": {"host": {"type": "string", "pattern": HOST_RE},
@@ -79,6 +83,11 @@ def check_card(card: Any) -> dict[str, Any]:
     if "cli" not in card and card["sdk"]["package"] != "openai":
         raise RuntimeCardInvalid("runtime card: the built-in agent loop runs the openai SDK; other packages need `cli`",
                                  details={"package": card["sdk"]["package"]})
+    if "install_dir" in card["sdk"] and "cli" not in card:
+        raise RuntimeCardInvalid("runtime card: sdk.install_dir names where an agent CLI is installed; it needs `cli`",
+                                 details={"sdk": card["sdk"]})
+    if any(part == ".." for part in card["sdk"].get("install_dir", "").split("/")):
+        raise RuntimeCardInvalid("runtime card: sdk.install_dir must not contain ..", details={"sdk": card["sdk"]})
     if card["model"] not in card["allow_models"]:
         raise RuntimeCardInvalid("runtime card: its model is not on its own allowlist",
                                  details={"model": card["model"], "allow_models": card["allow_models"]})

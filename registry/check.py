@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from . import schema_store
-from .contracts import CAPABILITY_CLASSES, Registry
+from .contracts import Registry
 
 WRITE_SIDE_EFFECTS = ("artifact_put", "proposal_register")
 _CAP_CLASS = re.compile(r"^(read|write|admin)(:|$)")

@@ -43,8 +43,6 @@ from .errors import DomeError
 REGISTRY_ROOT = Path(__file__).resolve().parent
 ID_PREFIX = schema_store.ID_PREFIX
 
-CAPABILITY_CLASSES = ("read", "write", "admin")
-
 
 class RegistryError(DomeError):
     code = "REGISTRY_ERROR"
@@ -176,9 +174,6 @@ class Registry:
 
     def validate_request(self, method: str, args: Any) -> list[dict[str, Any]]:
         return list(self.iter_errors(self.method(method).input, args))
-
-    def validate_response(self, method: str, result: Any) -> list[dict[str, Any]]:
-        return list(self.iter_errors(self.method(method).output, result))
 
     def admin_methods(self) -> frozenset[str]:
         return frozenset(n for n, m in self.methods.items() if m.is_admin)

@@ -14,7 +14,7 @@ from urllib.parse import urldefrag, urljoin
 from typing import Any, Mapping
 
 from .canonical import canonical_json, digest_json
-from .contracts import Registry
+from .contracts import Contract, Registry
 
 OPENRPC_VERSION = "1.3.2"
 NORMALIZATION_RULES_VERSION = "dome.spec_filter/v1"
@@ -57,21 +57,27 @@ def profile_methods(reg: Registry, tool_id: str, profile: Mapping[str, Any]) -> 
                   and (classes is None or contract.methods[m].capability_class in classes))
 
 
+def method_spec(reg: Registry, contract: Contract, name: str) -> dict[str, Any]:
+    """One method of a contract as the filtered spec and the OpenRPC document describe it."""
+    m = contract.methods[name]
+    return {
+        "summary": m.summary, "capability_class": m.capability_class, "family": m.family,
+        "side_effect": m.side_effect, "replay": m.replay, "idempotency": dict(m.idempotency),
+        "cost_units": m.cost_units, "long_running": m.long_running, "requires_consent": m.requires_consent,
+        "spends_single_use": m.spends_single_use,
+        "params": inline_schema(reg, m.input), "result": inline_schema(reg, m.output),
+        "errors": {code: dict(contract.errors[code]) for code in sorted(set(m.errors) | _COMMON)
+                   if code in contract.errors},
+    }
+
+
 def spec_filter(reg: Registry, tool_id: str, profile_id: str) -> dict[str, Any]:
     """The canonical filtered spec of `tool_id` under its profile `profile_id`."""
     contract = reg.contract(tool_id)
     profile = reg.profile(tool_id, profile_id)
     methods: dict[str, Any] = {}
     for name in profile_methods(reg, tool_id, profile):
-        m = contract.methods[name]
-        methods[name] = {
-            "summary": m.summary, "capability_class": m.capability_class, "family": m.family,
-            "side_effect": m.side_effect, "replay": m.replay, "idempotency": dict(m.idempotency),
-            "cost_units": m.cost_units, "long_running": m.long_running, "requires_consent": m.requires_consent,
-            "spends_single_use": m.spends_single_use,
-            "params": inline_schema(reg, m.input), "result": inline_schema(reg, m.output),
-            "errors": {code: dict(contract.errors[code]) for code in sorted(set(m.errors) | _COMMON) if code in contract.errors},
-        }
+        methods[name] = method_spec(reg, contract, name)
     spec = {
         "artifact_kind": "dome.filtered_spec/v1", "normalization": NORMALIZATION_RULES_VERSION,
         "tool_id": tool_id, "contract": contract.ref, "contract_digest": contract.digest,
@@ -99,14 +105,7 @@ def openrpc_document(reg: Registry, *, profile_id: str | None = None, tool_ids: 
                 continue
             spec = spec_filter(reg, tool_id, profile_id)
         else:
-            spec = {"methods": {n: {
-                "summary": m.summary, "capability_class": m.capability_class, "family": m.family,
-                "side_effect": m.side_effect, "replay": m.replay, "idempotency": dict(m.idempotency),
-                "cost_units": m.cost_units, "long_running": m.long_running, "requires_consent": m.requires_consent,
-                "spends_single_use": m.spends_single_use,
-                "params": inline_schema(reg, m.input), "result": inline_schema(reg, m.output),
-                "errors": {c: dict(contract.errors[c]) for c in sorted(set(m.errors) | _COMMON) if c in contract.errors},
-            } for n, m in sorted(contract.methods.items())}}
+            spec = {"methods": {n: method_spec(reg, contract, n) for n in sorted(contract.methods)}}
         for name, m in sorted(spec["methods"].items()):
             params = m["params"]
             required = set(params.get("required") or ())

@@ -12,7 +12,6 @@ plain fd plumbing with no dome dependencies.
 from __future__ import annotations
 
 import fcntl
-import io
 import os
 import sys
 from dataclasses import dataclass
@@ -24,14 +23,6 @@ _CLAIM: "StdoutClaim | None" = None
 class StdoutClaim:
     protocol_fd: int  # the real stdout, private and close-on-exec
     stdin_fd: int  # the real stdin, private and close-on-exec (fd 0 reads /dev/null)
-
-    def text_streams(self) -> tuple[io.TextIOWrapper, io.TextIOWrapper]:
-        """(protocol input, protocol output) as UTF-8 text files for an MCP stdio transport."""
-        rd = io.TextIOWrapper(os.fdopen(self.stdin_fd, "rb", closefd=False), encoding="utf-8",
-                              errors="replace")
-        wr = io.TextIOWrapper(os.fdopen(self.protocol_fd, "wb", closefd=False), encoding="utf-8",
-                              write_through=False)
-        return rd, wr
 
 
 def claim_stdout() -> StdoutClaim:
@@ -53,5 +44,3 @@ def claim_stdout() -> StdoutClaim:
     sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     _CLAIM = StdoutClaim(protocol_fd=private, stdin_fd=private_in)
     return _CLAIM
-
-

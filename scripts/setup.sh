@@ -21,4 +21,7 @@ PY=${PYTHON:-python3}
 # On a GPU machine install your CUDA build of torch first; this line then does nothing.
 "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0" >&2
 "$PY" -m pip install -q -e ".[litho,ray,agents,test]" >&2
+# agent CLIs (aider from PyPI, Qwen Code from npm), pinned, each in a directory of its own
+# (a failed install leaves the rest of dome working; its tests then say what is missing)
+PYTHON="$PY" bash scripts/install_agent_clis.sh || echo "setup: the agent CLIs were not installed" >&2
 echo "setup: done" >&2

@@ -66,16 +66,20 @@ def git(cwd: Path, *args: str) -> str:
                           text=True, env=env).stdout.strip()
 
 
-@pytest.fixture
-def git_repo(tmp_path: Path) -> Path:
-    """A real git repository with one commit on branch main."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
+def make_repo(repo: Path) -> Path:
+    """A real git repository at `repo` (created) with one commit on branch main."""
+    repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     (repo / "README.md").write_text("hello\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "initial")
     return repo
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    """A real git repository with one commit on branch main."""
+    return make_repo(tmp_path / "repo")
 
 
 @pytest.fixture

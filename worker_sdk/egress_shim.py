@@ -8,6 +8,14 @@ has nothing else), and forwards each request to the egress gate over
 the bearer, a fresh call proof over {host, path, body_digest}. Whatever
 credential the CLI sends is dropped; the real key is added by the gate.
 The CLI's process may connect to this one port only (Landlock).
+
+The gate meters whole replies and refuses streamed requests. Most agent
+CLIs (the Node ones especially) ask for a stream, so the shim de-streams:
+a request with `"stream": true` goes to the gate as a plain one (`stream`
+and `stream_options` removed, before the call proof is made over it), and
+the whole reply comes back to the CLI as one server-sent-event stream of
+chat.completion.chunk objects (the message, the finish reason, the usage
+when asked for, `[DONE]`). A refusal stays a plain JSON error.
 """
 from __future__ import annotations
 
@@ -49,8 +57,11 @@ class EgressShim:
             def _any(self) -> None:
                 n = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(n) if n > 0 else b""
+                body, streamed, usage = unstream_request(body)
                 status, ctype, data = shim.forward(self.command, self.path, body,
                                                    {k.lower(): v for k, v in self.headers.items()})
+                if streamed and status == 200:
+                    ctype, data = "text/event-stream", sse_from_completion(data, include_usage=usage)
                 self.send_response(status)
                 self.send_header("content-type", ctype)
                 self.send_header("content-length", str(len(data)))
@@ -100,3 +111,44 @@ class EgressShim:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def unstream_request(body: bytes) -> tuple[bytes, bool, bool]:
+    """(the body to forward, whether the CLI asked for a stream, whether it asked
+    for usage in the stream). A body that is not a JSON object passes unchanged."""
+    try:
+        req = json.loads(body)
+    except ValueError:
+        return body, False, False
+    if not isinstance(req, dict) or req.get("stream") is not True:
+        return body, False, False
+    opts = req.pop("stream_options", None)
+    req.pop("stream")
+    usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+    return json.dumps(req, separators=(",", ":")).encode(), True, usage
+
+
+def sse_from_completion(data: bytes, *, include_usage: bool) -> bytes:
+    """A whole chat.completion as the server-sent events a streaming client reads:
+    per choice one chunk with the whole message as its delta and one with the
+    finish reason, then the usage (when asked for) and `[DONE]`."""
+    try:
+        done = json.loads(data)
+    except ValueError:
+        done = None
+    if not isinstance(done, dict):
+        return b"data: [DONE]\n\n"
+    head = {"id": done.get("id", "chatcmpl-dome"), "object": "chat.completion.chunk",
+            "created": done.get("created", 0), "model": done.get("model")}
+    events = []
+    for ch in done.get("choices") or []:
+        msg = ch.get("message") or {}
+        delta: dict[str, Any] = {"role": msg.get("role", "assistant"), "content": msg.get("content")}
+        if msg.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(msg["tool_calls"])]
+        idx = ch.get("index", 0)
+        events.append({**head, "choices": [{"index": idx, "delta": delta, "finish_reason": None}]})
+        events.append({**head, "choices": [{"index": idx, "delta": {}, "finish_reason": ch.get("finish_reason")}]})
+    if include_usage and done.get("usage") is not None:
+        events.append({**head, "choices": [], "usage": done["usage"]})
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"

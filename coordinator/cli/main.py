@@ -167,13 +167,7 @@ def _main(argv: list[str]) -> int:
             print(f"dome: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
         return EXIT_USAGE
     module_name, text = COMMANDS[name]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        print(f"dome {name}: not available in this build", file=sys.stderr)
-        return EXIT_USAGE
+    module = importlib.import_module(module_name)
     _Parser.json_errors = as_json
     parser = _Parser(prog=f"dome {name}", description=text)
     module.add_arguments(parser)

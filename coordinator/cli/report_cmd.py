@@ -51,12 +51,17 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         Path(args.html).write_text(report.html)
     if args.json:
+        ex = report.model.explanation
         print(json.dumps({"run_id": args.run_id, "status": report.model.status, "html": args.html,
+                          "partial": bool(ex and ex.partial), "tasks_not_landed": ex.tasks_not_landed if ex else [],
                           "clips": [c.name for c in report.clips], "model_usage": report.model.model_usage}))
     else:
         m = report.model
         print(f"run {m.run_id}: {m.status}; {m.waves} waves, {len(m.attempts)} attempts, "
               f"{len(m.proposals)} proposals, {len(m.validations)} validations")
+        if m.explanation is not None and m.explanation.partial:
+            print("partial: without " + ", ".join(f"{t.get('node_id')} ({t.get('status')})"
+                                                          for t in m.explanation.tasks_not_landed))
         run = (m.model_usage or {}).get("run") or {}
         if run.get("calls"):
             print(f"model calls: {run['calls']}, tokens in {run['tokens_in']}, out {run['tokens_out']}, "

@@ -5,11 +5,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from registry.errors import DomeError
 
 from .main import add_common_arguments, open_ledger, refuse
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
 
 
-def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
+def summarize(ledger: Ledger, run_id: str) -> dict[str, Any]:
     from coordinator.runstate import fold
     from coordinator.scheduler import statuses
     from coordinator.workqueue import parse_work_queue
@@ -44,12 +47,14 @@ def summarize(ledger: Any, run_id: str) -> dict[str, Any]:
         out.update(liveness(ledger, run_id))
     if st.finished:
         out.update({k: st.finished.get(k) for k in ("head", "promoted_ref", "counts", "reason")})
+        if st.finished.get("partial"):  # the rest was integrated without the tasks that failed
+            out.update({"partial": True, "tasks_not_landed": list(st.finished.get("tasks_not_landed") or [])})
         if st.finished.get("awaiting_consent"):  # held at the human gate
             out.update({k: st.finished.get(k) for k in ("awaiting_consent", "consent_token_file", "missing")})
     return out
 
 
-def liveness(ledger: Any, run_id: str) -> dict[str, Any]:
+def liveness(ledger: Ledger, run_id: str) -> dict[str, Any]:
     """An unfinished run is `running` while a coordinator holds its lease, else
     `stalled` (its coordinator died or hung): someone must resume it."""
     import socket
@@ -66,7 +71,7 @@ def liveness(ledger: Any, run_id: str) -> dict[str, Any]:
     return out
 
 
-def run_reasons(ledger: Any, run_id: str, out: Any = None) -> dict[str, Any]:
+def run_reasons(ledger: Ledger, run_id: str, out: Any = None) -> dict[str, Any]:
     """Why the run stands where it does: the reasons and the verdict block that
     `dome run` ends with, worded for the width of the terminal `out` writes to."""
     from coordinator.report.explain import explain, reasons
@@ -97,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for r in rows:
         nodes = " ".join(f"{k}={v}" for k, v in (r.get("nodes") or {}).items())
-        print(f"{r['run_id']}  {r['status']:<10} waves={r['waves']} attempts={r['attempts']} "
+        shown = f"{r['status']} (partial)" if r.get("partial") else r["status"]
+        print(f"{r['run_id']}  {shown:<10} waves={r['waves']} attempts={r['attempts']} "
               f"active={len(r['active_attempts'])} proposals={r['proposals']} {nodes}")
         if r.get("next_step"):
             print(f"  no coordinator holds this run (it was killed or hung): resume with {r['next_step']}")

@@ -35,17 +35,21 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import urlparse
 
 from registry.agent_card import normalize_host
 from registry.canonical import digest_bytes
 from registry.errors import DomeError
 from registry.grant_errors import GrantError
+from registry.toolprofile import PROOF_HEADER
 
-from ..gateway.auth import PROOF_HEADER, gateway_audience
+from ..gateway.auth import gateway_audience
 from . import metering as mt
 from .config import EgressConfig, Route
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 log = logging.getLogger("dome.egress")
 Transact = Callable[[Callable[[Any], tuple[Any, list]]], Any]
@@ -84,7 +88,7 @@ STATUS = {"GRANT_MISSING": 401, "BUDGET_EXHAUSTED": 402, "EGRESS_METHOD_NOT_ALLO
           "EGRESS_REQUEST_TOO_LARGE": 413, "EGRESS_UPSTREAM_FAILED": 502, "EGRESS_KEY_UNAVAILABLE": 503}
 
 
-def ledger_transact(ledger: Any) -> Transact:
+def ledger_transact(ledger: Ledger) -> Transact:
     """A Transact over a bare Ledger (the run loop passes its LedgerWriter.transact)."""
     def transact(fn: Callable[[Any], tuple[Any, list]]) -> Any:
         with ledger.transaction() as tx:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .base import AttemptFiles, ExitInfo, Limits, SandboxUnavailable
+from .base import AttemptFiles, ExitInfo, Limits
 from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, make_preexec, memory_cgroup_parent,
-                      oom_kills, pids_cgroup_parent, probe_bwrap, refused_forks)
+                      oom_kills, pids_cgroup_parent, refused_forks, require_bwrap)
 
 STDERR_TAIL = 4096
 
@@ -54,11 +54,7 @@ class LocalExecutor:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"unknown sandbox {sandbox!r}")
         if sandbox == "bwrap":
-            ok, info = probe_bwrap()
-            if not ok:
-                raise SandboxUnavailable(f"no sandbox available: {info}", details={"reason": info},
-                                         hints=SandboxUnavailable.hints_default)
-            self.bwrap = info
+            self.bwrap = require_bwrap()
         self.sandbox = sandbox
         self.max_concurrency = max_concurrency
         self.limits = limits or Limits()

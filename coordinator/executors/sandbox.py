@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .base import AttemptFiles, Limits
+from .base import AttemptFiles, Limits, SandboxUnavailable
 
 IN_SCRATCH = "/dome/scratch"
 IN_BASE = "/dome/base.git"
@@ -211,6 +211,15 @@ def probe_bwrap() -> tuple[bool, str]:
     if r.returncode != 0:
         return False, f"bwrap cannot create namespaces here: {r.stderr.strip()[:300]}"
     return True, exe
+
+
+def require_bwrap() -> str:
+    """The bwrap executable, or SandboxUnavailable saying why this host cannot sandbox."""
+    ok, info = probe_bwrap()
+    if not ok:
+        raise SandboxUnavailable(f"no sandbox available: {info}", details={"reason": info},
+                                 hints=SandboxUnavailable.hints_default)
+    return info
 
 
 def pids_cgroup_parent() -> Path | None:

@@ -21,7 +21,6 @@ from registry.grant_errors import GrantError
 
 from ..grants import ISSUED_TOPIC, GrantVerifier, SignedGrant, issue_profile
 
-PROOF_HEADER = tp.PROOF_HEADER  # the per-call proof of possession of the grant's cnf key
 EVIDENCE_CAPABILITY = "write:evidence"  # every attempt may store evidence (logs); the policy adds the lifecycle
 CARD = "agent_cli"
 
@@ -63,5 +62,5 @@ def verify_for_listing(verifier: GrantVerifier, token: str, *, run_id: str, audi
     return verifier.verify_listing(token, run_id=run_id, audience=audience, now=now)
 
 
-__all__ = ["PROOF_HEADER", "GrantError", "GrantVerifier", "ISSUED_TOPIC", "issue", "profile_ref", "verify_for_listing",
+__all__ = ["GrantError", "GrantVerifier", "ISSUED_TOPIC", "issue", "profile_ref", "verify_for_listing",
            "gateway_audience", "grant_capabilities"]

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from registry import limits
 from registry.canonical import digest_json
@@ -37,6 +38,11 @@ from .. import runstate as rs
 from ..integration.binding import ProposalBindingMismatch, check_binding
 from ..integration.proposals import path_rejections
 from .dispatch import ToolSpec
+
+if TYPE_CHECKING:
+    from ledger.blobs import BlobStore
+
+    from ..runloop.writer import LedgerWriter
 
 SCHEMA_VERSION = "1.0.0"
 MAX_ARTIFACT_BYTES = limits.MAX_ARTIFACT_BYTES
@@ -74,8 +80,8 @@ class CallContext:
 @dataclass
 class GatewayBackend:
     run_id: str
-    writer: Any                      # LedgerWriter
-    blobs: Any                       # ledger.blobs.BlobStore
+    writer: LedgerWriter
+    blobs: BlobStore
     attempt: Callable[[str], Mapping[str, Any] | None]  # neid -> {node_id, wave_id, base_ref, base_tree_hash, task}
     max_artifact_bytes: int = MAX_ARTIFACT_BYTES
     calls: dict[str, int] = field(default_factory=dict)
@@ -106,189 +112,214 @@ def grant_of(att: Mapping[str, Any], neid: str) -> dict[str, Any]:
             "attempt": att.get("attempt")}
 
 
+def _live(backend: GatewayBackend, neid: str, call: CallContext | None) -> Mapping[str, Any]:
+    """The attempt a call's grant is bound to (AttemptNotLive when it is not this one or unknown)."""
+    if call is None or call.profile.get("node_execution_id") != neid:
+        raise AttemptNotLive("the grant is not bound to this node_execution_id",
+                             details={"node_execution_id": neid})
+    att = backend.attempt(neid)
+    if att is None:
+        raise AttemptNotLive("unknown attempt", details={"node_execution_id": neid})
+    return att
+
+
+def _refuse_ended(backend: GatewayBackend, neid: str) -> None:
+    st = backend.writer.state
+    if neid in st.ended or neid not in st.executions:
+        raise AttemptNotLive("the attempt has ended", details={"node_execution_id": neid})
+
+
+Work = Callable[[Any], tuple[dict, list]]
+
+
+def _idempotent(backend: GatewayBackend, method: str, args: dict[str, Any], work: Work,
+                call: CallContext | None) -> dict:
+    """Run `work` once per (run, method, idempotency key) in the call's ledger transaction:
+    a repeat returns the stored result (`duplicate: true`), other arguments under the same
+    key are IDEMPOTENCY_CONFLICT."""
+    key, run_id = args["idempotency_key"], backend.run_id
+    request_digest = digest_json(args)
+
+    def fn(tx: Any) -> tuple[dict, list]:
+        prior = tx.idempotency_get(run_id, method, key)
+        if prior is not None:
+            if prior.get("_request_digest") != request_digest:
+                raise IdempotencyConflict(
+                    f"idempotency key {key!r} of {method} was used for a different request",
+                    details={"method": method, "idempotency_key": key})
+            return {**prior["result"], "duplicate": True}, []
+        result, records = work(tx)
+        tx.idempotency_put(run_id, method, key, {"_request_digest": request_digest, "result": result},
+                           request_digest=request_digest)
+        return {**result, "duplicate": False}, records
+
+    if call is not None and call.tx is not None:
+        return fn(call.tx)[0]  # records are applied by the WriterLedger when the transaction commits
+    return backend.writer.transact(fn)
+
+
+def _keys(att: Mapping[str, Any], neid: str) -> dict[str, Any]:
+    return {"node_id": att["node_id"], "wave_id": att["wave_id"], "node_execution_id": neid,
+            "task_id": att["node_id"]}
+
+
+def _append(backend: GatewayBackend, tx: Any, topic: str, att: Mapping[str, Any], neid: str, method: str,
+            args: Mapping[str, Any], payload: dict[str, Any]) -> Any:
+    """One event of a worker call, naming the attempt, the method and its idempotency key."""
+    return tx.append(backend.run_id, topic, {"node_execution_id": neid, **payload, "method": method,
+                                             "idempotency_key": args["idempotency_key"]}, **_keys(att, neid))
+
+
+def get_task(backend: GatewayBackend, args: dict, call: CallContext) -> dict:
+    att = _live(backend, args["node_execution_id"], call)
+    return {"schema_version": SCHEMA_VERSION, "node_id": att["node_id"], "task": att["task"],
+            "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
+
+
+def report_progress(backend: GatewayBackend, args: dict, call: CallContext) -> dict:
+    neid = args["node_execution_id"]
+    att = _live(backend, neid, call)
+    _refuse_ended(backend, neid)
+
+    def work(tx: Any) -> tuple[dict, list]:
+        rec = _append(backend, tx, rs.TASK_PROGRESS, att, neid, "report_progress", args,
+                      {"fraction": args["fraction"], "message": args.get("message", "")})
+        return {"schema_version": SCHEMA_VERSION, "recorded": True}, [rec]
+
+    return _idempotent(backend, "report_progress", args, work, call)
+
+
+def put_artifact(backend: GatewayBackend, args: dict, call: CallContext) -> dict:
+    neid = args["node_execution_id"]
+    att = _live(backend, neid, call)
+    try:
+        data = base64.b64decode(args["content_b64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise DomeError("content_b64 is not base64", code="INVALID_REQUEST") from None
+    if len(data) > backend.max_artifact_bytes:
+        raise DomeError("artifact too large", code="ARTIFACT_TOO_LARGE",
+                        details={"size": len(data), "limit": backend.max_artifact_bytes})
+
+    def work(tx: Any) -> tuple[dict, list]:
+        digest = backend.blobs.put(data)
+        if args.get("expected_digest") and args["expected_digest"] != digest:
+            raise DomeError("content does not match expected_digest", code="DIGEST_MISMATCH",
+                            details={"expected": args["expected_digest"], "actual": digest})
+        rec = _append(backend, tx, rs.ARTIFACT_PUT, att, neid, "put_artifact", args,
+                      {"digest": digest, "size": len(data), "media_type": args["media_type"],
+                       "name": args.get("name")})
+        return {"schema_version": SCHEMA_VERSION, "digest": digest, "size": len(data)}, [rec]
+
+    return _idempotent(backend, "put_artifact", args, work, call)
+
+
+def check_proposal(backend: GatewayBackend, proposal: Mapping[str, Any], att: Mapping[str, Any],
+                   neid: str) -> dict[str, Any]:
+    """Verify a submitted PatchProposal against its attempt and its uploaded diff; return the
+    diff's description. Each refusal is a typed error."""
+    schema_validate("patch_proposal", proposal)
+    if proposal["base_ref"] != att["base_ref"]:
+        raise BaseMismatch("proposal base_ref is not the wave base",
+                           details={"proposal": proposal["base_ref"], "wave_base": att["base_ref"]})
+    if proposal["base_tree_hash"] != att["base_tree_hash"]:
+        raise BaseMismatch("proposal base_tree_hash does not match the base commit's tree",
+                           details={"proposal": proposal["base_tree_hash"], "base": att["base_tree_hash"]})
+    if proposal.get("run_id") != backend.run_id:
+        raise ProposalBindingMismatch("proposal is bound to another run",
+                                      details={"mismatches": [{"field": "run_id", "claimed": proposal.get("run_id"),
+                                                               "grant": backend.run_id}]})
+    check_binding(proposal, grant_of(att, neid))
+    diff_ref = proposal.get("diff_ref")
+    if not diff_ref:
+        raise ProposalRejected("proposal has no diff_ref (upload the canonical diff with put_artifact)")
+    raw = backend.blobs.get(diff_ref)
+    try:
+        canonical = canonicalize_diff(raw, proposal["diff_canonicalization"])
+        desc = describe_diff(canonical, proposal["base_ref"])
+    except DiffError as exc:
+        raise ProposalRejected(f"diff does not parse: {exc.message}", details={"diff_ref": diff_ref}) from None
+    if desc["diff_digest"] != proposal["diff_digest"]:
+        raise ProposalRejected("recomputed diff_digest differs", code="DIFF_DIGEST_MISMATCH",
+                               details={"claimed": proposal["diff_digest"], "recomputed": desc["diff_digest"]})
+    if sorted(desc["touched_files"]) != sorted(proposal["touched_files"]):
+        raise ProposalRejected("touched_files do not match the diff")
+    bad = path_policy(desc["touched_files"])
+    if bad:
+        raise PathDenied("proposal touches denied paths", details={"paths": bad})
+    return desc
+
+
+def submit_patch(backend: GatewayBackend, args: dict, call: CallContext) -> dict:
+    neid = args["node_execution_id"]
+    att = _live(backend, neid, call)
+    _refuse_ended(backend, neid)
+    proposal = args["proposal"]
+    desc = check_proposal(backend, proposal, att, neid)
+
+    def work(tx: Any) -> tuple[dict, list]:
+        rec = _append(backend, tx, rs.PATCH_SUBMITTED, att, neid, "submit_patch", args,
+                      {"proposal_id": proposal["proposal_id"], "diff_digest": proposal["diff_digest"],
+                       "diff_ref": proposal["diff_ref"], "touched_files": desc["touched_files"],
+                       "proposal": proposal})
+        return {"schema_version": SCHEMA_VERSION, "proposal_id": proposal["proposal_id"],
+                "accepted": True, "event_sequence": rec.sequence}, [rec]
+
+    return _idempotent(backend, "submit_patch", args, work, call)
+
+
+def complete_task(backend: GatewayBackend, args: dict, call: CallContext) -> dict:
+    neid = args["node_execution_id"]
+    att = _live(backend, neid, call)
+
+    def work(tx: Any) -> tuple[dict, list]:
+        _refuse_ended(backend, neid)
+        rec = _append(backend, tx, rs.TASK_COMPLETED, att, neid, "complete_task", args,
+                      {"outcome": args["outcome"], "summary": args.get("summary", {}),
+                       "metrics": args.get("metrics", {}), "evidence": args.get("evidence", []),
+                       "proposal_id": args.get("proposal_id"), "error": args.get("error")})
+        return {"schema_version": SCHEMA_VERSION, "recorded": True, "event_sequence": rec.sequence}, [rec]
+
+    return _idempotent(backend, "complete_task", args, work, call)
+
+
+_KEY, _NEID = _key_schema(), _neid_schema()
+
+# name, description, argument schema, handler, side effect (capability class "write" unless named)
+TOOLS: tuple[tuple[str, str, dict[str, Any], Callable[..., dict], str], ...] = (
+    ("get_task", "The task spec slice and base of this attempt.",
+     _closed({"node_execution_id": _NEID}, ["node_execution_id"]), get_task, "none"),
+    ("report_progress", "Heartbeat with progress (0..1) and a message.",
+     _closed({"idempotency_key": _KEY, "node_execution_id": _NEID,
+              "fraction": {"type": "number", "minimum": 0, "maximum": 1},
+              "message": {"type": "string", "maxLength": 2000}},
+             ["idempotency_key", "node_execution_id", "fraction"]),
+     report_progress, "heartbeat"),
+    ("put_artifact", "Store bytes in the content-addressed store; returns the digest.",
+     _closed({"idempotency_key": _KEY, "node_execution_id": _NEID,
+              "media_type": {"type": "string", "minLength": 1, "maxLength": 200},
+              "name": {"type": "string", "maxLength": 500},
+              "content_b64": {"type": "string"},
+              "expected_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}},
+             ["idempotency_key", "node_execution_id", "media_type", "content_b64"]),
+     put_artifact, "artifact_put"),
+    ("submit_patch", "Register a PatchProposal (its diff uploaded first with put_artifact).",
+     _closed({"idempotency_key": _KEY, "node_execution_id": _NEID, "proposal": {"type": "object"}},
+             ["idempotency_key", "node_execution_id", "proposal"]),
+     submit_patch, "proposal_register"),
+    ("complete_task", "Report the attempt's result (succeeded or failed); spends the grant.",
+     _closed({"idempotency_key": _KEY, "node_execution_id": _NEID,
+              "outcome": {"enum": ["succeeded", "failed"]},
+              "summary": {"type": "object"}, "metrics": {"type": "object"},
+              "evidence": {"type": "array", "items": {"type": "object"}},
+              "proposal_id": {"type": ["string", "null"]},
+              "error": {"type": ["object", "null"]}},
+             ["idempotency_key", "node_execution_id", "outcome"]),
+     complete_task, "task_result"),
+)
+
+
 def build_tools(backend: GatewayBackend) -> list[ToolSpec]:
-    run_id = backend.run_id
-
-    def live(neid: str, call: CallContext) -> Mapping[str, Any]:
-        if call is None or call.profile.get("node_execution_id") != neid:
-            raise AttemptNotLive("the grant is not bound to this node_execution_id",
-                                 details={"node_execution_id": neid})
-        att = backend.attempt(neid)
-        if att is None:
-            raise AttemptNotLive("unknown attempt", details={"node_execution_id": neid})
-        return att
-
-    def ended(neid: str) -> bool:
-        st = backend.writer.state
-        return neid in st.ended or neid not in st.executions
-
-    def idempotent(method: str, args: dict[str, Any], work: Callable[[Any], tuple[dict, list]],
-                   call: CallContext) -> dict:
-        key = args["idempotency_key"]
-        request_digest = digest_json(args)
-
-        def fn(tx: Any) -> tuple[dict, list]:
-            prior = tx.idempotency_get(run_id, method, key)
-            if prior is not None:
-                if prior.get("_request_digest") != request_digest:
-                    raise IdempotencyConflict(
-                        f"idempotency key {key!r} of {method} was used for a different request",
-                        details={"method": method, "idempotency_key": key})
-                return {**prior["result"], "duplicate": True}, []
-            result, records = work(tx)
-            tx.idempotency_put(run_id, method, key, {"_request_digest": request_digest, "result": result},
-                               request_digest=request_digest)
-            return {**result, "duplicate": False}, records
-
-        if call is not None and call.tx is not None:
-            return fn(call.tx)[0]  # records are applied by the WriterLedger when the transaction commits
-        return backend.writer.transact(fn)
-
-    def keys(att: Mapping[str, Any], neid: str) -> dict[str, Any]:
-        return {"node_id": att["node_id"], "wave_id": att["wave_id"], "node_execution_id": neid,
-                "task_id": att["node_id"]}
-
-    # -- read ---------------------------------------------------------------
-    def get_task(args: dict, call: CallContext) -> dict:
-        att = live(args["node_execution_id"], call)
-        return {"schema_version": SCHEMA_VERSION, "node_id": att["node_id"], "task": att["task"],
-                "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
-
-    # -- writes -------------------------------------------------------------
-    def report_progress(args: dict, call: CallContext) -> dict:
-        neid = args["node_execution_id"]
-        att = live(neid, call)
-        if ended(neid):
-            raise AttemptNotLive("the attempt has ended", details={"node_execution_id": neid})
-
-        def work(tx: Any) -> tuple[dict, list]:
-            rec = tx.append(run_id, rs.TASK_PROGRESS,
-                            {"node_execution_id": neid, "fraction": args["fraction"],
-                             "message": args.get("message", ""), "method": "report_progress",
-                             "idempotency_key": args["idempotency_key"]}, **keys(att, neid))
-            return {"schema_version": SCHEMA_VERSION, "recorded": True}, [rec]
-
-        return idempotent("report_progress", args, work, call)
-
-    def put_artifact(args: dict, call: CallContext) -> dict:
-        neid = args["node_execution_id"]
-        att = live(neid, call)
-        try:
-            data = base64.b64decode(args["content_b64"], validate=True)
-        except (binascii.Error, ValueError):
-            raise DomeError("content_b64 is not base64", code="INVALID_REQUEST") from None
-        if len(data) > backend.max_artifact_bytes:
-            raise DomeError("artifact too large", code="ARTIFACT_TOO_LARGE",
-                            details={"size": len(data), "limit": backend.max_artifact_bytes})
-
-        def work(tx: Any) -> tuple[dict, list]:
-            digest = backend.blobs.put(data)
-            if args.get("expected_digest") and args["expected_digest"] != digest:
-                raise DomeError("content does not match expected_digest", code="DIGEST_MISMATCH",
-                                details={"expected": args["expected_digest"], "actual": digest})
-            rec = tx.append(run_id, rs.ARTIFACT_PUT,
-                            {"node_execution_id": neid, "digest": digest, "size": len(data),
-                             "media_type": args["media_type"], "name": args.get("name"),
-                             "method": "put_artifact", "idempotency_key": args["idempotency_key"]},
-                            **keys(att, neid))
-            return {"schema_version": SCHEMA_VERSION, "digest": digest, "size": len(data)}, [rec]
-
-        return idempotent("put_artifact", args, work, call)
-
-    def submit_patch(args: dict, call: CallContext) -> dict:
-        neid = args["node_execution_id"]
-        att = live(neid, call)
-        if ended(neid):
-            raise AttemptNotLive("the attempt has ended", details={"node_execution_id": neid})
-        proposal = args["proposal"]
-        schema_validate("patch_proposal", proposal)
-        if proposal["base_ref"] != att["base_ref"]:
-            raise BaseMismatch("proposal base_ref is not the wave base",
-                               details={"proposal": proposal["base_ref"], "wave_base": att["base_ref"]})
-        if proposal["base_tree_hash"] != att["base_tree_hash"]:
-            raise BaseMismatch("proposal base_tree_hash does not match the base commit's tree",
-                               details={"proposal": proposal["base_tree_hash"], "base": att["base_tree_hash"]})
-        if proposal.get("run_id") != run_id:
-            raise ProposalBindingMismatch("proposal is bound to another run",
-                                          details={"mismatches": [{"field": "run_id", "claimed": proposal.get("run_id"),
-                                                                   "grant": run_id}]})
-        check_binding(proposal, grant_of(att, neid))
-        diff_ref = proposal.get("diff_ref")
-        if not diff_ref:
-            raise ProposalRejected("proposal has no diff_ref (upload the canonical diff with put_artifact)")
-        raw = backend.blobs.get(diff_ref)
-        try:
-            canonical = canonicalize_diff(raw, proposal["diff_canonicalization"])
-            desc = describe_diff(canonical, proposal["base_ref"])
-        except DiffError as exc:
-            raise ProposalRejected(f"diff does not parse: {exc.message}", details={"diff_ref": diff_ref}) from None
-        if desc["diff_digest"] != proposal["diff_digest"]:
-            raise ProposalRejected("recomputed diff_digest differs", code="DIFF_DIGEST_MISMATCH",
-                                   details={"claimed": proposal["diff_digest"], "recomputed": desc["diff_digest"]})
-        if sorted(desc["touched_files"]) != sorted(proposal["touched_files"]):
-            raise ProposalRejected("touched_files do not match the diff")
-        bad = path_policy(desc["touched_files"])
-        if bad:
-            raise PathDenied("proposal touches denied paths", details={"paths": bad})
-
-        def work(tx: Any) -> tuple[dict, list]:
-            rec = tx.append(run_id, rs.PATCH_SUBMITTED,
-                            {"node_execution_id": neid, "proposal_id": proposal["proposal_id"],
-                             "diff_digest": proposal["diff_digest"], "diff_ref": diff_ref,
-                             "touched_files": desc["touched_files"], "proposal": proposal,
-                             "method": "submit_patch", "idempotency_key": args["idempotency_key"]},
-                            **keys(att, neid))
-            return {"schema_version": SCHEMA_VERSION, "proposal_id": proposal["proposal_id"],
-                    "accepted": True, "event_sequence": rec.sequence}, [rec]
-
-        return idempotent("submit_patch", args, work, call)
-
-    def complete_task(args: dict, call: CallContext) -> dict:
-        neid = args["node_execution_id"]
-        att = live(neid, call)
-
-        def work(tx: Any) -> tuple[dict, list]:
-            if ended(neid):
-                raise AttemptNotLive("the attempt has ended", details={"node_execution_id": neid})
-            payload = {"node_execution_id": neid, "outcome": args["outcome"],
-                       "summary": args.get("summary", {}), "metrics": args.get("metrics", {}),
-                       "evidence": args.get("evidence", []), "proposal_id": args.get("proposal_id"),
-                       "error": args.get("error"), "method": "complete_task",
-                       "idempotency_key": args["idempotency_key"]}
-            rec = tx.append(run_id, rs.TASK_COMPLETED, payload, **keys(att, neid))
-            return {"schema_version": SCHEMA_VERSION, "recorded": True, "event_sequence": rec.sequence}, [rec]
-
-        return idempotent("complete_task", args, work, call)
-
-    key, ne = _key_schema(), _neid_schema()
-    return [
-        ToolSpec("get_task", "The task spec slice and base of this attempt.",
-                 _closed({"node_execution_id": ne}, ["node_execution_id"]), get_task, "none", "read"),
-        ToolSpec("report_progress", "Heartbeat with progress (0..1) and a message.",
-                 _closed({"idempotency_key": key, "node_execution_id": ne,
-                          "fraction": {"type": "number", "minimum": 0, "maximum": 1},
-                          "message": {"type": "string", "maxLength": 2000}},
-                         ["idempotency_key", "node_execution_id", "fraction"]),
-                 report_progress, "heartbeat"),
-        ToolSpec("put_artifact", "Store bytes in the content-addressed store; returns the digest.",
-                 _closed({"idempotency_key": key, "node_execution_id": ne,
-                          "media_type": {"type": "string", "minLength": 1, "maxLength": 200},
-                          "name": {"type": "string", "maxLength": 500},
-                          "content_b64": {"type": "string"},
-                          "expected_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}},
-                         ["idempotency_key", "node_execution_id", "media_type", "content_b64"]),
-                 put_artifact, "artifact_put"),
-        ToolSpec("submit_patch", "Register a PatchProposal (its diff uploaded first with put_artifact).",
-                 _closed({"idempotency_key": key, "node_execution_id": ne, "proposal": {"type": "object"}},
-                         ["idempotency_key", "node_execution_id", "proposal"]),
-                 submit_patch, "proposal_register"),
-        ToolSpec("complete_task", "Report the attempt's result (succeeded or failed); spends the grant.",
-                 _closed({"idempotency_key": key, "node_execution_id": ne,
-                          "outcome": {"enum": ["succeeded", "failed"]},
-                          "summary": {"type": "object"}, "metrics": {"type": "object"},
-                          "evidence": {"type": "array", "items": {"type": "object"}},
-                          "proposal_id": {"type": ["string", "null"]},
-                          "error": {"type": ["object", "null"]}},
-                         ["idempotency_key", "node_execution_id", "outcome"]),
-                 complete_task, "task_result"),
-    ]
+    """The worker tools of one run, bound to its backend."""
+    return [ToolSpec(name, text, schema, functools.partial(handler, backend), effect,
+                     "read" if name == "get_task" else "write")
+            for name, text, schema, handler, effect in TOOLS]

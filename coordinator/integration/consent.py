@@ -5,21 +5,23 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
+from ledger.protocols import EventLog
 from registry.errors import DomeError
 from registry.signing import Keyring, SigningKey
 
 from . import gitio
 from .evidence import T_CONSENT, T_CONSENT_REQ, T_PROMOTION, T_REQUIREMENTS, verify_artifact
-from .finish import (Emitter, FinishResult, export_promotion, finish_recorded_promotion, gate_and_promote,
-                     recorded_result, records_of, token_digest, utc_now)
+from .finish import (FinishResult, export_promotion, finish_recorded_promotion, gate_and_promote,
+                     recorded_result, token_digest, utc_now)
 from .policy import IntegrationPolicy
+from .recorder import Emitter, records_of
 
 
 class ConsentError(DomeError):
     code = "CONSENT_ERROR"
 
 
-def grant_consent(ledger: Any, run_id: str, token: str, *, key: SigningKey, ops_root: Path,
+def grant_consent(ledger: EventLog, run_id: str, token: str, *, key: SigningKey, ops_root: Path,
                   keyring: Keyring | None = None, policy: IntegrationPolicy | None = None,
                   approved_by: str = "") -> FinishResult:
     """Spend a consent token (once) and promote the run if the chain is now complete."""

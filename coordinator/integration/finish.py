@@ -16,28 +16,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ledger.protocols import EventLog
 from registry import diffs
-from registry.canonical import canonical_json, digest_json
+from registry.canonical import canonical_json
 from registry.errors import DomeError
-from registry.gitoid import is_git_oid
 from registry.signing import Keyring, SigningKey, dsse_sign
 
-from coordinator.canvas import Canvas
-
+from .canvas import Canvas
 from . import gitio
-from .evidence import (INTOTO_PAYLOAD, T_CONSENT, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION,
-                       T_PROPOSAL, T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, GitFacts, Record,
-                       evaluate_chain, intoto_statements, sign_artifact)
+from .evidence import (INTOTO_PAYLOAD, TARGET_CHECKED_OUT, TARGET_MOVED, T_CONSENT_REQ, T_GATE, T_PLAN,
+                       T_POLICY, T_PROMOTION, T_PROPOSAL, T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, Record, intoto_statements)
+from .gate import evaluate_chain
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
 from .proposals import BaseInspector, verify_proposal
+from .recorder import Emitter, blobs_of, git_facts, integration_records, records_of, run_dir, write_json
 from .stacking import Stacker, Validator
 from .validation import SuiteRunner, suite_name
 
-PRODUCER = "dome-coordinator"
-EXTERNALIZE_BYTES = 128 * 1024
-"""Artifacts larger than this (canonical bytes) live in the blob store; the
-ledger record keeps their digest, signature and `artifact_ref`."""
 EXIT_OK, EXIT_BLOCKED, EXIT_FAILED = 0, 4, 5
 ZERO = "0" * 40
 
@@ -57,7 +53,7 @@ class FinishContext:
     repo: Path
     base_ref: str
     proposals: Sequence[Mapping[str, Any]]
-    ledger: Any
+    ledger: EventLog
     signing_key: SigningKey
     ops_root: Path
     validations: Sequence[Mapping[str, Any]] = ()
@@ -72,9 +68,15 @@ class FinishContext:
     validator: Validator | None = None
     clock: Callable[[], str] = utc_now
     wave_id: str | None = None
+    wave_bases: frozenset[str] = frozenset()
+    """Integration heads of this run that later waves started from: a proposal
+    on one is checked against it and applied three-way on the head."""
     task_meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """node_id -> {"risk", "atomicity"} from the (admin-authored) work queue: a
     task's risk is a floor a worker cannot talk down, its atomicity wins."""
+    tasks_not_landed: Sequence[Mapping[str, str]] = ()
+    """A partial run (`if_tasks_fail: promote_rest`): the tasks whose work is not
+    in these proposals ({node_id, status}); recorded with the inputs, named by the gate."""
 
 
 @dataclass
@@ -105,108 +107,14 @@ class FinishResult:
                 "error": self.error}
 
 
-class Emitter:
-    """Stamps the artifact header, signs, appends to the ledger.
-
-    Given `replay` (the integration records a killed coordinator already
-    wrote for this run), it re-walks them: a step whose record is already in
-    the ledger is adopted (the recorded, signed artifact is returned and
-    nothing is appended), so a resumed integration never records a step twice.
-    The first step not found ends the replay; from there every step is new."""
-
-    def __init__(self, ledger: Any, run_id: str, key: SigningKey, clock: Callable[[], str],
-                 wave_id: str | None = None, replay: Sequence[Record] = ()) -> None:
-        self.ledger, self.run_id, self.key, self.clock, self.wave_id = ledger, run_id, key, clock, wave_id
-        self.count = 0
-        self._replay = list(replay)
-        self._cursor = 0
-
-    def recorded(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
-        """For a caller that can skip a step's work (a validation suite): the
-        recorded artifact of the step, counted as emitted; or None (emit it)."""
-        got = self._adopt(topic, same)
-        if got is not None:
-            self.count += 1  # object ids further on count the emitted steps
-        return got
-
-    def _adopt(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
-        """The recorded artifact of this step, or None (and the replay ends)."""
-        for k in range(self._cursor, len(self._replay)):
-            r = self._replay[k]
-            if r.topic == topic and same(r.artifact):
-                self._cursor = k + 1
-                return dict(r.artifact)
-        self._replay = []
-        return None
-
-    def __call__(self, topic: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
-        self.count += 1
-        a = dict(artifact)
-        a.setdefault("artifact_kind", "dome." + topic.split(".")[-1] + "/v1")
-        a.setdefault("version", "1.0.0")
-        a.setdefault("run_id", self.run_id)
-        a.setdefault("created_at", self.clock())
-        a.setdefault("producer", PRODUCER)
-        a.setdefault("object_id", _object_id(a, self.count))
-        if self._replay:
-            got = self._adopt(topic, lambda rec: same_step(topic, rec, a))
-            if got is not None:
-                return got
-        signed = sign_artifact(a, self.key)
-        payload: dict[str, Any] = signed
-        blobs = getattr(self.ledger, "blobs", None)
-        if blobs is not None:
-            raw = canonical_json(signed)
-            if len(raw) > EXTERNALIZE_BYTES:
-                # too big for one ledger record: the signed artifact goes to the
-                # blob store, the record carries its digest and the signature
-                payload = {k: signed[k] for k in ("artifact_kind", "version", "run_id", "object_id",
-                                                  "created_at", "producer", "payload_digest",
-                                                  "canonicalization", "kid", "signature")
-                           if k in signed}
-                payload["artifact_ref"] = blobs.put(raw)
-        self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
-        return signed
-
-
-ONE_PER_PASS = frozenset({T_GATE, T_PROMOTION})
-"""Topics an integration pass records once (their ids count the ledger's records)."""
-DECISIVE = ("head_ref", "tree", "applied", "action", "outcome", "proposal_id", "stack_plan_id")
-
-
-def same_step(topic: str, recorded: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Is `recorded` the record of the step that just produced `new` (pure)?
-    Every integration id is derived from content or position, and a pass is
-    deterministic; the decisive fields guard against a step that went another way."""
-    if topic in ONE_PER_PASS:
-        return recorded.get("artifact_kind") == new.get("artifact_kind")
-    return recorded.get("object_id") == new.get("object_id") and \
-        all(recorded.get(k) == new.get(k) for k in DECISIVE if k in new)
-
-
-def integration_records(ledger: Any, run_id: str) -> list[Record]:
-    """What an earlier, interrupted integration pass of this run recorded."""
-    return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in ("integration", "gate", "promotion")]
-
-
-def _object_id(a: Mapping[str, Any], n: int) -> str:
-    for k in ("report_id", "decision_id", "stack_plan_id", "checkpoint_id"):
-        if a.get(k):
-            return str(a[k])
-    kind = str(a.get("artifact_kind", "x")).split(".")[-1].split("/")[0]
-    if a.get("proposal_id"):
-        return f"{kind}:{a['proposal_id']}:{n}"
-    return f"{kind}:{n}"
-
-
-def default_diff_loader(ledger: Any) -> Callable[[Mapping[str, Any]], bytes | None]:
+def default_diff_loader(ledger: EventLog) -> Callable[[Mapping[str, Any]], bytes | None]:
     def load(p: Mapping[str, Any]) -> bytes | None:
         if p.get("diff_unified") is not None:
             return str(p["diff_unified"]).encode("utf-8", "surrogateescape")
-        ref = p.get("diff_ref")
-        if ref and getattr(ledger, "blobs", None) is not None:
+        ref, store = p.get("diff_ref"), blobs_of(ledger)
+        if ref and store is not None:
             try:
-                return ledger.blobs.get(ref)
+                return store.get(ref)
             except Exception:  # noqa: BLE001 - a missing blob is a rejected proposal
                 return None
         return None
@@ -243,48 +151,6 @@ def apply_task_meta(p: Mapping[str, Any], task_meta: Mapping[str, Mapping[str, A
     return out
 
 
-def run_dir(ops_root: Path, run_id: str) -> Path:
-    return Path(ops_root) / "runs" / run_id
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(canonical_json(obj) + b"\n")
-    tmp.replace(path)
-
-
-def records_of(ledger: Any, run_id: str) -> list[Record]:
-    """The run's records, with externalized artifacts loaded from the blob
-    store (a missing or changed blob leaves the stub, which fails its
-    signature check downstream)."""
-    out = []
-    for e in ledger.events(run_id):
-        rec = Record.from_event(e)
-        ref = rec.artifact.get("artifact_ref") if isinstance(rec.artifact, Mapping) else None
-        if ref and getattr(ledger, "blobs", None) is not None:
-            try:
-                full = json.loads(ledger.blobs.get(ref))
-            except Exception:  # noqa: BLE001 - treated as tampering
-                full = None
-            if isinstance(full, dict) and full.get("payload_digest") == rec.artifact.get("payload_digest") \
-                    and full.get("signature") == rec.artifact.get("signature"):
-                rec = Record(rec.sequence, rec.topic, full)
-        out.append(rec)
-    return out
-
-
-def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
-    commits: set[str] = set()
-    for r in records:
-        for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
-            v = r.artifact.get(k)
-            if is_git_oid(v):
-                commits.add(v)
-    with gitio.ObjectReader(repo) as reader:
-        return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
-
-
 def finish_run(ctx: FinishContext) -> FinishResult:
     done = recorded_result(ctx.ledger, ctx.run_id)
     if done is not None:  # resumed after the decision: nothing is applied or promoted twice
@@ -297,9 +163,9 @@ def finish_run(ctx: FinishContext) -> FinishResult:
     emit = Emitter(ctx.ledger, ctx.run_id, ctx.signing_key, ctx.clock, ctx.wave_id,
                    replay=integration_records(ctx.ledger, ctx.run_id))
     to_ref = ctx.promote_to or policy.promote_to
-    _record_inputs(ctx, emit, policy, to_ref)
+    record_inputs(ctx, emit, policy, to_ref)
     with gitio.ObjectReader(ctx.repo) as reader:  # shared with the canvas (blob cache)
-        checked, rejected = _verify_proposals(ctx, emit, policy, reader)
+        checked, rejected = record_verified_proposals(ctx, emit, policy, reader)
         cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
                                          ctx.critical_ids) for c in checked.values()]
         plan, index = plan_stack(cands, base_ref=ctx.base_ref, seed=ctx.seed, policy=policy,
@@ -314,14 +180,17 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                             base_ref=ctx.base_ref)
 
 
-def _record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, to_ref: str) -> None:
+def record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, to_ref: str) -> None:
+    """Record what the gate reads first: the policy in force and the suites the queue requires."""
     emit(T_POLICY, {"artifact_kind": "dome.integration_policy/v1", "policy": policy.to_dict(),
                     "policy_digest": policy.digest, "policy_version": f"{policy.name}@{policy.version}"})
     required_wq = sorted({suite_name(v) for v in ctx.validations if v.get("required", True)})
     emit(T_REQUIREMENTS, {"artifact_kind": "dome.integration_requirements/v1",
                           "required_suites": required_wq, "repo": str(Path(ctx.repo).resolve()),
                           "promote_to": to_ref, "base_ref": ctx.base_ref,
-                          "validations": [dict(v) for v in ctx.validations]})
+                          "validations": [dict(v) for v in ctx.validations],
+                          **({"tasks_not_landed": [dict(t) for t in ctx.tasks_not_landed]}
+                             if ctx.tasks_not_landed else {})})
 
 
 def _reject(emit: Emitter, rejected: list, pid: str, p: Mapping[str, Any], rej: Sequence[Any]) -> None:
@@ -330,9 +199,9 @@ def _reject(emit: Emitter, rejected: list, pid: str, p: Mapping[str, Any], rej: 
     rejected.extend((pid, r) for r in rej)
 
 
-def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy,
-                      reader: gitio.ObjectReader) -> tuple[dict[str, Any], list]:
-    """Step 1: check every proposal on its own; returns (checked by id, rejections)."""
+def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy,
+                              reader: gitio.ObjectReader) -> tuple[dict[str, Any], list]:
+    """Step 1: check every proposal on its own and record each verdict; returns (checked by id, rejections)."""
     from .proposals import INTEGRITY, REDUNDANT, Rejection
 
     load = ctx.diff_loader or default_diff_loader(ctx.ledger)
@@ -355,19 +224,23 @@ def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPoli
                 continue
             wave_base = pbase
             p = {**p, "_requires": [a["proposal_id"] for a in derived[pbase]["applied"]]}
+        elif pbase in ctx.wave_bases:
+            wave_base = pbase
         rej, cp = verify_proposal(p, load(p), wave_base=wave_base, policy=policy, inspector=insp)
         if pid in checked:
             rej, cp = [Rejection("PROPOSAL_DUPLICATE_ID", "proposal id already submitted", REDUNDANT)], None
         if cp is None:
             _reject(emit, rejected, pid, p, rej)
             continue
-        blob = ctx.ledger.blobs.put(cp.canonical) if getattr(ctx.ledger, "blobs", None) else None
+        store = blobs_of(ctx.ledger)
+        blob = store.put(cp.canonical) if store is not None else None
         emit(T_PROPOSAL, {"artifact_kind": "dome.proposal_verification/v1", "proposal_id": pid,
                           "diff_digest": cp.diff_digest, "diff_blob": blob,
                           "diff_canonicalization": diffs.DIFF_CANONICALIZATION,
                           "base_ref": ctx.base_ref, "base_tree_hash": p.get("base_tree_hash"),
                           "proposal_base_ref": p.get("base_ref"),
                           "requires": list(p.get("_requires", [])),
+                          **({"resolves": dict(p["resolves"])} if isinstance(p.get("resolves"), Mapping) else {}),
                           "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                           "atomicity": p.get("atomicity", "atomic_proposal"),
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
@@ -389,11 +262,11 @@ def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPo
                           requires={pid: tuple(c.proposal.get("_requires", ())) for pid, c in checked.items()})
         state = stacker.run()
         risks = {checked[l.proposal_id.split(":split-")[0]].risk for l in state.layers}
-        suites = _suites(ctx.validations, policy, risks, bool(state.derived))
+        suites = suites_for(ctx.validations, policy, risks, bool(state.derived))
         if state.layers and suites:
             validator = ctx.validator or SuiteRunner(
                 ctx.repo, sandbox=ctx.sandbox,
-                put_artifact=(ctx.ledger.blobs.put if getattr(ctx.ledger, "blobs", None) else None))
+                put_artifact=store.put if (store := blobs_of(ctx.ledger)) is not None else None)
             stacker.validate(suites, validator)
         included = list(canvas.included)
         digests = {l.proposal_id: l.diff_digest for l in state.layers}
@@ -412,7 +285,7 @@ def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPo
 T_BASE_DERIVED = "task.base_derived"
 
 
-def derived_bases(ledger: Any, run_id: str, run_base: str) -> dict[str, dict[str, Any]]:
+def derived_bases(ledger: EventLog, run_id: str, run_base: str) -> dict[str, dict[str, Any]]:
     """Derived bases the run loop built for dependent tasks (`task.base_derived`):
     run base + the listed proposals applied in order."""
     out: dict[str, dict[str, Any]] = {}
@@ -464,7 +337,7 @@ def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: S
     return None
 
 
-def recorded_result(ledger: Any, run_id: str) -> FinishResult | None:
+def recorded_result(ledger: EventLog, run_id: str) -> FinishResult | None:
     """The outcome already in the ledger (a promotion decision, or a run held
     at the human gate), or None when the integration stage has not decided."""
     records = records_of(ledger, run_id)
@@ -484,8 +357,9 @@ def recorded_result(ledger: Any, run_id: str) -> FinishResult | None:
     return None
 
 
-def _suites(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy, risks: set[str],
-            split: bool) -> list[dict[str, Any]]:
+def suites_for(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy, risks: set[str],
+               split: bool) -> list[dict[str, Any]]:
+    """The suites to run on the head: the queue's, the policy's for these risks (and for a split)."""
     by_name = {suite_name(v): dict(v) for v in validations}
     names = set(by_name) | set(policy.required_suites(risks))
     if split:
@@ -502,10 +376,11 @@ def _suites(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy,
     return out
 
 
-def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, keyring: Keyring,
+def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningKey, keyring: Keyring,
                      policy: IntegrationPolicy | None, to_ref: str, ops_root: Path, emit: Emitter,
                      why: dict[str, Any] | None = None, rejected: list | None = None,
-                     base_ref: str = "", issue_consent: bool = True) -> FinishResult:
+                     base_ref: str = "", issue_consent: bool = True,
+                     tasks_not_landed: Sequence[Mapping[str, Any]] | None = None) -> FinishResult:
     records = records_of(ledger, run_id)
     if policy is None:
         from .evidence import policy_from_record
@@ -516,9 +391,10 @@ def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, k
     gate = {"artifact_kind": "dome.gate.decision/v1", "decision_id": f"gate-{run_id}-{len(records)}",
             "passed": chain.passed, **chain.to_dict(),
             "reason_codes": sorted({l.link.split(":")[0] + "_" + l.status for l in chain.links
-                                    if l.status != "ok"})}
+                                    if l.status != "ok"}),
+            **partial_of(records, tasks_not_landed)}
     signed_gate = emit(T_GATE, gate)
-    _write_json(run_dir(ops_root, run_id) / "gate" / "gate.decision.json", signed_gate)
+    write_json(run_dir(ops_root, run_id) / "gate" / "gate.decision.json", signed_gate)
     consent_token = None
     if not chain.passed and chain.only_consent_missing and issue_consent and chain.head_ref:
         consent_token = secrets.token_hex(32)  # hex: a person pastes it after --consent; never starts with "-"
@@ -544,11 +420,25 @@ def gate_and_promote(ledger: Any, run_id: str, *, repo: Path, key: SigningKey, k
         list(promotion.get("missing", [])), why or {}, signed_gate, promotion, None, rejected or []))
 
 
+def partial_of(records: Sequence[Record], tasks_not_landed: Sequence[Mapping[str, Any]] | None = None
+               ) -> dict[str, Any]:
+    """What the gate says of a partial run: the tasks not landed as the finish stage
+    names them, else as the recorded inputs name them (integration at the finish),
+    else as the previous gate did (`dome promote` after consent); nothing for a run
+    whose every task landed."""
+    rows: Any = [dict(t) for t in tasks_not_landed] if tasks_not_landed is not None else None
+    for topic in (T_REQUIREMENTS, T_GATE):
+        if rows is None:
+            recs = [r for r in records if r.topic == topic]
+            rows = recs[-1].artifact.get("tasks_not_landed") if recs else None
+    return {"partial": True, "tasks_not_landed": list(rows)} if rows else {}
+
+
 def token_digest(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref: str, emit: Emitter,
+def promote(ledger: EventLog, run_id: str, *, repo: Path, chain: ChainResult, to_ref: str, emit: Emitter,
             ops_root: Path, key: SigningKey, policy: IntegrationPolicy | None,
             records: Sequence[Record]) -> dict[str, Any]:
     """Write the PromotionDecision; move `to_ref` only when the chain passed."""
@@ -559,11 +449,11 @@ def promote(ledger: Any, run_id: str, *, repo: Path, chain: ChainResult, to_ref:
         assert chain.head_ref is not None
         if previous is not None and not gitio.is_ancestor(repo, previous, chain.head_ref):
             outcome = "blocked"
-            missing.append(f"target:{to_ref}: invalid (moved since the base; not an ancestor of the head)")
+            missing.append(f"target:{to_ref}: invalid {TARGET_MOVED}")
     holder = gitio.worktree_holding(repo, to_ref) if outcome == "promoted" else None
     if holder is not None:
         outcome = "blocked"
-        missing.append(f"target:{to_ref}: invalid (checked out in the worktree {holder}; "
+        missing.append(f"target:{to_ref}: invalid {TARGET_CHECKED_OUT}{holder}; "
                        "dome does not move a branch under someone's files)")
     pol = policy or IntegrationPolicy()
     decision = {
@@ -588,7 +478,7 @@ def export_promotion(records: Sequence[Record], decision: Mapping[str, Any], key
                      run_id: str) -> None:
     """promotion/promotion.decision.json and its in-toto evidence (rewritten alike on resume)."""
     out_dir = run_dir(ops_root, run_id) / "promotion"
-    _write_json(out_dir / "promotion.decision.json", decision)
+    write_json(out_dir / "promotion.decision.json", decision)
     export_intoto(records, decision, key, out_dir)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from registry.canonical import digest_json
 
 from .policy import IntegrationPolicy, risk_level
-from .proposals import CONFLICT, REDUNDANT, Rejection, is_dependency_file
+from .proposals import REDUNDANT, Rejection, is_dependency_file
 
 RISK_SCORE = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
@@ -130,19 +130,6 @@ class OverlapIndex:
 
     def degree(self, pid: str) -> int:
         return len(self._adj.get(pid, ()))
-
-    def files_shared(self, a: str, b: str) -> list[str]:
-        ca, cb = self.candidates[a], self.candidates[b]
-        return sorted(set(ca.touched_files) & set(cb.touched_files))
-
-    def is_redundant_with(self, later: str, earlier: str) -> bool:
-        """Every fingerprint of `later` is an identical edit in `earlier`."""
-        cl, ce = self.candidates[later], self.candidates[earlier]
-        if cl.diff_digest == ce.diff_digest:
-            return True
-        kl = {_fp_key(f) for f in cl.fingerprints}
-        ke = {_fp_key(f) for f in ce.fingerprints}
-        return bool(kl) and kl <= ke
 
     def to_dict(self) -> dict[str, Any]:
         return {"edges": [e.to_dict() for k in sorted(self.edges) for e in self.edges[k]],

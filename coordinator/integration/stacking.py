@@ -12,21 +12,21 @@ re-validated, every step recorded.
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from coordinator.canvas import Attempt, Canvas, Checkpoint
 from registry import diffs
 from registry.canonical import digest_bytes, digest_json
 from registry.diffs import DiffError, ParsedDiff
 
+from .canvas import Attempt, Canvas, Checkpoint
 from .planning import (ConflictDecision, OverlapIndex, StackPlan, bisect_culprit, conflict_fingerprint,
                        decide_conflict)
 from .policy import IntegrationPolicy
 from .validation import suite_name
 from .proposals import CheckedProposal
 
-Emit = Callable[[str, dict[str, Any]], None]
+Emit = Callable[[str, dict[str, Any]], Any]  # what it returns (the signed artifact) is not needed here
 Validator = Callable[[Checkpoint, Mapping[str, Any]], dict[str, Any]]
 ResolverHook = Callable[[dict[str, Any]], Any]
 
@@ -77,6 +77,13 @@ class Stacker:
         self.requires = {k: tuple(v) for k, v in (requires or {}).items()}
         self.state = StackState()
         self._unflushed: list[Layer] = []
+
+    def extend(self, checked: Mapping[str, CheckedProposal], plan: StackPlan, index: OverlapIndex,
+               requires: Mapping[str, Sequence[str]] | None = None) -> None:
+        """A further batch to stack on the same canvas (`run()` applies it on the head)."""
+        self.checked.update(checked)
+        self.plan, self.index = plan, index
+        self.requires.update({k: tuple(v) for k, v in (requires or {}).items()})
 
     # -- applying ------------------------------------------------------------
     def run(self) -> StackState:
@@ -156,12 +163,14 @@ class Stacker:
         conflicts = [c.to_dict() for c in att.conflicts]
         keep = self._applicable_parts(cp, att)
         total = self._total_parts(cp)
-        resolver_ok = self.resolver_hook is not None
+        resolver_ok = self._resolver_ok(pid)
         dec = decide_conflict(proposal_id=pid, atomicity=str(cp.proposal.get("atomicity", "atomic_proposal")),
                               conflicts=conflicts, applicable_parts=len(keep), total_parts=total,
                               reorders_used=reorders[pid], later_pending=len(queue),
                               policy=self.policy, head_ref=self.canvas.head,
                               resolver_available=resolver_ok)
+        if dec.action == "drop":
+            dec = self._why_dropped(pid, dec)
         self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id,
                                "head_ref": self.canvas.head})
         if dec.action == "reorder":
@@ -178,6 +187,18 @@ class Stacker:
             self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id,
                                    "head_ref": self.canvas.head})
         self._not_applied(pid, cp.diff_digest, conflicts, dec)
+
+    def _resolver_ok(self, pid: str) -> bool:
+        """A resolver may take this conflict: a hook is there and (if it keeps count) has a try left."""
+        if self.resolver_hook is None:
+            return False
+        avail = getattr(self.resolver_hook, "available", None)
+        return True if avail is None else bool(avail(pid))
+
+    def _why_dropped(self, pid: str, dec: ConflictDecision) -> ConflictDecision:
+        why = getattr(self.resolver_hook, "why_not", None)
+        reason = why(pid) if why is not None else None
+        return replace(dec, reason=f"{dec.reason} ({reason})") if reason else dec
 
     def _not_applied(self, pid: str, digest: str, conflicts: list[dict[str, Any]],
                      dec: ConflictDecision) -> None:
@@ -203,7 +224,7 @@ class Stacker:
                                            "conflicts": conflicts}
         else:
             self.state.why_blocked[pid] = {"state": "dropped", "reason": "conflict",
-                                           "conflicts": conflicts}
+                                           "detail": dec.reason, "conflicts": conflicts}
 
     def _refuse(self, pid: str, digest: str, att: Attempt) -> None:
         """The resulting tree would break policy: the proposal is dropped whole
@@ -312,7 +333,7 @@ class Stacker:
         self._accept(id_a, res["diff_digest_A"], part_a, att, derived_from=pid)
         self._flush()
         self.state.why_blocked[pid] = {"state": "split", "applied_part": id_a, "remainder": id_b}
-        rest_dec = ConflictDecision(id_b, "resolver" if self.resolver_hook else "drop",
+        rest_dec = ConflictDecision(id_b, "resolver" if self._resolver_ok(id_b) else "drop",
                                     dec.conflict_fingerprint, dec.conflicts,
                                     "remainder of a guarded split")
         self.emit(T_CONFLICT, {**rest_dec.to_dict(), "run_id": self.canvas.run_id,

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 from registry.canonical import digest_bytes, digest_json
 
-from coordinator.canvas import Checkpoint, checkout_readonly
+from .canvas import Checkpoint, checkout_readonly
 
 DOMAIN_SUITES = {"litho.resim": "worker_sdk.litho.intents:resimulate",
                  "litho.topology": "worker_sdk.litho.intents:topology",

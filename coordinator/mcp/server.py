@@ -149,8 +149,7 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
         ver = version("dome")
     except PackageNotFoundError:  # pragma: no cover - running from a checkout
         ver = "0.1.0"
-    if True:
-        server: Server[Any] = Server(SERVER_NAME, version=ver, instructions=INSTRUCTIONS, lifespan=lifespan,
+    server: Server[Any] = Server(SERVER_NAME, version=ver, instructions=INSTRUCTIONS, lifespan=lifespan,
                                  on_list_tools=on_list_tools, on_call_tool=on_call_tool,
                                  on_list_resources=on_list_resources, on_read_resource=on_read_resource,
                                  on_list_resource_templates=on_list_templates,

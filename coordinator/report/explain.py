@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping
 
 STDERR_TAIL_LINES = 6
 DETAIL_CHARS = 160
+NODE_SEP = "@resolve"  # a resolver task's node id: <original node>@resolve<try> (coordinator.runloop.resolver)
 
 
 @dataclass
@@ -26,7 +27,7 @@ class ProposalFate:
     proposal_id: str
     node_id: str
     files: list[str] = field(default_factory=list)
-    status: str = "submitted"  # applied|split|dropped|ejected|rejected|awaiting_resolver|submitted
+    status: str = "submitted"  # applied|split|dropped|ejected|rejected|awaiting_resolver|resolved|submitted
     reason: str = ""
     decision: str | None = None  # the decision that settled it: reorder|split|drop|bisect|reject|...
     decision_id: str | None = None
@@ -35,13 +36,15 @@ class ProposalFate:
     hunks: list[str] = field(default_factory=list)  # "path hunk N" / "path"
     failing_suites: list[str] = field(default_factory=list)
     sequence: int | None = None
+    resolves: str | None = None  # a resolver's proposal: the proposal whose conflict it resolves
+    resolved_by: str | None = None  # the resolver proposal that landed in this one's place
 
 
 @dataclass
 class Decision:
     """One integration step, in ledger order, with its reason in words."""
     sequence: int
-    kind: str  # verify|reject|plan|apply|reorder|split|drop|resolver|validation|bisect|eject|gate|promotion
+    kind: str  # verify|reject|plan|wave|apply|reorder|split|drop|resolver|resolved|validation|bisect|eject|gate|promotion
     text: str
     proposal_id: str | None = None
 
@@ -91,6 +94,8 @@ class Explanation:
     awaiting_consent: bool = False
     consent_token_file: str | None = None
     blocked_tasks: int = 0  # tasks that never ran because a task they depend on failed
+    partial: bool = False  # if_tasks_fail: promote_rest integrated the rest without some tasks
+    tasks_not_landed: list[dict[str, str]] = field(default_factory=list)  # {node_id, status} of a partial run
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,6 +145,7 @@ class Explainer:
         self.last_failure: dict[str, tuple[str, str, str]] = {}
         self.succeeded: set[str] = set()
         self.bisect_suites: list[str] = []  # the suites the latest bisect searched on
+        self.resolver_of: dict[str, str] = {}  # a resolver attempt (node_execution_id) -> the proposal it resolves
 
     def fate(self, pid: str) -> ProposalFate:
         root = pid.split(":split-")[0]
@@ -171,6 +177,13 @@ class Explainer:
             attempts[node] = attempts.get(node, 0) + 1
         elif topic == "task.completed" and node and p.get("outcome") == "succeeded":
             succeeded.add(node)
+            resolves = self.resolver_of.get(str(ev.get("node_execution_id") or p.get("node_execution_id")))
+            if resolves and NODE_SEP in node and not p.get("proposal_id"):
+                o = fate(resolves)
+                o.status, o.decision, o.sequence = "resolved", "resolver", seq
+                o.reason = f"resolver {node} found nothing left to do on the integration head"
+                ex.decisions.append(Decision(seq, "resolved", f"{o.node_id or _short(o.proposal_id)}: {o.reason}",
+                                             o.proposal_id))
         elif topic in ("task.completed", "task.failed", "task.timeout", "task.lost") and node:
             err = p.get("error") if isinstance(p.get("error"), Mapping) else {}
             details = err.get("details") if isinstance(err.get("details"), Mapping) else {}
@@ -186,7 +199,24 @@ class Explainer:
             files_of[pid] = set(p.get("touched_files") or files_of.get(pid, ()))
             f = fate(pid)
             f.node_id, f.files = node_of[pid], sorted(files_of[pid])
-            ex.decisions.append(Decision(seq, "verify", f"{f.node_id}: proposal verified", pid))
+            res = p.get("resolves") if isinstance(p.get("resolves"), Mapping) else {}
+            f.resolves = str(res.get("origin_proposal_id") or "") or None
+            what = (f" (resolver of {fate(f.resolves).node_id or _short(f.resolves)}, conflict decision "
+                    f"{res.get('conflict_decision')})" if f.resolves else "")
+            ex.decisions.append(Decision(seq, "verify", f"{f.node_id}: proposal verified{what}", pid))
+        elif topic == "wave.started" and p.get("base_source") == "integration_head":
+            ex.decisions.append(Decision(seq, "wave", f"wave {p.get('wave_id')} starts from the integration head "
+                                         f"{str(p.get('base_ref'))[:12]}: {', '.join(p.get('nodes') or [])}"))
+        elif topic == "resolver.spawned":
+            self.resolver_of[str(p.get("node_execution_id"))] = str(p.get("origin") or pid)
+            o = fate(str(p.get("origin") or pid))
+            ex.decisions.append(Decision(seq, "resolver", f"resolver {p.get('node_id')} (try {p.get('try')}) "
+                                         f"starts on the integration head {str(p.get('base_ref'))[:12]} for "
+                                         f"{o.node_id or _short(o.proposal_id)}", o.proposal_id))
+        elif topic == "integration.resolver_exhausted" and pid:
+            f = fate(pid)
+            f.status, f.decision, f.sequence, f.reason = "dropped", "drop", seq, f"dropped: {p.get('reason')}"
+            ex.decisions.append(Decision(seq, "drop", f"drop {f.node_id or _short(pid)}: {p.get('reason')}", pid))
         elif topic == "integration.proposal_rejected" and pid:
             f = fate(pid)
             rej = [r for r in p.get("rejections") or [] if isinstance(r, Mapping)]
@@ -196,8 +226,9 @@ class Explainer:
             ex.decisions.append(Decision(seq, "reject", f"{f.node_id or _short(pid)}: {f.reason}", pid))
         elif topic == "integration.stack_plan":
             layers = p.get("ordered_proposals") or []
-            ex.decisions.append(Decision(seq, "plan", f"stack plan with {len(layers)} layer(s)"
-                                         if layers else "stack plan"))
+            # a plan that supersedes another is the one the gate judges (after validation and any ejection)
+            what = f"stack plan revision {p.get('revision')}" if p.get("supersedes") else "stack plan"
+            ex.decisions.append(Decision(seq, "plan", f"{what} with {len(layers)} layer(s)" if layers else what))
         elif topic == "integration.apply_result" and pid:
             f = fate(pid)
             if p.get("applied"):
@@ -206,6 +237,13 @@ class Explainer:
                 f.status, f.reason, f.sequence = "applied", "applied", seq
                 part = f" (part {pid.rsplit(':split-', 1)[1]})" if ":split-" in pid else ""
                 ex.decisions.append(Decision(seq, "apply", f"applied {f.node_id or _short(pid)}{part}", pid))
+                if f.resolves:
+                    o = fate(f.resolves)
+                    f.reason = f"applied; resolves {o.node_id or _short(o.proposal_id)}'s conflict"
+                    o.status, o.decision, o.sequence, o.resolved_by = "resolved", "resolver", seq, pid
+                    o.reason = f"resolved onto the integration head by {f.node_id or _short(pid)}"
+                    ex.decisions.append(Decision(seq, "resolved", f"{o.node_id or _short(o.proposal_id)} resolved "
+                                                 f"by {f.node_id or _short(pid)}", o.proposal_id))
         elif topic == "integration.conflict_decision" and pid:
             f = fate(pid)
             action = str(p.get("action", ""))
@@ -288,6 +326,9 @@ class Explainer:
             ex.awaiting_consent = bool(p.get("awaiting_consent"))
             ex.consent_token_file = p.get("consent_token_file")
             ex.blocked_tasks = int((p.get("counts") or {}).get("blocked") or 0)
+            ex.partial = bool(p.get("partial"))
+            rows = p.get("tasks_not_landed") if ex.partial else None
+            ex.tasks_not_landed = [dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
         return ex.decisions[n0:]
 
     def explanation(self) -> Explanation:
@@ -320,6 +361,7 @@ def reasons(ex: Explanation, width: int = 100) -> dict[str, Any]:
     d = ex.to_json()
     return {"status": ex.status, "gate_passed": ex.gate_passed, "gate_problems": d["gate_problems"],
             "failed_tasks": d["failed_tasks"],
+            "partial": ex.partial, "tasks_not_landed": d["tasks_not_landed"],
             "proposals_not_landed": [asdict(p) for p in ex.not_landed if ":split-" not in p.proposal_id],
             "verdict": verdict_lines(ex, width)}
 
@@ -327,7 +369,7 @@ def reasons(ex: Explanation, width: int = 100) -> dict[str, Any]:
 def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
     """The verdict block: what happened and, when anything did not land, why."""
     w = max(40, width)
-    out = [f"run {ex.run_id}: {ex.status}"]
+    out = [f"run {ex.run_id}: {ex.status}" + (" (partial)" if ex.partial else "")]
     if ex.status == "promoted":
         out.append(f"  promoted {str(ex.head or '')[:12]} -> {ex.promoted_ref}")
     elif ex.awaiting_consent:
@@ -339,6 +381,11 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
         out.append(f"  not promoted to {ex.target_ref or 'the target'}; the gate is missing:")
         out += [_fit(f"    - {g.link}: {g.status}" + (f" ({g.detail})" if g.detail else ""), w)
                 for g in ex.gate_problems]
+    if ex.partial:
+        what = "promoted" if ex.status == "promoted" else "integrated"
+        out.append(_fit(f"  {what} without {len(ex.tasks_not_landed)} task(s) that did not land (if_tasks_fail: "
+                        "promote_rest): " + ", ".join(f"{t.get('node_id')} ({t.get('status')})"
+                                                      for t in ex.tasks_not_landed), w))
     if ex.failed_tasks:
         out.append(f"  {len(ex.failed_tasks)} task(s) failed:")
         for t in ex.failed_tasks:

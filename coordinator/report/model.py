@@ -25,7 +25,7 @@ class ProposalRow:
     proposal_id: str
     node_id: str
     files: list[str]
-    status: str  # applied | split | dropped | ejected | rejected | awaiting_resolver | submitted | not_integrated
+    status: str  # applied | split | dropped | ejected | rejected | awaiting_resolver | resolved | submitted | not_integrated
     why: str = ""
     parts: list[str] = field(default_factory=list)
     conflicts_with: list[str] = field(default_factory=list)
@@ -112,9 +112,13 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
                                           start=a["start"], end=rel, status=status, wave=a["wave"]))
             summary = p.get("summary") if isinstance(p.get("summary"), Mapping) else {}
             if topic == "task.completed" and "rule_counts" in summary:  # a drc.run task's result
+                viol = [i for i in p.get("evidence") or [] if isinstance(i, Mapping)
+                        and i.get("kind") == "drc_violations" and i.get("layout") == summary.get("layout")]
                 m.drc.append({"node_id": str(ev.get("node_id")), "layout": summary.get("layout"),
                               "deck": summary.get("deck"), "markers": summary.get("marker_count"),
-                              "rule_counts": dict(summary.get("rule_counts") or {})})
+                              "rule_counts": dict(summary.get("rule_counts") or {}),
+                              "violations_digest": viol[0].get("digest") if viol else None,
+                              "crops": []})  # close-ups around markers, added by build.litho_clips
             if topic == "task.completed":
                 for item in p.get("evidence") or []:
                     if isinstance(item, Mapping):
@@ -139,7 +143,7 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
         return node_of.get(pid.split(":split-")[0], pid) + (f" (part {part})" if part else "")
 
     m.proposals = [ProposalRow(f.proposal_id, f.node_id, list(f.files), f.status,
-                               f.reason if f.status != "applied" else "", [name(x) for x in f.parts],
+                               f.reason if f.status != "applied" or f.resolves else "", [name(x) for x in f.parts],
                                list(f.conflicts_with), list(f.hunks), list(f.failing_suites))
                    for f in ex.proposals if ":split-" not in f.proposal_id]
     m.validations = [ValidationRow(v.suite, v.passed, v.head_ref[:12], v.duration_s,

@@ -10,7 +10,7 @@ STATUS_COLORS = {
     "failed": "#c62828", "missing": "#c62828", "invalid": "#c62828", "rejected": "#c62828",
     "timeout": "#ef6c00", "cancelled": "#757575", "dropped": "#757575", "blocked": "#ef6c00",
     "running": "#1565c0", "ejected": "#ad1457", "split": "#6a1b9a", "not_integrated": "#757575",
-    "awaiting_resolver": "#ef6c00", "submitted": "#546e7a",
+    "awaiting_resolver": "#ef6c00", "resolved": "#00838f", "submitted": "#546e7a",
 }
 
 

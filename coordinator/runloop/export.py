@@ -17,12 +17,13 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ledger import Ledger
 from ledger.export import export_run as export_events
 
 from .. import runstate as rs
 from ..runstate import fold
 from ..scheduler import statuses
-from ..workqueue import Graph
+from ..workgraph import Graph
 
 
 def render_json(obj: Any) -> bytes:
@@ -68,7 +69,7 @@ def task_files(events: Sequence[Any], graph: Graph, run_id: str,
     return out
 
 
-def write_run_files(ledger: Any, run_id: str, ops_root: Path, graph: Graph) -> None:
+def write_run_files(ledger: Ledger, run_id: str, ops_root: Path, graph: Graph) -> None:
     export_events(ledger, run_id, ops_root)
     ops_dir = Path(ops_root) / "runs" / run_id
     for rel, data in task_files(ledger.events(run_id), graph, run_id, ledger.blobs.get).items():

@@ -3,25 +3,33 @@
 `integration_finish(fc)` hands the run's accepted proposals (one winner per
 node) to `coordinator.integration.finish.finish_run` and maps its result onto
 the run's final status: promoted, or blocked (missing links named; a run
-held at a human gate is blocked until `dome promote --consent`).
+held at a human gate is blocked until `dome promote --consent`). A partial run (`if_tasks_fail: promote_rest`,
+see `partial.py`) hands over only the succeeded tasks' proposals, and the
+tasks not landed are recorded with integration's inputs for the gate to name.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
 from .loop import FinishedRun
+from .partial import decide
 
 
 def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
-    """The accepted proposals, each bound to the attempt that submitted it: the
-    run, wave, node and attempt come from the dispatch the coordinator recorded
-    for its node_execution_id (the grant), not from the proposal."""
+    """The accepted proposals, each bound to the attempt that submitted it."""
+    return bind_proposals(fc.proposals, fc.state, fc.run_id)
+
+
+def bind_proposals(proposals: Any, state: Any, run_id: str) -> list[dict[str, Any]]:
+    """Each proposal bound to the attempt that submitted it: the run, wave,
+    node and attempt come from the dispatch the coordinator recorded for its
+    node_execution_id (the grant), not from the proposal."""
     from coordinator.integration.binding import bind
     out = []
-    for p in fc.proposals:
+    for p in proposals:
         neid = p.get("node_execution_id")
-        ex = fc.state.executions.get(neid, {}) if isinstance(neid, str) else {}
-        grant = {"run_id": fc.run_id, "wave_id": ex.get("wave_id"), "node_id": ex.get("node_id"),
+        ex = state.executions.get(neid, {}) if isinstance(neid, str) else {}
+        grant = {"run_id": run_id, "wave_id": ex.get("wave_id"), "node_id": ex.get("node_id"),
                  "node_execution_id": neid, "attempt": ex.get("attempt")}
         inner = p.get("proposal")
         out.append({**p, "proposal": bind(inner, grant)} if isinstance(inner, Mapping) else dict(p))
@@ -29,15 +37,26 @@ def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
 
 
 def repo_policy(fc: FinishedRun) -> Any:
+    return repo_policy_for(fc.work_queue, fc.repo, fc.base_ref)
+
+
+def repo_policy_for(wq: Any, repo: Any, base_ref: str) -> Any:
     """The queue's policy plus the protected paths the repository lists in
     `.dome/protected-paths` at the run's base commit."""
     from coordinator.integration import gitio
     from coordinator.integration.policy import REPO_PROTECTED_FILE, IntegrationPolicy, parse_protected_file
-    policy = IntegrationPolicy.load(fc.work_queue.policy)
-    proc = gitio.git(fc.repo, "show", f"{fc.base_ref}:{REPO_PROTECTED_FILE}", check=False)
+    policy = IntegrationPolicy.load(wq.policy)
+    proc = gitio.git(repo, "show", f"{base_ref}:{REPO_PROTECTED_FILE}", check=False)
     if proc.returncode == 0:
         policy = policy.with_protected(parse_protected_file(proc.stdout.decode("utf-8", "replace")))
     return policy
+
+
+def task_meta_of(graph: Any) -> tuple[dict[str, dict[str, Any]], frozenset[str]]:
+    """Each task's risk and atomicity (from the work queue) and the critical path (nodes with dependents)."""
+    task_meta = {nid: {"risk": n.task.get("risk"), "atomicity": n.task.get("atomicity")}
+                 for nid, n in graph.nodes.items()}
+    return task_meta, frozenset(nid for nid, d in graph.descendants.items() if d > 0)
 
 
 def integration_finish(fc: FinishedRun) -> dict[str, Any]:
@@ -46,15 +65,17 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
     if not fc.proposals:  # every task succeeded without a patch: nothing to integrate or promote
         from .loop import default_finish
         return default_finish(fc)
-    graph = fc.work_queue.graph
-    task_meta = {nid: {"risk": n.task.get("risk"), "atomicity": n.task.get("atomicity")}
-                 for nid, n in graph.nodes.items()}
-    critical = frozenset(nid for nid, d in graph.descendants.items() if d > 0)
+    if fc.canvas is not None:  # integrated during the run: the driver completes what is left
+        return fc.canvas.finish(fc)
+    task_meta, critical = task_meta_of(fc.work_queue.graph)
+    partial = decide(fc.node_status, fc.work_queue.if_tasks_fail)
 
+    # fc.ledger writes through the run's LedgerWriter, which already shows the
+    # live view every record integration appends; the view also hears when each
+    # validation suite starts (its report follows as a record).
     ledger, validator = fc.ledger, None
-    if fc.view is not None:  # the person watching sees each integration step as it happens
+    if fc.view is not None:
         from coordinator.integration.validation import SuiteRunner
-        ledger = ObservedLedger(fc.ledger, fc.view)
         validator = AnnouncedValidator(lambda: SuiteRunner(fc.repo, sandbox=fc.sandbox,
                                                            put_artifact=fc.ledger.blobs.put), fc.view)
     res = finish_run(FinishContext(
@@ -62,7 +83,13 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
         validator=validator,
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
         seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
-        policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical))
+        policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical,
+        tasks_not_landed=partial.record().get("tasks_not_landed", ())))
+    return outcome_of(fc, res)
+
+
+def outcome_of(fc: FinishedRun, res: Any) -> dict[str, Any]:
+    """The run's final status from integration's FinishResult."""
     status = res.status if res.status in ("promoted", "failed") else "blocked"
     promotion = res.promotion or {}
     return {"status": status, "head": res.head_ref, "promoted_ref": promotion.get("to_ref") if status == "promoted" else None,
@@ -79,24 +106,6 @@ def _reason(status: str, error: dict[str, Any] | None) -> str | None:
     if error is not None:  # the decision said promote, the ref did not move: never recorded as promoted
         return f"{error.get('code')}: {error.get('message')}"
     return "evidence chain incomplete or human gate"
-
-
-
-class ObservedLedger:
-    """The run's ledger, telling the live view about each record integration
-    appends (integration writes to the ledger directly, not through the run
-    loop's writer). Everything else is the ledger itself."""
-
-    def __init__(self, ledger: Any, view: Any) -> None:
-        self._ledger, self._view = ledger, view
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
-
-    def append(self, *args: Any, **kwargs: Any) -> Any:
-        rec = self._ledger.append(*args, **kwargs)
-        self._view.on_record(rec, None)
-        return rec
 
 
 class AnnouncedValidator:

@@ -17,11 +17,12 @@ import threading
 import time
 from typing import Any
 
+from ledger import Ledger
 from ledger.lease import DEFAULT_TTL_S, RunLeaseLost, new_holder
 
 
 class LeaseKeeper:
-    def __init__(self, ledger: Any, run_id: str, holder: dict[str, Any], ttl_s: float) -> None:
+    def __init__(self, ledger: Ledger, run_id: str, holder: dict[str, Any], ttl_s: float) -> None:
         self.ledger, self.run_id, self.holder, self.ttl_s = ledger, run_id, holder, float(ttl_s)
         self._valid_until = time.monotonic() + self.ttl_s
         self._lost = False
@@ -29,7 +30,7 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def take(cls, ledger: Any, run_id: str, ttl_s: float | None = None) -> "LeaseKeeper":
+    def take(cls, ledger: Ledger, run_id: str, ttl_s: float | None = None) -> "LeaseKeeper":
         me = new_holder()
         ttl = float(ttl_s or DEFAULT_TTL_S)
         t0 = time.monotonic()

@@ -14,24 +14,24 @@ run's accepted proposals (one winner per node) and returns at least
 `{"status": ...}` (plus `head`, `promoted_ref`); the integration area plugs
 stacking, validation and promotion in here. The default ends the run
 `completed` (every node succeeded) or `failed`.
+
+With `scheduling.integrate_during_run` the loop also owns a canvas driver
+(`canvas_driver.py`): accepted proposals are stacked in batches as they
+arrive, new waves may start from the integration head (`baseline.py`), and
+the finish stage completes what is left.
 """
 from __future__ import annotations
 
 import json
-import platform
 import secrets
 import shutil
-import signal
 import subprocess
-import sys
-import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from registry.canonical import digest_bytes, digest_json
+from registry.canonical import digest_json
 from registry.errors import DomeError
 from registry.signing import SigningKey
 
@@ -50,8 +50,12 @@ from ..scheduler import SchedulerPolicy, decide, statuses
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase, build_derived_base, plan_derived_base
+from .contracts import FinishedRun, RunContext, RunOutcome, default_finish
+from .manifest import (RunError, RunNotFound, egress_terms, environment, host_container_ref,
+                       new_run_id, node_seed, registry_ref, utc_stamp)
 from .lease import LeaseKeeper
 from ..run_payloads import offload_finish_lists
+from .signals import install_cancel_signals, restore_signals
 from .writer import LedgerWriter, WriterLedger
 
 TASK_BASE_DERIVED = "task.base_derived"
@@ -60,147 +64,6 @@ POLICY_VERSION = "dome.policy/default@1"
 TICK_S = 0.02
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
 SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
-
-
-class RunError(DomeError):
-    code = "RUN_ERROR"
-
-
-class BaseRefUnresolved(RunError):
-    code = "BASE_REF_UNRESOLVED"
-
-
-class RunNotFound(RunError):
-    code = "RUN_NOT_FOUND"
-
-
-def utc_stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def new_run_id() -> str:
-    return "run-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def _git(repo: Path, *args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise BaseRefUnresolved(f"git {' '.join(args)} failed: {r.stderr.strip()[:300]}",
-                                details={"repo": str(repo), "args": list(args)})
-    return r.stdout.strip()
-
-
-def registry_ref() -> str:
-    """Digest of the registry's schemas and tool contracts this coordinator uses."""
-    import registry
-    root = Path(registry.__file__).resolve().parent
-    h = []
-    for sub in ("schemas", "tools", "policy"):
-        for p in sorted((root / sub).rglob("*.json")) if (root / sub).exists() else []:
-            h.append([str(p.relative_to(root)), digest_bytes(p.read_bytes())])
-    return "registry@" + digest_json(h)
-
-
-def environment(executor: str, sandbox: str) -> dict[str, Any]:
-    env = {"python": platform.python_version(), "platform": platform.platform(), "executor": executor,
-           "sandbox": sandbox, "git": _safe(["git", "--version"])}
-    if sandbox == "bwrap":
-        env["bwrap"] = _safe(["bwrap", "--version"])
-    try:
-        from importlib.metadata import version
-        env["dome"] = version("dome")
-    except Exception:  # noqa: BLE001
-        env["dome"] = "unknown"
-    return env
-
-
-def _safe(argv: list[str]) -> str:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return "unavailable"
-
-
-def host_container_ref(env: Mapping[str, Any]) -> str:
-    return "host@" + digest_json(dict(env))
-
-
-def node_seed(seed: int, node_id: str) -> int:
-    return int(digest_json([seed, node_id])[7:20], 16) % (2 ** 53)
-
-
-def egress_terms(action_spec: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The grant terms of an agent node's runtime card (hosts, models, budgets), or None."""
-    if action_spec.get("intent") != "agent":
-        return None
-    from registry.agent_card import grant_terms
-
-    return grant_terms((action_spec.get("params") or {}).get("card") or action_spec.get("card"))
-
-
-@dataclass
-class RunContext:
-    """Everything the loop needs from outside (the CLI builds it)."""
-
-    ledger: Any
-    ops_root: Path
-    signer: Any
-    keyring: Any
-    executor_kind: str = "local"
-    sandbox: str = "bwrap"
-    seed: int | None = None
-    max_parallel: int | None = None
-    finish: Callable[["FinishedRun"], dict[str, Any]] | None = None
-    view: Any = None
-    executor: Any = None  # injected executor (tests, benchmarks)
-    # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
-    wave_base: Callable[[Any], tuple[str, str] | None] | None = None
-    lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
-    egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
-
-
-@dataclass
-class FinishedRun:
-    """What the run loop hands its finish stage: the run, its graph state and accepted proposals."""
-    run_id: str
-    work_queue: WorkQueue
-    repo: Path
-    base_ref: str
-    base_tree_hash: str
-    state: RunState
-    node_status: Mapping[str, str]
-    proposals: list[dict[str, Any]]
-    writer: LedgerWriter
-    ops_dir: Path
-    ledger: Any
-    signer: Any = None
-    ops_root: Path | None = None
-    sandbox: str = "bwrap"
-    seed: int = 0
-    view: Any = None  # the live view: integration reports its steps to it
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    status: str
-    head: str | None
-    promoted_ref: str | None
-    ops_path: str
-    counts: dict[str, int] = field(default_factory=dict)
-    awaiting_consent: bool = False  # held at the human gate: `dome promote RUN --consent TOKEN`
-    consent_token_file: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "status": self.status, "head": self.head,
-                "promoted_ref": self.promoted_ref, "ops_path": self.ops_path, "counts": self.counts,
-                "awaiting_consent": self.awaiting_consent, "consent_token_file": self.consent_token_file}
-
-
-def default_finish(fc: FinishedRun) -> dict[str, Any]:
-    ok = all(s == "succeeded" for s in fc.node_status.values())
-    return {"status": "completed" if ok else "failed", "head": fc.base_ref, "promoted_ref": None,
-            "reason": None if ok else "some nodes failed or were blocked"}
 
 
 @dataclass
@@ -242,7 +105,8 @@ class RunLoop:
             from ..executors import make_executor
             max_c = ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4))
             ctx.executor = make_executor(ctx.executor_kind, sandbox=ctx.sandbox, max_concurrency=max_c,
-                                         limits=self.limits)
+                                         limits=self.limits, image=ctx.image,
+                                         gateway_bind=ctx.gateway_bind)
         self.executor = ctx.executor
         par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
         retries = wq.budgets.get("max_retries")
@@ -270,11 +134,16 @@ class RunLoop:
         self.socket = self.work / "gw.sock"
         self.cancel_reason: str | None = None
         self.gateway: WorkerGateway | None = None
+        self.tls_front: Any = None  # the gateway over TCP+TLS (workers on other hosts)
         self.egress_gate: Any = None
-        self.container_ref = host_container_ref(self.started.get("environment", {}))
+        # the executor's pinned worker image (containers), else the host's environment
+        self.container_ref = getattr(self.executor, "container_ref", None) or \
+            host_container_ref(self.started.get("environment", {}))
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
         self.lease: LeaseKeeper | None = None  # taken by start()/resume() before any write
+        self.canvas: Any = None  # canvas_driver.CanvasDriver with scheduling.integrate_during_run
+        self.extra_nodes: dict[str, Any] = {}  # resolver tasks the canvas added (not in the graph)
 
     # -- construction -----------------------------------------------------------
     @classmethod
@@ -353,6 +222,8 @@ class RunLoop:
         self.verifier.observe(rec)
         if rec.topic == rs.TASK_COMPLETED and rec.node_id:
             self._to_check.add(rec.node_id)  # a winner to ack, maybe endgame losers to cancel
+        if self.canvas is not None:
+            self.canvas.on_record(rec)
         if rec.topic == rs.TASK_PROGRESS:
             live = self.live.get(rec.node_execution_id or "")
             if live is not None:
@@ -378,6 +249,13 @@ class RunLoop:
                                      dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket,
                                      attempt=self.attempts.get)
         self.gateway.start()
+        bind = getattr(self.executor, "gateway_bind", None)
+        if bind is not None:  # workers on other hosts: the gateway over TCP with TLS, certificate made now
+            from ..gateway.tls import TlsFront, make_certificate
+
+            self.tls_front = TlsFront(bind[0], bind[1], make_certificate(self.work, [bind[0]]), self.socket)
+            host, port = self.tls_front.start()
+            self.executor.connect_gateway(host, port, self.tls_front.certificate.cert_pem)
         if self.ctx.egress is not None:
             from coordinator.egress.gate import EgressGate
 
@@ -410,29 +288,34 @@ class RunLoop:
     def _wave_base(self) -> str:
         """Pick the new wave's base: the run base, or (when the queue asks for it and the
         integration stage offers one) the current integration head. Returns its source."""
-        if not self.wq.scheduling.get("rebase_waves_on_integration_head") or self.ctx.wave_base is None:
+        hook = self.ctx.wave_base or (self.canvas.wave_base if self.canvas is not None else None)
+        if not self.wq.scheduling.get("rebase_waves_on_integration_head") or hook is None:
             return "run_base" if self.wave_sha == self.base_sha else "integration_head"
-        head = self.ctx.wave_base(self)
+        head = hook(self)
         if head is None:
             return "run_base" if self.wave_sha == self.base_sha else "integration_head"
         sha, tree = head
+        self.ensure_commit(sha)
+        self.wave_sha, self.wave_tree = sha, tree
+        return "run_base" if sha == self.base_sha else "integration_head"
+
+    def ensure_commit(self, sha: str) -> None:
+        """Workers check out from the run's mirror: fetch a commit made since (an integration head)."""
         if subprocess.run(["git", "--git-dir", str(self.base_git), "cat-file", "-e", f"{sha}^{{commit}}"],
                           capture_output=True).returncode != 0:
             subprocess.run(["git", "--git-dir", str(self.base_git), "fetch", "--quiet", str(self.repo), sha],
                            capture_output=True, check=True)
-        self.wave_sha, self.wave_tree = sha, tree
-        return "run_base" if sha == self.base_sha else "integration_head"
 
     def _inputs(self, node_id: str, base: str | None = None) -> tuple[int, str]:
         nseed = node_seed(self.seed, node_id)
-        return nseed, digest_json({"task": self.graph.nodes[node_id].task_spec_digest,
+        return nseed, digest_json({"task": self.node(node_id).task_spec_digest,
                                    "base": base or self.wave_sha, "seed": nseed})
 
     def _base_for(self, node_id: str) -> tuple[str, str, dict[str, Any] | None]:
         """The commit an attempt of node_id starts from: the run base, or a derived
         base holding the winning proposals of its ancestors (see derived_base.py)."""
         st = self.writer.state
-        if not st.proposals or not self.graph.nodes[node_id].dependencies:
+        if not st.proposals or not self.node(node_id).dependencies:
             plan: list = []
         else:
             by_neid = {p.get("node_execution_id"): p for p in st.proposals}
@@ -454,7 +337,7 @@ class RunLoop:
 
     def _spawn_spec(self, node_id: str, neid: str, wave_id: str, attempt: int, grant: Any,
                     base: tuple[str, str] | None = None) -> dict[str, Any]:
-        node = self.graph.nodes[node_id]
+        node = self.node(node_id)
         base_sha, base_tree = base or (self.wave_sha, self.wave_tree)
         nseed, inputs_hash = self._inputs(node_id, base_sha)
         return {
@@ -490,41 +373,59 @@ class RunLoop:
             launches = []
             for e in decision["selected"]:
                 nid = e["node_id"]
-                node = self.graph.nodes[nid]
-                neid = f"ne-{secrets.token_hex(8)}"
                 base_sha, base_tree, derivation = self._base_for(nid)
-                nseed, inputs_hash = self._inputs(nid, base_sha)
-                worker_key = SigningKey.generate()  # per attempt; only its public half is in the grant (cnf)
-                grant, issued = grants_io.issue(
-                    key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
-                    capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
-                    policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
-                    worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
-                spec = self._spawn_spec(nid, neid, wave_id, e["attempt"], grant, (base_sha, base_tree))
-                validate_spawn_spec(spec)
-                keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
-                if derivation is not None:
-                    drafts.append((TASK_BASE_DERIVED, {**derivation, "node_execution_id": neid}, keys))
-                drafts.append((grants_io.ISSUED_TOPIC, issued, keys))
-                drafts.append((rs.TASK_DISPATCHED, {
-                    "node_execution_id": neid, "attempt": e["attempt"], "kind": e["kind"], "wave_id": wave_id,
-                    "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grants_io.profile_ref(grant),
-                    "profile_id": grant.profile_id, "jti": grant.jti,
-                    "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": base_sha,
-                    "timeout_s": node.timeout_s}, {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id,
-                                                   "task_id": nid}))
-                launches.append((nid, neid, spec, grant, worker_key))
+                more, launch = self.draft_attempt(nid, wave_id, e["attempt"], e["kind"], (base_sha, base_tree),
+                                                  derivation=derivation)
+                drafts.extend(more)
+                launches.append(launch)
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
+        self.launch(launches)
+        return len(launches)
+
+    def node(self, node_id: str) -> Any:
+        """A node of the graph, or a resolver task the canvas added (resolver.ResolverNode)."""
+        return self.graph.nodes[node_id] if node_id in self.graph.nodes else self.extra_nodes[node_id]
+
+    def draft_attempt(self, nid: str, wave_id: str, attempt: int, kind: str, base: tuple[str, str], *,
+                      derivation: dict[str, Any] | None = None) -> tuple[list, tuple]:
+        """The ledger drafts (grant, dispatch) of one attempt and what launch() needs to start it."""
+        node = self.node(nid)
+        base_sha, base_tree = base
+        neid = f"ne-{secrets.token_hex(8)}"
+        nseed, inputs_hash = self._inputs(nid, base_sha)
+        worker_key = SigningKey.generate()  # per attempt; only its public half is in the grant (cnf)
+        grant, issued = grants_io.issue(
+            key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
+            capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
+            policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
+            worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
+        spec = self._spawn_spec(nid, neid, wave_id, attempt, grant, (base_sha, base_tree))
+        validate_spawn_spec(spec)
+        keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
+        drafts: list[tuple[str, dict, dict]] = []
+        if derivation is not None:
+            drafts.append((TASK_BASE_DERIVED, {**derivation, "node_execution_id": neid}, keys))
+        drafts.append((grants_io.ISSUED_TOPIC, issued, keys))
+        drafts.append((rs.TASK_DISPATCHED, {
+            "node_execution_id": neid, "attempt": attempt, "kind": kind, "wave_id": wave_id,
+            "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grants_io.profile_ref(grant),
+            "profile_id": grant.profile_id, "jti": grant.jti,
+            "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": base_sha,
+            "timeout_s": node.timeout_s}, dict(keys)))
+        return drafts, (nid, neid, spec, grant, worker_key)
+
+    def launch(self, launches: list[tuple]) -> None:
         now = time.monotonic()
         for nid, neid, spec, grant, worker_key in launches:
             self.verifier.bind_call_key(grant.jti, worker_key)  # the worker's keyed-MAC call proofs
-            files = write_attempt(self.work, spec, worker_key, self.graph.nodes[nid].task, self.limits,
+            node = self.node(nid)
+            files = write_attempt(self.work, spec, worker_key, node.task, self.limits,
                                   egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             del worker_key
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
                                    "base_ref": spec["base_ref"],
-                                   "base_tree_hash": spec["base_tree_hash"], "task": self.graph.nodes[nid].task}
-            self.live[neid] = _Live(nid, now + self.graph.nodes[nid].timeout_s, now, grant.jti, grant.profile_id)
+                                   "base_tree_hash": spec["base_tree_hash"], "task": node.task}
+            self.live[neid] = _Live(nid, now + node.timeout_s, now, grant.jti, grant.profile_id)
             try:
                 self.executor.dispatch(spec, files)
             except Exception as exc:  # noqa: BLE001 - recorded, the node is retried
@@ -532,7 +433,6 @@ class RunLoop:
                 err = exc.to_object() if isinstance(exc, DomeError) else {"code": "DISPATCH_FAILED", "message": str(exc)}
                 self.writer.append(rs.TASK_FAILED, {"node_execution_id": neid, "reason": "dispatch failed", "error": err},
                                    node_id=nid, node_execution_id=neid, wave_id=spec["wave_id"], task_id=nid)
-        return len(launches)
 
     # -- supervision --------------------------------------------------------------
     def _end_attempt(self, neid: str, topic: str, payload: dict[str, Any], revoke_reason: str | None) -> None:
@@ -573,7 +473,7 @@ class RunLoop:
                 self.executor.kill(neid, "timeout")
                 self._end_attempt(neid, rs.TASK_TIMEOUT, {
                     "reason": "heartbeat missed" if hung and now <= live.deadline else "wall-clock timeout",
-                    "timeout_s": self.graph.nodes[live.node_id].timeout_s, "killed": "process group"},
+                    "timeout_s": self.node(live.node_id).timeout_s, "killed": "process group"},
                     "attempt timed out")
         st = self.writer.state
         acks = []
@@ -600,7 +500,8 @@ class RunLoop:
             return False
         with self.writer.lock:
             self.ready.refresh(self.writer.state)
-            return self.ready.done()
+            done = self.ready.done()
+        return done and (self.canvas is None or not self.canvas.busy())
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
         self.cancel_reason = reason
@@ -623,11 +524,15 @@ class RunLoop:
     def _drive(self) -> RunOutcome:
         assert self.lease is not None
         self._prepare()
-        old_handlers = self._install_signals()
+        old_handlers = install_cancel_signals(self.cancel)
+        from .canvas_driver import driver_for
+        self.canvas = driver_for(self)
         try:
             if self.resumed:
                 self.lease.check()
                 self._recover()
+                if self.canvas is not None:
+                    self.canvas.restore()
             while True:
                 self.lease.check()  # a coordinator that lost the run stops (every write checks too)
                 t0 = time.perf_counter()
@@ -636,6 +541,8 @@ class RunLoop:
                 self._supervise()
                 if self.cancel_reason is not None:
                     return self._cancel_all()
+                if self.canvas is not None:
+                    self.canvas.tick()  # a batch of accepted proposals onto the canvas; resolvers
                 launched = self._schedule()
                 self.timings["coordinator_s"] += time.perf_counter() - t0
                 self.timings["coordinator_cpu_s"] = self.timings.get("coordinator_cpu_s", 0.0) + time.thread_time() - c0
@@ -647,24 +554,16 @@ class RunLoop:
                 if not launched:
                     self.writer.wait(TICK_S)
         finally:
-            self._restore_signals(old_handlers)
+            restore_signals(old_handlers)
             self.executor.shutdown()
+            if self.canvas is not None:
+                self.canvas.close()
             if self.gateway is not None:
                 self.gateway.stop()
+            if self.tls_front is not None:
+                self.tls_front.stop()
             if self.egress_gate is not None:
                 self.egress_gate.stop()
-
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        old = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, lambda s, f: self.cancel(f"signal {signal.Signals(s).name}"))
-        return old
-
-    def _restore_signals(self, old: dict[int, Any]) -> None:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
     def _cancel_all(self) -> RunOutcome:
         for neid in list(self.live):
@@ -685,11 +584,13 @@ class RunLoop:
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
                            ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
                            signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
-                           sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view)
-        if any(s != "succeeded" for s in fc.node_status.values()):
-            result = default_finish(fc)  # tasks failed: nothing is integrated
-        else:
-            result = (self.ctx.finish or default_finish)(fc)
+                           sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view, canvas=self.canvas)
+        from .partial import decide
+        decision = decide(fc.node_status, self.wq.if_tasks_fail)
+        if not decision.integrate:
+            result = default_finish(fc)  # tasks failed and the queue promotes nothing then
+        else:  # a partial run (promote_rest) says so, and which tasks did not land
+            result = {**(self.ctx.finish or default_finish)(fc), **decision.record()}
         if result.get("status") not in FINAL_STATUSES:
             raise RunError(f"finish stage returned an unknown status {result.get('status')!r}")
         return self._record_finish(result)

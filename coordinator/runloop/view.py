@@ -26,7 +26,7 @@ from ..scheduler import statuses
 PLAIN_TOPICS = {rs.TASK_DISPATCHED, rs.TASK_COMPLETED, rs.TASK_FAILED, rs.TASK_TIMEOUT, rs.TASK_CANCELLED,
                 rs.TASK_LOST, rs.SANDBOX_VIOLATION, rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED,
                 rs.PATCH_SUBMITTED}
-INTEGRATION_PREFIXES = ("integration.", "gate.", "promotion.")
+INTEGRATION_PREFIXES = ("integration.", "gate.", "promotion.", "resolver.")
 REDRAW_S = 0.2
 
 
@@ -77,7 +77,7 @@ class PlainView:
         if self.explainer is None:
             self.explainer = Explainer(rec.run_id if hasattr(rec, "run_id") else "")
         decisions = _decisions(self.explainer, rec)
-        if rec.topic.startswith(INTEGRATION_PREFIXES):
+        if rec.topic.startswith(INTEGRATION_PREFIXES) or (rec.topic == rs.WAVE_STARTED and decisions):
             for d in decisions:
                 self._print(f"{rec.ts} #{rec.sequence} integration {d.text}")
             return

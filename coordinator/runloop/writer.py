@@ -9,15 +9,18 @@ sequence order, so the state the scheduler reads is always exactly
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from registry.signing import SigningKey
 
 from ..runstate import RunState, apply
 
+if TYPE_CHECKING:
+    from ledger import Ledger
+
 
 class LedgerWriter:
-    def __init__(self, ledger: Any, run_id: str, signer: SigningKey, state: RunState,
+    def __init__(self, ledger: Ledger, run_id: str, signer: SigningKey, state: RunState,
                  on_record: Callable[[Any], None] | None = None,
                  guard: Callable[[], None] | None = None) -> None:
         self.ledger = ledger

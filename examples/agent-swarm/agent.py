@@ -14,12 +14,19 @@ reproducible. Instructions:
     optimize FUNCTION MODULE        "optimize" FUNCTION (this rewrite is wrong: it introduces a bug)
     review                          run the test suite and report; changes nothing
 
+Resolver mode: when dome sends a conflicting proposal back to the agent
+(DOME_RESOLVE=1, the checkout is then the integration head and
+DOME_RESOLVE_DIFF names the diff that no longer applies), the agent says so
+and carries out the same instruction again on the code as it is now. Its
+rewrites keep a docstring the function has gained meanwhile.
+
 Standard library only: in a dome worker it runs inside the sandbox with
 the checkout as its working directory.
 """
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,11 +79,15 @@ def _functions(source: str) -> list[ast.FunctionDef]:
     return [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
 
 
-def _replace_function(path: Path, name: str, new_lines: list[str]) -> None:
+def _replace_function(path: Path, name: str, new_lines: list[str], keep_docstring: bool = False) -> None:
     lines = path.read_text().splitlines()
     fn = next((f for f in _functions(path.read_text()) if f.name == name), None)
     if fn is None:
         raise SystemExit(f"agent: no function {name} in {path}")
+    doc = ast.get_docstring(fn, clean=False)
+    if keep_docstring and doc is not None and not any('"""' in line for line in new_lines):
+        first = fn.body[0]  # the docstring statement, kept as written
+        new_lines = [new_lines[0], *lines[first.lineno - 1:first.end_lineno], *new_lines[1:]]
     lines[fn.lineno - 1:fn.end_lineno] = new_lines
     path.write_text("\n".join(lines) + "\n")
 
@@ -97,7 +108,7 @@ def docstrings(module: str) -> None:
 
 
 def refactor(name: str, module: str) -> None:
-    _replace_function(Path(module), name, REFACTORS[name])
+    _replace_function(Path(module), name, REFACTORS[name], keep_docstring=True)
     say(f"refactored {name} in {module}")
 
 
@@ -143,6 +154,12 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in COMMANDS:
         print(__doc__, file=sys.stderr)
         return 2
+    if os.environ.get("DOME_RESOLVE"):
+        dropped = Path(os.environ.get("DOME_RESOLVE_DIFF", ""))
+        files = sorted({line[6:] for line in dropped.read_text().splitlines() if line.startswith("+++ b/")}
+                       if dropped.is_file() else [])
+        say(f"resolving {os.environ.get('DOME_RESOLVE_PROPOSAL', '?')} ({', '.join(files) or 'no files'}) "
+            f"on the integration head {os.environ.get('DOME_RESOLVE_HEAD', '?')[:12]}: {' '.join(argv)} again")
     COMMANDS[argv[0]](*argv[1:])
     return 0
 

@@ -6,23 +6,27 @@
 Creates the example repository, starts the scripted OpenAI-compatible server
 (scripted_llm.py) on 127.0.0.1, routes the made-up host models.scripted.test
 to it in an egress configuration (the key is a random value in the `dome
-run` process's environment, never in the work queue), and runs two queues
-with `dome run`:
+run` process's environment, never in the work queue), and runs ONE queue,
+`model.queue.json`, with `dome run`:
 
-- `model.queue.json`: an agent that reads textkit/core.py and fixes a typo
+- `fix-typo`: an agent that greps, reads textkit/core.py and fixes a typo
   through the gate -> promoted;
-- `model-refused.queue.json`: an agent whose scripted model keeps calling
-  until its token budget is spent (BUDGET_EXHAUSTED) and one whose card
-  names a host the coordinator does not route (EGRESS_HOST_NOT_ALLOWED)
-  -> the run fails with those typed errors (a run with a failed node
-  promotes nothing).
+- `greedy`: an agent whose scripted model keeps calling until its token
+  budget is spent -> stopped with BUDGET_EXHAUSTED;
+- `wanderer`: an agent whose card names a host the coordinator does not
+  route -> refused with EGRESS_HOST_NOT_ALLOWED;
+- `fix-typo-readme`: a scripted (non-model) agent fixing the README -> promoted.
 
-It prints each run's status and the model usage per attempt and per run
+The queue sets `"if_tasks_fail": "promote_rest"`, so the run promotes the
+rest beside the two stopped agents and says it is partial (`dome run` exits
+7). It then checks the run with `dome verify`, and prints each stopped
+agent's error code and the model usage per attempt and per run
 from `dome report --json`.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -34,6 +38,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 HOST, MODEL = "models.scripted.test", "scripted-1"
+OPENAI_VERSION = importlib.metadata.version("openai")  # the card pins the SDK this installation has
 TYPO_DIFF = """--- a/textkit/core.py
 +++ b/textkit/core.py
 @@ -4,3 +4,3 @@
@@ -59,7 +64,7 @@ def _load(name: str):
 
 
 def card(**over) -> dict:
-    c = {"runtime_id": "openai-chat", "sdk": {"package": "openai", "version": "3.54.0"}, "model": MODEL,
+    c = {"runtime_id": "openai-chat", "sdk": {"package": "openai", "version": OPENAI_VERSION}, "model": MODEL,
          "endpoint": {"host": HOST, "base_path": "/v1"}, "transport": {"timeout_s": 60, "max_retries": 0},
          "allow_models": [MODEL], "budgets": {"max_tokens": 30000, "max_model_cost_micros": 200000},
          "max_turns": 10, "max_output_tokens": 512, "temperature": 0, "seed": 7}
@@ -76,15 +81,24 @@ def agent_node(nid: str, script: str, **card_over) -> dict:
 
 def queue(repo: Path, name: str, ref: str, tasks: list[dict]) -> dict:
     return {"artifact_kind": "dome.work.queue/v1", "name": name, "repo": str(repo), "base_ref": "main",
-            "determinism_seed": 11, "policy": "default", "promote_to": ref,
+            "determinism_seed": 11, "policy": "default", "promote_to": ref, "if_tasks_fail": "promote_rest",
             "scheduling": {"max_parallel": 2, "default_timeout_s": 120}, "tasks": tasks,
             "validations": [{"suite": "command", "name": "tests", "argv": ["python3", "-m", "pytest", "-q"],
                              "required": True, "timeout_s": 120}]}
 
 
+def script_node(nid: str, *argv: str) -> dict:
+    """A scripted (non-model) agent of the example repository's tools/agent.py."""
+    return {"node_id": nid, "containers": [], "dependencies": [], "required_capabilities": ["write"],
+            "required_outputs": ["patch_proposal"], "risk": "low", "max_attempts": 1,
+            "action_spec": {"intent": "command", "argv": ["python3", "tools/agent.py", *argv]}}
+
+
 def dome(*args: str, env: dict[str, str]) -> dict:
     r = subprocess.run([sys.executable, "-m", "coordinator.cli.main", *args], env=env, capture_output=True,
                        text=True, timeout=600)
+    if r.returncode not in (0, 1, 4, 5, 7):  # 1: verify found a problem; 4, 5, 7: how the run ended
+        raise SystemExit(f"dome {args[0]} failed ({r.returncode}): {r.stderr[-2000:]}")
     try:
         return json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -118,36 +132,42 @@ def main(argv: list[str] | None = None) -> int:
         (out / "egress.json").write_text(json.dumps({"routes": {HOST: {
             "upstream": f"http://127.0.0.1:{llm.port}", "key_env": "SCRIPTED_MODEL_KEY",
             "prices": {MODEL: {"input_usd_per_mtok": 0.5, "output_usd_per_mtok": 1.5}}}}}, indent=1))
-        runs = {"model.queue.json": queue(repo, "model-agents", "refs/heads/dome/model-agents",
-                                          [agent_node("fix-typo", "fix-typo")]),
-                "model-refused.queue.json": queue(repo, "model-agents-refused", "refs/heads/dome/model-refused", [
-                    agent_node("greedy", "greedy", budgets={"max_tokens": 6000}),
-                    agent_node("wanderer", "fix-typo", endpoint={"host": "api.unlisted.example", "base_path": "/v1"})])}
+        q = queue(repo, "model-agents", "refs/heads/dome/model-agents", [
+            agent_node("fix-typo", "fix-typo"),
+            agent_node("greedy", "greedy", budgets={"max_tokens": 6000}),
+            agent_node("wanderer", "fix-typo", endpoint={"host": "api.unlisted.example", "base_path": "/v1"}),
+            script_node("fix-typo-readme", "fix-typo", "recieve", "receive", "README.md")])
         env = {**os.environ, "SCRIPTED_MODEL_KEY": "sk-scripted-" + secrets.token_hex(16),
                "PYTHONPATH": str(HERE.parent.parent)}
         ops = out / "ops"
-        for name, q in runs.items():
-            (out / name).write_text(json.dumps(q, indent=1))
-            res = dome("run", str(out / name), "--ops-root", str(ops), "--egress", str(out / "egress.json"),
-                       "--json", env=env)
-            rep = dome("report", res["run_id"], "--ops-root", str(ops), "--json", env=env)
-            print(f"{name}: run {res['run_id']} {res['status']}"
-                  + (f" -> {res.get('promoted_ref')}" if res.get("promoted_ref") else ""))
-            if res["status"] != "promoted":
-                for node, code in failures(res["run_id"], ops, env):
-                    print(f"  {node:<10} stopped: {code}")
-            usage = rep.get("model_usage") or {}
-            for row in usage.get("attempts", []):
-                print(f"  {row['node_id']:<10} {row['node_execution_id']}: {row['calls']} calls, "
-                      f"{row['tokens_in']} in / {row['tokens_out']} out tokens, ${row['cost_micros'] / 1e6:.6f}")
-            run = usage.get("run") or {}
-            if run:
-                print(f"  run total: {run['calls']} calls, {run['tokens_in']} in / {run['tokens_out']} out tokens, "
-                      f"${run['cost_micros'] / 1e6:.6f}")
+        (out / "model.queue.json").write_text(json.dumps(q, indent=1))
+        res = dome("run", str(out / "model.queue.json"), "--ops-root", str(ops), "--egress", str(out / "egress.json"),
+                   "--json", env=env)
+        why = res.get("why") or {}
+        print(f"model.queue.json: run {res['run_id']} {res['status']}" + (" (partial)" if why.get("partial") else "")
+              + (f" -> {res.get('promoted_ref')}" if res.get("promoted_ref") else ""))
+        for node, code in failures(res["run_id"], ops, env):
+            print(f"  {node:<15} stopped: {code}")
+        landed = sorted(set(q_node["node_id"] for q_node in q["tasks"])
+                        - {t["node_id"] for t in why.get("tasks_not_landed", [])})
+        if res["status"] == "promoted":
+            print(f"  landed: {', '.join(landed)}")
+        rep = dome("report", res["run_id"], "--ops-root", str(ops), "--json", env=env)
+        usage = rep.get("model_usage") or {}
+        for row in usage.get("attempts", []):
+            print(f"  {row['node_id']:<15} {row['node_execution_id']}: {row['calls']} calls, "
+                  f"{row['tokens_in']} in / {row['tokens_out']} out tokens, ${row['cost_micros'] / 1e6:.6f}")
+        run = usage.get("run") or {}
+        if run:
+            print(f"  run total: {run['calls']} calls, {run['tokens_in']} in / {run['tokens_out']} out tokens, "
+                  f"${run['cost_micros'] / 1e6:.6f}")
+        ver = dome("verify", res["run_id"], "--ops-root", str(ops), "--json", env=env)
+        print(f"  dome verify: {'valid' if ver.get('valid') else 'INVALID: ' + '; '.join(ver.get('reasons', []))}")
+        ok = res["status"] == "promoted" and bool(ver.get("valid"))
     finally:
         llm.stop()
     print(f"ledger and artifacts: {ops}; inspect with `dome events RUN_ID --ops-root {ops}`")
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

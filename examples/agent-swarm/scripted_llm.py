@@ -7,7 +7,8 @@ It stands in for a model provider where none is reachable: it listens on
 127.0.0.1 only and answers `POST /v1/chat/completions` with the next reply
 of a script. The script is chosen by a tag `[script:<name>]` in the
 request's messages; the reply is the one for the number of assistant turns
-the request already holds:
+the request holds after the first tagged message (so an agent CLI's
+few-shot examples before its instructions do not count):
 
     {"fix-typo": [
         {"tool_calls": [{"name": "read_file", "arguments": {"path": "README.md"}}]},
@@ -30,6 +31,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TAG = re.compile(r"\[script:([A-Za-z0-9_.-]+)\]")
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, list):
+        return " ".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return str(content or "")
 
 
 class ScriptedLLM:
@@ -70,10 +78,11 @@ class ScriptedLLM:
             return 404, {"error": {"message": f"no route {path}"}}
         req = json.loads(body)
         messages = req.get("messages", [])
-        text = " ".join(str(m.get("content") or "") for m in messages)
-        tag = TAG.search(text)
+        tagged = [i for i, m in enumerate(messages) if TAG.search(_text(m.get("content")))]
+        tag = TAG.search(_text(messages[tagged[0]].get("content"))) if tagged else None
         turns = self.script.get(tag.group(1) if tag else "", [])
-        n = sum(1 for m in messages if m.get("role") == "assistant")
+        # assistant turns after the tagged message: an agent CLI's few-shot examples before it do not count
+        n = sum(1 for m in messages[(tagged[0] if tagged else 0):] if m.get("role") == "assistant")
         step = turns[n] if n < len(turns) else {"content": "done"}
         msg: dict[str, Any] = {"role": "assistant", "content": step.get("content")}
         if step.get("tool_calls"):

@@ -140,11 +140,6 @@ class FilePatch:
         return (self.old_mode is not None and self.new_mode is not None
                 and self.old_mode != self.new_mode)
 
-    @property
-    def result_mode(self) -> str | None:
-        """The file mode after the patch when the patch states it."""
-        return self.new_mode
-
     def sort_key(self) -> tuple[bytes, bytes]:
         enc = lambda p: (p or "").encode("utf-8", "surrogateescape")  # noqa: E731
         return (enc(self.path), enc(self.new_path))

@@ -8,7 +8,7 @@ import pytest
 from coordinator.grants import issue_profile
 from registry.contracts import default_registry
 from registry.signing import SigningKey
-from tests.agents.helpers import card
+from tests.agents.helpers import OPENAI_VERSION, card
 from tests.conftest import git
 from worker_sdk.intents import agent
 
@@ -42,10 +42,10 @@ def test_tool_calls_outside_the_grant_or_the_checkout_go_back_as_errors(git_repo
 
 
 def test_sdk_version_other_than_the_card_pin_refuses_to_start():
-    assert agent.check_sdk(card()) == "3.54.0"
+    assert agent.check_sdk(card()) == OPENAI_VERSION
     with pytest.raises(agent.RuntimeMismatch) as exc:
         agent.check_sdk(card(sdk={"package": "openai", "version": "1.0.0"}))
-    assert exc.value.code == "RUNTIME_SDK_MISMATCH" and exc.value.details["installed"] == "3.54.0"
+    assert exc.value.code == "RUNTIME_SDK_MISMATCH" and exc.value.details["installed"] == OPENAI_VERSION
     with pytest.raises(agent.RuntimeMismatch):  # an agent CLI's Python package is checked the same way
         agent.check_sdk(card(sdk={"package": "aider-chat", "version": "0.1.0"}, cli={"argv": ["aider"]}))
     assert agent.check_sdk(card(sdk={"package": "npm:@scope/agent-cli", "version": "1.2.3"}, cli={"argv": ["x"]})) is None

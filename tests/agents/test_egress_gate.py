@@ -17,7 +17,7 @@ from coordinator.grants import GrantVerifier, issue_profile
 from registry.canonical import digest_bytes
 from registry.agent_card import RuntimeCardInvalid, check_card, grant_terms
 from registry.signing import SigningKey
-from tests.agents.helpers import HOST, MODEL, card, load_scripted_llm
+from tests.agents.helpers import HOST, MODEL, OPENAI_VERSION, card, load_scripted_llm
 from worker_sdk.client import GatewayClient
 from worker_sdk.intents.agent import make_client
 from tests.attacks import attack
@@ -232,7 +232,7 @@ def test_reservation_bounds_the_call_and_refuses_what_cannot_fit():
 
 
 def test_runtime_card_is_closed_and_its_model_must_be_on_its_allowlist():
-    assert check_card(card())["sdk"] == {"package": "openai", "version": "3.54.0"}
+    assert check_card(card())["sdk"] == {"package": "openai", "version": OPENAI_VERSION}
     with pytest.raises(RuntimeCardInvalid):
         check_card({**card(), "api_key": "sk-x"})  # no credential field in a card
     with pytest.raises(RuntimeCardInvalid):

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.canvas import Canvas, checkout_readonly
+from coordinator.integration.canvas import Canvas, checkout_readonly
 from coordinator.integration.gitio import ObjectReader
 from coordinator.integration.planning import Candidate, plan_stack
 from coordinator.integration.policy import IntegrationPolicy

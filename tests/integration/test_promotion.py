@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.integration.evidence import (GitFacts, Record, evaluate_chain, sign_artifact)
-from coordinator.integration.finish import FinishContext, finish_run, git_facts, records_of
+from coordinator.integration.evidence import GitFacts, Record, sign_artifact
+from coordinator.integration.gate import evaluate_chain
+from coordinator.integration.finish import FinishContext, finish_run
+from coordinator.integration.recorder import git_facts, records_of
 from coordinator.integration.policy import IntegrationPolicy
 from registry.signing import Keyring, SigningKey
 from tests.conftest import git

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coordinator.canvas import Checkpoint
+from coordinator.integration.canvas import Checkpoint
 from coordinator.executors.sandbox import SYSTEM_PATH, sandbox_path
 from coordinator.integration.validation import SuiteRunner
 from tests.conftest import git

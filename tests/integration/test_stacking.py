@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.canvas import Canvas
+from coordinator.integration.canvas import Canvas
 from coordinator.integration.gitio import ObjectReader, parse_trailers
 from coordinator.integration.planning import Candidate, plan_stack
 from coordinator.integration.policy import IntegrationPolicy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coordinator.canvas import Checkpoint
+from coordinator.integration.canvas import Checkpoint
 from coordinator.integration.validation import SuiteRunner
 from coordinator.keys import load_or_create_signing_key
 from tests.conftest import git

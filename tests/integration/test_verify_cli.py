@@ -111,7 +111,7 @@ def test_promote_cli_consumes_consent_once(big_repo: Path, tmp_path: Path) -> No
 
 def test_large_artifacts_live_in_the_blob_store_and_still_verify(big_repo: Path, tmp_path: Path,
                                                                  monkeypatch) -> None:
-    import coordinator.integration.finish as fin
+    import coordinator.integration.recorder as fin
     from coordinator.integration.verify import verify_run
     from coordinator.keys import load_keyring
     monkeypatch.setattr(fin, "EXTERNALIZE_BYTES", 1500)

@@ -15,25 +15,15 @@ from pathlib import Path
 import pytest
 
 from ledger import Ledger
-from tests.conftest import dome_cli, gated_queue, git
+from tests.conftest import dome_cli, gated_queue, git, make_repo
 from tests.attacks import attack
-
-
-def _repo(tmp: Path) -> Path:
-    repo = tmp / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("hello\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "initial")
-    return repo
 
 
 @pytest.fixture(scope="module")
 def promoted_run(tmp_path_factory):
     """(repo, ops, run_id): a low-risk run that `dome run` promoted itself (run.finished is its last record)."""
     tmp = tmp_path_factory.mktemp("verify-promoted")
-    repo = _repo(tmp)
+    repo = make_repo(tmp / "repo")
     q = json.loads(gated_queue(tmp, repo, drc=False).read_text())
     q["tasks"][0]["risk"] = "low"
     qfile = tmp / "low.queue.json"
@@ -44,19 +34,24 @@ def promoted_run(tmp_path_factory):
     return repo, tmp / "ops", out["run_id"]
 
 
-@pytest.fixture
-def promoted_copy(promoted_run, tmp_path: Path):
-    repo, ops, run_id = promoted_run
+def _copy_ops(run: tuple[Path, Path, str], tmp_path: Path) -> tuple[Path, str, Path]:
+    """(ops, run_id, run folder): a private copy of a module run's ops folder, for a test to tamper with."""
+    _, ops, run_id = run
     mine = tmp_path / "ops"
     shutil.copytree(ops, mine)
     return mine, run_id, mine / "runs" / run_id
+
+
+@pytest.fixture
+def promoted_copy(promoted_run, tmp_path: Path):
+    return _copy_ops(promoted_run, tmp_path)
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """(repo, ops, run_id): a run held at the human gate, then promoted with consent."""
     tmp = tmp_path_factory.mktemp("verify-exports")
-    repo = _repo(tmp)
+    repo = make_repo(tmp / "repo")
     ops = tmp / "ops"
     run = dome_cli("run", str(gated_queue(tmp, repo)), "--ops-root", str(ops), "--json")
     out = json.loads(run.stdout)
@@ -69,10 +64,7 @@ def finished_run(tmp_path_factory):
 
 @pytest.fixture
 def run_copy(finished_run, tmp_path: Path):
-    repo, ops, run_id = finished_run
-    mine = tmp_path / "ops"
-    shutil.copytree(ops, mine)
-    return mine, run_id, mine / "runs" / run_id
+    return _copy_ops(finished_run, tmp_path)
 
 
 def _verify(ops: Path, run_id: str) -> tuple[int, dict]:

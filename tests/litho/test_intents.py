@@ -45,7 +45,7 @@ def test_topology_suite_fails_a_mask_that_bridges_and_passes_a_clean_one(tmp_pat
 
 
 def test_topology_suite_runs_from_a_work_queue_in_the_validation_sandbox(git_repo, iccad13):
-    from coordinator.canvas import Checkpoint
+    from coordinator.integration.canvas import Checkpoint
     from coordinator.integration.validation import SuiteRunner
     from tests.conftest import git
 

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import sys
-from contextlib import asynccontextmanager
+import time
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 from mcp import Client, StdioServerParameters
@@ -67,3 +70,39 @@ async def poll_done(client: Client, job_id: str, timeout: float = 240) -> dict[s
             if st["status"] not in ("queued", "running"):
                 return st
             await anyio.sleep(0.25)
+
+
+@contextmanager
+def http_host(ops_root: Path, token: str) -> Iterator[str]:
+    """`dome mcp --http` on a free loopback port with bearer `token`; yields its URL, stops it after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "mcp", "--http", f"127.0.0.1:{port}",
+                             "--ops-root", str(ops_root)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, **host_env(ops_root, DOME_MCP_TOKEN=token)})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def two_bars_gds(path: Path) -> None:
+    """A GDS with two 10 x 2 um bars on layer 1/0, 1 um apart."""
+    import klayout.db as kdb
+
+    ly = kdb.Layout()
+    ly.dbu = 0.001
+    top = ly.create_cell("TOP")
+    l1 = ly.layer(1, 0)
+    top.shapes(l1).insert(kdb.Box(0, 0, 10000, 2000))
+    top.shapes(l1).insert(kdb.Box(0, 3000, 10000, 5000))
+    ly.write(str(path))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from mcp_types import INVALID_PARAMS
 
 from tests.conftest import REPO_ROOT
 
-from .conftest import MODES, connect, host_env, job_files, make_host
+from .conftest import MODES, connect, http_host, job_files, make_host, two_bars_gds
 
 pytestmark = pytest.mark.anyio
 TOKEN = "front-door-token-0123456789"
@@ -41,28 +40,10 @@ anyio.run(main)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def http_host(tmp_path):
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "mcp", "--http", f"127.0.0.1:{port}",
-                             "--ops-root", str(tmp_path)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, **host_env(tmp_path, DOME_MCP_TOKEN=TOKEN)})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(timeout=20)
+@pytest.fixture(name="http_host")
+def _http_host(tmp_path):
+    with http_host(tmp_path, TOKEN) as url:
+        yield url
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -149,18 +130,6 @@ async def test_unknown_tool_is_a_json_rpc_error(path, tmp_path):
         assert not (await client.call_tool("test_echo", {"value": 1})).is_error  # the session goes on
 
 
-def _gds(path: Path) -> None:
-    import klayout.db as kdb
-
-    ly = kdb.Layout()
-    ly.dbu = 0.001
-    top = ly.create_cell("TOP")
-    l1 = ly.layer(1, 0)
-    top.shapes(l1).insert(kdb.Box(0, 0, 10000, 2000))
-    top.shapes(l1).insert(kdb.Box(0, 3000, 10000, 5000))
-    ly.write(str(path))
-
-
 DECK = ("source($input, $top_cell)\nreport('w', $output)\n"
         "input(1, 0).width(2.5).output('narrow', 'width below 2.5 um')\n")
 
@@ -168,7 +137,7 @@ DECK = ("source($input, $top_cell)\nreport('w', $output)\n"
 async def test_worker_restart_restores_the_session_whole(tmp_path):
     """Shape ids, DRC runs, the view and the artifact folder survive a worker crash; the id stays the same."""
     gds = tmp_path / "bars.gds"
-    _gds(gds)
+    two_bars_gds(gds)
     deck = tmp_path / "width.drc"
     deck.write_text(DECK)
     host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path))
@@ -200,7 +169,7 @@ async def test_worker_restart_restores_the_session_whole(tmp_path):
 
 async def test_expired_session_stays_dead_after_a_worker_restart(tmp_path):
     gds = tmp_path / "bars.gds"
-    _gds(gds)
+    two_bars_gds(gds)
     host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path), KLAYOUT_MCP_SESSION_TTL_SECONDS="1")
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
@@ -214,7 +183,7 @@ async def test_expired_session_stays_dead_after_a_worker_restart(tmp_path):
 
 async def test_session_that_cannot_be_restored_is_not_found_with_a_hint(tmp_path):
     gds = tmp_path / "bars.gds"
-    _gds(gds)
+    two_bars_gds(gds)
     host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path))
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
@@ -232,7 +201,7 @@ async def test_renders_come_back_as_images_and_every_artifact_is_a_resource(tmp_
     import base64
 
     gds = tmp_path / "bars.gds"
-    _gds(gds)
+    two_bars_gds(gds)
     host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path))
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]

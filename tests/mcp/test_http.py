@@ -1,49 +1,22 @@
 """`dome mcp --http`: streamable HTTP with bearer-token auth, real SDK client, both protocol modes."""
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-
 import anyio
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import REPO_ROOT
-
-from .conftest import MODES, host_env
+from .conftest import MODES, http_host
 
 pytestmark = pytest.mark.anyio
 TOKEN = "test-token-0123456789abcdef"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def http_server(tmp_path):
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "mcp", "--http", f"127.0.0.1:{port}",
-                             "--ops-root", str(tmp_path)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, **host_env(tmp_path, DOME_MCP_TOKEN=TOKEN)})
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    with http_host(tmp_path, TOKEN) as url:
+        yield url
 
 
 async def test_http_requires_bearer_token(http_server):

@@ -106,7 +106,15 @@ def _run_chain(tmp_path: Path, reference: dict, chain: list[str]) -> None:
 
 
 def _one_run(tmp_path: Path, reference: dict, chain: list[str]) -> list[str]:
-    repo, qfile = _queue(tmp_path, reference["template"])
+    return kill_chain(tmp_path, chain, lambda t: _queue(t, reference["template"]),
+                      lambda out, run_id, repo, ops, tmpdir: _judge(out, run_id, repo, ops, tmpdir, reference))
+
+
+def kill_chain(tmp_path: Path, chain: list[str], make_queue, judge) -> list[str]:
+    """One run of `make_queue(dir) -> (repo, queue file)`, killed after chain[0], each resume
+    after the next topic; the run resumed to its end is judged by `judge(out, run_id, repo, ops,
+    tmpdir)`. Returns the topics of the chain a resume did not reach (it finished first)."""
+    repo, qfile = make_queue(tmp_path)
     ops, tmpdir = tmp_path / "ops", tmp_path / "tmp"
     tmpdir.mkdir()
     r = _dome(tmpdir, "run", str(qfile), "--ops-root", str(ops), "--json", crash=chain[0])
@@ -122,7 +130,7 @@ def _one_run(tmp_path: Path, reference: dict, chain: list[str]) -> list[str]:
     else:
         r = _dome(tmpdir, "run", "--resume", run_id, "--ops-root", str(ops), "--json")
     assert r.returncode == 0, r.stderr[-3000:]
-    _judge(json.loads(r.stdout), run_id, repo, ops, tmpdir, reference)
+    judge(json.loads(r.stdout), run_id, repo, ops, tmpdir)
     return rest
 
 

@@ -316,7 +316,7 @@ def test_one_worker_writes_the_path_another_flips_the_mode_nothing_escapes(git_r
     import os
     import sys
 
-    from coordinator.canvas import checkout_readonly
+    from coordinator.integration.canvas import checkout_readonly
     from tests.conftest import REPO_ROOT
     (git_repo / "hello.txt").write_bytes(b"hello")
     git(git_repo, "add", "-A")

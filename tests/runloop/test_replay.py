@@ -145,3 +145,44 @@ def test_new_wave_may_take_the_integration_head_as_base(git_repo, ops_root, ledg
     waves = [e.payload for e in ledger_env[0].events(out.run_id) if e.topic == rs.WAVE_STARTED]
     assert waves[0]["base_source"] == "run_base" and waves[-1]["base_source"] == "integration_head"
     assert waves[-1]["base_ref"] == head[0]
+
+
+def test_resolver_spawns_and_baseline_advances_replay_from_the_ledger(git_repo, ops_root, ledger_env, tmp_path):
+    """The canvas's decisions are folds of the ledger too: replaying the events before each
+    `wave.started` gives its base (run base or integration head), and replaying the events
+    before each `resolver.spawned` gives that spawn (conflict chain, request, try)."""
+    from coordinator.runloop import resolver as rv
+    from coordinator.runloop.baseline import CanvasPolicy, advance_to, fold_events
+    from coordinator.runloop.finish import integration_finish
+    from tests.conftest import git
+    from tests.runloop.test_resolver import CHECK, LIB, PUNCTUATE, TYPED
+
+    (git_repo / "lib.py").write_text(LIB)
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-q", "-m", "lib")
+    sched = {"integrate_during_run": True, "integration_batch_size": 1, "max_parallel": 2,
+             "endgame_max_duplicates": 0, "resolver_max_tries": 2, "rebase_waves_on_integration_head": True,
+             "advance_baseline": {"after_layers": 1}}
+    tasks = [cmd_task("punctuate", PUNCTUATE), cmd_task("typed", "sleep 1; " + TYPED),
+             cmd_task("note", "echo ok > NOTE.txt", ["punctuate"])]
+    q = write_queue(tmp_path, git_repo, tasks, validations=[CHECK], scheduling=sched)
+    _, out = run_queue(q, ops_root, ledger_env, sandbox="none", finish=integration_finish)
+    assert out.status == "promoted"
+    events = ledger_env[0].events(out.run_id)
+    policy = CanvasPolicy.from_scheduling(sched)
+    waves = [e for e in events if e.topic == rs.WAVE_STARTED]
+    spawns = [e for e in events if e.topic == "resolver.spawned"]
+    assert spawns and any(w.payload["base_source"] == "integration_head" for w in waves)
+    for w in waves:
+        facts = fold_events([e for e in events if e.sequence < w.sequence])
+        base = advance_to(facts, policy) or (facts.wave_base, facts.trees[facts.wave_base])
+        assert (w.payload["base_ref"], w.payload["base_tree_hash"]) == base, w.sequence
+    for s in spawns:
+        facts = rv.fold_resolver_events([e for e in events if e.sequence < s.sequence])
+        due = rv.to_spawn(facts, policy.resolver_max_tries)
+        assert [(o, rv.request_key(r), t) for o, r, t in due] == \
+            [(s.payload["origin"], s.payload["request"], s.payload["try"])], s.sequence
+    # and nothing more is due once the run has finished
+    final = rv.fold_resolver_events(events)
+    assert rv.to_spawn(final, policy.resolver_max_tries) == []
+    assert rv.exhausted_now(final, policy.resolver_max_tries) == []

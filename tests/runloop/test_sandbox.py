@@ -32,8 +32,8 @@ def test_spawn_spec_fails_closed():
 
 
 def test_no_sandbox_refuses_unless_explicit(monkeypatch):
-    from coordinator.executors import local, make_executor
-    monkeypatch.setattr(local, "probe_bwrap", lambda: (False, "bwrap is not installed"))
+    from coordinator.executors import make_executor, sandbox
+    monkeypatch.setattr(sandbox, "probe_bwrap", lambda: (False, "bwrap is not installed"))
     with pytest.raises(SandboxUnavailable) as ei:
         make_executor("local", sandbox="bwrap")
     assert "--sandbox none" in " ".join(ei.value.hints)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from coordinator.workqueue import WorkQueueGraphError, load_work_queue, parse_work_queue
+from coordinator.workgraph import WorkQueueGraphError
+from coordinator.workqueue import load_work_queue, parse_work_queue
 from registry.errors import SchemaValidationError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -92,7 +92,7 @@ def test_a_real_run_keeps_its_lists_by_digest_and_verify_checks_them(git_repo, o
 def test_checkpoint_payload_does_not_list_the_whole_stack() -> None:
     """Each checkpoint names its own layers; the head's whole stack only by count and digest,
     so the checkpoints of an N-proposal run cost O(N) ledger bytes, not O(N^2)."""
-    from coordinator.canvas import Checkpoint
+    from coordinator.integration.canvas import Checkpoint
     from registry.canonical import digest_json
 
     def cp(n: int) -> dict:

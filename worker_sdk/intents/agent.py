@@ -144,19 +144,46 @@ def agent_tools(allowed_methods: list[str] | tuple[str, ...]) -> list[dict[str, 
 
 # -- the client -------------------------------------------------------------------
 def check_sdk(card: Mapping[str, Any]) -> str | None:
-    """The installed version of the card's Python package, refused unless it is the pinned one.
-    An npm package (`npm:<name>`, an agent CLI from npm) is not checked: None."""
+    """The installed version of the card's package, refused unless it is the pinned one.
+    A Python package is read from this Python or from `sdk.install_dir` (a virtual
+    environment); an npm package (`npm:<name>`) from `sdk.install_dir` (an npm prefix).
+    An npm package without `install_dir` is not checked: None."""
     pkg, want = card["sdk"]["package"], card["sdk"]["version"]
-    if pkg.startswith("npm:"):
+    where_dir = card["sdk"].get("install_dir")
+    if pkg.startswith("npm:") and where_dir is None:
         return None
-    try:
-        have = metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        have = None
+    have = installed_version(pkg, where_dir)
     if have != want:
-        raise RuntimeMismatch(f"the runtime card pins {pkg}=={want}; this sandbox has {have}",
-                              details={"package": pkg, "pinned": want, "installed": have})
+        where = f"{where_dir}" if where_dir else "this sandbox"
+        raise RuntimeMismatch(f"the runtime card pins {pkg}=={want}; {where} has {have}",
+                              details={"package": pkg, "pinned": want, "installed": have,
+                                       **({"install_dir": where_dir} if where_dir else {})})
     return have
+
+
+def installed_version(pkg: str, install_dir: str | None = None) -> str | None:
+    """The version of `pkg` installed in this Python, in the virtual environment
+    `install_dir` (read from its site-packages), or for `npm:<name>` in the npm prefix
+    `install_dir` (its package.json); nothing of it is imported or run. None when absent."""
+    if pkg.startswith("npm:"):
+        try:
+            meta = json.loads((Path(str(install_dir)) / "node_modules" / pkg[4:] / "package.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return str(meta.get("version")) if isinstance(meta, dict) and meta.get("version") else None
+    if install_dir is None:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+    paths = [str(p) for p in sorted(Path(install_dir).glob("lib/python3*/site-packages"))]
+    if not paths:
+        return None
+    want = re.sub(r"[-_.]+", "-", pkg).lower()
+    for dist in metadata.distributions(path=paths):
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower() == want:
+            return dist.version
+    return None
 
 
 def make_client(card: Mapping[str, Any], gateway: Any, socket: str) -> Any:
@@ -272,8 +299,9 @@ def run_cli(ctx: IntentContext, card: Mapping[str, Any], instructions: str, sock
     env = {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": "dome-egress-gate",
            "DOME_AGENT_MODEL": card["model"], "DOME_AGENT_INSTRUCTIONS": instructions,
            **card["cli"].get("env", {})}
+    argv = cli_argv(card, instructions)
     try:
-        res = execute(ctx, list(card["cli"]["argv"]), env, cwd=ctx.scratch, connect_ports=(shim.port,))
+        res = execute(ctx, argv, env, cwd=ctx.scratch, connect_ports=(shim.port,))
     finally:
         shim.stop()
     if res["exit_code"] != 0:
@@ -285,6 +313,13 @@ def run_cli(ctx: IntentContext, card: Mapping[str, Any], instructions: str, sock
     return IntentResult(summary={"model": card["model"], "runtime_id": card["runtime_id"], "cli": card["cli"]["argv"][0],
                                  "stdout_tail": res["stdout_tail"][-1024:]},
                         evidence=res["logs"], metrics={"model_calls": shim.calls})
+
+
+def cli_argv(card: Mapping[str, Any], instructions: str) -> list[str]:
+    """The CLI's argv with `{instructions}` and `{model}` filled in (each argument
+    stays one argument: no shell ever reads them)."""
+    values = {"instructions": instructions, "model": card["model"]}
+    return [re.sub(r"\{(instructions|model)\}", lambda m: values[m.group(1)], a) for a in card["cli"]["argv"]]
 
 
 def _transcript(card: Mapping[str, Any], messages: list[dict[str, Any]]) -> bytes:

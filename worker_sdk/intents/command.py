@@ -1,6 +1,7 @@
 """The generic `command` intent: run argv in the scratch checkout.
 
-`{"intent": "command", "argv": [...], "env": {...}}`. The program runs in
+`{"intent": "command", "argv": [...], "env": {...}}`; in resolver mode
+(`params.resolver`) see `resolver_invocation`. The program runs in
 its own session (process group) with a minimal environment plus `env`,
 under Landlock (write only beneath the scratch checkout and a private temp
 directory; no TCP) when the kernel has it. Whatever it changes in the
@@ -11,6 +12,7 @@ attempt fails with SANDBOX_VIOLATION.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -109,10 +111,28 @@ def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Pa
     return result
 
 
+def resolver_invocation(action: dict, resolver: dict, tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """Resolver mode (`params.resolver`, set by the coordinator): the checkout is the
+    integration head; the command gets the dropped proposal's diff and intent and
+    runs `params.resolve_argv`, or the task's own argv again (the intent redone on the head)."""
+    diff = tmp / "dropped.diff"
+    diff.write_text(str(resolver.get("diff", "")), encoding="utf-8", errors="surrogateescape")
+    conflicts = tmp / "conflicts.json"
+    conflicts.write_text(json.dumps(resolver.get("conflicts", []), sort_keys=True))
+    env = {**dict(action.get("env", {})), "DOME_RESOLVE": "1",
+           "DOME_RESOLVE_PROPOSAL": str(resolver.get("proposal_id", "")),
+           "DOME_RESOLVE_DIFF": str(diff), "DOME_RESOLVE_CONFLICTS": str(conflicts),
+           "DOME_RESOLVE_HEAD": str(resolver.get("head_ref", "")), "DOME_RESOLVE_TRY": str(resolver.get("try", 1))}
+    return list(action.get("resolve_argv") or action["argv"]), env
+
+
 def run(ctx: IntentContext) -> IntentResult:
     action = ctx.action
     cwd = ctx.scratch / action.get("cwd", ".") if action.get("cwd") else ctx.scratch
-    res = execute(ctx, list(action["argv"]), dict(action.get("env", {})), cwd=cwd)
+    argv, env = list(action["argv"]), dict(action.get("env", {}))
+    if isinstance(action.get("resolver"), dict):
+        argv, env = resolver_invocation(action, action["resolver"], Path(tempfile.mkdtemp(prefix="dome-resolve-")))
+    res = execute(ctx, argv, env, cwd=cwd)
     if res["exit_code"] != 0:
         raise IntentFailed(f"command exited with {res['exit_code']}", code="COMMAND_FAILED",
                            details={"exit_code": res["exit_code"], "stderr_tail": res["stderr_tail"][-1024:],

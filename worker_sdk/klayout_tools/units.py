@@ -20,9 +20,5 @@ def box_dbu(box: kdb.Box) -> dict[str, int]:
     return {"left": int(box.left), "bottom": int(box.bottom), "right": int(box.right), "top": int(box.top)}
 
 
-def to_dbu(value_um: float, dbu: float) -> int:
-    return int(round(value_um / dbu))
-
-
 def finite(*values: float) -> bool:
     return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)

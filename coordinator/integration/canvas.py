@@ -37,13 +37,14 @@ from typing import Any, Iterable, Mapping
 
 import git as gitpython
 
-from coordinator.integration import gitio, tree_rules
-from coordinator.integration.gitio import GitError, ObjectReader
-from coordinator.integration.policy import IntegrationPolicy
 from registry import diffs, limits
 from registry.canonical import digest_json
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
+
+from . import gitio, tree_rules
+from .gitio import GitError, ObjectReader
+from .policy import IntegrationPolicy
 
 CHECKPOINT_REF = "refs/dome/runs/{run_id}/checkpoints/{n:04d}"
 HEAD_REF = "refs/dome/runs/{run_id}/head"
@@ -99,7 +100,7 @@ class Attempt:
 class TreeState:
     """The head tree held in memory: lazily loaded directories, dirty tracking."""
 
-    def __init__(self, reader: Any, writer: Any, root: str) -> None:
+    def __init__(self, reader: gitio.ObjectStore, writer: gitio.ObjectStore, root: str) -> None:
         self._reader, self._writer = reader, writer
         self.reset(root)
 

@@ -1,0 +1,168 @@
+"""The integration stage's ledger records: each artifact signed and appended
+as it is produced (`Emitter`, which adopts what an interrupted pass already
+recorded instead of recording it twice), read back (`records_of`, with
+externalized artifacts loaded from the blob store), the git facts the gate
+needs about the commits they name, and the run's folder of exported files.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ledger.blobs import BlobStore
+from ledger.protocols import EventLog, EventSource
+from registry.canonical import canonical_json
+from registry.gitoid import is_git_oid
+from registry.signing import SigningKey
+
+from . import gitio
+from .evidence import T_GATE, T_PROMOTION, GitFacts, Record, sign_artifact
+
+PRODUCER = "dome-coordinator"
+EXTERNALIZE_BYTES = 128 * 1024
+"""Artifacts larger than this (canonical bytes) live in the blob store; the
+ledger record keeps their digest, signature and `artifact_ref`."""
+
+class Emitter:
+    """Stamps the artifact header, signs, appends to the ledger.
+
+    Given `replay` (the integration records a killed coordinator already
+    wrote for this run), it re-walks them: a step whose record is already in
+    the ledger is adopted (the recorded, signed artifact is returned and
+    nothing is appended), so a resumed integration never records a step twice.
+    The first step not found ends the replay; from there every step is new."""
+
+    def __init__(self, ledger: EventLog, run_id: str, key: SigningKey, clock: Callable[[], str],
+                 wave_id: str | None = None, replay: Sequence[Record] = ()) -> None:
+        self.ledger, self.run_id, self.key, self.clock, self.wave_id = ledger, run_id, key, clock, wave_id
+        self.count = 0
+        self._replay = list(replay)
+        self._cursor = 0
+
+    def recorded(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
+        """For a caller that can skip a step's work (a validation suite): the
+        recorded artifact of the step, counted as emitted; or None (emit it)."""
+        got = self._adopt(topic, same)
+        if got is not None:
+            self.count += 1  # object ids further on count the emitted steps
+        return got
+
+    def _adopt(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
+        """The recorded artifact of this step, or None (and the replay ends)."""
+        for k in range(self._cursor, len(self._replay)):
+            r = self._replay[k]
+            if r.topic == topic and same(r.artifact):
+                self._cursor = k + 1
+                return dict(r.artifact)
+        self._replay = []
+        return None
+
+    def __call__(self, topic: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
+        self.count += 1
+        a = dict(artifact)
+        a.setdefault("artifact_kind", "dome." + topic.split(".")[-1] + "/v1")
+        a.setdefault("version", "1.0.0")
+        a.setdefault("run_id", self.run_id)
+        a.setdefault("created_at", self.clock())
+        a.setdefault("producer", PRODUCER)
+        a.setdefault("object_id", _object_id(a, self.count))
+        if self._replay:
+            got = self._adopt(topic, lambda rec: same_step(topic, rec, a))
+            if got is not None:
+                return got
+        signed = sign_artifact(a, self.key)
+        payload: dict[str, Any] = signed
+        blobs = blobs_of(self.ledger)
+        if blobs is not None:
+            raw = canonical_json(signed)
+            if len(raw) > EXTERNALIZE_BYTES:
+                # too big for one ledger record: the signed artifact goes to the
+                # blob store, the record carries its digest and the signature
+                payload = {k: signed[k] for k in ("artifact_kind", "version", "run_id", "object_id",
+                                                  "created_at", "producer", "payload_digest",
+                                                  "canonicalization", "kid", "signature")
+                           if k in signed}
+                payload["artifact_ref"] = blobs.put(raw)
+        self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
+        return signed
+
+
+ONE_PER_PASS = frozenset({T_GATE, T_PROMOTION})
+"""Topics an integration pass records once (their ids count the ledger's records)."""
+DECISIVE = ("head_ref", "tree", "applied", "action", "outcome", "proposal_id", "stack_plan_id")
+
+
+def same_step(topic: str, recorded: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Is `recorded` the record of the step that just produced `new` (pure)?
+    Every integration id is derived from content or position, and a pass is
+    deterministic; the decisive fields guard against a step that went another way."""
+    if topic in ONE_PER_PASS:
+        return recorded.get("artifact_kind") == new.get("artifact_kind")
+    return recorded.get("object_id") == new.get("object_id") and \
+        all(recorded.get(k) == new.get(k) for k in DECISIVE if k in new)
+
+
+def integration_records(ledger: EventSource, run_id: str) -> list[Record]:
+    """What an earlier, interrupted integration pass of this run recorded."""
+    return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in ("integration", "gate", "promotion")]
+
+
+def _object_id(a: Mapping[str, Any], n: int) -> str:
+    for k in ("report_id", "decision_id", "stack_plan_id", "checkpoint_id"):
+        if a.get(k):
+            return str(a[k])
+    kind = str(a.get("artifact_kind", "x")).split(".")[-1].split("/")[0]
+    if a.get("proposal_id"):
+        return f"{kind}:{a['proposal_id']}:{n}"
+    return f"{kind}:{n}"
+
+
+def blobs_of(ledger: EventSource) -> BlobStore | None:
+    """The ledger's blob store, or None for a ledger that keeps no blobs."""
+    return getattr(ledger, "blobs", None)
+
+
+def run_dir(ops_root: Path, run_id: str) -> Path:
+    return Path(ops_root) / "runs" / run_id
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(canonical_json(obj) + b"\n")
+    tmp.replace(path)
+
+
+def records_of(ledger: EventSource, run_id: str) -> list[Record]:
+    """The run's records, with externalized artifacts loaded from the blob
+    store (a missing or changed blob leaves the stub, which fails its
+    signature check downstream)."""
+    out = []
+    for e in ledger.events(run_id):
+        rec = Record.from_event(e)
+        ref = rec.artifact.get("artifact_ref") if isinstance(rec.artifact, Mapping) else None
+        store = blobs_of(ledger)
+        if ref and store is not None:
+            try:
+                full = json.loads(store.get(ref))
+            except Exception:  # noqa: BLE001 - treated as tampering
+                full = None
+            if isinstance(full, dict) and full.get("payload_digest") == rec.artifact.get("payload_digest") \
+                    and full.get("signature") == rec.artifact.get("signature"):
+                rec = Record(rec.sequence, rec.topic, full)
+        out.append(rec)
+    return out
+
+
+def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:
+    commits: set[str] = set()
+    for r in records:
+        for k in ("head_ref", "base_ref", "commit", "parent", "from_head_ref"):
+            v = r.artifact.get(k)
+            if is_git_oid(v):
+                commits.add(str(v))
+    with gitio.ObjectReader(repo) as reader:
+        return GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
+
+

@@ -1,0 +1,68 @@
+"""Replay of the gate: the evidence of recorded finish runs, re-evaluated by today's
+`evaluate_chain`, gives the decisions recorded then, byte for byte (canonical JSON), in
+every recorded variation (a record dropped or forged, a commit gone or changed, another
+policy in force, another run id)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from registry.canonical import canonical_json
+from coordinator.integration.evidence import GitFacts
+from coordinator.integration.gate import RULES, SHARED_KINDS, evaluate_chain, rule_for
+from registry.signing import Keyring
+from tests.integration.gate_corpus import KEY, decide, records, variations
+
+RECORDED = Path(__file__).resolve().parent / "recorded_gate"
+CASES = sorted(p.stem for p in RECORDED.glob("*.json"))
+
+
+def test_the_corpus_covers_every_kind_of_link_and_outcome() -> None:
+    seen: set[tuple[str, str]] = set()
+    details: set[str] = set()
+    for name in CASES:
+        for d in json.loads((RECORDED / f"{name}.json").read_text())["decisions"]:
+            seen |= {(l["link"].split(":")[0], l["status"]) for l in d["links"]}
+            details |= {l["detail"] for l in d["links"]}
+    assert "per-layer reports" in details
+    for want in [("policy", "missing"), ("policy", "invalid"), ("stack_plan", "ok"), ("stack_plan", "missing"),
+                 ("signature", "invalid"), ("binding", "invalid"), ("proposal", "missing"),
+                 ("apply_result", "ok"), ("apply_result", "missing"), ("checkpoint", "missing"),
+                 ("checkpoint", "invalid"), ("checkpoint_ancestry", "ok"), ("requirements", "missing"),
+                 ("validation", "ok"), ("validation", "failing"), ("validation", "missing"),
+                 ("consent", "ok"), ("consent", "missing")]:
+        assert want in seen, want
+
+
+def test_every_recorded_link_belongs_to_exactly_one_rule_of_the_table() -> None:
+    assert len({r.code for r in RULES}) == len(RULES) and all(r.explanation for r in RULES)
+    for name in CASES:
+        for d in json.loads((RECORDED / f"{name}.json").read_text())["decisions"]:
+            for link in d["links"]:
+                owners = [r.code for r in RULES if r.adds(link["link"])]
+                assert len(owners) == 1 or link["link"].split(":")[0] in SHARED_KINDS, (link, owners)
+                rule = rule_for(link["link"])
+                assert (rule.code if rule else None) == (owners[0] if owners else None)
+
+
+def test_a_rule_that_stops_the_chain_ends_the_fold() -> None:
+    """Without a stack plan no later rule runs: the decision names only what was checked."""
+    case = json.loads((RECORDED / "clean.json").read_text())
+    recs = [r for r in records(case) if r.topic != "integration.stack_plan"]
+    res = evaluate_chain(recs, keyring=Keyring({KEY.kid: KEY.public}), facts=GitFacts(), run_id="run-1")
+    assert not res.passed and [l.link for l in res.links] == ["stack_plan"]
+    assert res.head_ref is None and res.required_suites == [] and res.stack_plan_id is None
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_recorded_evidence_re_evaluates_to_the_recorded_decisions(name: str) -> None:
+    case = json.loads((RECORDED / f"{name}.json").read_text())
+    names = case["variations"]
+    done = 0
+    for variation, records, facts, run_id, policy in variations(case):
+        want = canonical_json(case["decisions"][names[variation]]).decode()
+        assert decide(records, facts, run_id, policy) == want, (name, variation)
+        done += 1
+    assert done == len(names)
