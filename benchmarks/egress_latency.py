@@ -6,7 +6,10 @@ A scripted OpenAI-compatible endpoint on loopback (examples/agent-swarm/scripted
 answers at once, so what is measured is the path, not a model: the official OpenAI SDK
 (1) straight to the endpoint over TCP, and (2) through the egress gate over its Unix
 socket (grant and call-proof check, the reservation and the model.call event as two
-durable ledger commits, request and reply stored as blobs, the key added, forwarded).
+durable ledger commits, request and reply stored as blobs, the key added, forwarded),
+and (3) the path of an agent CLI: the SDK asking for a stream from the in-sandbox
+endpoint (worker_sdk/egress_shim.py) over loopback TCP, which sends the request to
+the gate unstreamed and streams the whole reply back.
 """
 from __future__ import annotations
 
@@ -67,24 +70,36 @@ def main() -> None:
     via = make_client(card, GatewayClient(token=g.token, profile=g.payload, socket="/unused", worker_key=wk),
                       str(work / "egress.sock"))
     direct = openai.OpenAI(api_key="k", base_url=f"http://127.0.0.1:{llm.port}/v1", max_retries=0)
+    from worker_sdk.egress_shim import EgressShim
+    shim = EgressShim(gateway=GatewayClient(token=g.token, profile=g.payload, socket="/unused", worker_key=wk),
+                      host=host, socket=str(work / "egress.sock")).start()
+    cli = openai.OpenAI(api_key="placeholder", base_url=f"http://127.0.0.1:{shim.port}/v1", max_retries=0)
     messages = [{"role": "user", "content": "[script:chat] hi"}]
 
-    def timed(client, n: int) -> list[float]:
+    def timed(client, n: int, stream: bool = False) -> list[float]:
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
-            client.chat.completions.create(model=model, messages=messages, max_completion_tokens=100)
+            if stream:  # what an agent CLI asks for; every chunk is read
+                for _chunk in client.chat.completions.create(model=model, messages=messages,
+                                                             max_completion_tokens=100, stream=True):
+                    pass
+            else:
+                client.chat.completions.create(model=model, messages=messages, max_completion_tokens=100)
             out.append((time.perf_counter() - t0) * 1000)
         return out
 
     try:
         timed(direct, 10)
         timed(via, 10)
-        d, v = [], []
-        for _ in range(4):  # interleaved rounds: the shared machine's load hits both alike
+        timed(cli, 10, stream=True)
+        d, v, c = [], [], []
+        for _ in range(4):  # interleaved rounds: the shared machine's load hits all alike
             d += timed(direct, args.calls // 4)
             v += timed(via, args.calls // 4)
+            c += timed(cli, args.calls // 4, stream=True)
     finally:
+        shim.stop()
         gate.stop()
         llm.stop()
         ledger.close()
@@ -93,12 +108,15 @@ def main() -> None:
         xs = sorted(xs)
         return {"p50_ms": round(statistics.median(xs), 2), "p90_ms": round(xs[int(0.9 * len(xs)) - 1], 2)}
 
-    res = {"calls": len(v), "direct": stats(d), "via_gate": stats(v), "load": os.getloadavg()[0]}
+    res = {"calls": len(v), "direct": stats(d), "via_gate": stats(v), "cli_via_shim_streamed": stats(c),
+           "load": os.getloadavg()[0]}
     if args.json:
         print(json.dumps(res))
     else:
         print(f"direct: p50 {res['direct']['p50_ms']} ms, p90 {res['direct']['p90_ms']} ms; "
-              f"via the egress gate: p50 {res['via_gate']['p50_ms']} ms, p90 {res['via_gate']['p90_ms']} ms "
+              f"via the egress gate: p50 {res['via_gate']['p50_ms']} ms, p90 {res['via_gate']['p90_ms']} ms; "
+              f"an agent CLI's streamed call via the shim and the gate: p50 "
+              f"{res['cli_via_shim_streamed']['p50_ms']} ms, p90 {res['cli_via_shim_streamed']['p90_ms']} ms "
               f"({res['calls']} calls each, load {res['load']:.1f})")
 
 

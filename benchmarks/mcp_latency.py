@@ -11,7 +11,11 @@
    beside the generic registry.schema_store.validate of the same request.
 4. query_region on a small layout: the KLayout API called directly in this process,
    beside the same request through `dome mcp` over stdio (host + worker), interleaved
-   in rounds so machine load hits both alike.
+   in rounds so machine load hits both alike; then the front door again with the
+   worker's direct lane off (DOME_MCP_DIRECT=0: MCP on the host-worker hop too). CPU
+   time per call (user + system, host and worker together) is printed beside the
+   wall-clock figures: it does not count waiting for a core, so it is the steadier
+   figure on a loaded machine.
 
 Targets: cold start <= 300 ms, trivial call p50 <= 2 ms, validation <= 0.1 ms,
 query_region through the front door <= 2 x direct + 2 ms.
@@ -108,11 +112,11 @@ def pct(xs: list[float], q: float) -> float:
 
 def validation_times(n: int = 20000) -> tuple[float, float]:
     from coordinator.mcp.catalog import default_specs
-    from coordinator.mcp.validation import CompiledTool
+    from coordinator.toolcore import InputSchema
     from registry import schema_store
 
     spec = default_specs(include_test=False)["evaluate"]
-    tool = CompiledTool(spec)
+    tool = InputSchema(spec.name, spec.input_schema, spec.contract_id)
     req = {"layout": "/data/iccad13/M1_test1.glp", "report_level": "detailed", "fill": "lithobench"} \
         if "fill" in spec.fields else {"layout": "/data/iccad13/M1_test1.glp", "report_level": "detailed"}
     tool.validate(req)
@@ -141,8 +145,30 @@ def _bars_gds(path: Path) -> None:
     ly.write(str(path))
 
 
-def query_region_overhead(tmp: Path, env: dict[str, str], calls: int, rounds: int = 5) -> tuple[list[float], list[float]]:
-    """(direct, front door) seconds per query_region call, measured in this one process."""
+def _cpu_s(pid: int, children: bool = True) -> float:
+    """CPU seconds (user + system) a process and its live children have used, from /proc."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{p}/task").iterdir() if children else ():
+                pids += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def query_region_overhead(tmp: Path, env: dict[str, str], calls: int, rounds: int = 5,
+                          cpu: dict[str, float] | None = None) -> tuple[list[float], list[float]]:
+    """(direct, front door) seconds per query_region call, measured in this one process.
+
+    `cpu` (when given) receives CPU seconds per call: `direct` (this process, around the direct
+    calls) and `front_door` (host + worker processes, around the front-door calls). CPU time does
+    not count the time a process waits for a core, so it is the steadier figure on a loaded machine."""
     gds = tmp / "bars.gds"
     _bars_gds(gds)
     env = {**env, "KLAYOUT_MCP_ALLOWED_ROOTS": str(tmp), "DOME_MCP_NO_FASTPATH": "1"}
@@ -164,13 +190,17 @@ def query_region_overhead(tmp: Path, env: dict[str, str], calls: int, rounds: in
     direct: list[float] = []
     door: list[float] = []
     rid = 10
+    cpu_direct = cpu_door = 0.0
     for r in range(rounds):
+        c0 = time.process_time()
         for i in range(calls // rounds + (5 if r == 0 else 0)):
             t0 = time.perf_counter()
             api.query_region(direct_req, store=store)
             dt = time.perf_counter() - t0
             if r or i >= 5:
                 direct.append(dt)
+        cpu_direct += time.process_time() - c0
+        c0 = _cpu_s(proc.pid)
         for i in range(calls // rounds + (5 if r == 0 else 0)):
             rid += 1
             req = _frame({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
@@ -182,6 +212,10 @@ def query_region_overhead(tmp: Path, env: dict[str, str], calls: int, rounds: in
             dt = time.perf_counter() - t0
             if r or i >= 5:
                 door.append(dt)
+        cpu_door += _cpu_s(proc.pid) - c0
+    if cpu is not None:
+        n = calls + 5
+        cpu.update(direct=cpu_direct / n, front_door=cpu_door / n)
     proc.stdin.close()
     proc.wait(timeout=30)
     return direct, door
@@ -210,8 +244,15 @@ def main() -> int:
     base = call_latency(minimal, env, "echo", a.calls)
     res.update({"call_p50_ms_dome": pct(ours, 0.5) * 1e3, "call_p99_ms_dome": pct(ours, 0.99) * 1e3,
                 "call_p50_ms_minimal_sdk": pct(base, 0.5) * 1e3, "call_p99_ms_minimal_sdk": pct(base, 0.99) * 1e3})
-    q_direct, q_door = query_region_overhead(tmp, env, a.calls)
-    res.update({"query_region_p50_ms_direct": pct(q_direct, 0.5) * 1e3,
+    q_cpu: dict[str, float] = {}
+    q_direct, q_door = query_region_overhead(tmp, env, a.calls, cpu=q_cpu)
+    mcp_cpu: dict[str, float] = {}  # the same calls with the worker's direct lane off (MCP on both hops)
+    _, q_mcp = query_region_overhead(tmp, {**env, "DOME_MCP_DIRECT": "0"}, a.calls, cpu=mcp_cpu)
+    res.update({"query_region_p50_ms_front_door_mcp_only": pct(q_mcp, 0.5) * 1e3,
+                "query_region_cpu_ms_front_door_mcp_only": mcp_cpu["front_door"] * 1e3})
+    res.update({"query_region_cpu_ms_direct": q_cpu["direct"] * 1e3,
+                "query_region_cpu_ms_front_door": q_cpu["front_door"] * 1e3,
+                "query_region_p50_ms_direct": pct(q_direct, 0.5) * 1e3,
                 "query_region_p50_ms_front_door": pct(q_door, 0.5) * 1e3,
                 "query_region_p90_ms_front_door": pct(q_door, 0.9) * 1e3})
     res["query_region_target_ms"] = 2 * res["query_region_p50_ms_direct"] + 2.0
@@ -234,6 +275,10 @@ def main() -> int:
     print(f"  direct API call (this process) p50 {res['query_region_p50_ms_direct']:6.2f} ms")
     print(f"  through dome mcp over stdio    p50 {res['query_region_p50_ms_front_door']:6.2f} ms  "
           f"p90 {res['query_region_p90_ms_front_door']:6.2f} ms   target <= {res['query_region_target_ms']:.2f}")
+    print(f"  CPU per call: direct {res['query_region_cpu_ms_direct']:.2f} ms, "
+          f"front door (host + worker) {res['query_region_cpu_ms_front_door']:.2f} ms")
+    print(f"  direct lane off (DOME_MCP_DIRECT=0) p50 {res['query_region_p50_ms_front_door_mcp_only']:6.2f} ms, "
+          f"CPU per call {res['query_region_cpu_ms_front_door_mcp_only']:.2f} ms")
     print("input validation (evaluate request):")
     print(f"  dome compiled closed schema {res['validation_ms_dome'] * 1e3:8.1f} us   target <= 100")
     print(f"  generic jsonschema validate {res['validation_ms_generic_jsonschema'] * 1e3:8.1f} us")

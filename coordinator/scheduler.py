@@ -21,14 +21,17 @@ Order: total descending, then the spec's tie-breaks node_priority_group
 scores and tie-break fields.
 
 Endgame duplicates are opt-in (`scheduling.endgame_max_duplicates`, default
-0: with paid agents a duplicate doubles the cost of a task). When a queue
-asks for them: when no node is ready, slots are free (idle capacity only),
+0: with paid agents a duplicate doubles the cost of a task); a task's own
+`endgame_duplicates` overrides the queue's setting for that node (turn them
+on for one cheap, slow-tailed task, or off for one paid agent). When a node
+allows them: when no node is ready, slots are free (idle capacity only),
 and at most `endgame_threshold` unfinished nodes remain (all of them
 running), the scheduler duplicates the running blockers, at most
-`endgame_max_duplicates` extra attempts per node at a time and in total (a
-node never gets more than max_attempts + endgame_max_duplicates attempts),
-and never beyond its remaining retry budget. The run loop accepts the first
-valid result and cancels the rest (revoking their grants).
+`duplicates_allowed(policy, node)` extra attempts per node at a time and in
+total (a node never gets more than max_attempts + that many attempts), and
+never beyond its remaining retry budget. A node whose last attempt failed
+with a deterministic error is never duplicated. The run loop accepts the
+first valid result and cancels the rest (revoking their grants).
 
 Retries: a failed attempt is retried up to the node's max_attempts, except
 when its error is one that recurs on every try (DETERMINISTIC_FAILURES: a
@@ -94,6 +97,20 @@ def statuses(graph: Graph, state: RunState) -> dict[str, str]:
     return out
 
 
+def duplicates_allowed(policy: SchedulerPolicy, node: Node) -> int:
+    """Extra endgame attempts a node may have: its task's own setting, else the queue's."""
+    return policy.endgame_max_duplicates if node.endgame_duplicates is None else node.endgame_duplicates
+
+
+def _duplicable(graph: Graph, state: RunState, policy: SchedulerPolicy, nid: str) -> bool:
+    node, ns = graph.nodes[nid], state.node(nid)
+    extra = duplicates_allowed(policy, node)
+    return (extra > 0 and ns.last_error not in DETERMINISTIC_FAILURES
+            and len(ns.active) < 1 + extra
+            and ns.attempts < node.max_attempts + extra
+            and ns.failures + len(ns.active) < node.max_attempts)
+
+
 def scores(graph: Graph, state: RunState, node: Node) -> dict[str, int]:
     blocking = graph.descendants[node.node_id] * 1000
     rarity = 1000 // graph.resource_counts[node.resource_key]
@@ -140,13 +157,10 @@ def decide(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int,
     unfinished = [n for n, s in st.items() if s in ("ready", "pending", "running")]
     running = [n for n, s in st.items() if s == "running"]
     if not candidates and running and len(unfinished) <= policy.endgame_threshold \
-            and policy.endgame_max_duplicates > 0:
+            and any(duplicates_allowed(policy, graph.nodes[n]) > 0 for n in running):
         endgame = True
         dup = sorted((_entry(graph, state, n, "endgame_duplicate") for n in running
-                      if len(state.node(n).active) < 1 + policy.endgame_max_duplicates
-                      and state.node(n).attempts < graph.nodes[n].max_attempts + policy.endgame_max_duplicates
-                      and state.node(n).failures + len(state.node(n).active) < graph.nodes[n].max_attempts),
-                     key=_sort_key)
+                      if _duplicable(graph, state, policy, n)), key=_sort_key)
         selected = dup[:free]
     if not selected:
         return None

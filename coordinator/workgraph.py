@@ -56,6 +56,7 @@ class Node:
     resource_key: str
     max_attempts: int
     timeout_s: float
+    endgame_duplicates: int | None = None  # the task's own endgame_duplicates; None: the queue's setting
 
     @property
     def action_spec(self) -> Mapping[str, Any]:
@@ -244,6 +245,8 @@ def _node(nid: str, src: Mapping[str, Any], rnd: int | None, ndeps: list[str],
         risk_level=_risk_level(src), resource_key=_resource_key(src),
         max_attempts=int(src.get("max_attempts", int(budgets.get("default_max_attempts", DEFAULT_MAX_ATTEMPTS)))),
         timeout_s=float(src.get("timeout_s", float(budgets.get("default_timeout_s", DEFAULT_TIMEOUT_S)))),
+        endgame_duplicates=(int(src["endgame_duplicates"]) if src.get("endgame_duplicates") is not None
+                            else None),
     )
 
 

@@ -45,7 +45,6 @@ class WorkQueue:
 MAX_BYTES = 16 * 1024 * 1024  # a work queue is a plan, not data
 MAX_DEPTH = 64  # nesting of arrays/objects a work queue may use; deeper is refused, never recursed into
 BRANCH_PREFIX = "refs/heads/"
-TARGET_MOVED = ("refuse", "stack")  # `if_target_moved`: what pre-flight does when promote_to moved past the base
 
 
 class WorkQueueUnknownField(WorkQueueError, SchemaValidationError):

@@ -25,53 +25,63 @@ _FAST_DUMPS = json.JSONEncoder(
 ).encode
 
 
-def _fast_ok(obj: Any) -> bool:
-    """True when the stdlib encoder's compact sorted output is already RFC 8785:
-    floats only where Python's repr equals ECMAScript's Number::toString
-    (non-integral, 1e-4 <= |x| < 1e16), only str keys, integers in the safe
-    range, and no key character at or above U+D800 (below it, code point
-    order equals UTF-16 code unit order). Iterative: no recursion limit."""
-    stack = [obj]
-    pop, push = stack.pop, stack.extend
-    while stack:
-        x = pop()
-        t = type(x)
-        if t is str or x is None or t is bool:
-            continue
-        if t is int:
-            if -_MAX_SAFE <= x <= _MAX_SAFE:
-                continue
-            return False
-        if t is float:
-            if 1e-4 <= abs(x) < 1e16 and not x.is_integer():
-                continue
-            return False
-        if t is dict:
-            for k in x:
-                if type(k) is not str or (not k.isascii() and max(k) >= _FIRST_SURROGATE):
-                    return False
-            push(x.values())
-            continue
-        if t is list or t is tuple:
-            push(x)
-            continue
-        return False
-    return True
+class _Slow(Exception):
+    """The value needs the reference serializer."""
+
+
+def _fast_form(x: Any) -> Any:
+    """`x` in a form whose stdlib compact sorted output is already RFC 8785, or _Slow.
+
+    The stdlib encoder agrees with RFC 8785 for: floats where Python's repr
+    equals ECMAScript's Number::toString (non-integral, 1e-4 <= |x| < 1e16),
+    integers in the safe range, str keys with no character at or above
+    U+D800 (below it, code point order equals UTF-16 code unit order).
+    Integral floats in the safe range (2.0, -0.0; geometry results are full
+    of them) are replaced by the integers ECMAScript prints for them, so
+    they stay on this path. Containers are copied only when something in
+    them changed."""
+    t = type(x)
+    if t is str or x is None or t is bool:
+        return x
+    if t is int:
+        if -_MAX_SAFE <= x <= _MAX_SAFE:
+            return x
+        raise _Slow
+    if t is float:
+        if 1e-4 <= abs(x) < 1e16 and not x.is_integer():
+            return x
+        if x.is_integer() and -_MAX_SAFE <= x <= _MAX_SAFE:
+            return int(x)
+        raise _Slow
+    if t is dict:
+        out = None
+        for k, v in x.items():
+            if type(k) is not str or (not k.isascii() and max(k) >= _FIRST_SURROGATE):
+                raise _Slow
+            w = _fast_form(v)
+            if w is not v:
+                if out is None:
+                    out = dict(x)
+                out[k] = w
+        return x if out is None else out
+    if t is list or t is tuple:
+        items = [_fast_form(v) for v in x]
+        return x if t is list and all(a is b for a, b in zip(items, x)) else items
+    raise _Slow
 
 
 def canonical_json(obj: Any) -> bytes:
     """RFC 8785 bytes of `obj`. Non-finite floats, out-of-range integers and
     non-JSON types raise CanonicalizationError.
 
-    Hot path: values _fast_ok accepts serialize through the C json encoder,
+    Hot path: values _fast_form accepts serialize through the C json encoder,
     whose output is byte-identical to RFC 8785 for exactly those values
     (tests/registry/test_canonical_fastpath.py and test_canonical.py check
     this with hypothesis against the library and a reference serializer);
     everything else goes through the reference implementation."""
     try:
-        if _fast_ok(obj):
-            return _FAST_DUMPS(obj).encode("utf-8")
-    except (UnicodeEncodeError, RecursionError, ValueError):
+        return _FAST_DUMPS(_fast_form(obj)).encode("utf-8")
+    except (_Slow, UnicodeEncodeError, RecursionError, ValueError):
         pass  # lone surrogate or pathological depth: let the reference decide
     try:
         return rfc8785.dumps(obj)

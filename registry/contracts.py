@@ -43,8 +43,6 @@ from .errors import DomeError
 REGISTRY_ROOT = Path(__file__).resolve().parent
 ID_PREFIX = schema_store.ID_PREFIX
 
-CAPABILITY_CLASSES = ("read", "write", "admin")
-
 
 class RegistryError(DomeError):
     code = "REGISTRY_ERROR"

@@ -16,16 +16,26 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Iterable
 
 MAX_FRAME = 64 * 1024 * 1024
+# The MCP worker's direct lane: a frame starting with this is not JSON-RPC (the SDK never sees it)
+DIRECT_PREFIX = b'{"dome_direct":'
+# the worker's short, bounded reads: run on its event loop, and over the direct lane when the host
+# needs no job, progress or cancellation for them
+DIRECT_TOOLS = frozenset({"list_cells", "describe_cell", "list_layers", "query_region", "measure_geometry",
+                          "analyze_waveguide", "set_view", "close_session", "test_echo"})
 
 
 @asynccontextmanager
 async def pipe_streams(read_fd: int, write_fd: int, *, prelude: Iterable[bytes] = (), eof: bool = False,
                        on_line: Callable[[bytes], None] | None = None,
-                       keep: Callable[[Any], bool] | None = None) -> AsyncIterator[tuple[Any, Any]]:
+                       keep: Callable[[Any], bool] | None = None,
+                       direct: tuple[bytes, Callable[[bytes], bytes]] | None = None,
+                       ) -> AsyncIterator[tuple[Any, Any]]:
     """(read stream, write stream) of SessionMessages over two descriptors (both stay open after).
 
     `prelude`: frames already read by someone else, delivered first (`eof`: nothing more to read);
-    `on_line` sees every inbound frame; `keep(message)` False drops an outbound message.
+    `on_line` sees every inbound frame; `keep(message)` False drops an outbound message;
+    `direct` = (prefix, handler): a frame starting with prefix is not MCP: handler(frame) runs on
+    the loop and its answer (if any) is written back at once (the MCP worker's direct lane).
     """
     import anyio
     import mcp_types as types
@@ -63,6 +73,12 @@ async def pipe_streams(read_fd: int, write_fd: int, *, prelude: Iterable[bytes] 
                     continue
                 if not line:
                     return
+                if direct is not None and line.startswith(direct[0]):
+                    answer = direct[1](line)
+                    if answer:
+                        writer.write(answer)
+                        await writer.drain()
+                    continue
                 if line.strip():
                     await deliver(line)
 

@@ -30,6 +30,8 @@ import time
 import traceback
 from typing import Any, Callable
 
+from registry.mcp_pipes import DIRECT_PREFIX, DIRECT_TOOLS
+
 TEST_TOOLS_ENV = "DOME_MCP_TEST_TOOLS"
 
 # tool name -> "module:function" (imported on first use; the worker starts fast)
@@ -43,9 +45,9 @@ TOOLS: dict[str, str] = {
         "extract_markers")},
     "dome_session_restore": "worker_sdk.klayout_tools.api:restore_session",
 }
-# short, bounded reads served on the worker's event loop itself (no thread hop)
-INLINE = frozenset({"list_cells", "describe_cell", "list_layers", "query_region", "measure_geometry",
-                    "analyze_waveguide", "set_view", "close_session", "test_echo"})
+# short, bounded reads served on the worker's event loop itself (no thread hop); the host sends
+# these over the direct lane (run_direct) when it needs no job, progress or cancellation for them
+INLINE = DIRECT_TOOLS
 TEST_TOOLS: dict[str, str] = {name: f"worker_sdk.testing.mcp_tools:{name}" for name in (
     "test_echo", "test_slow", "test_crash_convergent", "test_crash_probe", "test_crash_never", "test_noisy",
     "test_session_open", "test_session_read", "test_crash_now")}
@@ -62,9 +64,25 @@ def _probe_close_session(arguments: dict[str, Any]) -> dict[str, Any]:
                                             "artifact_dir_deleted": False}}
 
 
+_RESOLVED: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {}
+
+
 def _resolve(ref: str) -> Callable[..., Any]:
     module, _, func = ref.partition(":")
     return getattr(importlib.import_module(module), func)
+
+
+def _tool_function(ref: str) -> tuple[Callable[..., Any], frozenset[str]]:
+    """(function, its parameter names), looked up once per tool: not on every call."""
+    hit = _RESOLVED.get(ref)
+    if hit is None:
+        fn = _resolve(ref)
+        try:
+            params = frozenset(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            params = frozenset()
+        hit = _RESOLVED[ref] = (fn, params)
+    return hit
 
 
 def _engine_versions() -> dict[str, str]:
@@ -74,6 +92,72 @@ def _engine_versions() -> dict[str, str]:
         if mod is not None and getattr(mod, "__version__", None):
             out[name] = str(mod.__version__)
     return out
+
+
+def _unavailable(name: str, exc: ImportError) -> dict[str, Any]:
+    return {"code": "TOOL_UNAVAILABLE", "message": f"{name} is not installed in this worker "
+            f"({type(exc).__name__}: {getattr(exc, 'name', '') or exc})", "details": {},
+            "hints": ["install the engine this tool needs"], "retry": "none"}
+
+
+def _failure(name: str, exc: BaseException) -> dict[str, Any]:
+    """The ErrorObject of a tool that raised: its own when typed, never a traceback on the pipe."""
+    from registry.errors import DomeError
+
+    if isinstance(exc, DomeError):  # Cancelled included
+        return exc.to_object()
+    if isinstance(exc, MemoryError):
+        return {"code": "RESOURCE_EXHAUSTED", "message": "out of memory", "details": {},
+                "hints": ["use a smaller layout or tile size"], "retry": "heavy"}
+    traceback.print_exception(exc, file=sys.stderr)
+    return {"code": "ENGINE_ERROR", "message": f"{name} failed: {type(exc).__name__}",
+            "details": {}, "hints": ["see the worker's stderr log"], "retry": "none"}
+
+
+def _finish(name: str, args: dict[str, Any], result: Any) -> tuple[bool, dict[str, Any]]:
+    """(ok, the result stamped with the standard provenance block) or (False, ErrorObject)."""
+    from registry.provenance import stamp
+
+    if not isinstance(result, dict):
+        return False, {"code": "ENGINE_ERROR", "message": f"{name} returned {type(result).__name__}",
+                       "details": {}, "hints": [], "retry": "none"}
+    return True, stamp(result, args, tool=name, engine_versions=_engine_versions())
+
+
+def run_direct(tools: dict[str, str], line: bytes) -> bytes:
+    """Answer one frame of the direct lane: a short INLINE tool, run here, without the MCP layers.
+
+    The host sends `{"dome_direct": N, "tool": ..., "arguments": {...}}` on the same pipe as MCP
+    (never a JSON-RPC message, so the SDK never sees it) for the bounded KLayout reads; the answer
+    is `{"dome_direct": N, "ok": bool, "result": ...}`, the same result or ErrorObject the MCP
+    path gives. These tools take no progress and are never jobs, so nothing else is needed."""
+    import json
+
+    from worker_sdk.cancel import CancellationToken
+
+    try:
+        frame = json.loads(line)
+        rid, name, args = frame["dome_direct"], str(frame["tool"]), dict(frame.get("arguments") or {})
+    except (ValueError, KeyError, TypeError):
+        return b""  # not a frame of ours: dropped (the host only sends well-formed ones)
+    ref = tools.get(name) if name in INLINE else None
+    if ref is None:
+        ok, obj = False, {"code": "UNKNOWN_TOOL", "message": f"no direct tool {name}", "details": {},
+                          "hints": [], "retry": "none"}
+    else:
+        try:
+            fn, sig = _tool_function(ref)
+            kwargs: dict[str, Any] = {}
+            if "token" in sig:
+                kwargs["token"] = CancellationToken()
+            if "progress" in sig:
+                kwargs["progress"] = _Progress()
+            ok, obj = _finish(name, args, fn(args, **kwargs))
+        except ImportError as exc:
+            ok, obj = False, _unavailable(name, exc)
+        except Exception as exc:  # noqa: BLE001 - shaped like the MCP path's
+            ok, obj = False, _failure(name, exc)
+    return json.dumps({"dome_direct": rid, "ok": ok, "result": obj}, separators=(",", ":")).encode() + b"\n"
 
 
 class _Progress:
@@ -105,8 +189,7 @@ def build_server():  # -> mcp.server.lowlevel.Server
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
-    from registry.errors import DomeError
-    from worker_sdk.cancel import Cancelled, CancellationToken
+    from worker_sdk.cancel import CancellationToken
 
     tools = dict(TOOLS)
     if os.environ.get(TEST_TOOLS_ENV) == "1":
@@ -142,21 +225,15 @@ def build_server():  # -> mcp.server.lowlevel.Server
             return error_result({"code": "UNKNOWN_TOOL", "message": f"worker has no tool {name}", "details": {},
                                  "hints": [], "retry": "none"})
         try:
-            fn = _resolve(ref)
+            fn, sig = _tool_function(ref)
         except ImportError as exc:
-            return error_result({"code": "TOOL_UNAVAILABLE", "message": f"{name} is not installed in this worker "
-                                 f"({type(exc).__name__}: {getattr(exc, 'name', '') or exc})", "details": {},
-                                 "hints": ["install the engine this tool needs"], "retry": "none"})
+            return error_result(_unavailable(name, exc))
         meta = params.meta or {}
         job_id = str(meta.get("dome/job_id") or f"anon-{id(params)}")
         token = CancellationToken()
         progress = _Progress()
         stopped = threading.Event()
         running[job_id] = stopped
-        try:
-            sig = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            sig = {}
         kwargs: dict[str, Any] = {}
         if "token" in sig:
             kwargs["token"] = token
@@ -202,27 +279,17 @@ def build_server():  # -> mcp.server.lowlevel.Server
         except anyio.get_cancelled_exc_class():
             token.cancel("cancelled by the host")
             raise
-        except Cancelled as exc:
-            return error_result(exc.to_object())
-        except DomeError as exc:
-            return error_result(exc.to_object())
-        except MemoryError:
-            return error_result({"code": "RESOURCE_EXHAUSTED", "message": "out of memory", "details": {},
-                                 "hints": ["use a smaller layout or tile size"], "retry": "heavy"})
-        except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
-            return error_result({"code": "ENGINE_ERROR", "message": f"{name} failed: {type(exc).__name__}",
-                                 "details": {}, "hints": ["see the worker's stderr log"], "retry": "none"})
+        except Exception as exc:  # noqa: BLE001 - shaped into an ErrorObject
+            return error_result(_failure(name, exc))
         finally:
             if stopped.is_set():
                 running.pop(job_id, None)
-        if not isinstance(result, dict):
-            return error_result({"code": "ENGINE_ERROR", "message": f"{name} returned {type(result).__name__}",
-                                 "details": {}, "hints": [], "retry": "none"})
-        from registry.provenance import stamp
-        return ok_result(stamp(result, args, tool=name, engine_versions=_engine_versions()))
+        ok, obj = _finish(name, args, result)
+        return ok_result(obj) if ok else error_result(obj)
 
-    return Server("dome-worker", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+    server = Server("dome-worker", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+    server.dome_tools = tools  # type: ignore[attr-defined]  # the direct lane serves the same table
+    return server
 
 
 async def _serve() -> None:
@@ -231,7 +298,9 @@ async def _serve() -> None:
 
     claim = claim_stdout()
     server = build_server()
-    async with pipe_streams(claim.stdin_fd, claim.protocol_fd) as (r, w):
+    tools = server.dome_tools  # type: ignore[attr-defined]
+    direct = (DIRECT_PREFIX, lambda line: run_direct(tools, line))
+    async with pipe_streams(claim.stdin_fd, claim.protocol_fd, direct=direct) as (r, w):
         await server.run(r, w, server.create_initialization_options())
 
 

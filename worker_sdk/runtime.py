@@ -102,7 +102,11 @@ def _git(cwd: Path, *args: str) -> str:
 def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> None:
     """A private checkout of exactly `sha` (objects shared read-only with base_git)."""
     scratch.parent.mkdir(parents=True, exist_ok=True)
-    _git(scratch.parent, "clone", "--quiet", "--shared", "--no-checkout", str(base_git), str(scratch))
+    # what `clone --shared` does, without opening base_git as a repository: it may belong to another
+    # uid (a container's worker user reading the coordinator's mirror), which git refuses to open
+    objects = base_git / "objects" if (base_git / "objects").is_dir() else base_git / ".git" / "objects"
+    _git(scratch.parent, "init", "--quiet", str(scratch))
+    (scratch / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
     _git(scratch, "checkout", "--quiet", "--detach", sha)
     actual = _git(scratch, "rev-parse", "HEAD^{tree}")
     if actual != tree:

@@ -43,14 +43,22 @@ def _free_bytes(path: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def _cgroup_file(root: Path, controller: str, name: str) -> Path:
+    """A controller's file: below its own directory (cgroup v1, dome's binds), else at the root (v2)."""
+    p = root / controller / name
+    return p if p.exists() else root / name
+
+
 def violations(budget: dict[str, Any], *, cgroup_root: Path = IN_CGROUP, tmp: str = "/tmp",
                scratch: str = "/dome/scratch") -> list[dict[str, Any]]:
     """The limits an attempt ran into, from its cgroups' counters and its tmpfs mounts."""
     out: list[dict[str, Any]] = []
-    forks = _counter(cgroup_root / "pids" / "pids.events", "max")
+    cgroup_root = Path(budget.get("cgroup_root") or cgroup_root)  # a container reads its own at /sys/fs/cgroup
+    forks = _counter(_cgroup_file(cgroup_root, "pids", "pids.events"), "max")
     if forks:
         out.append({"kind": "process_limit", "limit": budget.get("max_processes"), "refused_forks": forks})
-    kills = max(_counter(cgroup_root / "memory" / name, "oom_kill") for name in ("memory.events", "memory.oom_control"))
+    kills = max(_counter(_cgroup_file(cgroup_root, "memory", name), "oom_kill")
+                for name in ("memory.events", "memory.oom_control"))
     if kills:
         out.append({"kind": "memory_limit", "limit_mb": budget.get("memory_mb"), "oom_kills": kills})
     for kind, path, key in (("tmp_limit", tmp, "tmp_mb"), ("disk_limit", scratch, "disk_mb")):

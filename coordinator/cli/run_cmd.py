@@ -29,7 +29,15 @@ EXIT_PARTIAL = 7
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("work_queue", nargs="?", help="path of a dome.work.queue/v1 JSON file")
     add_common_arguments(parser)
-    parser.add_argument("--executor", choices=["local", "ray"], default="local")
+    parser.add_argument("--executor", choices=["local", "container", "ray"], default="local",
+                        help="where attempts run: local sandboxes, OCI containers (podman), or a Ray cluster")
+    parser.add_argument("--image", default=None, metavar="NAME[@sha256:DIGEST]",
+                        help="worker image: of --executor container (default $DOME_WORKER_IMAGE; "
+                             "ops/container/build.sh prints the pinned ref), or with --executor ray "
+                             "the image Ray starts each task's worker in (runtime_env image_uri)")
+    parser.add_argument("--gateway-bind", default=None, metavar="HOST[:PORT]",
+                        help="with --executor ray: serve the worker gateway over TCP with TLS on HOST "
+                             "(an address the Ray nodes reach), so workers run on other hosts")
     parser.add_argument("--seed", type=int, default=None, help="override the work queue's determinism_seed")
     parser.add_argument("--resume", metavar="RUN_ID", default=None, help="carry on a run from its ledger")
     parser.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
@@ -41,6 +49,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
                         help="time to live of the run's lease (default 30): how long after this "
                              "coordinator stops renewing it another one may take the run over")
+
+
+def _check_executor_options(args: argparse.Namespace) -> None:
+    """--image and --gateway-bind belong to certain executors; a bind must be one address and port."""
+    from coordinator.executors.ray_executor import GatewayBindInvalid, RayImageInvalid, parse_bind
+
+    if args.gateway_bind is not None:
+        if args.executor != "ray":
+            raise GatewayBindInvalid("--gateway-bind is for --executor ray (workers on other hosts)",
+                                     details={"executor": args.executor})
+        parse_bind(args.gateway_bind)
+    if args.image is not None and args.executor == "local":
+        raise RayImageInvalid("--image is for --executor container or ray", details={"executor": args.executor})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
         prepared = None if args.resume else prepare(args.work_queue, integrate=True)
+        _check_executor_options(args)  # before the ledger or ops/ exist
         from coordinator.keys import load_keyring, load_or_create_signing_key
         from coordinator.runloop.finish import integration_finish
         from coordinator.runloop.loop import RunContext, RunLoop
@@ -84,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
-                         lease_ttl_s=args.lease_ttl)
+                         lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:
@@ -92,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             view.close()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)

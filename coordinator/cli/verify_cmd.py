@@ -1,7 +1,10 @@
 """`dome verify RUN_ID [--json]`: re-check a run offline.
 
-Exit 0 when every check passes, 1 with the failed checks otherwise, 2 on
-bad input (no ledger there), 3 when the ledger cannot be opened or read.
+Exit 0 when every check passes, whatever the run's outcome (promoted,
+blocked, awaiting consent, failed, completed): the record is intact and says
+what happened. 1 when a check fails (the run is invalid; each failed check
+named), 2 on bad input (no ledger there), 3 when the ledger cannot be opened
+or read.
 """
 from __future__ import annotations
 
@@ -28,30 +31,40 @@ def exit_code(exc: DomeError) -> int:
     return ledger_exit_code(exc) if isinstance(exc, LedgerError) else 1
 
 
-# checks that fail for every blocked run by design: it was not promoted
-BLOCKED_BY_DESIGN = frozenset({"promotion_outcome", "evidence_chain", "target_ref", "run_finished_agrees"})
+CONCLUSION = {
+    "blocked": "the evidence chain is valid and the run is blocked (not promoted)",
+    "awaiting_consent": "the evidence chain is valid and the run awaits consent (not promoted)",
+    "failed": "the evidence chain is valid and the run failed (not promoted)",
+    "completed": "the evidence chain is valid and the run completed with nothing to promote",
+}
 
 
 def render_text(rep) -> list[str]:
-    """The human report. A blocked run whose record is intact is said to be
-    exactly that; "promoted head" is printed only for a run that was promoted."""
-    failed = rep.failures
-    if rep.outcome == "blocked" and failed and all(c.kind.value in BLOCKED_BY_DESIGN for c in failed):
-        integrity = [c for c in rep.checks if c.kind.value not in BLOCKED_BY_DESIGN]
-        lines = [f"run {rep.run_id}: the evidence chain is valid and the run is blocked (not promoted)",
-                 f"  {sum(c.ok for c in integrity)}/{len(integrity)} integrity checks passed",
-                 "  blocked because:"]
-        lines += [f"    - {c.detail}" for c in failed if c.kind.value == "promotion_outcome"]
-        return lines
-    lines = [f"run {rep.run_id}: {'VALID' if rep.valid else 'INVALID'}"]
-    if rep.head_ref and rep.outcome == "promoted":
-        lines.append(f"  promoted head {rep.head_ref} -> {rep.to_ref}")
+    """The human report, by the report's status. "promoted head" is printed only
+    for a run that was promoted; a valid record of a run that was not says what
+    it shows and why."""
+    status = rep.status.value
+    passed = f"{sum(c.ok for c in rep.checks)}/{len(rep.checks)}"
+    if status == "promoted":
+        lines = [f"run {rep.run_id}: VALID", f"  promoted head {rep.head_ref} -> {rep.to_ref}"]
         if rep.tasks_not_landed:
             lines.append("  partial: promoted without " + ", ".join(
                 f"{t.get('node_id')} ({t.get('status')})" for t in rep.tasks_not_landed))
-    elif rep.outcome:
-        lines.append(f"  the run is {rep.outcome} (not promoted)")
-    lines.append(f"  {sum(c.ok for c in rep.checks)}/{len(rep.checks)} checks passed")
+        return lines + [f"  {passed} checks passed"]
+    if status in CONCLUSION:
+        lines = [f"run {rep.run_id}: {CONCLUSION[status]}", f"  {passed} integrity checks passed"]
+        if rep.blocked_by:
+            lines.append("  blocked because:" if status == "blocked" else "  missing:")
+            lines += [f"    - {m}" for m in rep.blocked_by]
+        if status == "awaiting_consent":
+            lines.append(f"  next: dome promote {rep.run_id} --consent TOKEN")
+        if status == "failed" and rep.run_reason:
+            lines.append(f"  reason: {rep.run_reason}")
+        return lines
+    lines = [f"run {rep.run_id}: INVALID"]
+    if rep.outcome:
+        lines.append(f"  the recorded outcome is {rep.outcome}")
+    lines.append(f"  {passed} checks passed")
     lines.extend(f"  x {r}" for r in rep.reasons())
     return lines
 

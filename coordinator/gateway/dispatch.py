@@ -1,28 +1,21 @@
-"""Schema-validated tool dispatch with typed error shaping (transport-free).
+"""The worker gateway's tool table, on the dispatch core the MCP front door shares.
 
 A ToolSpec is a name, a closed input schema, a side-effect class and a
-handler `handler(args, call) -> dict`. `ToolDispatcher.call` validates the
-arguments against the schema, runs the handler, and turns any DomeError
-into an ErrorObject (`{code, message, details, hints, retry}`); unexpected
-exceptions become INTERNAL. Nothing here knows about MCP, HTTP, grants or
-the ledger, so the worker gateway and the MCP front door can share it.
+handler `handler(args, call) -> dict`. Validation, error shaping and call
+stats come from coordinator/toolcore.py, so a malformed call gets the same
+code here as through `dome mcp` (INVALID_REQUEST, naming the field), and an
+unexpected exception is INTERNAL_ERROR on both. Authorization is not here:
+the gateway server wraps each handler in the grant verifier's transaction.
 """
 from __future__ import annotations
 
-import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from jsonschema import Draft202012Validator
-
 from registry.contracts import UnknownTool
-from registry.errors import DomeError
 
-log = logging.getLogger("dome.gateway")
-
-
-class ToolInputInvalid(DomeError):
-    code = "INVALID_REQUEST"
+from ..toolcore import CallStats, InputSchema, error_object
 
 
 @dataclass(frozen=True)
@@ -33,10 +26,11 @@ class ToolSpec:
     handler: Callable[[dict[str, Any], Any], dict[str, Any]]
     side_effect: str = "none"  # none | artifact_put | proposal_register | task_result
     capability_class: str = "write"
-    validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+    contract_id: str | None = None  # a contract with input codes of its own gets them (registry.input_codes)
+    schema: InputSchema = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "validator", Draft202012Validator(dict(self.input_schema)))
+        object.__setattr__(self, "schema", InputSchema(self.name, self.input_schema, self.contract_id))
 
     @property
     def writes(self) -> bool:
@@ -49,17 +43,10 @@ class CallOutcome:
     result: dict[str, Any]
 
 
-def error_object(exc: BaseException) -> dict[str, Any]:
-    if isinstance(exc, DomeError):
-        return exc.to_object()
-    log.exception("tool handler failed")
-    return {"code": "INTERNAL_ERROR", "message": f"internal error: {type(exc).__name__}", "details": {},
-            "hints": ["see the coordinator log"], "retry": "light"}
-
-
 class ToolDispatcher:
     def __init__(self, specs: Iterable[ToolSpec]) -> None:
         self.specs: dict[str, ToolSpec] = {s.name: s for s in specs}
+        self.stats = CallStats()
 
     def visible(self, allowed: Iterable[str]) -> list[ToolSpec]:
         allowed = set(allowed)
@@ -68,24 +55,22 @@ class ToolDispatcher:
     def validate(self, name: str, args: Any) -> ToolSpec:
         spec = self.specs.get(name)
         if spec is None:
-            raise UnknownTool(f"no tool named {name!r}", details={"tool": name})
-        errors = sorted(spec.validator.iter_errors(args if args is not None else {}), key=lambda e: list(e.path))
-        if errors:
-            raise ToolInputInvalid(
-                f"{name}: {errors[0].message}",
-                details={"tool": name, "errors": [{"path": "/" + "/".join(map(str, e.path)),
-                                                   "message": e.message} for e in errors]},
-                hints=["the tool's input schema is closed: send only the fields it defines"])
+            raise UnknownTool(f"no tool named {name!r}", details={"tool": name},
+                              hints=["call tools/list for the tools your grant allows"])
+        spec.schema.validate(args if args is not None else {})
         return spec
 
     def call(self, name: str, args: Any, call: Any = None) -> CallOutcome:
-        """Validate and run a tool with no authorization wrapper (the front door adds its own)."""
-        return self.guard(lambda: self.validate(name, args).handler(dict(args or {}), call))
+        """Validate and run a tool with no authorization wrapper (the gateway server adds its own)."""
+        return self.guard(lambda: self.validate(name, args).handler(dict(args or {}), call), tool=name)
 
-    @staticmethod
-    def guard(fn: Callable[[], dict[str, Any]]) -> CallOutcome:
-        """Run fn; any exception becomes an ErrorObject outcome."""
+    def guard(self, fn: Callable[[], dict[str, Any]], *, tool: str = "?") -> CallOutcome:
+        """Run fn; any exception becomes an ErrorObject outcome. The outcome is counted in `stats`."""
+        t0 = time.perf_counter()
         try:
-            return CallOutcome(True, fn())
+            outcome = CallOutcome(True, fn())
         except Exception as exc:  # noqa: BLE001 - shaped into an ErrorObject
-            return CallOutcome(False, error_object(exc))
+            outcome = CallOutcome(False, error_object(exc))
+        self.stats.call(tool, ok=outcome.ok, ms=(time.perf_counter() - t0) * 1e3,
+                        error=None if outcome.ok else outcome.result)
+        return outcome

@@ -5,7 +5,8 @@ verifies the grant and lists only the tools it allows; tools/call verifies it
 again for the named method (signature, audience, run binding, time,
 revocation, method; for a sender-constrained grant the call proof in the
 `dome-call-proof` header, signed by the attempt's worker key), then dispatches through the schema-validated
-ToolDispatcher. Handlers run in a worker thread (the ledger is synchronous);
+ToolDispatcher (the dispatch core shared with the MCP front door:
+coordinator/toolcore.py). Handlers run in a worker thread (the ledger is synchronous);
 results come back as `structuredContent`, errors as `isError` with the
 ErrorObject. A refused tools/list is a JSON-RPC error REFUSED_RPC_CODE whose
 `data` is the same ErrorObject a call gets. Rejections are recorded in the
@@ -104,8 +105,8 @@ class WorkerGateway:
             except DomeError as exc:
                 return _result(exc.to_object(), error=True)
             proof = _proof(ctx)
-            outcome = await anyio.to_thread.run_sync(self.dispatcher.guard,
-                                                     lambda: self._invoke(token, name, args, proof))
+            outcome = await anyio.to_thread.run_sync(
+                lambda: self.dispatcher.guard(lambda: self._invoke(token, name, args, proof), tool=name))
             return _result(outcome.result, error=not outcome.ok)
 
         def input_schema(name: str) -> Any:

@@ -96,7 +96,7 @@ class Attempt:
 class TreeState:
     """The head tree held in memory: lazily loaded directories, dirty tracking."""
 
-    def __init__(self, reader: Any, writer: Any, root: str) -> None:
+    def __init__(self, reader: gitio.ObjectStore, writer: gitio.ObjectStore, root: str) -> None:
         self._reader, self._writer = reader, writer
         self.reset(root)
 

@@ -37,6 +37,9 @@ T_GATE = "gate.computed"
 T_CONSENT_REQ = "promotion.consent_requested"
 T_CONSENT = "promotion.consent_granted"
 T_PROMOTION = "promotion.computed"
+# how a promotion decision names a target that could not take the head (`dome verify` reads them back)
+TARGET_MOVED = "(moved since the base; not an ancestor of the head)"
+TARGET_CHECKED_OUT = "(checked out in the worktree "
 
 
 def body_of(artifact: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,8 +89,6 @@ class GitFacts:
     """What the shell read from git for the commits the evidence names."""
 
     commits: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # sha -> {tree, parents, trailers}
-    ref_targets: Mapping[str, str | None] = field(default_factory=dict)
-    ancestors_ok: Mapping[tuple[str, str], bool] = field(default_factory=dict)  # (anc, desc) -> bool
 
 
 @dataclass

@@ -24,8 +24,8 @@ from registry.signing import Keyring, SigningKey, dsse_sign
 
 from .canvas import Canvas
 from . import gitio
-from .evidence import (INTOTO_PAYLOAD, T_CONSENT_REQ, T_GATE, T_PLAN, T_POLICY, T_PROMOTION, T_PROPOSAL,
-                       T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, Record, intoto_statements)
+from .evidence import (INTOTO_PAYLOAD, TARGET_CHECKED_OUT, TARGET_MOVED, T_CONSENT_REQ, T_GATE, T_PLAN,
+                       T_POLICY, T_PROMOTION, T_PROPOSAL, T_REJECTED, T_REQUIREMENTS, T_SELECTION, ChainResult, Record, intoto_statements)
 from .gate import evaluate_chain
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
@@ -163,9 +163,9 @@ def finish_run(ctx: FinishContext) -> FinishResult:
     emit = Emitter(ctx.ledger, ctx.run_id, ctx.signing_key, ctx.clock, ctx.wave_id,
                    replay=integration_records(ctx.ledger, ctx.run_id))
     to_ref = ctx.promote_to or policy.promote_to
-    _record_inputs(ctx, emit, policy, to_ref)
+    record_inputs(ctx, emit, policy, to_ref)
     with gitio.ObjectReader(ctx.repo) as reader:  # shared with the canvas (blob cache)
-        checked, rejected = _verify_proposals(ctx, emit, policy, reader)
+        checked, rejected = record_verified_proposals(ctx, emit, policy, reader)
         cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
                                          ctx.critical_ids) for c in checked.values()]
         plan, index = plan_stack(cands, base_ref=ctx.base_ref, seed=ctx.seed, policy=policy,
@@ -180,7 +180,8 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                             base_ref=ctx.base_ref)
 
 
-def _record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, to_ref: str) -> None:
+def record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, to_ref: str) -> None:
+    """Record what the gate reads first: the policy in force and the suites the queue requires."""
     emit(T_POLICY, {"artifact_kind": "dome.integration_policy/v1", "policy": policy.to_dict(),
                     "policy_digest": policy.digest, "policy_version": f"{policy.name}@{policy.version}"})
     record_requirements(ctx, emit, to_ref)
@@ -203,9 +204,9 @@ def _reject(emit: Emitter, rejected: list, pid: str, p: Mapping[str, Any], rej: 
     rejected.extend((pid, r) for r in rej)
 
 
-def _verify_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy,
-                      reader: gitio.ObjectReader) -> tuple[dict[str, Any], list]:
-    """Step 1: check every proposal on its own; returns (checked by id, rejections)."""
+def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy,
+                              reader: gitio.ObjectReader) -> tuple[dict[str, Any], list]:
+    """Step 1: check every proposal on its own and record each verdict; returns (checked by id, rejections)."""
     from .proposals import INTEGRITY, REDUNDANT, Rejection
 
     load = ctx.diff_loader or default_diff_loader(ctx.ledger)
@@ -266,7 +267,7 @@ def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPo
                           requires={pid: tuple(c.proposal.get("_requires", ())) for pid, c in checked.items()})
         state = stacker.run()
         risks = {checked[l.proposal_id.split(":split-")[0]].risk for l in state.layers}
-        suites = _suites(ctx.validations, policy, risks, bool(state.derived))
+        suites = suites_for(ctx.validations, policy, risks, bool(state.derived))
         if state.layers and suites:
             validator = ctx.validator or SuiteRunner(
                 ctx.repo, sandbox=ctx.sandbox,
@@ -361,8 +362,9 @@ def recorded_result(ledger: EventLog, run_id: str) -> FinishResult | None:
     return None
 
 
-def _suites(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy, risks: set[str],
-            split: bool) -> list[dict[str, Any]]:
+def suites_for(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy, risks: set[str],
+               split: bool) -> list[dict[str, Any]]:
+    """The suites to run on the head: the queue's, the policy's for these risks (and for a split)."""
     by_name = {suite_name(v): dict(v) for v in validations}
     names = set(by_name) | set(policy.required_suites(risks))
     if split:
@@ -382,7 +384,8 @@ def _suites(validations: Sequence[Mapping[str, Any]], policy: IntegrationPolicy,
 def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningKey, keyring: Keyring,
                      policy: IntegrationPolicy | None, to_ref: str, ops_root: Path, emit: Emitter,
                      why: dict[str, Any] | None = None, rejected: list | None = None,
-                     base_ref: str = "", issue_consent: bool = True) -> FinishResult:
+                     base_ref: str = "", issue_consent: bool = True,
+                     tasks_not_landed: Sequence[Mapping[str, Any]] | None = None) -> FinishResult:
     records = records_of(ledger, run_id)
     if policy is None:
         from .evidence import policy_from_record
@@ -394,7 +397,7 @@ def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningK
             "passed": chain.passed, **chain.to_dict(),
             "reason_codes": sorted({l.link.split(":")[0] + "_" + l.status for l in chain.links
                                     if l.status != "ok"}),
-            **partial_of(records)}
+            **partial_of(records, tasks_not_landed)}
     signed_gate = emit(T_GATE, gate)
     write_json(run_dir(ops_root, run_id) / "gate" / "gate.decision.json", signed_gate)
     consent_token = None
@@ -422,11 +425,17 @@ def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningK
         list(promotion.get("missing", [])), why or {}, signed_gate, promotion, None, rejected or []))
 
 
-def partial_of(records: Sequence[Record]) -> dict[str, Any]:
-    """What the gate says of a partial run: the tasks the recorded inputs name as
-    not landed (nothing for a run whose every task landed)."""
-    req = [r for r in records if r.topic == T_REQUIREMENTS]
-    rows = req[-1].artifact.get("tasks_not_landed") if req else None
+def partial_of(records: Sequence[Record], tasks_not_landed: Sequence[Mapping[str, Any]] | None = None
+               ) -> dict[str, Any]:
+    """What the gate says of a partial run: the tasks not landed as the finish stage
+    names them, else as the recorded inputs name them (integration at the finish),
+    else as the previous gate did (`dome promote` after consent); nothing for a run
+    whose every task landed."""
+    rows: Any = [dict(t) for t in tasks_not_landed] if tasks_not_landed is not None else None
+    for topic in (T_REQUIREMENTS, T_GATE):
+        if rows is None:
+            recs = [r for r in records if r.topic == topic]
+            rows = recs[-1].artifact.get("tasks_not_landed") if recs else None
     return {"partial": True, "tasks_not_landed": list(rows)} if rows else {}
 
 
@@ -445,11 +454,11 @@ def promote(ledger: EventLog, run_id: str, *, repo: Path, chain: ChainResult, to
         assert chain.head_ref is not None
         if previous is not None and not gitio.is_ancestor(repo, previous, chain.head_ref):
             outcome = "blocked"
-            missing.append(f"target:{to_ref}: invalid (moved since the base; not an ancestor of the head)")
+            missing.append(f"target:{to_ref}: invalid {TARGET_MOVED}")
     holder = gitio.worktree_holding(repo, to_ref) if outcome == "promoted" else None
     if holder is not None:
         outcome = "blocked"
-        missing.append(f"target:{to_ref}: invalid (checked out in the worktree {holder}; "
+        missing.append(f"target:{to_ref}: invalid {TARGET_CHECKED_OUT}{holder}; "
                        "dome does not move a branch under someone's files)")
     pol = policy or IntegrationPolicy()
     decision = {

@@ -286,6 +286,11 @@ RULES: tuple[LinkRule, ...] = (
 )
 
 
+def rule_for(link: str) -> LinkRule | None:
+    """The rule that adds a link of this name (None for the shared signature and binding links)."""
+    return next((r for r in RULES if r.adds(link)), None)
+
+
 def fold(st: GateState, rules: Sequence[LinkRule] = RULES) -> GateState:
     """Run the rules in order over the state; a rule may stop the chain."""
     for rule in rules:

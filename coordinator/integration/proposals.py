@@ -12,7 +12,8 @@ import fnmatch
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from registry import diffs
 from registry.canonical import digest_bytes
@@ -21,6 +22,9 @@ from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
 from .policy import IntegrationPolicy, max_risk, risk_level
+
+if TYPE_CHECKING:
+    from .gitio import ObjectReader
 
 ALLOWED_MODES = {"100644", "100755", "120000"}
 GITLINK_MODE = "160000"
@@ -386,7 +390,7 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
 class BaseInspector:
     """Caches what proposals on one base share: commit, tree, blob ids, links."""
 
-    def __init__(self, repo: Any, reader: Any = None) -> None:
+    def __init__(self, repo: Path | str, reader: ObjectReader | None = None) -> None:
         from . import gitio
         self._gitio = gitio
         self.repo = repo

@@ -25,13 +25,13 @@ from registry.signing import Keyring
 from .canvas import Canvas
 from . import export_checks as exports
 from . import gitio
-from .evidence import (T_APPLY, T_POLICY, T_PROMOTION, T_PROPOSAL, T_REQUIREMENTS,
-                       ChainResult, GitFacts, Record, body_of, verify_artifact)
+from .evidence import (TARGET_CHECKED_OUT, TARGET_MOVED, T_APPLY, T_CONSENT_REQ, T_GATE, T_POLICY, T_PROMOTION,
+                       T_PROPOSAL, T_REQUIREMENTS, ChainResult, GitFacts, Record, body_of, verify_artifact)
 from .gate import evaluate_chain
 from .recorder import records_of, run_dir
-from .verify_result import CheckKind, CheckResult, Status, VerifyReport, failed, missing, ok
+from .verify_result import CheckKind, CheckResult, RunVerdict, Status, VerifyReport, failed, missing, ok
 
-__all__ = ["CheckKind", "CheckResult", "Status", "VerifyReport", "verify_run"]
+__all__ = ["CheckKind", "CheckResult", "RunVerdict", "Status", "VerifyReport", "verify_run"]
 K = CheckKind  # the short name the many checks below use
 
 
@@ -62,7 +62,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
              ops_root=Path(ops_root) if ops_root is not None else ledger.ops_root)
     promos = [r for r in records if r.topic == T_PROMOTION]
     if not promos:
-        rep.add(missing(K.PROMOTION_DECISION, "no promotion decision"))
+        _without_decision(rep, records, keyring)
         return rep
     rep.add(ok(K.PROMOTION_DECISION))
     promo = promos[-1]
@@ -74,8 +74,8 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
     d = promo.artifact
     rep.head_ref, rep.to_ref, rep.outcome = d.get("from_head_ref"), d.get("to_ref"), d.get("outcome")
     _finish_agrees(rep, events, first_finish, last_finish, promo)
-    rep.check(K.PROMOTION_OUTCOME, d.get("outcome") == "promoted",
-              f"outcome is {d.get('outcome')!r}: " + "; ".join(d.get("missing", [])))
+    rep.check(K.PROMOTION_OUTCOME, d.get("outcome") in ("promoted", "blocked"),
+              f"unknown outcome {d.get('outcome')!r}")
     meta = [r for r in records if r.topic == T_REQUIREMENTS]
     repo = repo or (Path(meta[-1].artifact["repo"]) if meta else None)
     if repo is None or not Path(repo).exists():
@@ -115,7 +115,10 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
             rep.add(failed(K.GIT_OBJECTS, f"{exc.code}: {exc.message}"))
             return rep
     chain = evaluate_chain(before, keyring=keyring, facts=facts, run_id=run_id)
-    _chain_links(rep, chain)
+    if d.get("outcome") == "blocked":
+        _block_agrees(rep, repo, before, d, chain)
+    else:
+        _chain_links(rep, chain)
     _partial(rep, events, before, last_finish, chain.included)
     rep.check(K.PROMOTED_HEAD, chain.head_ref == d.get("from_head_ref"),
               f"chain head {chain.head_ref} != promoted {d.get('from_head_ref')}")
@@ -127,6 +130,67 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
     if chain.head_ref and chain.base_ref:
         _rehash_new_objects(rep, repo, chain.base_ref, chain.head_ref)
     return rep
+
+
+def _without_decision(rep: VerifyReport, records: list[Record], keyring: Keyring) -> None:
+    """A run with no promotion decision: held at the human gate (a signed gate that
+    misses only consent, then a consent request), or ended before integration
+    (tasks failed, or nothing to integrate); anything else lacks its decision."""
+    gates = [r for r in records if r.topic == T_GATE]
+    asked = [r for r in records if r.topic == T_CONSENT_REQ]
+    if gates and asked and asked[-1].sequence > gates[-1].sequence:
+        rep.outcome = "awaiting_consent"
+        gate = gates[-1].artifact
+        try:
+            verify_artifact(gate, keyring)
+        except SignatureError as exc:
+            rep.add(failed(K.BLOCK_AGREES, f"gate decision: {exc.code}: {exc.message}"))
+            return
+        bad = [link for link in gate.get("links", []) if link.get("status") != "ok"]
+        only_consent = bool(bad) and all(link.get("link") == "consent" and link.get("status") == "missing"
+                                         for link in bad)
+        rep.blocked_by = [str(m) for m in gate.get("missing", [])]
+        rep.check(K.BLOCK_AGREES, only_consent and not gate.get("passed"),
+                  "a consent request follows a gate that misses more than consent: "
+                  + "; ".join(rep.blocked_by))
+        return
+    if not gates and rep.run_status in ("failed", "cancelled", "completed"):
+        return  # integration never ran: there is nothing to promote, and no decision to check
+    rep.add(missing(K.PROMOTION_DECISION, "no promotion decision"))
+
+
+def _block_agrees(rep: VerifyReport, repo: Path, before: list[Record], d: Mapping[str, Any],
+                  chain: ChainResult) -> None:
+    """A blocked decision is a valid outcome when its reasons are exactly the recorded
+    gate's missing links, which are the links the re-evaluated chain misses, plus a
+    target that could not take the head (one that moved away from the base is
+    re-checked with git; one checked out in a worktree is taken as recorded)."""
+    recorded = [str(m) for m in d.get("missing", [])]
+    rep.blocked_by = recorded
+    gates = [r for r in before if r.topic == T_GATE]
+    if not gates:
+        rep.add(missing(K.BLOCK_AGREES, "the blocked decision has no gate decision before it"))
+        return
+    gate_missing = [str(m) for m in gates[-1].artifact.get("missing", [])]
+    target = [m for m in recorded if m.startswith(f"target:{d.get('to_ref')}: invalid ")]
+    problems = []
+    if not recorded:
+        problems.append("the decision is blocked and names no reason")
+    if sorted(set(recorded) - set(target)) != sorted(set(gate_missing)):
+        problems.append(f"the decision names {sorted(set(recorded) - set(target))}, "
+                        f"the gate named {sorted(set(gate_missing))}")
+    if sorted(set(chain.missing)) != sorted(set(gate_missing)):
+        problems.append(f"the re-evaluated chain misses {sorted(set(chain.missing))}, "
+                        f"the gate named {sorted(set(gate_missing))}")
+    for m in target:
+        prev, head = d.get("previous_target"), chain.head_ref
+        if m.endswith(TARGET_MOVED):
+            if not (isinstance(prev, str) and head and gitio.ref_target(repo, prev + "^{commit}") is not None
+                    and not gitio.is_ancestor(repo, prev, head)):
+                problems.append(f"{m}: the recorded previous target {prev} does not show it")
+        elif TARGET_CHECKED_OUT not in m:
+            problems.append(f"{m}: not a reason dome records")
+    rep.check(K.BLOCK_AGREES, not problems, "; ".join(problems))
 
 
 def _chain_links(rep: VerifyReport, chain: ChainResult) -> None:
@@ -151,7 +215,9 @@ def _lifecycle(rep: VerifyReport, events: list[EventRecord],
                                             "or records were cut from the ledger's end"))
         else:
             rep.add(ok(K.RUN_FINISHED))
-            rep.run_status = str(events[[e.sequence for e in events].index(last)].payload.get("status"))
+            fin = events[[e.sequence for e in events].index(last)].payload
+            rep.run_status = str(fin.get("status"))
+            rep.run_reason = str(fin["reason"]) if fin.get("reason") else None
             for r in exports.check_signed_after_finish(events, first, keyring):
                 rep.add(r)
     return started, first, last
@@ -169,6 +235,10 @@ def _finish_agrees(rep: VerifyReport, events: list[EventRecord], first: int | No
                   and promo.sequence < last,
                   f"run.finished says promoted at {fin.get('head')}, the decision says "
                   f"{d.get('outcome')} at {d.get('from_head_ref')}")
+    elif d.get("outcome") == "promoted" and fin.get("status") == "failed" and promo.sequence < last:
+        # the decision said promote and the ref could not be moved: the run failed, with the error
+        rep.check(K.FINISH_AGREES, isinstance(fin.get("error"), Mapping) and bool(fin["error"].get("code")),
+                  "run.finished says failed after a decision to promote, and names no error")
     elif d.get("outcome") == "promoted":
         # only `dome promote` (after run.finished, with consent) may promote a run that finished otherwise
         rep.check(K.FINISH_AGREES, first is not None and promo.sequence > first,
@@ -212,10 +282,12 @@ def _partial(rep: VerifyReport, events: list[EventRecord], records: list[Record]
 
 
 def _target_ref(rep: VerifyReport, repo: Path, d: Mapping[str, Any], head: str | None) -> None:
-    """A promoted decision's ref must contain its head (it moved, by compare-and-swap)."""
-    target = gitio.ref_target(repo, str(d.get("to_ref")))
-    if d.get("outcome") != "promoted":
+    """A promoted decision's ref must contain its head (it moved, by compare-and-swap),
+    unless the run then failed because the ref could not be moved (FINISH_AGREES
+    holds that to a recorded error)."""
+    if d.get("outcome") != "promoted" or rep.run_status == "failed":
         return
+    target = gitio.ref_target(repo, str(d.get("to_ref")))
     if target is None:
         rep.add(missing(K.TARGET_REF, f"{d.get('to_ref')} does not exist", str(d.get("to_ref"))))
         return

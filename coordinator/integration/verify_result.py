@@ -2,8 +2,16 @@
 
 A check is `ok` only when the thing it names was there and right; when data
 it needs is absent the check is `missing` (never `ok`), when the data
-disagrees it is `failed`. The run is valid when at least one check ran and
-every check is `ok`. Callers match on `CheckKind`, never on message text.
+disagrees it is `failed`. An `ok` check carries no detail (a detail is what
+is wrong), so nothing marked ok can say that data is missing.
+
+The report's `status` (a RunVerdict) says what the intact record shows: the
+run was promoted, blocked (the gate named missing links, or the target could
+not take the head), awaits consent, failed, or completed without anything
+to promote. It is `invalid` when any check is not ok. A blocked run is a
+valid outcome: its missing links are the reasons it is blocked (`blocked_by`),
+and a check confirms that they are exactly what the recorded gate named.
+Callers match on `CheckKind` and `RunVerdict`, never on message text.
 """
 from __future__ import annotations
 
@@ -18,6 +26,16 @@ class Status(str, Enum):
     MISSING = "missing"  # the data the check needs is not there
 
 
+class RunVerdict(str, Enum):
+    """What `dome verify` concludes about a run (its exit code: 0 unless invalid)."""
+    PROMOTED = "promoted"
+    BLOCKED = "blocked"
+    AWAITING_CONSENT = "awaiting_consent"
+    FAILED = "failed"
+    COMPLETED = "completed"
+    INVALID = "invalid"
+
+
 class CheckKind(str, Enum):
     # the ledger and the run's lifecycle
     LEDGER_CHAIN = "ledger_hash_chain"
@@ -30,6 +48,7 @@ class CheckKind(str, Enum):
     PROMOTION_DECISION = "promotion_decision"
     PROMOTION_SIGNATURE = "promotion_signature"
     PROMOTION_OUTCOME = "promotion_outcome"
+    BLOCK_AGREES = "block_agrees_with_gate"  # a blocked decision names exactly the gate's missing links
     REPOSITORY = "repository"
     RECORD_SIGNATURES = "record_signatures"
     EVIDENCE_REF = "evidence_ref"
@@ -61,6 +80,10 @@ class CheckResult:
     detail: str = ""
     subject: str | None = None  # what it is about: a proposal id, a file, a record
 
+    def __post_init__(self) -> None:
+        if self.status is Status.OK and self.detail:
+            raise ValueError(f"an ok check carries no detail ({self.kind.value}: {self.detail!r})")
+
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
@@ -74,8 +97,8 @@ class CheckResult:
                 "status": self.status.value, "ok": self.ok, "detail": self.detail}
 
 
-def ok(kind: CheckKind, subject: str | None = None, detail: str = "") -> CheckResult:
-    return CheckResult(kind, Status.OK, detail, subject)
+def ok(kind: CheckKind, subject: str | None = None) -> CheckResult:
+    return CheckResult(kind, Status.OK, "", subject)
 
 
 def failed(kind: CheckKind, detail: str, subject: str | None = None) -> CheckResult:
@@ -92,13 +115,19 @@ class VerifyReport:
     checks: list[CheckResult] = field(default_factory=list)
     head_ref: str | None = None
     to_ref: str | None = None
-    outcome: str | None = None      # the promotion decision's outcome, when there is one
+    outcome: str | None = None      # the promotion decision's outcome (or awaiting_consent), when there is one
     run_status: str | None = None   # what `run.finished` says, when there is one
+    run_reason: str | None = None   # and the reason it gives
+    blocked_by: list[str] = field(default_factory=list)  # a blocked run's missing links, as recorded
     tasks_not_landed: list[dict[str, Any]] = field(default_factory=list)  # a partial run's, as recorded
 
     @property
+    def status(self) -> RunVerdict:
+        return run_verdict(self)
+
+    @property
     def valid(self) -> bool:
-        return bool(self.checks) and all(c.ok for c in self.checks)
+        return self.status is not RunVerdict.INVALID
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -120,8 +149,29 @@ class VerifyReport:
         return [f"{c.name}: {c.status.value}" + (f" ({c.detail})" if c.detail else "") for c in self.failures]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "valid": self.valid, "outcome": self.outcome,
-                "run_status": self.run_status, "head_ref": self.head_ref, "to_ref": self.to_ref,
+        return {"run_id": self.run_id, "valid": self.valid, "status": self.status.value,
+                "outcome": self.outcome, "blocked_by": self.blocked_by,
+                "run_status": self.run_status, "run_reason": self.run_reason,
+                "head_ref": self.head_ref, "to_ref": self.to_ref,
                 "partial": bool(self.tasks_not_landed), "tasks_not_landed": self.tasks_not_landed,
                 "checks": [c.to_dict() for c in self.checks],
                 "failures": [c.to_dict() for c in self.failures], "reasons": self.reasons()}
+
+
+def run_verdict(rep: VerifyReport) -> RunVerdict:
+    """The verdict of a report (pure): invalid when a check is not ok, else what the
+    promotion decision, or without one what `run.finished`, says happened."""
+    if not rep.checks or rep.failures:
+        return RunVerdict.INVALID
+    if rep.outcome == "promoted":
+        # a decision to promote whose ref could not be moved ends the run failed
+        return RunVerdict.FAILED if rep.run_status == "failed" else RunVerdict.PROMOTED
+    if rep.outcome == "blocked":
+        return RunVerdict.BLOCKED
+    if rep.outcome == "awaiting_consent":
+        return RunVerdict.AWAITING_CONSENT
+    if rep.outcome is None and rep.run_status in ("failed", "cancelled"):
+        return RunVerdict.FAILED
+    if rep.outcome is None and rep.run_status == "completed":
+        return RunVerdict.COMPLETED
+    return RunVerdict.INVALID

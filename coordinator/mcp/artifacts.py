@@ -70,11 +70,14 @@ def refs(result: Any) -> Iterator[Mapping[str, Any]]:
     stack = [result]
     while stack:
         node = stack.pop()
-        if isinstance(node, Mapping):
+        t = type(node)
+        if t is str or t is int or t is float or t is bool or node is None:
+            continue  # the common leaves, without an ABC check each
+        if t is dict or isinstance(node, Mapping):
             if isinstance(node.get("path"), str) and isinstance(node.get("media_type"), str):
                 yield node
             stack.extend(reversed(list(node.values())))
-        elif isinstance(node, list):
+        elif t is list or isinstance(node, list):
             stack.extend(reversed(node))
 
 

@@ -24,17 +24,17 @@ import anyio
 import anyio.abc
 
 from registry.errors import DomeError
-from registry.provenance import stamp
+from registry.provenance import stamp, standard_block
 
 from . import artifacts, render
 from .catalog import Replay, ToolSpec, default_specs, specs_from_flat_contract
 from .consent import ConsentBook
-from .faults import Fault, FaultCategory, SessionNotFound, ToolInputError, UnknownTool, shape_unexpected
+from ..toolcore import InputSchema, error_object
+from .faults import Fault, FaultCategory, SessionNotFound, UnknownTool
 from .jobs import Job, JobStore
 from .normalization import ToolNames, normalize_arguments
 from .supervisor import WorkerError, WorkerSupervisor
 from .telemetry import Telemetry
-from .validation import CompiledTool
 
 MAX_REPLAYS = 2
 MAX_SESSION_JOURNAL = 2000  # query_region calls kept per session to rebuild its shape ids after a restart
@@ -94,7 +94,7 @@ class ToolHost:
         if conformance.enabled():  # the MCP conformance suite's fixture, never without the switch
             self.specs.update(specs_from_flat_contract(conformance.CONTRACT))
         self.names = ToolNames(self.specs)
-        self._compiled: dict[str, CompiledTool] = {}
+        self._compiled: dict[str, InputSchema] = {}
         state = self.ops_root / "mcp"
         self.state_dir = state
         self.telemetry = Telemetry(path=telemetry_path if telemetry_path is not None else state / "telemetry.jsonl")
@@ -194,10 +194,12 @@ class ToolHost:
             return allowed
         return self.allowed if allowed is None else self.allowed & frozenset(allowed)
 
-    def compiled(self, name: str) -> CompiledTool:
+    def compiled(self, name: str) -> InputSchema:
+        """The tool's input schema, compiled once (the dispatch core shared with the worker gateway)."""
         c = self._compiled.get(name)
         if c is None:
-            c = self._compiled[name] = CompiledTool(self.specs[name])
+            spec = self.specs[name]
+            c = self._compiled[name] = InputSchema(spec.name, spec.input_schema, spec.contract_id)
         return c
 
     def resolve_tool(self, name: str, allowed: Collection[str] | None = None) -> str | None:
@@ -249,10 +251,13 @@ class ToolHost:
                 meta["dome/job_id"] = ctx.job_id
             if notes:
                 meta["dome/normalized"] = notes
-            structured = render.bound_structured(structured, self.state_dir / "artifacts")
+            whole = render.as_json_text(structured)
+            structured = render.bound_structured(structured, self.state_dir / "artifacts", text=whole)
             text = render.json_text(spec.contract_id, structured) if render_mode == "json" else \
                 render.porcelain(spec.name, structured, notes=notes)
-            extra = ctx.content + artifacts.content_for(self.ops_root, structured)
+            # an artifact reference is an object with a media_type: most results have none to walk for
+            extra = ctx.content + (artifacts.content_for(self.ops_root, structured)
+                                   if '"media_type"' in whole else [])
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
             self.telemetry.success()
             return CallResult(structured, False, text, meta, extra)
@@ -261,14 +266,7 @@ class ToolHost:
                                 error={"code": "CANCELLED", "category": None, "message": "cancelled"})
             raise
         except Exception as exc:  # typed errors become isError results; anything else is an invariant breach
-            if isinstance(exc, WorkerError):
-                obj = exc.obj
-            else:
-                err = exc if isinstance(exc, DomeError) else shape_unexpected(exc)
-                if not isinstance(exc, DomeError):
-                    import traceback
-                    traceback.print_exc()
-                obj = err.to_object()
+            obj = exc.obj if isinstance(exc, WorkerError) else error_object(exc)
             self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3, error=obj,
                                 retries=retries[0])
             text = render.as_json_text(obj) if render_mode == "json" else render.porcelain_error(obj, notes=notes)
@@ -477,6 +475,10 @@ class ToolHost:
                     pin.queries.append({k: v for k, v in args.items() if k != "session_id"})
             if result.get("session_id") == pin.worker_id:
                 result = {**result, "session_id": public_sid}
+                prov = result.get("provenance")
+                if isinstance(prov, dict) and "outputs_hash" in prov:  # the hashes cover the public id
+                    result["provenance"] = {**prov, **standard_block(
+                        result, args, tool=spec.name, engine_versions=prov.get("engine_versions"))}
             if spec.name == "close_session":
                 self.sessions.pop(public_sid, None)
             return result

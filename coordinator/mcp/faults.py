@@ -6,7 +6,10 @@ telemetry record, and how the model sees it: a concise message, the category,
 a retry hint (none | light | heavy) and never raw backend output.
 
 Domain errors (a KLayout SESSION_NOT_FOUND, a schema violation) are not
-faults: they pass through as their contract ErrorObject.
+faults: they pass through as their contract ErrorObject. Schema violations
+and unexpected exceptions are shaped by the dispatch core the worker gateway
+shares (coordinator/toolcore.py): INVALID_REQUEST (or the contract's own
+input code) and INTERNAL_ERROR, whichever door a call came through.
 """
 from __future__ import annotations
 
@@ -69,13 +72,6 @@ class Fault(DomeError):
         return obj
 
 
-class ToolInputError(DomeError):
-    """The request failed the tool's closed input schema (the field is named)."""
-
-    code = "SCHEMA_VALIDATION_ERROR"
-    retry = "none"
-
-
 class ConsentRequired(DomeError):
     code = "CONSENT_REQUIRED"
     retry = "none"
@@ -97,8 +93,3 @@ class SessionNotFound(DomeError):
     code = "SESSION_NOT_FOUND"
     retry = "none"
 
-
-def shape_unexpected(exc: BaseException) -> Fault:
-    """An unexpected exception inside the host: an invariant breach, never a traceback on the wire."""
-    return Fault(FaultCategory.INVARIANT_BREACH, f"internal error ({type(exc).__name__})",
-                 hints=["see the host's stderr log and telemetry file"])

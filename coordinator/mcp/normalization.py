@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlparse
 from registry.errors import DomeError
 from registry.input_codes import input_error_code
 
+from ..toolcore import ToolInputError
 from .catalog import ToolSpec
 
 # alias -> canonical field names it may stand for (applied only when exactly one is a field of the tool)
@@ -101,7 +102,7 @@ def normalize_path(value: str) -> str:
 
 def _relative_path(spec: ToolSpec, field: str, value: str) -> DomeError:
     """A relative path means nothing to a host a client may not share a folder with: refused, typed."""
-    code = input_error_code(spec.contract_id, [f"/{field}"]) or "SCHEMA_VALIDATION_ERROR"
+    code = input_error_code(spec.contract_id, [f"/{field}"]) or ToolInputError.code
     return DomeError(f"{spec.name}: {field} must be an absolute path", code=code,
                      details={"tool": spec.name, "field": field, "path": value, "reason": "not_absolute"},
                      hints=["pass an absolute path (or a file:// URI); relative paths are not resolved"],

@@ -16,6 +16,7 @@ an artifact file whose path is returned.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,16 +29,44 @@ MAX_STRUCTURED_BYTES = 256 * 1024
 PROVENANCE_KEYS = ("inputs_hash", "outputs_hash", "seed", "run_id")
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+
+
 def _compact(value: Any) -> str:
-    return json.dumps(value, sort_keys=False, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _COMPACT(value)
 
 
 def _clip(line: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
 
 
+_STR = json.encoder.encode_basestring  # what _compact writes for a str (ensure_ascii=False), in C
+
+
+def _scalar(value: Any) -> str:
+    """_compact(value) for the common leaves, without an encoder run per leaf."""
+    t = type(value)
+    if t is str:
+        return _STR(value)
+    if t is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if t is int:
+        return int.__repr__(value)
+    if t is float and math.isfinite(value):
+        return float.__repr__(value)
+    return _compact(value)
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _flatten(prefix: str, value: Any, lines: list[str]) -> None:
-    if isinstance(value, Mapping):
+    t = type(value)
+    if t in _LEAVES or (t is not dict and t is not list and not isinstance(value, (Mapping, list))):
+        lines.append(f"{prefix}: {_scalar(value)}")
+    elif t is dict or isinstance(value, Mapping):
         if not value:
             lines.append(f"{prefix}: {{}}")
         for k, v in value.items():
@@ -49,8 +78,6 @@ def _flatten(prefix: str, value: Any, lines: list[str]) -> None:
         if len(value) > MAX_LIST_ITEMS:
             lines.append(f"{prefix}: {len(value) - MAX_LIST_ITEMS} more items not shown "
                          "(all are in structuredContent; render=json prints them)")
-    else:
-        lines.append(f"{prefix}: {_compact(value)}")
 
 
 def porcelain(tool: str, result: Mapping[str, Any], *, notes: list[str] | tuple[str, ...] = ()) -> str:
@@ -91,8 +118,11 @@ def _bound(lines: list[str]) -> str:
     return "\n".join(lines)
 
 
+_JSON_TEXT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def as_json_text(result: Mapping[str, Any]) -> str:
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    return _JSON_TEXT(result)
 
 
 # Contracts whose engine has one serialization of its own: render=json gives exactly those bytes.
@@ -108,9 +138,12 @@ def json_text(contract_id: str, result: Mapping[str, Any]) -> str:
     return json.dumps(result, separators=(",", ":"), **style)
 
 
-def bound_structured(result: dict[str, Any], artifact_dir: Path | None) -> dict[str, Any]:
-    """Cut an oversized result down to MAX_STRUCTURED_BYTES, keeping the whole in an artifact."""
-    raw = as_json_text(result).encode()
+def bound_structured(result: dict[str, Any], artifact_dir: Path | None, *,
+                     text: str | None = None) -> dict[str, Any]:
+    """Cut an oversized result down to MAX_STRUCTURED_BYTES, keeping the whole in an artifact.
+
+    `text`: as_json_text(result), when the caller has it already."""
+    raw = (as_json_text(result) if text is None else text).encode()
     if len(raw) <= MAX_STRUCTURED_BYTES:
         return result
     artifact = None

@@ -22,7 +22,7 @@ from registry.errors import ErrorObject
 
 from .faults import Fault, FaultCategory
 from .telemetry import Telemetry
-from .transport import WorkerPipes, worker_argv
+from .transport import DIRECT_TOOLS, WorkerPipes, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ProgressCb = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -63,6 +63,8 @@ class WorkerSupervisor:
         self.telemetry = telemetry
         self.extra_env = dict(env or {})
         self.call_timeout_s = call_timeout_s
+        # the worker's direct lane for its short reads; DOME_MCP_DIRECT=0 sends them through MCP too
+        self.direct = os.environ.get("DOME_MCP_DIRECT", "1") != "0"
         self.start_timeout_s = start_timeout_s
         self.generation = 0
         self._current: _Generation | None = None
@@ -217,11 +219,15 @@ class WorkerSupervisor:
         gen = await self._ensure()
         assert gen.client is not None
         meta: dict[str, Any] = {"dome/job_id": job_id} if job_id else {}
+        direct = self.direct and job_id is None and tool in DIRECT_TOOLS
         gen.inflight += 1
         try:
             with anyio.fail_after(timeout_s or self.call_timeout_s):
-                result = await gen.client.call_tool(tool, arguments, progress_callback=progress,
-                                                    meta=meta or None)  # type: ignore[arg-type]
+                if direct:  # a short read: one line each way, no MCP layers (transport.WorkerPipes)
+                    ok, obj = await gen.pipes.direct_call(tool, arguments)
+                else:
+                    result = await gen.client.call_tool(tool, arguments, progress_callback=progress,
+                                                        meta=meta or None)  # type: ignore[arg-type]
         except TimeoutError:
             raise Fault(FaultCategory.TIMEOUT, f"{tool} did not finish in {timeout_s or self.call_timeout_s:.0f}s",
                         details={"generation": gen.number, "tool": tool}) from None
@@ -233,6 +239,11 @@ class WorkerSupervisor:
             gen.inflight -= 1
             if gen.inflight == 0:
                 gen.idle.set()
+        if direct:
+            if not ok:
+                ErrorObject.from_dict(obj)  # shape check
+                raise WorkerError(dict(obj))
+            return dict(obj), gen.number
         if result.is_error:
             obj = result.structured_content or {"code": "ENGINE_ERROR", "message": "worker error", "details": {},
                                                 "hints": [], "retry": "none"}

@@ -1,4 +1,9 @@
-"""Health and telemetry of the host, and the append-only JSONL event file."""
+"""Health and telemetry of the host, and the append-only JSONL event file.
+
+Per-call events are buffered and reach the file at most FLUSH_S after they
+happened (or when the host stops): a small tool call pays no file I/O.
+Faults, restarts and lifecycle changes are written through at once.
+"""
 from __future__ import annotations
 
 import json
@@ -10,35 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..toolcore import CallStats
 from .faults import Fault
 
-
-@dataclass
-class MethodStats:
-    calls: int = 0
-    ok: int = 0
-    errors: int = 0
-    retries: int = 0
-    total_ms: float = 0.0
-    max_ms: float = 0.0
-    last_error: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"calls": self.calls, "ok": self.ok, "errors": self.errors, "retries": self.retries,
-                "mean_ms": round(self.total_ms / self.calls, 3) if self.calls else 0.0,
-                "max_ms": round(self.max_ms, 3), "last_error": self.last_error}
+FLUSH_S = 1.0  # the longest a per-call event waits in the buffer
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 @dataclass
-class Telemetry:
+class Telemetry(CallStats):
+    """The dispatch core's call stats, plus the host's health and its JSONL event file."""
+
     path: Path | None = None
     started: float = field(default_factory=time.monotonic)
-    requests: int = 0
-    successes: int = 0
-    errors: int = 0
-    retries: int = 0
-    methods: dict[str, MethodStats] = field(default_factory=dict)
-    last_method_error: dict[str, Any] | None = None
     last_restart_fault: dict[str, Any] | None = None
     # health
     lifecycle: str = "starting"
@@ -49,42 +38,31 @@ class Telemetry:
     last_fault: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _fh: Any = None
+    _flushed: float = 0.0
 
-    def _emit(self, event: dict[str, Any]) -> None:
+    def _emit(self, event: dict[str, Any], *, buffered: bool = False) -> None:
         if self.path is None:
             return
         with self._lock:
             try:
                 if self._fh is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._fh = open(self.path, "a", buffering=1, encoding="utf-8")
+                    self._fh = open(self.path, "a", buffering=64 * 1024, encoding="utf-8")
                 event = {"ts": round(time.time(), 6), "pid": os.getpid(), **event}
-                self._fh.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
+                self._fh.write(_ENCODE(event) + "\n")
+                now = time.monotonic()
+                if not buffered or now - self._flushed >= FLUSH_S:
+                    self._fh.flush()
+                    self._flushed = now
             except OSError as exc:  # an unwritable ops root must not break the tools; say so once
                 print(f"dome mcp: telemetry file disabled ({self.path}: {exc})", file=sys.stderr)
                 self.path = None
 
     def call(self, tool: str, *, ok: bool, ms: float, error: dict[str, Any] | None = None,
              retries: int = 0) -> None:
-        self.requests += 1
-        stats = self.methods.setdefault(tool, MethodStats())
-        stats.calls += 1
-        stats.total_ms += ms
-        stats.max_ms = max(stats.max_ms, ms)
-        stats.retries += retries
-        self.retries += retries
-        if ok:
-            self.successes += 1
-            stats.ok += 1
-        else:
-            self.errors += 1
-            stats.errors += 1
-            short = {"code": (error or {}).get("code"), "message": (error or {}).get("message"),
-                     "category": (error or {}).get("category")}
-            stats.last_error = short
-            self.last_method_error = {"tool": tool, **short}
+        super().call(tool, ok=ok, ms=ms, error=error, retries=retries)
         self._emit({"event": "call", "tool": tool, "ok": ok, "ms": round(ms, 3), "retries": retries,
-                    "code": (error or {}).get("code"), "category": (error or {}).get("category")})
+                    "code": (error or {}).get("code"), "category": (error or {}).get("category")}, buffered=True)
 
     def fault(self, fault: Fault, *, tool: str | None, restarted: bool) -> None:
         obj = {"tool": tool, "code": fault.code, "category": fault.category.value, "message": fault.message,
@@ -118,10 +96,7 @@ class Telemetry:
                 "rollout_state": self.rollout, "last_fault": self.last_fault}
 
     def snapshot(self) -> dict[str, Any]:
-        return {"requests": self.requests, "successes": self.successes, "errors": self.errors,
-                "retries": self.retries,
-                "methods": {k: v.to_json() for k, v in sorted(self.methods.items())},
-                "last_method_error": self.last_method_error,
+        return {**self.calls_json(),
                 "last_restart_fault": self.last_restart_fault,
                 "telemetry_path": str(self.path) if self.path else None}
 

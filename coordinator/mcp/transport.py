@@ -7,9 +7,17 @@
 process group with stdin/stdout as the MCP pipes and stderr inherited (the
 host's stderr), and exposes the process so the supervisor can kill its
 whole tree.
+
+Beside MCP, the same pipes carry the worker's direct lane (`direct_call`):
+one line out, one line back, for the short KLayout reads that need no job,
+progress or cancellation, without the SDK's client and server layers on
+either end. A frame of the lane is never a JSON-RPC message, so the SDK
+never sees one; when the worker dies, every call waiting on the lane fails
+as a broken pipe, as an MCP call would.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +32,11 @@ from anyio.streams.text import TextReceiveStream
 
 from mcp.shared.message import SessionMessage
 from registry.stdio_guard import claim_stdout
+
+from registry.mcp_pipes import DIRECT_PREFIX as _PREFIX
+from registry.mcp_pipes import DIRECT_TOOLS  # noqa: F401 - the supervisor's list of direct-lane tools
+
+DIRECT_PREFIX = _PREFIX.decode()
 
 
 @asynccontextmanager
@@ -44,6 +57,10 @@ class WorkerPipes:
         self.cwd = cwd
         self.process: anyio.abc.Process | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._send_lock = anyio.Lock()
+        self._direct: dict[int, list] = {}  # id -> [answered event, answer or None]
+        self._direct_seq = 0
+        self._direct_open = False
 
     @property
     def pid(self) -> int | None:
@@ -61,6 +78,7 @@ class WorkerPipes:
         process = await anyio.open_process(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=None, env=self.env, cwd=self.cwd, start_new_session=True)
         self.process = process
+        self._direct_open = True
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](16)
         write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](16)
 
@@ -75,6 +93,9 @@ class WorkerPipes:
                         for line in lines:
                             if not line.strip():
                                 continue
+                            if line.startswith(DIRECT_PREFIX):
+                                self._answer(line)
+                                continue
                             try:
                                 msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                                 await read_send.send(SessionMessage(msg))
@@ -84,6 +105,8 @@ class WorkerPipes:
                                 await read_send.send(exc)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                     pass
+                finally:
+                    self._close_direct()
 
         async def writer() -> None:
             assert process.stdin is not None
@@ -91,7 +114,8 @@ class WorkerPipes:
                 try:
                     async for msg in write_recv:
                         data = msg.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                        await process.stdin.send(data.encode())
+                        async with self._send_lock:
+                            await process.stdin.send(data.encode())
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                     pass
 
@@ -106,6 +130,43 @@ class WorkerPipes:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._stop(process)
+
+    async def direct_call(self, tool: str, arguments: dict) -> tuple[bool, dict]:
+        """(ok, result or ErrorObject) of a short tool over the direct lane; a dead worker raises
+        anyio.BrokenResourceError. Abandoning the wait (cancellation) leaves the worker to finish it."""
+        process = self.process
+        if not self._direct_open or process is None or process.stdin is None:
+            raise anyio.BrokenResourceError("the worker's pipe is closed")
+        self._direct_seq += 1
+        rid = self._direct_seq
+        slot: list = [anyio.Event(), None]
+        self._direct[rid] = slot
+        frame = json.dumps({"dome_direct": rid, "tool": tool, "arguments": arguments}, separators=(",", ":"))
+        try:
+            async with self._send_lock:
+                await process.stdin.send(frame.encode() + b"\n")
+            await slot[0].wait()
+        finally:
+            self._direct.pop(rid, None)
+        answer = slot[1]
+        if answer is None:
+            raise anyio.BrokenResourceError("the worker's pipe closed during the call")
+        return bool(answer.get("ok")), answer.get("result") or {}
+
+    def _answer(self, line: str) -> None:
+        try:
+            answer = json.loads(line)
+            slot = self._direct.get(answer["dome_direct"])
+        except (ValueError, KeyError, TypeError):
+            return  # not ours any more (the caller gave up), or garbled: nothing waits for it
+        if slot is not None and isinstance(answer, dict):
+            slot[1] = answer
+            slot[0].set()
+
+    def _close_direct(self) -> None:
+        self._direct_open = False
+        for slot in list(self._direct.values()):
+            slot[0].set()  # answer stays None: the caller raises a broken pipe
 
     async def _stop(self, process: anyio.abc.Process) -> None:
         if process.stdin is not None:

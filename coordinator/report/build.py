@@ -52,11 +52,48 @@ def _published_csv() -> Path | None:
     return None
 
 
+MAX_CROPS = 12  # close-ups per mask (the renderer's own limit too)
+
+
+def pick_markers(violations: list[Any], limit: int = MAX_CROPS) -> list[dict[str, Any]]:
+    """Up to `limit` DRC markers to show close up, every rule represented before
+    any rule gets a second one; in rule order, then by position (pure)."""
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    for v in violations:
+        loc = v.get("location_nm") if isinstance(v, dict) else None
+        if not (isinstance(loc, list) and len(loc) == 2):
+            continue
+        by_rule.setdefault(str(v.get("rule_id", "")), []).append(
+            {"rule_id": str(v.get("rule_id", "")), "x_nm": float(loc[0]), "y_nm": float(loc[1])})
+    queues = [sorted(by_rule[r], key=lambda m: (m["x_nm"], m["y_nm"])) for r in sorted(by_rule)]
+    out: list[dict[str, Any]] = []
+    while len(out) < limit and any(queues):
+        for q in queues:
+            if q and len(out) < limit:
+                out.append(q.pop(0))
+    return out
+
+
+def drc_markers(model: ReportModel, get_blob: Callable[[str], bytes]) -> None:
+    """Read each DRC task's violations (a blob the ledger's evidence names) and
+    keep the markers to show close up, as `picked` on its model.drc entry."""
+    for d in model.drc:
+        d["picked"] = []
+        if not d.get("violations_digest") or not d.get("markers"):
+            continue
+        try:
+            doc = json.loads(get_blob(str(d["violations_digest"])))
+        except Exception:  # noqa: BLE001 - a missing or unreadable blob leaves the counts, without close-ups
+            continue
+        d["picked"] = pick_markers(list(doc.get("violations") or []))
+
+
 def _render_pictures(repo: str, rev: str, layout_path: str, mask_path: str,
-                     kernels: str | None) -> dict[str, bytes]:
+                     kernels: str | None, crops: list[dict[str, Any]] = ()) -> dict[str, bytes]:
     """Run the litho picture renderer in a child process on files of `rev`;
     {} when the engine is unavailable. The kernels are the repository's own
-    when it pins them (the optics the masks were made for)."""
+    when it pins them (the optics the masks were made for). `crops` are points
+    (mask layout nm) to show close up: they come back as crop_00, crop_01, ..."""
     with tempfile.TemporaryDirectory(prefix="dome-report-") as tmp:
         t = Path(tmp)
         paths = [layout_path, mask_path] + ([kernels] if kernels else [])
@@ -69,6 +106,9 @@ def _render_pictures(repo: str, rev: str, layout_path: str, mask_path: str,
                 "--mask", str(t / mask_path), "--out", str(out)]
         if kernels:
             argv += ["--kernels", str(t / kernels)]
+        if crops:
+            (t / "crops.json").write_text(json.dumps([{"x_nm": c["x_nm"], "y_nm": c["y_nm"]} for c in crops]))
+            argv += ["--crops", str(t / "crops.json")]
         r = subprocess.run(argv, capture_output=True, timeout=600)
         if r.returncode != 0 or not out.is_dir():
             return {}
@@ -110,9 +150,25 @@ def litho_clips(model: ReportModel, *, pictures: bool, progress: Progress = _no_
         kernels = (ev.data.get("provenance") or {}).get("kernels")
         kernels = kernels if isinstance(kernels, str) and not Path(kernels).is_absolute() else None
         if pictures and repo and head and layout_path and files.get("mask") and report:
-            clip.images = _render_pictures(repo, head, layout_path, files["mask"], kernels or _pinned_kernels(repo, head))
+            checked = [d for d in model.drc if d.get("layout") == files["mask"] and d.get("picked")]
+            points = [m for d in checked for m in d["picked"]][:MAX_CROPS]
+            images = _render_pictures(repo, head, layout_path, files["mask"], kernels or _pinned_kernels(repo, head),
+                                      points)
+            _attach_crops(checked, images)
+            clip.images = {k: v for k, v in images.items() if not k.startswith("crop_")}
         clips.append(clip)
     return sorted(clips, key=lambda c: (_test_number(c.name) or 0, c.name))
+
+
+def _attach_crops(checked: list[dict[str, Any]], images: dict[str, bytes]) -> None:
+    """Hand crop_NN pictures back to the DRC entries whose markers they show, in order."""
+    i = 0
+    for d in checked:
+        for marker in d["picked"]:
+            png = images.get(f"crop_{i:02d}")
+            if png is not None:
+                d["crops"].append({**marker, "png": png})
+            i += 1
 
 
 def _pinned_kernels(repo: str, rev: str) -> str | None:
@@ -126,6 +182,7 @@ def build_report(ledger: Ledger, ops_root: Path, run_id: str, *, pictures: bool 
     progress(0, 0, "reading the ledger")
     events = [json.loads(json.dumps(r.to_json())) for r in ledger.events(run_id)]
     model = build_model(run_id, events)
+    drc_markers(model, ledger.blobs.get)
     clips = litho_clips(model, pictures=pictures, progress=progress)
     progress(len(clips), len(clips), "writing the page")
     return Report(model=model, clips=clips,

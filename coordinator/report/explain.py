@@ -226,8 +226,9 @@ class Explainer:
             ex.decisions.append(Decision(seq, "reject", f"{f.node_id or _short(pid)}: {f.reason}", pid))
         elif topic == "integration.stack_plan":
             layers = p.get("ordered_proposals") or []
-            ex.decisions.append(Decision(seq, "plan", f"stack plan with {len(layers)} layer(s)"
-                                         if layers else "stack plan"))
+            # a plan that supersedes another is the one the gate judges (after validation and any ejection)
+            what = f"stack plan revision {p.get('revision')}" if p.get("supersedes") else "stack plan"
+            ex.decisions.append(Decision(seq, "plan", f"{what} with {len(layers)} layer(s)" if layers else what))
         elif topic == "integration.apply_result" and pid:
             f = fate(pid)
             if p.get("applied"):

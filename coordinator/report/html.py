@@ -18,7 +18,8 @@ h1{font-size:20px;margin-bottom:4px;overflow-wrap:anywhere} h2{font-size:17px;bo
 table{border-collapse:collapse;font-size:13px;margin:6px 0} td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 td{overflow-wrap:break-word} th{background:#f3f3f3} td:first-child{white-space:nowrap} code{font-size:12px;overflow-wrap:anywhere} .muted{color:#777}
 .grid{display:flex;flex-wrap:wrap;gap:10px}
-figure{margin:0;text-align:center;font-size:12px} figure img{width:200px;height:200px;max-width:100%;image-rendering:pixelated;border:1px solid #ccc;cursor:zoom-in}
+figure{margin:0;text-align:center;font-size:12px;max-width:100%} figure img{width:480px;max-width:100%;height:auto;aspect-ratio:1;image-rendering:pixelated;border:1px solid #ccc;cursor:zoom-in}
+figure img.crop{width:240px}
 figure img:focus{position:fixed;inset:0;margin:auto;width:min(96vw,96vh);height:min(96vw,96vh);z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.6);cursor:zoom-out;outline:none}
 .legend span{display:inline-block;width:12px;height:12px;vertical-align:middle;margin:0 4px 0 10px;border:1px solid #999}
 .kv td:first-child{font-weight:600;background:#fafafa;white-space:nowrap}
@@ -39,14 +40,20 @@ class ClipSection:
     iterations: int | None = None  # ILT iterations the mask was optimised with
 
 
-def _img(png: bytes, alt: str) -> str:
+def _img(png: bytes, alt: str, cls: str = "") -> str:
     # tabindex: a click (or Tab) focuses the picture and CSS shows it large; click outside to close
-    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}" tabindex="0">'
+    c = f' class="{cls}"' if cls else ""
+    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"{c} tabindex="0">'
 
 
-LEGEND = ('<p class="legend muted">Click a picture to enlarge it.<span style="background:#cdcdcd"></span>target'
+LEGEND = ('<p class="legend muted">Click a picture to enlarge it; the bar at the bottom left gives the scale.'
+          '<span style="background:#cdcdcd"></span>target'
           '<span style="background:#1e5ac8"></span>print<span style="background:#141414"></span>mask, target '
           'alone<span style="border:2px solid #dc1e1e;border-radius:50%"></span>EPE violation</p>')
+DRC_LEGEND = ('<p class="legend muted">Close-ups, 240 nm across, centred on each marker (click to enlarge):'
+              '<span style="background:#cdcdcd"></span>target<span style="background:#7a7a7a"></span>mask'
+              '<span style="background:#1e5ac8"></span>print, nominal'
+              '<span style="border:2px solid #ff8c00;border-radius:50%"></span>DRC marker</p>')
 
 
 def _kv(rows: list[tuple[str, Any]]) -> str:
@@ -159,13 +166,39 @@ def litho_summary_html(clips: list[ClipSection], quick_iterations: int | None) -
             + _scroll(_table(["", "L2 (nm²)", "PVB (nm²)", "EPE violations"], rows)))
 
 
+def _drc_mask_html(d: dict[str, Any]) -> str:
+    """One mask's markers: counts by rule, then up to 12 close-ups (or their places when no pictures)."""
+    picked = d.get("picked") or []
+    if not picked:
+        return ""
+    total = d.get("markers") or len(picked)
+    shown = f"{len(picked)} of {total}" if total > len(picked) else f"all {total}"
+    head = (f'<h3>{escape(str(d.get("layout") or d["node_id"]))}: {total} marker(s)</h3>'
+            + _scroll(_table(["rule", "markers"], [[r, n] for r, n in sorted(d["rule_counts"].items())]))
+            + f'<p class="muted">Showing {shown} marker(s), every rule before a second of any.</p>')
+    crops = d.get("crops") or []
+    if crops:
+        figs = _crop_figures(str(d.get("layout") or d["node_id"]), crops)
+        return head + DRC_LEGEND + f'<div class="grid">{figs}</div>'
+    return head + _scroll(_table(["#", "rule", "x (nm)", "y (nm)"],
+                                 [[i + 1, m["rule_id"], f"{m['x_nm']:g}", f"{m['y_nm']:g}"]
+                                  for i, m in enumerate(picked)]))
+
+
+def _crop_figures(layout: str, crops: list[dict[str, Any]]) -> str:
+    return "".join(f'<figure>{_img(c["png"], f"{layout} marker {i + 1}", "crop")}'
+                   f'<figcaption>{escape(c["rule_id"])} at ({c["x_nm"]:g}, {c["y_nm"]:g}) nm</figcaption></figure>'
+                   for i, c in enumerate(crops))
+
+
 def drc_html(drc: list[dict[str, Any]]) -> str:
     if not drc:
         return ""
     rows = [[d["node_id"], d.get("layout") or "", d.get("deck") or "", d.get("markers"),
              ", ".join(f"{rule}: {n}" for rule, n in sorted(d["rule_counts"].items())) or "none"] for d in drc]
     return ("<h2>Mask rules (DRC) per mask</h2>"
-            + _scroll(_table(["task", "mask", "deck", "markers", "markers by rule"], rows)))
+            + _scroll(_table(["task", "mask", "deck", "markers", "markers by rule"], rows))
+            + "".join(_drc_mask_html(d) for d in drc))
 
 
 def render_html(m: ReportModel, clips: list[ClipSection] | None = None,

@@ -112,9 +112,13 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
                                           start=a["start"], end=rel, status=status, wave=a["wave"]))
             summary = p.get("summary") if isinstance(p.get("summary"), Mapping) else {}
             if topic == "task.completed" and "rule_counts" in summary:  # a drc.run task's result
+                viol = [i for i in p.get("evidence") or [] if isinstance(i, Mapping)
+                        and i.get("kind") == "drc_violations" and i.get("layout") == summary.get("layout")]
                 m.drc.append({"node_id": str(ev.get("node_id")), "layout": summary.get("layout"),
                               "deck": summary.get("deck"), "markers": summary.get("marker_count"),
-                              "rule_counts": dict(summary.get("rule_counts") or {})})
+                              "rule_counts": dict(summary.get("rule_counts") or {}),
+                              "violations_digest": viol[0].get("digest") if viol else None,
+                              "crops": []})  # close-ups around markers, added by build.litho_clips
             if topic == "task.completed":
                 for item in p.get("evidence") or []:
                     if isinstance(item, Mapping):

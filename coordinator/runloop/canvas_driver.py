@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from coordinator.integration.canvas import Canvas
 from coordinator.integration.evidence import T_PLAN, T_SELECTION
-from coordinator.integration.finish import (FinishContext, _record_inputs, _suites, _verify_proposals,
+from coordinator.integration.finish import (FinishContext, record_inputs, record_verified_proposals, suites_for,
                                             export_promotion, finish_recorded_promotion, gate_and_promote,
                                             record_requirements, recorded_result)
 from coordinator.integration.recorder import Emitter, integration_records, records_of, run_dir
@@ -74,7 +74,8 @@ class CanvasDriver:
     # -- the ledger ------------------------------------------------------------
     @property
     def ledger(self) -> Any:
-        """The run's ledger through the loop's writer (lease-fenced; the live view hears each record)."""
+        """The run's writer: it applies each record to the run state and shows it
+        in the live view (once; a second observer printed every decision twice)."""
         from .writer import WriterLedger
         return WriterLedger(self.loop.writer)
 
@@ -103,7 +104,7 @@ class CanvasDriver:
         ctx = self._context([])
         self.emit = Emitter(ctx.ledger, self.run_id, ctx.signing_key, ctx.clock,
                             replay=integration_records(self.loop.ctx.ledger, self.run_id))
-        _record_inputs(ctx, self.emit, self.ipolicy, self.wq.promote_to or self.ipolicy.promote_to)
+        record_inputs(ctx, self.emit, self.ipolicy, self.wq.promote_to or self.ipolicy.promote_to)
         self.canvas = Canvas(self.repo, self.base_ref, run_id=self.run_id,
                              workdir=run_dir(ctx.ops_root, self.run_id) / "canvas",
                              max_binary_bytes=self.ipolicy.max_binary_bytes, policy=self.ipolicy)
@@ -235,7 +236,7 @@ class CanvasDriver:
                             "head_ref": self.canvas.head})
         ctx = self._context(proposals)
         reader = self.canvas.reader
-        checked, rejected = _verify_proposals(ctx, self.emit, self.ipolicy, reader)
+        checked, rejected = record_verified_proposals(ctx, self.emit, self.ipolicy, reader)
         self.rejected.extend(rejected)
         cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), self.ipolicy,
                                          self.critical) for c in checked.values()]
@@ -269,7 +270,7 @@ class CanvasDriver:
         assert self.stacker is not None
         state = self.stacker.state
         risks = {self.checked[l.proposal_id.split(":split-")[0]].risk for l in state.layers}
-        return _suites(self.wq.validations, self.ipolicy, risks, bool(state.derived))
+        return suites_for(self.wq.validations, self.ipolicy, risks, bool(state.derived))
 
     def _validate(self) -> None:
         assert self.stacker is not None and self.canvas is not None
@@ -342,7 +343,7 @@ class CanvasDriver:
                                ops_root=Path(self.loop.ctx.ops_root), emit=self.emit,
                                why=dict(state.why_blocked),
                                rejected=[{"proposal_id": p, **r.to_dict()} for p, r in self.rejected],
-                               base_ref=self.base_ref)
+                               base_ref=self.base_ref, tasks_not_landed=not_landed(fc))
         return outcome_of(fc, res)
 
     def close(self) -> None:
@@ -360,3 +361,9 @@ def driver_for(loop: Any) -> CanvasDriver | None:
 
 
 __all__ = ["CanvasDriver", "driver_for"]
+
+
+def not_landed(fc: Any) -> list[dict[str, str]]:
+    """The tasks a partial run (`if_tasks_fail: promote_rest`) integrates without, for the gate."""
+    from .partial import decide
+    return list(decide(fc.node_status, fc.work_queue.if_tasks_fail).record().get("tasks_not_landed", []))

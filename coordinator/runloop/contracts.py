@@ -27,6 +27,8 @@ class RunContext:
     finish: Callable[["FinishedRun"], dict[str, Any]] | None = None
     view: Any = None
     executor: Any = None  # injected executor (tests, benchmarks)
+    image: str | None = None  # the worker image of the container executor (NAME or NAME@sha256:...)
+    gateway_bind: str | None = None  # HOST[:PORT]: the gateway also over TCP+TLS, for Ray workers on other hosts
     # with scheduling.rebase_waves_on_integration_head: loop -> (sha, tree) of the integration head, or None
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
     lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)

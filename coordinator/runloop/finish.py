@@ -9,13 +9,10 @@ tasks not landed are recorded with integration's inputs for the gate to name.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from .loop import FinishedRun
 from .partial import decide
-
-if TYPE_CHECKING:
-    from ledger import Ledger
 
 
 def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
@@ -73,10 +70,12 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
     task_meta, critical = task_meta_of(fc.work_queue.graph)
     partial = decide(fc.node_status, fc.work_queue.if_tasks_fail)
 
+    # fc.ledger writes through the run's LedgerWriter, which already shows the
+    # live view every record integration appends; the view also hears when each
+    # validation suite starts (its report follows as a record).
     ledger, validator = fc.ledger, None
-    if fc.view is not None:  # the person watching sees each integration step as it happens
+    if fc.view is not None:
         from coordinator.integration.validation import SuiteRunner
-        ledger = ObservedLedger(fc.ledger, fc.view)
         validator = AnnouncedValidator(lambda: SuiteRunner(fc.repo, sandbox=fc.sandbox,
                                                            put_artifact=fc.ledger.blobs.put), fc.view)
     res = finish_run(FinishContext(
@@ -107,24 +106,6 @@ def _reason(status: str, error: dict[str, Any] | None) -> str | None:
     if error is not None:  # the decision said promote, the ref did not move: never recorded as promoted
         return f"{error.get('code')}: {error.get('message')}"
     return "evidence chain incomplete or human gate"
-
-
-
-class ObservedLedger:
-    """The run's ledger, telling the live view about each record integration
-    appends (integration writes to the ledger directly, not through the run
-    loop's writer). Everything else is the ledger itself."""
-
-    def __init__(self, ledger: Ledger, view: Any) -> None:
-        self._ledger, self._view = ledger, view
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
-
-    def append(self, *args: Any, **kwargs: Any) -> Any:
-        rec = self._ledger.append(*args, **kwargs)
-        self._view.on_record(rec, None)
-        return rec
 
 
 class AnnouncedValidator:

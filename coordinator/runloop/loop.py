@@ -101,7 +101,8 @@ class RunLoop:
             from ..executors import make_executor
             max_c = ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4))
             ctx.executor = make_executor(ctx.executor_kind, sandbox=ctx.sandbox, max_concurrency=max_c,
-                                         limits=self.limits)
+                                         limits=self.limits, image=ctx.image,
+                                         gateway_bind=ctx.gateway_bind)
         self.executor = ctx.executor
         par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
         retries = wq.budgets.get("max_retries")
@@ -127,8 +128,11 @@ class RunLoop:
         self.socket = self.work / "gw.sock"
         self.cancel_reason: str | None = None
         self.gateway: WorkerGateway | None = None
+        self.tls_front: Any = None  # the gateway over TCP+TLS (workers on other hosts)
         self.egress_gate: Any = None
-        self.container_ref = host_container_ref(self.started.get("environment", {}))
+        # the executor's pinned worker image (containers), else the host's environment
+        self.container_ref = getattr(self.executor, "container_ref", None) or \
+            host_container_ref(self.started.get("environment", {}))
         self.timings = {"coordinator_s": 0.0, "ticks": 0}
         self.resumed = False
         self.lease: LeaseKeeper | None = None  # taken by start()/resume() before any write
@@ -237,6 +241,13 @@ class RunLoop:
                                      dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket,
                                      attempt=self.attempts.get)
         self.gateway.start()
+        bind = getattr(self.executor, "gateway_bind", None)
+        if bind is not None:  # workers on other hosts: the gateway over TCP with TLS, certificate made now
+            from ..gateway.tls import TlsFront, make_certificate
+
+            self.tls_front = TlsFront(bind[0], bind[1], make_certificate(self.work, [bind[0]]), self.socket)
+            host, port = self.tls_front.start()
+            self.executor.connect_gateway(host, port, self.tls_front.certificate.cert_pem)
         if self.ctx.egress is not None:
             from coordinator.egress.gate import EgressGate
 
@@ -539,6 +550,8 @@ class RunLoop:
                 self.canvas.close()
             if self.gateway is not None:
                 self.gateway.stop()
+            if self.tls_front is not None:
+                self.tls_front.stop()
             if self.egress_gate is not None:
                 self.egress_gate.stop()
 

@@ -129,10 +129,14 @@ def test_litho_report_page_says_what_the_ledger_says(flagship: dict, tmp_path: P
     page = Page(rendered(html, 760, tmp_path))
     drc = {e["node_id"]: e["payload"]["summary"] for e in events
            if e["topic"] == "task.completed" and "rule_counts" in (e["payload"].get("summary") or {})}
-    rows = {r[0]: r for r in page.tables["Mask rules (DRC) per mask"][1:]}
+    table = page.tables["Mask rules (DRC) per mask"]
+    rows = {r[0]: r for r in table[1:] if len(r) == 5}  # the per-task table (per-mask tables follow it)
     assert set(rows) == set(drc)
     for node, summary in drc.items():
         assert rows[node][1] == summary["layout"] and int(rows[node][3]) == summary["marker_count"]
+        # a mask with markers gets its own block (counts by rule, close-ups); a clean one none
+        heading = f"<h3>{summary['layout']}: {summary['marker_count']} marker(s)</h3>"
+        assert (heading in html.read_text()) == (summary["marker_count"] > 0)
     metrics = [item["metrics"] for e in events if e["topic"] == "task.completed"
                for item in e["payload"].get("evidence") or [] if item.get("kind") == "litho.optimize"]
     ours = [r for r in page.tables["Lithography: per-clip results"] if r and r[0] == "dome (this run)"]

@@ -11,7 +11,7 @@ import pytest
 
 from registry.canonical import canonical_json
 from coordinator.integration.evidence import GitFacts
-from coordinator.integration.gate import RULES, SHARED_KINDS, evaluate_chain
+from coordinator.integration.gate import RULES, SHARED_KINDS, evaluate_chain, rule_for
 from registry.signing import Keyring
 from tests.integration.gate_corpus import KEY, decide, records, variations
 
@@ -43,6 +43,8 @@ def test_every_recorded_link_belongs_to_exactly_one_rule_of_the_table() -> None:
             for link in d["links"]:
                 owners = [r.code for r in RULES if r.adds(link["link"])]
                 assert len(owners) == 1 or link["link"].split(":")[0] in SHARED_KINDS, (link, owners)
+                rule = rule_for(link["link"])
+                assert (rule.code if rule else None) == (owners[0] if owners else None)
 
 
 def test_a_rule_that_stops_the_chain_ends_the_fold() -> None:

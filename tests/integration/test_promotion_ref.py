@@ -46,8 +46,16 @@ def test_a_branch_checked_out_in_the_repository_is_not_moved(git_repo: Path, tmp
     assert git(git_repo, "status", "--porcelain") == ""  # the user's worktree is untouched
     fin = _finished(ops, out["run_id"])
     assert any("checked out in the worktree" in m for m in fin["missing"]), fin
+    # a valid record of a correctly blocked run: verify exits 0 and says blocked, with the reason
     v = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json")
-    assert v.returncode == 1 and json.loads(v.stdout)["valid"] is False
+    ver = json.loads(v.stdout)
+    assert v.returncode == 0 and ver["valid"] is True and ver["status"] == "blocked", v.stdout
+    assert any("checked out in the worktree" in m for m in ver["blocked_by"]), ver
+    assert {c["kind"]: c["status"] for c in ver["checks"]}["block_agrees_with_gate"] == "ok"
+    text = dome_cli("verify", out["run_id"], "--ops-root", str(ops))
+    assert text.stdout.splitlines()[0] == (f"run {out['run_id']}: the evidence chain is valid and "
+                                           "the run is blocked (not promoted)")
+    assert "promoted head" not in text.stdout
 
 
 def test_a_kill_between_the_decision_and_the_swap_is_finished_by_resume(git_repo: Path, tmp_path: Path) -> None:
@@ -90,8 +98,14 @@ def test_a_target_moved_after_the_decision_ends_the_run_failed_not_promoted(git_
     assert fin["promoted_ref"] is None
     st = json.loads(dome_cli("status", run_id, "--ops-root", str(ops), "--json").stdout)
     assert st["status"] == "failed" and "PROMOTION_TARGET_MOVED" in st["reason"]
+    # the record is intact and says what happened: a decision to promote that could not be carried out
     v = dome_cli("verify", run_id, "--ops-root", str(ops), "--json")
-    assert v.returncode == 1 and json.loads(v.stdout)["valid"] is False
+    ver = json.loads(v.stdout)
+    assert v.returncode == 0 and ver["valid"] is True and ver["status"] == "failed", v.stdout
+    text = dome_cli("verify", run_id, "--ops-root", str(ops)).stdout.splitlines()
+    assert text[0] == f"run {run_id}: the evidence chain is valid and the run failed (not promoted)"
+    assert any(line.startswith("  reason: PROMOTION_TARGET_MOVED") for line in text), text
+    assert "promoted head" not in "\n".join(text)
 
 
 def test_a_kill_between_a_consented_decision_and_the_swap_is_finished_by_promote_again(git_repo: Path,

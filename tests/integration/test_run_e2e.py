@@ -66,6 +66,14 @@ def test_dome_run_held_at_the_human_gate_then_dome_promote(git_repo: Path, tmp_p
     st = json.loads(dome_cli("status", out["run_id"], "--ops-root", str(ops), "--json").stdout)
     assert st["awaiting_consent"] is True and st["missing"] == ["consent: missing (human approval required by policy)"]
     assert _ref(git_repo, GATED_REF) is None
+    # held at the gate: the record is valid and says what it waits for
+    held = dome_cli("verify", out["run_id"], "--ops-root", str(ops))
+    assert held.returncode == 0, held.stdout + held.stderr
+    assert held.stdout.splitlines()[0] == (f"run {out['run_id']}: the evidence chain is valid and the run "
+                                           "awaits consent (not promoted)")
+    assert f"  next: dome promote {out['run_id']} --consent TOKEN" in held.stdout
+    held_js = json.loads(dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json").stdout)
+    assert held_js["status"] == "awaiting_consent" and held_js["blocked_by"] == st["missing"]
     token = token_file.read_text().strip()
     bad = dome_cli("promote", out["run_id"], "--consent", "nope", "--ops-root", str(ops), "--json")
     assert bad.returncode == 1 and json.loads(bad.stdout)["error"]["code"] == "CONSENT_INVALID"
@@ -77,6 +85,7 @@ def test_dome_run_held_at_the_human_gate_then_dome_promote(git_repo: Path, tmp_p
     assert git(git_repo, "show", f"{promoted['head_ref']}:GATED.txt") == "gated"
     ver = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json")
     assert ver.returncode == 0 and json.loads(ver.stdout)["valid"] is True, ver.stdout
+    assert json.loads(ver.stdout)["status"] == "promoted"
     again = dome_cli("promote", out["run_id"], "--consent", token, "--ops-root", str(ops), "--json")
     assert again.returncode == 1 and json.loads(again.stdout)["error"]["code"] == "CONSENT_ALREADY_USED"
     assert _ref(git_repo, GATED_REF) == promoted["head_ref"]

@@ -34,12 +34,17 @@ def promoted_run(tmp_path_factory):
     return repo, tmp / "ops", out["run_id"]
 
 
-@pytest.fixture
-def promoted_copy(promoted_run, tmp_path: Path):
-    repo, ops, run_id = promoted_run
+def _copy_ops(run: tuple[Path, Path, str], tmp_path: Path) -> tuple[Path, str, Path]:
+    """(ops, run_id, run folder): a private copy of a module run's ops folder, for a test to tamper with."""
+    _, ops, run_id = run
     mine = tmp_path / "ops"
     shutil.copytree(ops, mine)
     return mine, run_id, mine / "runs" / run_id
+
+
+@pytest.fixture
+def promoted_copy(promoted_run, tmp_path: Path):
+    return _copy_ops(promoted_run, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +64,7 @@ def finished_run(tmp_path_factory):
 
 @pytest.fixture
 def run_copy(finished_run, tmp_path: Path):
-    repo, ops, run_id = finished_run
-    mine = tmp_path / "ops"
-    shutil.copytree(ops, mine)
-    return mine, run_id, mine / "runs" / run_id
+    return _copy_ops(finished_run, tmp_path)
 
 
 def _verify(ops: Path, run_id: str) -> tuple[int, dict]:

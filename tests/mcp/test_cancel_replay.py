@@ -141,6 +141,13 @@ async def test_worker_session_rebuilt_after_restart_or_not_found(tmp_path):
         assert not r2.is_error, r2.content[0].text
         assert r2.structured_content["session_id"] == sid and r2.structured_content["sha256"] == r1["sha256"]
         assert r2.structured_content["worker_pid"] != r1["worker_pid"]
+        # the rebuilt session answers under the public id, and its provenance hashes cover that id
+        from registry.canonical import digest_json
+        from registry.provenance import inputs_hash
+
+        sc = r2.structured_content
+        assert sc["provenance"]["outputs_hash"] == digest_json({k: v for k, v in sc.items() if k != "provenance"})
+        assert sc["provenance"]["inputs_hash"] == inputs_hash({"session_id": sid})
         # the pinned input changes, then the worker dies again: not rebuildable -> SESSION_NOT_FOUND
         src.write_bytes(b"changed input")
         await client.call_tool("test_crash_now", {})

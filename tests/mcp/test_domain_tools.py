@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -25,11 +26,16 @@ def test_litho_capabilities_on_the_descriptor_are_the_engines():
         assert by_name[tool]["_meta"]["dome/capabilities"] == capabilities()
 
 
-async def test_klayout_session_survives_worker_crash(tmp_path):
+def _klayout_host(tmp_path):
+    """A host whose worker may read tmp_path, with a two-bar layout there: (host, layout path)."""
     gds = tmp_path / "two_bars.gds"
     two_bars_gds(gds)
-    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path),
-                     KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp_path / "artifacts"))
+    return make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path),
+                     KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp_path / "artifacts")), gds
+
+
+async def test_klayout_session_survives_worker_crash(tmp_path):
+    host, gds = _klayout_host(tmp_path)
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         opened = await client.call_tool("open_layout", {"path": f"file://{gds}"})
         assert not opened.is_error, opened.content[0].text
@@ -149,3 +155,82 @@ async def test_evaluate_sends_progress(tmp_path, iccad13):
     values = [p for p, _ in seen]
     assert len(values) >= 3 and all(b > a for a, b in zip(values, values[1:])), seen
     assert any("simulating" in (m or "") for _, m in seen)
+
+
+async def test_klayout_results_carry_the_standard_provenance_block(tmp_path):
+    """Inside the result, not only in _meta: seed, engine versions, input and output hashes, revision."""
+    from registry.canonical import digest_json
+    from registry.provenance import STANDARD_KEYS
+
+    host, gds = _klayout_host(tmp_path)
+    async with connect("inproc", "legacy", tmp_path, host=host) as client:
+        opened = await client.call_tool("open_layout", {"path": str(gds)})
+        sid = opened.structured_content["session_id"]
+        box = {"left": 0, "bottom": 0, "right": 20, "top": 10}
+        for tool, args in (("open_layout", {"path": str(gds)}), ("list_layers", {"session_id": sid}),
+                           ("query_region", {"session_id": sid, "box": box})):
+            res = await client.call_tool(tool, args)
+            assert not res.is_error, res.content[0].text
+            sc = res.structured_content
+            prov = sc["provenance"]
+            assert set(STANDARD_KEYS) <= set(prov) and prov["tool"] == tool
+            assert "klayout" in prov["engine_versions"] and prov["revision_id"] is None
+            assert prov["outputs_hash"] == digest_json({k: v for k, v in sc.items() if k != "provenance"})
+            assert res.meta["dome/provenance"]["outputs_hash"] == prov["outputs_hash"]
+
+
+async def test_direct_lane_answers_as_the_mcp_path_does(tmp_path, monkeypatch):
+    """The short KLayout reads take the worker's direct lane; results and errors are the MCP path's."""
+    from coordinator.mcp import transport
+
+    used = []
+    real = transport.WorkerPipes.direct_call
+
+    async def counting(self, tool, arguments):
+        used.append(tool)
+        return await real(self, tool, arguments)
+
+    monkeypatch.setattr(transport.WorkerPipes, "direct_call", counting)
+    box = {"left": 0, "bottom": 0, "right": 20, "top": 10}
+    answers = {}
+    for lane in ("1", "0"):
+        monkeypatch.setenv("DOME_MCP_DIRECT", lane)
+        root = tmp_path / f"lane{lane}"
+        root.mkdir()
+        host, gds = _klayout_host(root)
+        async with connect("inproc", "legacy", root, host=host) as client:
+            sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
+            out = []
+            for tool, args in (("list_layers", {"session_id": sid}), ("query_region", {"session_id": sid, "box": box}),
+                               ("describe_cell", {"session_id": sid, "cell": "TOP"}),
+                               ("query_region", {"session_id": "ses_000000000000", "box": box})):
+                res = await client.call_tool(tool, args)
+                sc = {k: v for k, v in res.structured_content.items() if k not in ("session_id", "provenance")}
+                text = [x for x in res.content[0].text.replace(sid, "SID").splitlines()
+                        if not x.startswith("provenance:")]  # its hashes cover the session id
+                # shape ids are per session: compare everything else
+                out.append(re.sub(r"shp_[0-9a-f]+", "shp_ID", json.dumps([res.is_error, sc, text])))
+            answers[lane] = out
+        if lane == "1":
+            assert used == ["list_layers", "query_region", "describe_cell", "query_region"]
+            used.clear()
+    assert used == []  # DOME_MCP_DIRECT=0: every call went through MCP
+    assert answers["1"] == answers["0"]
+    assert json.loads(answers["1"][-1])[0] is True and json.loads(answers["1"][-1])[1]["code"] == "SESSION_NOT_FOUND"
+
+
+async def test_a_worker_dying_under_a_direct_call_is_a_typed_fault_then_recovered(tmp_path):
+    import os
+    import signal
+
+    host, gds = _klayout_host(tmp_path)
+    async with connect("inproc", "legacy", tmp_path, host=host) as client:
+        sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
+        pid = host.supervisor.worker_pid
+        os.kill(pid, signal.SIGKILL)
+        res = await client.call_tool("list_layers", {"session_id": sid})
+        # Convergent: the host replays it on a new worker, the session rebuilt there
+        assert not res.is_error, res.content[0].text
+        assert host.supervisor.worker_pid != pid
+        health = (await client.call_tool("health", {})).structured_content
+        assert health["last_fault"]["category"] in ("process", "transport")

@@ -41,7 +41,7 @@ async def check_unknown_field_rejected_naming_it(client, tmp_path):
     if True:
         res = await client.call_tool("evaluate", {"layout": "/x.glp", "report_levle": "detailed"})
         assert res.is_error
-        assert res.structured_content["code"] == "SCHEMA_VALIDATION_ERROR"
+        assert res.structured_content["code"] == "INVALID_REQUEST"
         assert res.structured_content["details"]["unknown_fields"] == ["report_levle"]
         assert "report_levle" in res.content[0].text
         res = await client.call_tool("poll", {})

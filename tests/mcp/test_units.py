@@ -4,17 +4,23 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry.errors import DomeError
 
 from coordinator.mcp import render
 from coordinator.mcp.catalog import default_specs
 from coordinator.mcp.consent import ConsentBook
-from coordinator.mcp.faults import Fault, FaultCategory, ToolInputError
+from coordinator.mcp.faults import Fault, FaultCategory
 from coordinator.mcp.normalization import ToolNames, normalize_arguments
-from coordinator.mcp.validation import CompiledTool
+from coordinator.toolcore import InputSchema, ToolInputError
 
 SPECS = default_specs(include_test=False)
+
+
+def CompiledTool(spec):  # noqa: N802 - the front door compiles each tool's schema this way (ToolHost.compiled)
+    return InputSchema(spec.name, spec.input_schema, spec.contract_id)
 
 
 def test_tool_name_aliases_and_spellings():
@@ -88,7 +94,7 @@ def test_relative_paths_are_refused_not_resolved_against_the_host_folder(tmp_pat
     assert str(tmp_path) not in str(e.value.to_object())
     with pytest.raises(DomeError) as e:
         normalize_arguments(SPECS["evaluate"], {"layout": "./chip.glp"})
-    assert e.value.code == "SCHEMA_VALIDATION_ERROR" and e.value.details["field"] == "layout"
+    assert e.value.code == "INVALID_REQUEST" and e.value.details["field"] == "layout"
 
 
 def test_porcelain_is_bounded_and_summary_first():
@@ -170,3 +176,32 @@ def test_standard_provenance_block_has_every_key():
     assert {"seed", "engine_versions", "inputs_hash", "outputs_hash", "revision_id"} <= set(out["provenance"])
     assert out["provenance"]["revision_id"] is None and out["provenance"]["inputs_hash"] == stamp(
         {"x": 1}, {"a": 1}, tool="t")["provenance"]["inputs_hash"]  # delivery fields are not inputs
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.none() | st.booleans() | st.integers() | st.floats() | st.text())
+def test_porcelain_leaves_are_written_as_compact_json(value):
+    """The porcelain writes leaves without an encoder run each: the same text as the JSON encoder's."""
+    assert render._scalar(value) == render._compact(value)
+
+
+def test_telemetry_buffers_call_events_and_writes_faults_through(tmp_path, monkeypatch):
+    """A small call pays no file I/O: call events reach the file within FLUSH_S or at close;
+    a fault is written at once."""
+    from coordinator.mcp import telemetry as tm
+
+    monkeypatch.setattr(tm, "FLUSH_S", 60.0)  # no flush by the clock during the test
+    path = tmp_path / "telemetry.jsonl"
+    tel = tm.Telemetry(path=path)
+    tel.lifecycle_to("ready")  # written through (and the flush clock starts)
+    size = path.stat().st_size
+    for _ in range(50):
+        tel.call("query_region", ok=True, ms=1.0)
+    assert path.stat().st_size == size  # still buffered
+    assert tel.snapshot()["methods"]["query_region"]["calls"] == 50  # the counts are live
+    tel.fault(Fault(FaultCategory.PROCESS, "worker exited"), tool="query_region", restarted=True)
+    lines = path.read_text().splitlines()
+    assert sum('"event":"call"' in x for x in lines) == 50 and '"event":"fault"' in lines[-1]
+    tel.call("query_region", ok=True, ms=1.0)
+    tel.close()
+    assert sum('"event":"call"' in x for x in path.read_text().splitlines()) == 51

@@ -63,3 +63,27 @@ def test_edge_cases_take_the_reference_path() -> None:
         except CanonicalizationError:
             continue
         raise AssertionError(f"{bad!r} was accepted")
+
+
+_integral_floats = st.integers(min_value=-(2**53) - 4, max_value=2**53 + 4).map(float) | st.sampled_from(
+    [0.0, -0.0, 1.0, -1.0, 1e15, 1e16, 9007199254740991.0, 9007199254740992.0])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.recursive(_integral_floats | st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5),
+                    lambda children: st.lists(children, max_size=4)
+                    | st.dictionaries(st.text(max_size=4), children, max_size=4), max_leaves=20))
+def test_integral_floats_take_the_fast_path_byte_identically(value) -> None:
+    """Geometry results are full of 2.0 and -0.0: written as the integers ECMAScript prints, same bytes."""
+    assert _ours(value) == _reference(value)
+
+
+def test_integral_floats_are_not_left_to_the_reference_path(monkeypatch) -> None:
+    import registry.canonical as canonical
+
+    def refuse(value):
+        raise AssertionError("reference path used")
+
+    monkeypatch.setattr(canonical.rfc8785, "dumps", refuse)
+    assert canonical_json({"box_um": {"left": 0.0, "right": 20.0, "top": -0.0}, "w": 0.5}) == \
+        b'{"box_um":{"left":0,"right":20,"top":0},"w":0.5}'

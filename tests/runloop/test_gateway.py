@@ -252,3 +252,88 @@ def test_client_refuses_a_cnf_grant_without_its_key(gateway):
     bearer = attempt("ne-c3", cnf=False)  # a bearer grant still works without a key
     assert "cnf" not in bearer.profile
     assert client(gw, bearer).call("report_progress", _progress_args("ne-c3", 1))["duplicate"] is False
+
+
+def _front_door_error(ops_root: Path, tool: str, args: dict) -> dict:
+    """The ErrorObject `dome mcp` answers for one call (real SDK client, in-process host)."""
+    from mcp import Client
+
+    from coordinator.mcp.catalog import default_specs
+    from coordinator.mcp.dispatch import ToolHost
+    from coordinator.mcp.server import build_server
+
+    async def go() -> dict:
+        host = ToolHost(ops_root=ops_root, specs=default_specs(include_test=False))
+        async with Client(build_server(host), mode="legacy", cache=None) as c:
+            res = await c.call_tool(tool, args)
+            assert res.is_error
+            return dict(res.structured_content)
+
+    return asyncio.run(go())
+
+
+# one malformed call of each kind, spelled for a tool of each door (same fault, same place in the request)
+MALFORMED = {
+    "unknown_field": ({"job_id": "job_1", "shell": "rm -rf /"},
+                      {"fraction": 0.1, "message": "m", "shell": "rm -rf /"}),
+    "wrong_type": ({"job_id": 7}, {"fraction": "most"}),
+    "missing_required": ({}, {"fraction": None}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_one_fault_gets_one_code_through_both_doors(gateway, tmp_path, kind):
+    """The worker gateway and the MCP front door share one dispatch core: the same malformed call
+    gets the same code, the same named field and the same retry hint through either door."""
+    gw, _, _, attempt, _ = gateway
+    front_args, gw_fields = MALFORMED[kind]
+    c = client(gw, attempt("ne-m1"))
+    gw_args = {"idempotency_key": "ne-m1:x:1", "node_execution_id": "ne-m1", **gw_fields}
+    if kind == "missing_required":
+        del gw_args["fraction"]
+    with pytest.raises(DomeError) as ei:
+        c.call("report_progress", gw_args)
+    back = ei.value.to_object()
+    front = _front_door_error(tmp_path / "ops", "poll", front_args)
+    assert back["code"] == front["code"] == "INVALID_REQUEST", (back, front)
+    assert back["retry"] == front["retry"] == "none"
+    assert sorted(back["details"]) == sorted(front["details"])
+    if kind == "unknown_field":
+        assert back["details"]["unknown_fields"] == front["details"]["unknown_fields"] == ["shell"]
+    else:
+        field = {"wrong_type": ("fraction", "job_id"), "missing_required": ("fraction", "job_id")}[kind]
+        assert (back["details"]["field"], front["details"]["field"]) == field
+        assert repr(field[0]) in back["message"] or field[0] in back["message"]
+
+
+def test_an_unexpected_exception_is_internal_error_through_both_doors(tmp_path):
+    from coordinator.gateway.dispatch import ToolSpec
+
+    def boom(args, ctx):
+        raise RuntimeError("secret backend detail")
+
+    dispatcher = ToolDispatcher([ToolSpec("boom", "fails", {"type": "object", "additionalProperties": False}, boom)])
+    out = dispatcher.call("boom", {})
+    assert not out.ok and out.result["code"] == "INTERNAL_ERROR"
+    assert dispatcher.stats.methods["boom"].errors == 1  # the core's call stats, as the front door keeps them
+    assert "secret" not in json.dumps(out.result)
+
+    async def front_boom(args, ctx):
+        raise RuntimeError("secret backend detail")
+
+    from mcp import Client
+
+    from coordinator.mcp.catalog import default_specs
+    from coordinator.mcp.dispatch import ToolHost
+    from coordinator.mcp.server import build_server
+
+    async def go() -> dict:
+        host = ToolHost(ops_root=tmp_path / "ops", specs=default_specs(include_test=False),
+                        handlers={"health": front_boom})
+        async with Client(build_server(host), mode="legacy", cache=None) as c:
+            res = await c.call_tool("health", {})
+            return dict(res.structured_content)
+
+    front = asyncio.run(go())
+    assert front["code"] == out.result["code"] == "INTERNAL_ERROR"
+    assert "secret" not in json.dumps(front)

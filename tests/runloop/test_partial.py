@@ -126,6 +126,23 @@ def test_partial_run_is_recorded_and_named_by_gate_status_report_and_verify(part
     assert "partial: promoted without after (blocked), boom (failed)" in text
 
 
+def test_partial_run_integrated_during_the_run_is_named_by_the_gate_and_verifies(tmp_path, git_repo):
+    """The same partial run with in-run integration (the canvas moves while tasks run):
+    the gate of the canvas's finish names the tasks not landed too, and the run verifies."""
+    q = _queue(tmp_path, git_repo, if_tasks_fail="promote_rest")
+    raw = json.loads(q.read_text())
+    raw["scheduling"].update({"integrate_during_run": True, "integration_batch_size": 1})
+    q.write_text(json.dumps(raw))
+    ops = tmp_path / "ops"
+    res = dome_cli("run", str(q), "--ops-root", str(ops), "--json", timeout=300)
+    out = json.loads(res.stdout)
+    assert res.returncode == 7 and out["why"]["tasks_not_landed"] == NOT_LANDED, res.stderr[-2000:]
+    gate = json.loads((ops / "runs" / out["run_id"] / "gate" / "gate.decision.json").read_text())
+    assert gate["passed"] is True and gate["tasks_not_landed"] == NOT_LANDED
+    v = json.loads(dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--json", timeout=120).stdout)
+    assert v["valid"] is True and v["partial"] is True, v["reasons"]
+
+
 def test_default_promotes_nothing_when_a_task_fails(tmp_path, git_repo):
     repo = git_repo
     q = _queue(tmp_path, repo)

@@ -36,3 +36,34 @@ def test_ray_executor_runs_sandboxed_workers_and_cancels_hung_ones(git_repo, ops
         assert {e.node_id for e in ev if e.topic == rs.PATCH_SUBMITTED} == {"one", "two", "stuck"}
     finally:
         ray.shutdown()
+
+
+def test_task_options_carry_gpus_resources_and_the_pinned_image():
+    from coordinator.executors.ray_executor import task_options
+
+    cuda = "registry.example/dome-worker-cuda@sha256:" + "c" * 64
+    assert task_options(cuda, {"dome_gpu": 1.0}, image_runtime=True) == {
+        "num_gpus": 1, "num_cpus": 1, "resources": {"dome_gpu": 1.0}, "runtime_env": {"image_uri": cuda}}
+    assert task_options(cuda, {}, image_runtime=False) == {"num_gpus": 1, "num_cpus": 1}
+    # the host's own environment is no image: nothing for Ray to start
+    assert "runtime_env" not in task_options("host@sha256:" + "b" * 64, {}, image_runtime=True)
+
+
+def test_ray_worker_image_must_be_pinned_and_needs_the_tls_gateway():
+    pytest.importorskip("ray")
+    from coordinator.executors.ray_executor import RayExecutor, RayImageInvalid
+
+    with pytest.raises(RayImageInvalid):
+        RayExecutor(sandbox="none", image="registry.example/dome-worker:latest", gateway_bind=None)
+    with pytest.raises(RayImageInvalid):
+        RayExecutor(sandbox="bwrap", image="registry.example/dome-worker:latest", gateway_bind="127.0.0.1")
+
+
+def test_custom_resources_come_from_the_environment(monkeypatch):
+    from coordinator.executors.ray_executor import ray_resources
+
+    monkeypatch.setenv("DOME_RAY_RESOURCES", '{"dome_remote_host": 1}')
+    assert ray_resources() == {"dome_remote_host": 1.0}
+    monkeypatch.setenv("DOME_RAY_RESOURCES", '{"x": -1}')
+    with pytest.raises(ValueError):
+        ray_resources()

@@ -148,6 +148,39 @@ def test_blocked_run_names_the_moved_target_and_integration_shows_on_stderr(bloc
     assert not DICT_REPR.search(err)
 
 
+def test_each_integration_decision_is_shown_once(blocked_run):
+    """Without a TTY the live view prints one line per integration decision, never two."""
+    err = blocked_run["res"].stderr
+    lines = [line for line in err.splitlines() if re.match(r"\S+ #\d+ integration ", line)]
+    assert any(" integration gate passed" in line for line in lines), err[-2000:]
+    assert any(" integration promotion blocked to refs/heads/target" in line for line in lines)
+    assert len(lines) == len(set(lines)), [line for line in lines if lines.count(line) > 1]
+    # two plans are two decisions: the first, and the one the gate judges (it supersedes the first)
+    texts = [line.split(" integration ", 1)[1] for line in lines]
+    assert texts.count("stack plan with 1 layer(s)") == 1 and "stack plan revision 2 with 1 layer(s)" in texts
+
+
+def test_in_run_integration_shows_each_decision_once(git_repo, ops_root, ledger_env, tmp_path):
+    """With scheduling.integrate_during_run the canvas writes through the run's writer
+    while tasks still run: the view still prints each integration decision once."""
+    import io
+
+    from coordinator.runloop.finish import integration_finish
+    from coordinator.runloop.view import PlainView
+    from tests.runloop.conftest import run_queue
+
+    out = io.StringIO()
+    tasks = [cmd_task("first", "echo 1 > one.txt"), cmd_task("second", "echo 2 > two.txt", ["first"])]
+    q = write_queue(tmp_path, git_repo, tasks, scheduling={
+        "integrate_during_run": True, "integration_batch_size": 1, "max_parallel": 1,
+        "rebase_waves_on_integration_head": True, "advance_baseline": {"after_layers": 1}})
+    _, res = run_queue(q, ops_root, ledger_env, sandbox="none", finish=integration_finish, view=PlainView(out))
+    assert res.status == "promoted", res
+    lines = [line for line in out.getvalue().splitlines() if re.match(r"\S+ #\d+ integration ", line)]
+    assert any(line.endswith(" integration applied second") for line in lines), out.getvalue()[-2000:]
+    assert len(lines) == len(set(lines)), [line for line in lines if lines.count(line) > 1]
+
+
 def test_run_leaves_nothing_in_the_target_working_tree(blocked_run):
     repo = blocked_run["repo"]
     assert git(repo, "status", "--porcelain", "--ignored") == ""
@@ -231,12 +264,35 @@ def test_gc_keeps_the_newest_runs_refs(tmp_path):
 
 
 def test_verify_on_a_correctly_blocked_run_says_valid_and_blocked(blocked_run):
-    res = dome_cli("verify", blocked_run["out"]["run_id"], "--ops-root", str(blocked_run["ops"]))
+    run_id, ops = blocked_run["out"]["run_id"], str(blocked_run["ops"])
+    res = dome_cli("verify", run_id, "--ops-root", ops)
+    assert res.returncode == 0, res.stdout + res.stderr  # a valid record of a run blocked by design
     lines = res.stdout.splitlines()
-    assert lines[0] == f"run {blocked_run['out']['run_id']}: the evidence chain is valid and the run is blocked (not promoted)"
+    assert lines[0] == f"run {run_id}: the evidence chain is valid and the run is blocked (not promoted)"
     assert re.fullmatch(r"  (\d+)/\1 integrity checks passed", lines[1]), lines
-    assert "target:refs/heads/target: invalid (moved since the base" in res.stdout
+    assert lines[2] == "  blocked because:"
+    assert lines[3].startswith("    - target:refs/heads/target: invalid (moved since the base"), lines
     assert "promoted head" not in res.stdout
+    js = dome_cli("verify", run_id, "--ops-root", ops, "--json")
+    ver = json.loads(js.stdout)
+    assert js.returncode == 0 and ver["valid"] is True and ver["status"] == "blocked" and not ver["failures"]
+    assert ver["blocked_by"] == [lines[3][len("    - "):]]
+    kinds = {c["kind"]: c for c in ver["checks"]}
+    assert kinds["block_agrees_with_gate"]["status"] == "ok"
+    assert all(c["detail"] == "" for c in ver["checks"] if c["ok"])  # ok never carries "what is missing"
+
+
+def test_verify_on_a_failed_run_says_valid_and_failed(failed_run):
+    """Tasks failed, so nothing was integrated: no promotion decision is expected."""
+    res = dome_cli("verify", failed_run["run_id"], "--ops-root", str(failed_run["ops"]))
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"run {failed_run['run_id']}: the evidence chain is valid and the run failed (not promoted)"
+    assert lines[-1] == "  reason: some nodes failed or were blocked"
+    ver = json.loads(dome_cli("verify", failed_run["run_id"], "--ops-root", str(failed_run["ops"]),
+                              "--json").stdout)
+    assert ver["status"] == "failed" and ver["valid"] is True
+    assert "promotion_decision" not in {c["kind"] for c in ver["checks"]}
 
 
 # -- progress in every phase ------------------------------------------------------

@@ -114,6 +114,67 @@ def test_endgame_duplicates_are_opt_in():
     assert decide(g, sim.state, pol, 3, 2) is None  # two idle slots, both tasks running: no duplicates
 
 
+def test_a_task_turns_endgame_duplicates_on_for_itself():
+    """The queue leaves duplicates off; task a asks for two: only a is duplicated, two at a time."""
+    g = wq([t("a", endgame_duplicates=2, max_attempts=3), t("b")]).graph
+    assert g.nodes["a"].endgame_duplicates == 2 and g.nodes["b"].endgame_duplicates is None
+    sim = Sim()
+    pol = SchedulerPolicy(max_parallel=5, endgame_threshold=3)
+    sim.dispatch(decide(g, sim.state, pol, 3, 1))
+    d = decide(g, sim.state, pol, 3, 2)
+    assert d["endgame"] and [(e["node_id"], e["kind"]) for e in d["selected"]] == [("a", "endgame_duplicate")]
+    sim.dispatch(d)
+    d = decide(g, sim.state, pol, 3, 3)
+    assert [e["node_id"] for e in d["selected"]] == ["a"]
+    sim.dispatch(d)
+    assert decide(g, sim.state, pol, 3, 4) is None  # a: 1 + 2 in flight; b: never duplicated
+    assert len(sim.state.node("a").active) == 3 and len(sim.state.node("b").active) == 1
+
+
+def test_a_task_turns_endgame_duplicates_off_for_itself():
+    """The queue asks for duplicates; a paid task says 0: it runs once, the other is duplicated."""
+    g = wq([t("paid", endgame_duplicates=0), t("cheap")], scheduling={"endgame_max_duplicates": 1}).graph
+    sim = Sim()
+    pol = SchedulerPolicy.from_work_queue({"max_parallel": 4, "endgame_threshold": 3, "endgame_max_duplicates": 1},
+                                          {})
+    sim.dispatch(decide(g, sim.state, pol, 3, 1))
+    d = decide(g, sim.state, pol, 3, 2)
+    assert [(e["node_id"], e["kind"]) for e in d["selected"]] == [("cheap", "endgame_duplicate")]
+    sim.dispatch(d)
+    assert decide(g, sim.state, pol, 3, 3) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(DETERMINISTIC_FAILURES)), st.integers(1, 8), st.integers(2, 5))
+def test_property_a_deterministic_failure_stops_duplicates_of_its_node(code, dups, max_attempts):
+    """One attempt of a duplicated node fails with an error that recurs on every try:
+    while its twin still runs, no further duplicate or retry is dispatched."""
+    g = wq([t("a", endgame_duplicates=dups, max_attempts=max_attempts)]).graph
+    sim = Sim()
+    pol = SchedulerPolicy(max_parallel=16, endgame_threshold=3)
+    (_, first), = sim.dispatch(decide(g, sim.state, pol, 3, 1))
+    sim.dispatch(decide(g, sim.state, pol, 3, 2))  # one duplicate of a
+    sim.add(rs.TASK_COMPLETED, "a", node_execution_id=first, outcome="failed",
+            error={"code": code, "message": "x", "retry": "none"})
+    assert statuses(g, sim.state)["a"] == "running"  # its twin is still going
+    assert decide(g, sim.state, pol, 3, 3) is None
+
+
+def test_work_queue_task_endgame_duplicates_is_checked_with_a_did_you_mean():
+    import pytest
+
+    from coordinator.workqueue import WorkQueueUnknownField
+    from registry.errors import DomeError
+    with pytest.raises(WorkQueueUnknownField) as err:
+        wq([t("a", endgame_duplicate=1)])
+    assert err.value.message == "unknown field 'endgame_duplicate' at /tasks/0; did you mean 'endgame_duplicates'?"
+    for bad in (9, -1, "2"):
+        with pytest.raises(DomeError) as bad_err:
+            wq([t("a", endgame_duplicates=bad)])
+        assert bad_err.value.code == "SCHEMA_VALIDATION_ERROR", bad
+        assert "/tasks/0/endgame_duplicates" in bad_err.value.message
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(sorted(DETERMINISTIC_FAILURES)), st.integers(2, 5), st.integers(0, 3))
 def test_property_deterministic_failures_are_never_retried(code, max_attempts, dups):

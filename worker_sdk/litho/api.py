@@ -28,6 +28,7 @@ from . import pins
 from .capabilities import LAYOUT_AREA_NM2_MAX, MAX_VIOLATIONS_PER_RESPONSE, VIOLATION_COUNT_MAX, capabilities
 from .errors import BadRequest, CacheEvicted, LayoutFormatError, ViolationNotFound
 from .layout import FILLS, Layout, load_layout, load_mask_png, rasterize
+from .provenance import stamp_result
 from .violations import (RULE_DECK_NAME, RULES, SCHEMA_VERSION, TOPOLOGY_RULES, RawRecord, decode_violation_id,
                          dedup, encode_violation_id, rule_deck, rule_deck_hash)
 
@@ -254,10 +255,30 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None,
     window = _window(request, model)
     tile = {"auto": None, "always": True, "never": False}[request.get("tile", "auto")]
     report(0.3, "simulating the process corners")
+    if _streams(request, inp, model, tile):
+        from .streaming import evaluate_streaming
+
+        ev = evaluate_streaming(model, inp.layout, mask_layout=inp.mask_layout, fill=inp.fill,
+                                halo=int(request.get("halo_nm", 512)), window=window, token=token)
+        report(0.85, "scoring")
+        return _evaluate_response(request, inp, model, ev, token)
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
                   halo=int(request.get("halo_nm", 512)), window=window, token=token)
     report(0.85, "scoring" + (" and listing violations" if level == "detailed" else ""))
     return _evaluate_response(request, inp, model, ev, token)
+
+
+def _streams(request: dict[str, Any], inp: _Inputs, model, tile: bool | None) -> bool:
+    """Whether evaluate() goes tile by tile (see streaming.py); a typed error for what it cannot do."""
+    from .streaming import wants_streaming
+
+    asked = request.get("streaming")
+    if asked and (tile is False or inp.mask is not None or request.get("report_level") == "detailed"):
+        raise BadRequest("streaming evaluation is tiled, takes the mask as a layout and reports aggregates",
+                         code="LITHO_STREAMING_UNSUPPORTED", details={"tile": request.get("tile", "auto")})
+    if tile is False or inp.mask is not None or request.get("report_level", "aggregate") != "aggregate":
+        return False
+    return wants_streaming(asked, inp.layout, model.size, int(request.get("halo_nm", 512)), inp.fill)
 
 
 def evaluate_batch(requests: list[dict[str, Any]], token: CancellationToken | None = None,
@@ -332,7 +353,7 @@ def _evaluate_response(request: dict[str, Any], inp: _Inputs, model, ev, token: 
             resp["degraded_reason"] = reason
             if viols is not None:
                 resp["violation_count"] = len(viols)
-    return resp
+    return stamp_result(resp, request, tool="evaluate", fill=inp.fill, report_level=level)
 
 
 # ----- optimize ------------------------------------------------------------------------------
@@ -439,12 +460,11 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     if not req.get("layout"):
         raise BadRequest("optimize needs a layout or a violation_id")
     inp = _load_inputs({k: req[k] for k in ("layout", "layer", "fill") if k in req})
-    if needs_tiling(inp.layout, model64.size):
-        raise BadRequest("layout is larger than one clip; tiled ILT is not implemented yet",
-                         code="LITHO_TILED_ILT_UNSUPPORTED", hints=["optimize one clip (<= 1792 nm) at a time"])
+    cfg = ILTConfig(seed=int(req.get("seed", 0))).scaled(req.get("iterations"))
+    if needs_tiling(inp.layout, model64.size) or req.get("tiling"):
+        return _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress)
     shift = placement(inp.layout, inp.fill)
     target = rasterize(inp.layout, inp.fill, model64.size, shift)
-    cfg = ILTConfig(seed=int(req.get("seed", 0))).scaled(req.get("iterations"))
     before = run_eval(model64, inp.layout, fill=inp.fill, window=window, token=token)
     result = optimize_mask(model32, target, cfg, token=token, progress=progress, corners=window.corners)
     token.check()
@@ -486,6 +506,20 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     }
     if resolved is not None:
         resp["resolved"] = {k: v for k, v in resolved.items() if k not in ("layout", "layer")}
+    return stamp_result(resp, req, tool="optimize", fill=inp.fill, seed=cfg.seed)
+
+
+def _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress) -> dict[str, Any]:
+    from .tiledjob import optimize_tiled
+
+    resp = optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress)
+    resp["schema_version"] = SCHEMA_VERSION
+    resp["ilt"]["threads"] = torch_threads()
+    after, before = resp.pop("after", None), resp.pop("before", None)
+    if after is not None:
+        resp["metrics"], resp["baseline_metrics"] = _metrics(after), _metrics(before)
+        deck_hash = rule_deck_hash(rule_deck(inp.fill, model64.digests, window))
+        resp["provenance"] = {**_provenance(inp, after, model64, deck_hash, req), "streamed": True}
     return resp
 
 
@@ -521,7 +555,7 @@ def simulate(request: dict[str, Any], token: CancellationToken | None = None) ->
             corners[name]["png"] = str(d / f"print_{name}.png")
     deck_hash = rule_deck_hash(rule_deck(inp.fill, model.digests, window))
     resp["provenance"] = _provenance(inp, ev, model, deck_hash, request)
-    return resp
+    return stamp_result(resp, request, tool="simulate", fill=inp.fill)
 
 
 def describe() -> dict[str, Any]:

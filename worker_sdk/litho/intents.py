@@ -3,9 +3,12 @@
 - litho.evaluate: action {layout, mask?, fill?, report_level?, out?, corners?, pvb_grid?, threads?}:
   writes the metrics report (JSON) into the scratch checkout; the metrics are the evidence.
 - litho.optimize: action {layout, out?, iterations?, seed?, fill?, kernels?, mrc?, corners?, pvb_grid?,
-  threads?}: writes the
+  threads?, tiling?}: writes the
   mask (OASIS + PNG preview) and its metrics JSON into the scratch checkout;
-  those files become the PatchProposal, the metrics its evidence.
+  those files become the PatchProposal, the metrics its evidence. With
+  `tiling: {dir, tiles, stitch: false}` (a layout larger than one clip) it
+  optimises a batch of tiles into the tile folder instead; those finished
+  tiles are the proposal, and a later task with `stitch` writes the mask.
 - litho.resim (validation suite): re-simulates every committed mask named in
   the repository's litho metrics files (`*.litho.json`) and checks that L2 and
   PVB reproduce exactly; summary.passed says whether all did.
@@ -89,11 +92,18 @@ def optimize(ctx: IntentContext) -> IntentResult:
     req.update(_window_keys(a))
     if a.get("kernels"):
         req["kernels"] = str(_path(ctx, a["kernels"]))
+    if a.get("tiling"):
+        req["tiling"] = dict(a["tiling"])
+        if req["tiling"].get("dir"):
+            req["tiling"]["dir"] = str(_path(ctx, req["tiling"]["dir"]))
 
     def progress(done: int, total: int, loss: float) -> None:
-        ctx.progress(0.05 + 0.9 * done / max(total, 1), f"ILT iteration {done}/{total}")
+        what = "tile" if req.get("tiling") else "ILT iteration"
+        ctx.progress(0.05 + 0.9 * done / max(total, 1), f"{what} {done}/{total}")
 
     resp = api.optimize(req, ctx.token, progress=progress)
+    if resp.get("tiling") and not resp["tiling"]["stitched"]:
+        return _tile_batch(ctx, resp)
     report = {
         "schema_version": resp["schema_version"],
         "layout": _rel(ctx, layout),
@@ -104,6 +114,9 @@ def optimize(ctx: IntentContext) -> IntentResult:
         "ilt": resp["ilt"],
         "mask_file_digest": resp["mask"].get("file_digest"),
     }
+    if resp.get("tiling"):
+        report["tiling"] = {**{k: v for k, v in resp["tiling"].items() if k != "dir"},
+                            "dir": _rel(ctx, Path(resp["tiling"]["dir"]))}
     metrics_path = out.with_name(out.name.split(".")[0] + METRICS_SUFFIX)
     metrics_path.write_text(json.dumps(report, sort_keys=True, indent=2) + "\n")
     files = {"mask": _rel(ctx, out), "preview_png": _rel(ctx, Path(resp["mask"]["preview_png"])) if "preview_png" in resp["mask"] else "",
@@ -111,6 +124,17 @@ def optimize(ctx: IntentContext) -> IntentResult:
     ctx.progress(1.0, "optimized")
     return IntentResult(summary={"metrics": resp["metrics"], "baseline_metrics": resp["baseline_metrics"], "files": files},
                         evidence=[_evidence("optimize", resp, files)], metrics=resp["metrics"])
+
+
+def _tile_batch(ctx: IntentContext, resp: dict[str, Any]) -> IntentResult:
+    """A batch of tiles of a tiled layout: the finished cores are the proposal; the tiles' record the evidence."""
+    t = resp["tiling"]
+    summary = {"tiles_run": t["tiles_run"], "tiles_resumed": t["tiles_resumed"], "missing": len(t["missing"]),
+               "dir": _rel(ctx, Path(t["dir"])), "seconds": t["seconds"], "peak_rss_mb": t["peak_rss_mb"]}
+    ctx.progress(1.0, f"{len(t['tiles_run'])} tile(s) optimised")
+    return IntentResult(summary=summary, evidence=[{"kind": "litho.tiles", "schema_version": resp["schema_version"],
+                                                    "tiling": {**summary, "plan": t["plan"]}, "ilt": resp["ilt"]}],
+                        metrics={"tiles_run": len(t["tiles_run"]), "tiles_resumed": len(t["tiles_resumed"])})
 
 
 def _committed_masks(ctx: IntentContext) -> list[tuple[Path, Any, Any, Any]]:

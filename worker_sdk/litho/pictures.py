@@ -1,22 +1,34 @@
 """Pictures of one clip for a human report: target, mask, prints, violations.
 
     python -m worker_sdk.litho.pictures --layout L --mask M --out DIR [--kernels K] [--fill F]
+                                        [--crops CROPS.json]
 
 Writes DIR/{target,mask,print_nominal,print_max,print_min,violations}.png,
-cropped to the pattern and scaled to a fixed size. Runs in its own process:
-the coordinator's report asks for pictures without importing torch.
+cropped to the pattern and scaled to a fixed size, each with a scale bar.
+With --crops (a JSON list of {"x_nm", "y_nm"} in the mask layout's own
+coordinates, e.g. DRC markers), also DIR/crop_NN.png: a close-up
+(CROP_NM wide) around each point showing target, mask and nominal print,
+with the point marked. Runs in its own process: the coordinator's report
+asks for pictures without importing torch.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-SIZE = 360  # px of each picture
+SIZE = 480  # px of each picture
 MARGIN = 64  # nm around the pattern
+CROP_NM = 240  # nm across a close-up around a point
+CROP_SIZE = 240  # px of a close-up
+MAX_CROPS = 12
+NICE_NM = (10, 20, 50, 100, 200, 500, 1000, 2000)
+RED = (220, 30, 30)
+ORANGE = (255, 140, 0)
 
 GRAY_TARGET = np.array([205, 205, 205], dtype=np.float32)
 BLUE_PRINT = np.array([30, 90, 200], dtype=np.float32)
@@ -47,23 +59,52 @@ def _rgb(layers: list[tuple[np.ndarray, np.ndarray, float]], shape: tuple[int, i
     return img
 
 
+def scale_bar_nm(width_nm: float) -> int:
+    """The longest round length (nm) at most a fifth of the picture's width (pure)."""
+    fit = [n for n in NICE_NM if n <= width_nm / 5]
+    return fit[-1] if fit else NICE_NM[0]
+
+
+def _scale_bar(draw: ImageDraw.ImageDraw, size: int, nm_per_px: float) -> None:
+    """A black bar with its length in nm, bottom left, on a white plate so it reads on any pattern."""
+    length = scale_bar_nm(size * nm_per_px)
+    px = max(1, round(length / nm_per_px))
+    x0, y1 = 8, size - 8
+    label = f"{length} nm"
+    draw.rectangle([x0 - 4, y1 - 22, x0 + max(px, 6 * len(label)) + 4, y1 + 4], fill=(255, 255, 255))
+    draw.rectangle([x0, y1 - 4, x0 + px, y1], fill=(0, 0, 0))
+    draw.text((x0, y1 - 20), label, fill=(0, 0, 0))
+
+
 def _save(img: np.ndarray, box: tuple[int, int, int, int], path: Path,
-          markers: list[tuple[float, float]] = ()) -> None:
+          markers: list[tuple[float, float]] = (), *, size: int = SIZE,
+          marker_colour: tuple[int, int, int] = RED) -> None:
     y0, x0, y1, x1 = box
     # the canvas is stored with row 0 at the top of the layout (y up): flip for viewing
     crop = img[y0:y1, x0:x1][::-1]
-    pic = Image.fromarray(np.clip(crop, 0, 255).astype(np.uint8)).resize((SIZE, SIZE), Image.Resampling.BILINEAR)
-    if markers:
-        draw = ImageDraw.Draw(pic)
-        sx, sy = SIZE / (x1 - x0), SIZE / (y1 - y0)
-        for x, y in markers:
-            px, py = (x - x0) * sx, SIZE - (y - y0) * sy
-            draw.ellipse([px - 4, py - 4, px + 4, py + 4], outline=(220, 30, 30), width=2)
+    resample = Image.Resampling.NEAREST if size >= (x1 - x0) else Image.Resampling.BILINEAR
+    pic = Image.fromarray(np.clip(crop, 0, 255).astype(np.uint8)).resize((size, size), resample)
+    draw = ImageDraw.Draw(pic)
+    sx, sy = size / (x1 - x0), size / (y1 - y0)
+    r = max(6, size // 60)
+    for x, y in markers:
+        px, py = (x - x0) * sx, size - (y - y0) * sy
+        draw.ellipse([px - r, py - r, px + r, py + r], outline=marker_colour, width=3)
+    _scale_bar(draw, size, (x1 - x0) / size)
     pic.save(path, format="PNG", optimize=False)
 
 
+def crop_box(cx: int, cy: int, shape: tuple[int, int], side: int = CROP_NM) -> tuple[int, int, int, int]:
+    """A side x side window (y0, x0, y1, x1) centred on canvas pixel (cx, cy), kept inside the canvas (pure)."""
+    h, w = shape
+    side = min(side, h, w)
+    y0 = min(max(0, cy - side // 2), h - side)
+    x0 = min(max(0, cx - side // 2), w - side)
+    return y0, x0, y0 + side, x0 + side
+
+
 def render(layout_path: Path, mask_path: Path, out: Path, *, kernels: str | None = None,
-           fill: str = "lithobench") -> list[Path]:
+           fill: str = "lithobench", crops: list[dict[str, float]] = ()) -> list[Path]:
     from . import api
     from .engine import evaluate
     from .layout import load_layout
@@ -95,6 +136,15 @@ def render(layout_path: Path, mask_path: Path, out: Path, *, kernels: str | None
         save(f"print_{corner}", _rgb([(target, GRAY_TARGET, 1.0), (printed, BLUE_PRINT, 0.6)], shape))
     marks = [(float(r["x"]), float(r["y"])) for r in ev.epe_records]
     save("violations", _rgb([(target, GRAY_TARGET, 1.0), (ev.printed["nominal"], BLUE_PRINT, 0.35)], shape), marks)
+    if crops:
+        both = _rgb([(target, GRAY_TARGET, 1.0), (ev.mask, BLACK, 0.55), (ev.printed["nominal"], BLUE_PRINT, 0.35)],
+                    shape)
+        dx, dy = ev.shift  # canvas px = layout nm + shift
+        for i, point in enumerate(list(crops)[:MAX_CROPS]):
+            cx, cy = int(round(float(point["x_nm"]))) + dx, int(round(float(point["y_nm"]))) + dy
+            p = out / f"crop_{i:02d}.png"
+            _save(both, crop_box(cx, cy, shape), p, [(cx, cy)], size=CROP_SIZE, marker_colour=ORANGE)
+            written.append(p)
     return written
 
 
@@ -105,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--kernels", default=None)
     ap.add_argument("--fill", default="lithobench", choices=("lithobench", "exact"))
+    ap.add_argument("--crops", type=Path, default=None,
+                    help='JSON list of {"x_nm", "y_nm"} (mask layout coordinates) to show close up')
     args = ap.parse_args(argv)
-    for p in render(args.layout, args.mask, args.out, kernels=args.kernels, fill=args.fill):
+    crops = json.loads(args.crops.read_text()) if args.crops else []
+    for p in render(args.layout, args.mask, args.out, kernels=args.kernels, fill=args.fill, crops=crops):
         print(p, file=sys.stderr)
     return 0
 

@@ -1,0 +1,99 @@
+"""`dome verify`'s verdict, as pure functions: an ok check never carries a detail,
+the report's status follows from its checks and the recorded outcome, and a
+blocked decision is valid only when its reasons are exactly the gate's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator.integration.evidence import T_GATE, ChainResult, Link, Record
+from coordinator.integration.verify import _block_agrees
+from coordinator.integration.verify_result import (CheckKind, CheckResult, RunVerdict, Status, VerifyReport,
+                                                   failed, missing, ok)
+
+
+def test_an_ok_check_cannot_say_data_is_missing() -> None:
+    with pytest.raises(ValueError, match="an ok check carries no detail"):
+        CheckResult(CheckKind.EVIDENCE_CHAIN, Status.OK, "validation:unit: missing")
+    with pytest.raises(TypeError):
+        ok(CheckKind.EVIDENCE_CHAIN, None, "data missing")  # type: ignore[call-arg]
+    assert ok(CheckKind.EVIDENCE_CHAIN).to_dict()["detail"] == ""
+
+
+def _report(outcome: str | None, run_status: str | None, *checks: CheckResult) -> VerifyReport:
+    rep = VerifyReport("run-1", outcome=outcome, run_status=run_status)
+    for c in checks or (ok(CheckKind.LEDGER_CHAIN),):
+        rep.add(c)
+    return rep
+
+
+@pytest.mark.parametrize("outcome,run_status,want", [
+    ("promoted", "promoted", RunVerdict.PROMOTED),
+    ("promoted", "blocked", RunVerdict.PROMOTED),  # promoted later by `dome promote --consent`
+    ("promoted", "failed", RunVerdict.FAILED),     # the ref could not be moved
+    ("blocked", "blocked", RunVerdict.BLOCKED),
+    ("awaiting_consent", "blocked", RunVerdict.AWAITING_CONSENT),
+    (None, "failed", RunVerdict.FAILED),
+    (None, "completed", RunVerdict.COMPLETED),
+    (None, "promoted", RunVerdict.INVALID),        # says promoted, no decision
+    (None, None, RunVerdict.INVALID),
+])
+def test_status_follows_the_recorded_outcome(outcome, run_status, want) -> None:
+    rep = _report(outcome, run_status)
+    assert rep.status is want and rep.valid is (want is not RunVerdict.INVALID)
+    assert rep.to_dict()["status"] == want.value
+
+
+@pytest.mark.parametrize("bad", [failed(CheckKind.TREE, "replayed tree differs"),
+                                 missing(CheckKind.DIFF, "canonical diff not stored")])
+def test_any_check_not_ok_makes_the_run_invalid_whatever_its_outcome(bad) -> None:
+    for outcome in ("promoted", "blocked", "awaiting_consent"):
+        rep = _report(outcome, "blocked", ok(CheckKind.LEDGER_CHAIN), bad)
+        assert rep.status is RunVerdict.INVALID and not rep.valid
+    assert VerifyReport("run-1", outcome="blocked").status is RunVerdict.INVALID  # nothing checked
+
+
+def _chain(*links: Link) -> ChainResult:
+    return ChainResult(passed=not links, links=list(links), head_ref="a" * 40, base_ref="b" * 40, included=["p1"],
+                       required_suites=["unit"], human_gate=False, evidence_refs=[], stack_plan_id="plan-1")
+
+
+def _block(tmp_path: Path, decision_missing: list[str], gate_missing: list[str], chain: ChainResult) -> CheckResult:
+    rep = VerifyReport("run-1")
+    gate = Record(7, T_GATE, {"missing": gate_missing, "passed": not gate_missing})
+    _block_agrees(rep, tmp_path, [gate], {"outcome": "blocked", "missing": decision_missing,
+                                          "to_ref": "refs/heads/main"}, chain)
+    (check,) = rep.checks
+    assert check.kind is CheckKind.BLOCK_AGREES
+    return check
+
+
+def test_a_block_that_names_the_gates_missing_links_agrees(tmp_path: Path) -> None:
+    chain = _chain(Link("validation:unit", "missing"))
+    assert _block(tmp_path, ["validation:unit: missing"], ["validation:unit: missing"], chain).ok
+
+
+def test_a_block_whose_reasons_differ_from_the_gate_is_invalid(tmp_path: Path) -> None:
+    chain = _chain(Link("validation:unit", "missing"))
+    c = _block(tmp_path, ["validation:lint: missing"], ["validation:unit: missing"], chain)
+    assert c.status is Status.FAILED and "the gate named ['validation:unit: missing']" in c.detail
+
+
+def test_a_block_the_re_evaluated_chain_does_not_show_is_invalid(tmp_path: Path) -> None:
+    # the gate and the decision agree, but the evidence re-evaluated today misses nothing
+    c = _block(tmp_path, ["validation:unit: missing"], ["validation:unit: missing"], _chain())
+    assert c.status is Status.FAILED and "the re-evaluated chain misses []" in c.detail
+
+
+def test_a_block_with_no_reason_or_an_unknown_target_reason_is_invalid(tmp_path: Path) -> None:
+    assert "names no reason" in _block(tmp_path, [], [], _chain()).detail
+    c = _block(tmp_path, ["target:refs/heads/main: invalid (because I say so)"], [], _chain())
+    assert "not a reason dome records" in c.detail
+
+
+def test_a_target_said_to_have_moved_is_rechecked_with_git(tmp_path: Path) -> None:
+    # the decision records no previous target (or one the repository lacks): not shown, not ok
+    c = _block(tmp_path, ["target:refs/heads/main: invalid (moved since the base; not an ancestor of the head)"],
+               [], _chain())
+    assert c.status is Status.FAILED and "does not show it" in c.detail

@@ -1,0 +1,140 @@
+"""optimize() for a layout larger than one clip: tiles in waves, stitch, seam check, streaming evaluation.
+
+The request's `tiling` object says where the finished tiles live (`dir`,
+default `<out>.tiles/` beside the mask), which tiles to run (`tiles`, default
+all), whether to stitch (`stitch`, default: when every tile is asked for),
+the halo (`halo_nm`, default the optical radius) and whether to run the seam
+check (`seam_check`, default true). A batch of tiles without stitching is how
+a work queue spreads one layout over many workers; the stitch task then finds
+every tile in the folder and redoes none.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from registry.canonical import digest_bytes
+from worker_sdk.cancel import CancellationToken
+
+from . import tiled
+from .errors import BadRequest
+from .streaming import PolygonIndex, evaluate_streaming
+
+
+def tile_dir(req: dict[str, Any]) -> Path:
+    t = req.get("tiling") or {}
+    if t.get("dir"):
+        return Path(t["dir"])
+    if req.get("out"):
+        out = Path(req["out"])
+        return out.with_name(out.name.split(".")[0] + ".tiles")
+    raise BadRequest("tiled optimize needs tiling.dir or out", code="LITHO_BAD_TILE_PLAN",
+                     hints=["pass tiling: {dir: ...} or out"])
+
+
+def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cfg, token: CancellationToken,
+                   progress: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
+    """Run (or resume) the tiles a request asks for; stitch, evaluate and write the mask when asked."""
+    t0 = time.perf_counter()
+    opts = req.get("tiling") or {}
+    if req.get("out") and Path(req["out"]).suffix.lower() == ".png":
+        raise BadRequest("a tiled mask is written as .oas or .gds", code="LITHO_BAD_TILE_PLAN",
+                         details={"out": req["out"]})
+    plan = tiled.plan_layout(inp.layout, model32, inp.fill, opts.get("halo_nm"))
+    only = opts.get("tiles")
+    if only is not None:
+        for tid in only:
+            plan.tile(tid)
+    stitch = bool(opts.get("stitch", only is None))
+    if stitch and not req.get("out"):
+        raise BadRequest("stitching writes the mask: give out", code="LITHO_BAD_TILE_PLAN")
+    store = tiled.TileStore(tile_dir(req), tiled.store_pin(plan, inp.layout, cfg, req.get("mrc"), window))
+    index = PolygonIndex(inp.layout)
+    n = len(only) if only is not None else len(plan.tiles)
+    count = {"done": 0}
+
+    def on_tile(tile_id: str, rec: dict[str, Any], resumed: bool) -> None:
+        count["done"] += 1
+        if progress is not None:
+            progress(count["done"], n, float(rec.get("final_loss") or 0.0))
+
+    secs: dict[str, float] = {}
+    mark = time.perf_counter()
+    done = tiled.optimize_tiles(model32, plan, store, index, cfg, corners=window.corners, only=only, token=token,
+                                on_tile=on_tile)
+    info: dict[str, Any] = {"plan": plan.describe(), "dir": str(store.root),
+                            "tiles_run": sorted(r["tile_id"] for r in done if not r["resumed"]),
+                            "tiles_resumed": sorted(r["tile_id"] for r in done if r["resumed"]),
+                            "stitched": False, "seconds": secs}
+    secs["tiles"] = _lap(mark)
+    info["plan"].pop("waves")
+    resp: dict[str, Any] = {"schema_version": "1.3.0", "tool": "optimize", "status": "completed", "tiling": info}
+    ilt = {"iterations": sum(int(r.get("iterations") or 0) for r in done), "seed": cfg.seed,
+           "stages": [{"scale_nm": s.scale, "iterations": s.iterations, "lr": s.lr} for s in cfg.stages],
+           "gradient": "exact adjoint (autograd through the band-limited SOCS model), per tile",
+           "tiles": len(done)}
+    resp["ilt"] = ilt
+    if not stitch:
+        info["missing"] = tiled.missing(plan, store)
+        resp["runtime_s"] = round(time.perf_counter() - t0, 3)
+        info["peak_rss_mb"] = peak_rss_mb()
+        return resp
+    mark = time.perf_counter()
+    tiled.stitch(plan, store, index, cfg, rules, token=token)
+    out = Path(req["out"])
+    polygons = tiled.write_mask(plan, store, out)
+    secs["stitch"] = _lap(mark)
+    mark = time.perf_counter()
+    bands = tiled.SeamBands()
+    after = evaluate_streaming(model64, inp.layout, mask_window=tiled.mask_window(plan, store), fill=inp.fill,
+                               halo=plan.halo, window=window, token=token, on_print=bands.keep)
+    before = evaluate_streaming(model64, inp.layout, fill=inp.fill, halo=plan.halo, window=window, token=token)
+    secs["evaluate"] = _lap(mark)
+    mark = time.perf_counter()
+    seams = (tiled.seam_check(model64, plan, store, index, cfg, rules, window=window, bands=bands, token=token)
+             if opts.get("seam_check", True) else None)
+    secs["seam_check"] = _lap(mark)
+    info["stitched"] = True
+    info["missing"] = []
+    if seams is not None:
+        info["seam_check"] = seams
+    resp["after"] = after
+    resp["before"] = before
+    resp["mask"] = {"path": str(out), "format": "oasis" if out.suffix.lower() == ".oas" else "gds",
+                    "polygons": polygons, "layer": "1/0", "frame": "input_layout_native",
+                    "file_digest": digest_bytes(out.read_bytes())}
+    if req.get("mrc"):
+        resp["mask"]["mask_rules"] = dict(req["mrc"])
+    resp["runtime_s"] = round(time.perf_counter() - t0, 3)
+    info["peak_rss_mb"] = peak_rss_mb()
+    return resp
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MiB)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+
+def _lap(mark: float) -> float:
+    return round(time.perf_counter() - mark, 3)
+
+
+def prepare(request: dict[str, Any]):
+    """Plan a tiled optimize request and create its tile folder (plan.json) without optimising:
+    what a work queue's repository commits before its tile tasks run. Returns the TilePlan."""
+    from registry.schema_store import validate
+
+    from . import api
+    from .ilt import ILTConfig
+
+    validate("litho/optimize_request", request)
+    inp = api._load_inputs({k: request[k] for k in ("layout", "layer", "fill") if k in request})
+    model32 = api.load_model(request, "float32")
+    window = api._window(request, model32)
+    cfg = ILTConfig(seed=int(request.get("seed", 0))).scaled(request.get("iterations"))
+    plan = tiled.plan_layout(inp.layout, model32, inp.fill, (request.get("tiling") or {}).get("halo_nm"))
+    tiled.TileStore(tile_dir(request), tiled.store_pin(plan, inp.layout, cfg, request.get("mrc"), window))
+    return plan

@@ -1,0 +1,100 @@
+"""A tiled layout as a dome work queue: tile batches in parity waves, a stitch task, an evaluation.
+
+`tile_queue(plan, ...)` (pure) gives the tasks and validations:
+
+- one `litho.optimize` task per batch of tiles of one wave (`tiling.tiles`,
+  `stitch: false`). A batch depends on the batches of earlier waves that hold
+  a neighbour of one of its tiles, so the coordinator's derived base gives it
+  exactly the finished cores its halos need; batches of one wave run at once.
+- one `litho.optimize` stitch task (depends on every batch): every tile is in
+  its checkout already, none is redone; it cleans, stitches and writes the
+  mask and its metrics report (`*.litho.json`).
+- one `litho.evaluate` task on the full layout and the stitched mask (depends
+  on the stitch): its report lists `violations[]`, deduplicated across tiles
+  (canonical and shadow records with `violation_group_id`).
+- the `litho.resim` validation re-simulates the committed mask over the whole
+  layout and must reproduce the claimed L2 and PVB.
+
+A lost tile worker is retried as its task (the coordinator's attempts); the
+tiles of every finished task are never redone. Cancelling the run stops
+every tile task.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .tiled import TilePlan
+
+
+def batches(plan: TilePlan, batch_size: int) -> list[tuple[int, list[str]]]:
+    """(wave, tile ids) per batch: each wave's tiles in row-major order, cut into batches."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    out = []
+    for w, wave in enumerate(plan.waves()):
+        ids = [t.tile_id for t in wave]
+        for i in range(0, len(ids), batch_size):
+            out.append((w, ids[i:i + batch_size]))
+    return out
+
+
+def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels: str, name: str,
+               batch_size: int = 2, iterations: int | None = None, mrc: dict[str, Any] | None = None,
+               promote_to: str = "refs/heads/masks", evaluate_level: str = "detailed",
+               max_parallel: int = 2, timeout_s: int = 1800, repo: str = "repo",
+               validations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The work queue (dome.work.queue/v1) that optimises, stitches and checks a tiled layout."""
+    # one seed for every task: the tile folder is bound to the ILT settings, the seed included
+    common: dict[str, Any] = {"layout": layout, "out": out, "kernels": kernels, "fill": plan.fill, "seed": 0}
+    if iterations:
+        common["iterations"] = int(iterations)
+    if mrc:
+        common["mrc"] = dict(mrc)
+    by_tile: dict[str, str] = {}
+    tasks: list[dict[str, Any]] = []
+    parts = batches(plan, batch_size)
+    for k, (wave, ids) in enumerate(parts):
+        node = f"tiles-w{wave}-b{k}"
+        need = sorted({by_tile[u.tile_id] for tid in ids for u in plan.neighbours(plan.tile(tid))
+                       if u.tile_id in by_tile})
+        tasks.append({
+            "node_id": node, "description": f"tiled ILT, wave {wave}: {', '.join(ids)}",
+            "required_capabilities": ["write"], "required_outputs": ["patch_proposal", "evidence:litho"],
+            "containers": [], "dependencies": need, "risk": "low", "timeout_s": timeout_s,
+            "action_spec": {"intent": "litho.optimize", "params": {
+                **common, "tiling": {"dir": tile_dir, "tiles": ids, "stitch": False}}}})
+        for tid in ids:
+            by_tile[tid] = node
+    tile_nodes = [t["node_id"] for t in tasks]
+    tasks.append({
+        "node_id": "stitch", "description": "stitch the tiles into the mask (no tile is redone), seam check",
+        "required_capabilities": ["write"], "required_outputs": ["patch_proposal", "evidence:litho"],
+        "containers": [], "dependencies": tile_nodes, "risk": "low", "timeout_s": timeout_s,
+        "action_spec": {"intent": "litho.optimize", "params": {
+            **common, "tiling": {"dir": tile_dir, "stitch": True}}}})
+    report = out.rsplit(".", 1)[0] + ".evaluate.json"
+    tasks.append({
+        "node_id": "evaluate", "description": "full-layout evaluation of the stitched mask, violations deduplicated across tiles",
+        "required_capabilities": ["write"], "required_outputs": ["evidence:litho"],
+        "containers": [], "dependencies": ["stitch"], "risk": "low", "timeout_s": timeout_s,
+        "action_spec": {"intent": "litho.evaluate", "params": {
+            "layout": layout, "mask": out, "kernels": kernels, "fill": plan.fill, "report_level": evaluate_level,
+            "out": report}}})
+    return {
+        "artifact_kind": "dome.work.queue/v1",
+        "name": name,
+        "description": f"Tiled inverse lithography of {layout}: {len(plan.tiles)} tiles in {len(plan.waves())} "
+                       f"parity waves, stitched, evaluated and re-simulated before promotion.",
+        "repo": repo,
+        "base_ref": "main",
+        "determinism_seed": 2013,
+        "policy": "default",
+        "promote_to": promote_to,
+        "scheduling": {"max_parallel": max_parallel, "endgame_max_duplicates": 0, "default_max_attempts": 2},
+        "tasks": tasks,
+        "validations": [
+            {"suite": "litho.resim", "name": "litho_resim", "params": {"kernels": kernels},
+             "required": True, "timeout_s": timeout_s},
+            *(validations or []),
+        ],
+    }
