@@ -184,11 +184,6 @@ def record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, 
     """Record what the gate reads first: the policy in force and the suites the queue requires."""
     emit(T_POLICY, {"artifact_kind": "dome.integration_policy/v1", "policy": policy.to_dict(),
                     "policy_digest": policy.digest, "policy_version": f"{policy.name}@{policy.version}"})
-    record_requirements(ctx, emit, to_ref)
-
-
-def record_requirements(ctx: FinishContext, emit: Emitter, to_ref: str) -> None:
-    """The required suites, target and (for a partial run) the tasks not landed; the gate reads the last one."""
     required_wq = sorted({suite_name(v) for v in ctx.validations if v.get("required", True)})
     emit(T_REQUIREMENTS, {"artifact_kind": "dome.integration_requirements/v1",
                           "required_suites": required_wq, "repo": str(Path(ctx.repo).resolve()),

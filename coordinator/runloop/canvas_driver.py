@@ -24,7 +24,7 @@ from coordinator.integration.canvas import Canvas
 from coordinator.integration.evidence import T_PLAN, T_SELECTION
 from coordinator.integration.finish import (FinishContext, record_inputs, record_verified_proposals, suites_for,
                                             export_promotion, finish_recorded_promotion, gate_and_promote,
-                                            record_requirements, recorded_result)
+                                            recorded_result)
 from coordinator.integration.recorder import Emitter, integration_records, records_of, run_dir
 from coordinator.integration.planning import Candidate, final_plan, plan_stack
 from coordinator.integration.stacking import Stacker
@@ -314,11 +314,6 @@ class CanvasDriver:
         if left or self.canvas is None:
             self.integrate(left)
         assert self.stacker is not None and self.canvas is not None and self.emit is not None
-        from .partial import decide
-        not_landed = decide(fc.node_status, fc.work_queue.if_tasks_fail).record().get("tasks_not_landed")
-        if not_landed:  # a partial run: known only now, recorded again for the gate to name
-            ctx = dataclasses.replace(self._context([]), tasks_not_landed=not_landed)
-            record_requirements(ctx, self.emit, self.wq.promote_to or self.ipolicy.promote_to)
         self._validate()
         state = self.stacker.state
         for origin_id in rv.settled_without_change(self.rfacts):

@@ -65,7 +65,7 @@ def test_in_run_integration_passes_dome_verify(git_repo: Path, ops_root: Path, l
 def test_a_partial_run_integrated_during_the_run_is_named_partial_by_the_gate(
         git_repo: Path, ops_root: Path, ledger_env, tmp_path: Path) -> None:
     """if_tasks_fail: promote_rest with in-run integration: the tasks that did not land are known
-    only at the finish; the requirements are recorded again then, and the gate names them."""
+    only at the finish, which hands them to the gate: it names them."""
     import json
 
     from coordinator.integration.verify import verify_run
