@@ -19,7 +19,7 @@ from pathlib import Path
 
 from registry.errors import DomeError
 
-from ..gateway.tls import GATEWAY_NAME, fingerprint, pipe
+from ..gateway.tls import GATEWAY_NAME, fingerprint, pipe, serve_connections
 
 
 
@@ -68,14 +68,7 @@ class Relay:
 
     def _accept(self) -> None:
         assert self._srv is not None
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._srv.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        serve_connections(self._srv, self._stop, self._serve)
 
     def _serve(self, conn: socket.socket) -> None:
         try:

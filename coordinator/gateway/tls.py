@@ -24,6 +24,7 @@ import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 GATEWAY_NAME = "dome-gateway"  # the Host header and certificate name workers use
 CHUNK = 65536
@@ -125,6 +126,19 @@ def pipe(a: socket.socket, b: socket.socket, *, idle_s: float = 600) -> None:
         sel.close()
 
 
+def serve_connections(srv: socket.socket, stop: threading.Event, serve: Callable[[socket.socket], None]) -> None:
+    """Accept on `srv` (with a timeout set) until `stop` is set or the socket closes; each
+    connection is served on its own daemon thread."""
+    while not stop.is_set():
+        try:
+            conn, _ = srv.accept()
+        except socket.timeout:
+            continue
+        except OSError:
+            return
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
 class TlsFront:
     """TCP + TLS on (host, port) in front of the gateway's Unix socket."""
 
@@ -150,14 +164,7 @@ class TlsFront:
 
     def _accept(self) -> None:
         assert self._srv is not None
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._srv.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        serve_connections(self._srv, self._stop, self._serve)
 
     def _serve(self, conn: socket.socket) -> None:
         try:

@@ -11,6 +11,8 @@ import os
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator import runstate as rs
 from coordinator.egress import metering as mt
@@ -114,3 +116,54 @@ def test_the_shim_destreams_requests_and_streams_whole_replies_back():
         final = stream.get_final_completion()
     call = final.choices[0].message.tool_calls[0]
     assert (call.id, call.function.name, call.function.arguments) == ("t0", "f", "{\"a\": 1}")
+
+
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.text(max_size=20))
+JSON = st.recursive(JSON_LEAF, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                      st.dictionaries(st.text(max_size=8), kids, max_size=4)),
+                    max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=8).filter(lambda k: k not in ("stream", "stream_options")), JSON,
+                       max_size=6),
+       st.sampled_from([None, True, False, "yes"]), st.one_of(st.none(), JSON))
+def test_unstreaming_removes_only_the_stream_fields(req, stream, opts):
+    from worker_sdk.egress_shim import unstream_request
+
+    body = {**req, **({} if stream is None else {"stream": stream}),
+            **({} if opts is None else {"stream_options": opts})}
+    raw = json.dumps(body).encode()
+    sent, streamed, _usage = unstream_request(raw)
+    if stream is True:
+        assert streamed and json.loads(sent) == req  # exactly the stream fields are gone
+    else:
+        assert not streamed and sent == raw  # anything else is forwarded byte for byte
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.text(max_size=200)),
+       st.lists(st.tuples(st.text(min_size=1, max_size=10), st.text(max_size=60)), max_size=3),
+       st.sampled_from(["stop", "tool_calls", "length"]))
+def test_the_stream_carries_the_whole_message(content, calls, finish):
+    from worker_sdk.egress_shim import sse_from_completion
+
+    msg = {"role": "assistant", "content": content}
+    if calls:
+        msg["tool_calls"] = [{"id": f"t{i}", "type": "function", "function": {"name": n, "arguments": a}}
+                             for i, (n, a) in enumerate(calls)]
+    reply = {"id": "c", "created": 1, "model": "m", "choices": [{"index": 0, "message": msg, "finish_reason": finish}]}
+    events = sse_from_completion(json.dumps(reply).encode(), include_usage=False).decode().split("\n\n")
+    chunks = [json.loads(e[len("data: "):]) for e in events if e.startswith("data: {")]
+    assert events[-2] == "data: [DONE]"
+    text, tool_calls, reason = None, {}, None
+    for c in chunks:  # what a streaming client does: join the deltas
+        for ch in c["choices"]:
+            d = ch["delta"]
+            if d.get("content") is not None:
+                text = (text or "") + d["content"]
+            for tc in d.get("tool_calls") or []:
+                tool_calls[tc["index"]] = {k: v for k, v in tc.items() if k != "index"}
+            reason = ch["finish_reason"] or reason
+    assert text == content and reason == finish
+    assert [tool_calls[i] for i in sorted(tool_calls)] == msg.get("tool_calls", [])
