@@ -8,7 +8,9 @@ import ast
 import re
 from pathlib import Path
 
-from tests.traceability import REPO, Case, read_junit, requirements, uncovered
+import pytest
+
+from tests.traceability import REPO, Case, DuplicateKey, read_junit, requirements, uncovered
 
 ID = re.compile(r"^DOME-REQ-\d{4}$")
 
@@ -80,3 +82,11 @@ def test_junit_check_needs_every_mapped_test_to_have_run_and_passed(tmp_path: Pa
     assert problems("tests/a/test_x.py::test_err") == ["DOME-REQ-9999: tests/a/test_x.py::test_err 1 error"]
     assert problems("tests/a/test_x.py::test_gone") == ["DOME-REQ-9999: tests/a/test_x.py::test_gone did not run"]
     assert problems() == ["DOME-REQ-9999: no test mapped"]
+
+
+def test_a_key_named_twice_is_refused(tmp_path: Path) -> None:
+    # merged area blocks once reused a marker key; json.loads would keep only the last
+    dup = tmp_path / "requirements.json"
+    dup.write_text('{"_area_x_begin": "1", "DOME-REQ-0001": {}, "_area_x_begin": "2"}')
+    with pytest.raises(DuplicateKey):
+        requirements(dup)

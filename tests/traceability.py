@@ -21,8 +21,21 @@ REPO = Path(__file__).resolve().parent.parent
 REQ_FILE = REPO / "docs" / "requirements.json"
 
 
+class DuplicateKey(ValueError):
+    """docs/requirements.json names one key twice; json would silently keep the last."""
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    seen: dict[str, object] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(f"docs/requirements.json: key {key!r} appears twice")
+        seen[key] = value
+    return seen
+
+
 def requirements(path: Path = REQ_FILE) -> dict[str, dict]:
-    data = json.loads(path.read_text())
+    data = json.loads(path.read_text(), object_pairs_hook=_unique_pairs)
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
 

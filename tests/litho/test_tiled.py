@@ -145,6 +145,10 @@ def test_tiled_optimize_waves_resume_stitch_and_seams(iccad13, tmp_path, litho_e
     assert t["seam_check"]["mask_mismatch_px"] == 0  # no feature cut or changed at a seam
     assert full["metrics"]["l2_nm2"] < full["baseline_metrics"]["l2_nm2"]
     assert out.is_file() and full["mask"]["polygons"] > 0
+    # the standard provenance block rides inside the tiled result too, beside the engine's keys
+    for res in (part, full):
+        assert {"seed", "engine_versions", "inputs_hash", "outputs_hash", "revision_id"} <= set(res["provenance"])
+    assert full["provenance"]["streamed"] is True and full["provenance"]["seed"] == 0
     # the written mask, evaluated from its geometry, gives the reported metrics
     again = api.evaluate({"layout": lay, "mask": str(out), "tile": "always", "halo_nm": 512})
     assert again["metrics"]["l2_nm2"] == full["metrics"]["l2_nm2"]

@@ -520,7 +520,7 @@ def _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progr
         resp["metrics"], resp["baseline_metrics"] = _metrics(after), _metrics(before)
         deck_hash = rule_deck_hash(rule_deck(inp.fill, model64.digests, window))
         resp["provenance"] = {**_provenance(inp, after, model64, deck_hash, req), "streamed": True}
-    return resp
+    return stamp_result(resp, req, tool="optimize", fill=inp.fill, seed=cfg.seed)
 
 
 def torch_threads() -> int:
