@@ -60,6 +60,9 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, help="CPU threads (default: $DOME_WORKER_CPUS, else the CPU affinity)")
+    ap.add_argument("--mrc", type=int, nargs=2, metavar=("MIN_FEATURE_NM", "MIN_AREA_NM2"),
+                    help="clean each mask to these mask rules before it is evaluated (as optimize's mrc does)")
+    ap.add_argument("--bridge-weight", type=float, default=0.0, help="the ILT's bridge term weight (default 0)")
     args = ap.parse_args()
     from worker_sdk.litho.threads import apply_threads
 
@@ -67,11 +70,17 @@ def main() -> int:
     data = kernels_dir({})
     m64 = get_model(data, dtype=torch.float64, device=args.device)
     m32 = get_model(data, dtype=torch.float32, device=args.device)
-    cfg = ILTConfig(seed=args.seed).scaled(args.iterations)
+    cfg = ILTConfig(seed=args.seed, bridge_weight=args.bridge_weight).scaled(args.iterations)
+    rules = None
+    if args.mrc:
+        from worker_sdk.litho.mrc import MaskRules
+
+        rules = MaskRules(min_feature_px=args.mrc[0], min_area_px=args.mrc[1])
     pub = published(data, args.fill)
     cases = [int(c) for c in args.cases.split(",")]
     print(f"# ILT on ICCAD 2013, fill={args.fill}, device={args.device}, threads={torch.get_num_threads()}, "
-          f"stages={[(s.scale, s.iterations) for s in cfg.stages]}, seed={cfg.seed}", flush=True)
+          f"stages={[(s.scale, s.iterations) for s in cfg.stages]}, seed={cfg.seed}, mask rules={args.mrc}, "
+          f"bridge_weight={cfg.bridge_weight}", flush=True)
     print(f"{'case':>4} {'L2':>8} {'PVB':>8} {'EPE':>4} {'ILT s':>7} | {'noOPC L2':>8} {'noOPC PVB':>9}", flush=True)
     results = []
     for n in cases:
@@ -80,6 +89,10 @@ def main() -> int:
         base = evaluate(m64, layout, fill=args.fill)
         t0 = time.perf_counter()
         res = optimize_mask(m32, target, cfg)
+        if rules is not None:
+            from worker_sdk.litho.api import _apply_mask_rules
+
+            res.mask = _apply_mask_rules(res.mask, target, rules)
         dt = time.perf_counter() - t0
         ev = evaluate(m64, layout, mask=res.mask, fill=args.fill)
         row = {"case": n, "l2_nm2": ev.l2, "pvb_nm2": ev.pvb, "epe_violations": ev.epe, "ilt_s": round(dt, 2),

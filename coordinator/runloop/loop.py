@@ -55,6 +55,7 @@ from .manifest import (RunError, RunNotFound, egress_terms, environment, host_co
                        new_run_id, node_seed, registry_ref, utc_stamp)
 from .lease import LeaseKeeper
 from ..run_payloads import offload_finish_lists
+from .recovery import record_lost_attempts
 from .signals import install_cancel_signals, restore_signals
 from .writer import LedgerWriter, WriterLedger
 
@@ -266,23 +267,7 @@ class RunLoop:
 
     def _recover(self) -> None:
         """Attempts in flight when a previous coordinator died are lost: record it, revoke, reschedule."""
-        st = self.writer.state
-        lost = st.active_executions()
-        self.writer.append(rs.RUN_RESUMED, {"lost_attempts": lost, "at_sequence": st.last_sequence,
-                                            "environment": environment(self.ctx.executor_kind, self.ctx.sandbox)},
-                           signed=True)
-        for neid in lost:
-            ex = st.executions[neid]
-
-            def lose(tx: Any, neid: str = neid, ex: Any = ex) -> tuple[None, list]:
-                # one transaction: an attempt is never recorded lost with its grant still valid
-                rec = tx.append(self.run_id, rs.TASK_LOST, {"node_execution_id": neid, "reason": "coordinator restarted"},
-                                node_id=ex["node_id"], node_execution_id=neid, wave_id=ex.get("wave_id"),
-                                task_id=ex["node_id"])
-                rev = tx.revoke(run_id=self.run_id, jti=ex.get("jti"), profile_id=ex.get("profile_id"),
-                                reason="attempt lost on restart")
-                return None, [rec, rev]
-            self.writer.transact(lose)
+        record_lost_attempts(self.writer, self.run_id, environment(self.ctx.executor_kind, self.ctx.sandbox))
 
     # -- dispatch ---------------------------------------------------------------
     def _wave_base(self) -> str:

@@ -159,3 +159,30 @@ def test_tiled_optimize_waves_resume_stitch_and_seams(iccad13, tmp_path, litho_e
     assert exc.value.code == "LITHO_TILE_PLAN_MISMATCH"
     plan_pin = json.loads((tmp_path / "tiles" / "plan.json").read_text())
     assert plan_pin["tiles"] == 4
+
+
+def test_tile_queue_batches_waves_and_depends_on_earlier_neighbours(model32, iccad13):
+    from worker_sdk.litho.tilequeue import tile_queue
+
+    layout = Layout(tuple(p for k in range(4) for p in load_layout(glp(4, iccad13)).translated(k * 1100, k * 1100).polygons),
+                    "four copies", "M1")
+    plan = tiled.plan_layout(layout, model32, "lithobench")
+    q = tile_queue(plan, layout="l.oas", out="m.oas", tile_dir="m.tiles", kernels="k", name="t", batch_size=3,
+                   iterations=5, mrc={"min_feature_nm": 9})
+    tasks = {t["node_id"]: t for t in q["tasks"]}
+    tile_tasks = [t for t in q["tasks"] if t["node_id"].startswith("tiles-")]
+    owner = {tid: t["node_id"] for t in tile_tasks for tid in t["action_spec"]["params"]["tiling"]["tiles"]}
+    assert sorted(owner) == sorted(t.tile_id for t in plan.tiles)  # every tile in exactly one batch
+    for t in tile_tasks:
+        params = t["action_spec"]["params"]
+        assert params["tiling"]["stitch"] is False and params["seed"] == 0 and len(params["tiling"]["tiles"]) <= 3
+        waves = {plan.wave_of(plan.tile(tid)) for tid in params["tiling"]["tiles"]}
+        assert len(waves) == 1  # a batch never mixes waves
+        wave = waves.pop()
+        need = {owner[u.tile_id] for tid in params["tiling"]["tiles"] for u in plan.neighbours(plan.tile(tid))
+                if plan.wave_of(u) < wave}
+        assert set(t["dependencies"]) == need  # exactly the batches holding earlier-wave neighbours
+    assert set(tasks["stitch"]["dependencies"]) == {t["node_id"] for t in tile_tasks}
+    assert tasks["stitch"]["action_spec"]["params"]["tiling"] == {"dir": "m.tiles", "stitch": True}
+    assert tasks["evaluate"]["dependencies"] == ["stitch"]
+    assert [v["suite"] for v in q["validations"]] == ["litho.resim"]

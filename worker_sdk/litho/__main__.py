@@ -93,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     common(o)
     o.add_argument("--out", required=True, help="mask file: .oas or .gds (plus a .png preview) or .png")
     o.add_argument("--iterations", type=int)
+    o.add_argument("--bridge-weight", dest="bridge_weight", type=float, metavar="W",
+                   help="ILT: extra weight on printing in narrow gaps between target shapes (avoids bridges; default 0)")
     o.add_argument(MRC_FLAGS["min_feature_nm"], dest="min_feature_nm", type=int, metavar="NM",
                    help="mask-rule cleanup: minimum feature and gap in nm (odd; default 9 once any mask rule is given)")
     o.add_argument(MRC_FLAGS["min_space_nm"], dest="min_space_nm", type=int, metavar="NM",
@@ -147,6 +149,8 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
         req["seed"] = args.seed
         if args.iterations:
             req["iterations"] = args.iterations
+        if args.bridge_weight is not None:
+            req["bridge_weight"] = args.bridge_weight
         mrc = {k: getattr(args, k) for k in MRC_FLAGS if getattr(args, k) is not None}
         if mrc:
             req["mrc"] = mrc

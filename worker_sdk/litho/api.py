@@ -8,12 +8,9 @@ so an aggregate response is byte-identical across paths.
 """
 from __future__ import annotations
 
-import gc
 import json
-import threading
 import time
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,7 +19,7 @@ import numpy as np
 from registry.canonical import digest_bytes
 from registry.datasets import iccad13_data
 from registry.schema_store import validate
-from worker_sdk.cancel import NEVER, CancellationToken, Cancelled
+from worker_sdk.cancel import NEVER, CancellationToken
 
 from . import pins
 from .capabilities import LAYOUT_AREA_NM2_MAX, MAX_VIOLATIONS_PER_RESPONSE, VIOLATION_COUNT_MAX, capabilities
@@ -460,7 +457,8 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     if not req.get("layout"):
         raise BadRequest("optimize needs a layout or a violation_id")
     inp = _load_inputs({k: req[k] for k in ("layout", "layer", "fill") if k in req})
-    cfg = ILTConfig(seed=int(req.get("seed", 0))).scaled(req.get("iterations"))
+    cfg = ILTConfig(seed=int(req.get("seed", 0)), bridge_weight=float(req.get("bridge_weight", 0.0))
+                    ).scaled(req.get("iterations"))
     if needs_tiling(inp.layout, model64.size) or req.get("tiling"):
         return _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress)
     shift = placement(inp.layout, inp.fill)
@@ -496,7 +494,7 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
         "metrics": _metrics(after),
         "baseline_metrics": _metrics(before),
         "mask": mask_info,
-        "ilt": {"iterations": result.iterations, "seed": cfg.seed,
+        "ilt": {"iterations": result.iterations, "seed": cfg.seed, "bridge_weight": cfg.bridge_weight,
                 "stages": [{"scale_nm": s.scale, "iterations": s.iterations, "lr": s.lr} for s in cfg.stages],
                 "gradient": "exact adjoint (autograd through the band-limited SOCS model)",
                 "final_loss": result.loss_history[-1] if result.loss_history else None,
@@ -565,79 +563,5 @@ def describe() -> dict[str, Any]:
         for t in ("evaluate", "optimize", "simulate")}}
 
 
-# ----- jobs (job_id + poll, RFC 0006 §1 G2 path B) -----------------------------------------------
-
-@dataclass
-class Job:
-    job_id: str
-    tool: str
-    status: str = "running"  # running | completed | cancelled | failed
-    progress: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    token: CancellationToken = field(default_factory=CancellationToken)
-    thread: threading.Thread | None = None
-    cancel_requested_at: float | None = None  # time.monotonic()
-    stopped_at: float | None = None  # when the engine stopped working (before memory release)
-
-    def poll(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "job_id": self.job_id, "status": self.status,
-                               "progress": dict(self.progress)}
-        if self.result is not None:
-            out["result"] = self.result
-        if self.error is not None:
-            out["error"] = self.error
-        return out
-
-    def cancel(self) -> None:
-        self.cancel_requested_at = time.monotonic()
-        self.token.cancel("cancel requested")
-
-    def join(self, timeout: float | None = None) -> None:
-        if self.thread is not None:
-            self.thread.join(timeout)
-
-
-JOBS: dict[str, Job] = {}
-
-
-def start_job(tool: str, request: dict[str, Any]) -> Job:
-    """Run evaluate/optimize/simulate on a thread; poll() the Job; cancel() stops it at the next check."""
-    fn = {"evaluate": evaluate, "optimize": optimize, "simulate": simulate}[tool]
-    job = Job(uuid.uuid4().hex, tool)
-
-    def progress(done: int, total: int, loss: float) -> None:
-        job.progress = {"iteration": done, "total": total, "loss": loss}
-
-    def body() -> None:
-        try:
-            if tool == "optimize":
-                job.result = fn(request, job.token, progress=progress)
-            else:
-                job.result = fn(request, job.token)
-            job.status = "completed"
-        except Cancelled:
-            job.stopped_at = time.monotonic()
-            job.status = "cancelled"
-        except Exception as exc:  # typed errors keep their code
-            job.error = exc.to_object() if hasattr(exc, "to_object") else {"code": "LITHO_INTERNAL", "message": str(exc),
-                                                                             "details": {}, "hints": [], "retry": "none"}
-            job.status = "failed"
-        finally:
-            release_memory()
-
-    job.thread = threading.Thread(target=body, name=f"litho-{tool}-{job.job_id[:8]}", daemon=True)
-    JOBS[job.job_id] = job
-    job.thread.start()
-    return job
-
-
-def release_memory() -> None:
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except Exception:  # pragma: no cover
-        pass
+# jobs (job_id + poll, RFC 0006 §1 G2 path B) live in jobs.py
+from .jobs import JOBS, Job, release_memory, start_job  # noqa: E402,F401

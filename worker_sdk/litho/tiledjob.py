@@ -71,6 +71,7 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     info["plan"].pop("waves")
     resp: dict[str, Any] = {"schema_version": "1.3.0", "tool": "optimize", "status": "completed", "tiling": info}
     ilt = {"iterations": sum(int(r.get("iterations") or 0) for r in done), "seed": cfg.seed,
+           "bridge_weight": cfg.bridge_weight,
            "stages": [{"scale_nm": s.scale, "iterations": s.iterations, "lr": s.lr} for s in cfg.stages],
            "gradient": "exact adjoint (autograd through the band-limited SOCS model), per tile",
            "tiles": len(done)}
@@ -134,7 +135,8 @@ def prepare(request: dict[str, Any]):
     inp = api._load_inputs({k: request[k] for k in ("layout", "layer", "fill") if k in request})
     model32 = api.load_model(request, "float32")
     window = api._window(request, model32)
-    cfg = ILTConfig(seed=int(request.get("seed", 0))).scaled(request.get("iterations"))
+    cfg = ILTConfig(seed=int(request.get("seed", 0)), bridge_weight=float(request.get("bridge_weight", 0.0))
+                    ).scaled(request.get("iterations"))
     plan = tiled.plan_layout(inp.layout, model32, inp.fill, (request.get("tiling") or {}).get("halo_nm"))
     tiled.TileStore(tile_dir(request), tiled.store_pin(plan, inp.layout, cfg, request.get("mrc"), window))
     return plan

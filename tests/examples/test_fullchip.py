@@ -1,0 +1,98 @@
+"""The fullchip example's quick variant end to end through `dome run`.
+
+IHP SG13G2 Metal1 (scaled to the ICCAD 2013 node), a 3 um crop tiled 4 x 4:
+tile tasks in parity waves, each seeing its finished neighbours through its
+derived base, a stitch task that redoes no tile, a full-layout evaluation
+with violations deduplicated across tiles, re-simulation as validation,
+promotion, and `dome verify`. The tile workers' peak RSS is recorded.
+About 10 minutes on the 2-core machine at load average 10 (tile tasks 2 min,
+the stitch task 4.5 min, evaluation and validation the rest).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, dome_cli, git
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def _make_repo_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fullchip_make_repo", REPO_ROOT / "examples" / "fullchip" / "make_repo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory, iccad13: Path) -> dict:
+    make_repo = _make_repo_module()
+    base = tmp_path_factory.mktemp("fullchip")
+    repo = make_repo.make_repo(base / "repo", iccad13, variants=("work.quick.json",))
+    queue = json.loads((REPO_ROOT / "examples" / "fullchip" / "work.quick.json").read_text())
+    queue["repo"] = str(repo)
+    qfile = base / "work.quick.json"
+    qfile.write_text(json.dumps(queue))
+    ops = base / "ops"
+    r = dome_cli("run", str(qfile), "--ops-root", str(ops), "--json", timeout=1700)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    lines = dome_cli("events", out["run_id"], "--ops-root", str(ops), "--json").stdout.splitlines()
+    return {"repo": repo, "ops": ops, "queue": queue, "run": out, "stderr": r.stderr,
+            "events": [json.loads(x) for x in lines]}
+
+
+def _completed(q: dict) -> dict[str, dict]:
+    return {e["node_id"]: e["payload"] for e in q["events"] if e["topic"] == "task.completed"}
+
+
+def test_quick_fullchip_runs_tiles_in_waves_stitches_and_is_promoted(quick: dict) -> None:
+    run = quick["run"]
+    assert run["status"] == "promoted", quick["stderr"][-4000:]
+    ref = quick["queue"]["promote_to"]
+    files = set(git(quick["repo"], "ls-tree", "-r", "--name-only", ref).splitlines())
+    assert {"masks/block_quick.oas", "masks/block_quick.litho.json", "masks/block_quick.evaluate.json"} <= files
+    cores = sorted(f for f in files if f.startswith("masks/block_quick.tiles/raw/") and f.endswith(".npy"))
+    assert len(cores) == 16
+    done = _completed(quick)
+    tile_tasks = [t for t in quick["queue"]["tasks"] if t["node_id"].startswith("tiles-")]
+    ran = sorted(tid for t in tile_tasks for tid in done[t["node_id"]]["summary"]["tiles_run"])
+    assert len(ran) == 16 and len(set(ran)) == 16  # every tile optimised exactly once
+    # waves: a batch starts only after the batches of its neighbours finished
+    order = [e["node_id"] for e in quick["events"] if e["topic"] in ("task.dispatched", "task.completed")]
+    for t in tile_tasks:
+        for dep in t["dependencies"]:
+            assert order.index(f"{dep}") < order.index(t["node_id"])
+    stitch = done["stitch"]["summary"]
+    assert stitch["metrics"]["l2_nm2"] < stitch["baseline_metrics"]["l2_nm2"]
+    report = json.loads(git(quick["repo"], "show", f"{ref}:masks/block_quick.litho.json"))
+    assert report["tiling"]["tiles_run"] == [] and len(report["tiling"]["tiles_resumed"]) == 16
+    assert report["tiling"]["seam_check"]["passed"], report["tiling"]["seam_check"]
+    # the tile workers' memory is one tile's, whatever the layout
+    rss = [done[t["node_id"]]["summary"]["peak_rss_mb"] for t in tile_tasks]
+    print(f"fullchip quick: tile worker peak RSS max {max(rss):.0f} MiB; stitch {report['tiling']['peak_rss_mb']:.0f} MiB")
+    assert max(rss) < 2048 and report["tiling"]["peak_rss_mb"] < 2048
+
+
+def test_full_layout_evaluation_dedups_violations_and_resim_passes(quick: dict) -> None:
+    ref = quick["queue"]["promote_to"]
+    ev = json.loads(git(quick["repo"], "show", f"{ref}:masks/block_quick.evaluate.json"))
+    assert ev["provenance"]["tiles"] == 16 and ev["report_level"] == "detailed"
+    viols = ev["violations"]
+    assert viols and {v["dedup_strategy"] for v in viols} <= {"canonical", "shadow"}
+    groups: dict[str, list[str]] = {}
+    for v in viols:
+        groups.setdefault(v["violation_group_id"], []).append(v["dedup_strategy"])
+    assert all(s.count("canonical") == 1 for s in groups.values())  # one canonical record per group
+    reports = [e["payload"] for e in quick["events"] if e["topic"] == "integration.validation_report"
+               and e["payload"].get("suite") == "litho_resim" and e["payload"].get("head_ref") == quick["run"]["head"]]
+    assert reports and reports[-1]["result"] == "passed"
+
+
+def test_dome_verify_accepts_the_fullchip_run(quick: dict) -> None:
+    r = dome_cli("verify", quick["run"]["run_id"], "--ops-root", str(quick["ops"]), "--json")
+    assert r.returncode == 0, r.stdout[-3000:]
