@@ -45,7 +45,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
 from ledger.protocols import EventLog, GrantLedger
-from registry.canonical import digest_json
+from registry.canonical import canonical_json, digest_bytes, digest_json
 from registry.contracts import Method, Registry, UnknownMethod, default_registry
 from registry.errors import DomeError
 from registry.grant_errors import (
@@ -201,6 +201,7 @@ class VerifiedGrant:
     token: str
     warm: bool
     proof_sig: bytes | None = None
+    args_canonical: bytes | None = None  # canonical_json(args), when the proof check already made it
 
     @property
     def token_digest(self) -> str:
@@ -244,7 +245,9 @@ class GrantVerifier:
         self._revoked_profiles: set[str] = set()
         self._usage: dict[str, _Usage] = {}
         self._proofs: dict[bytes, float] = {}
+        self._call_keys: dict[str, bytes] = {}  # jti -> the attempt's call MAC key (tp.call_mac_key)
         self._runs_loaded: set[str] = set()
+        self._followed: set[str] = set()  # runs whose every revocation this verifier observes
         self._lock = threading.RLock()
         self.stats = {"cold": 0, "warm": 0}
 
@@ -281,10 +284,16 @@ class GrantVerifier:
         p = v.payload
         tp.check_audience(p, audience)
         tp.check_binding(p, run_id=run_id, wave_id=wave_id, worker_id=worker_id)
-        proof_sig = None
+        proof_sig = args_canon = None
         if "cnf" in p:
-            proof_sig = tp.check_call_proof(p, proof, method=method, args={} if args is None else args,
-                                            idempotency_key=idempotency_key, now=t, leeway=self.leeway)
+            if tp.is_call_mac(proof):  # the warm form: one HMAC under the key registered at attempt start
+                args_canon = canonical_json({} if args is None else args)
+                proof_sig = tp.check_call_mac(p, proof, self._call_keys.get(p["jti"]), method=method,
+                                              args_canonical=args_canon, idempotency_key=idempotency_key, now=t,
+                                              leeway=self.leeway)
+            else:
+                proof_sig = tp.check_call_proof(p, proof, method=method, args={} if args is None else args,
+                                                idempotency_key=idempotency_key, now=t, leeway=self.leeway)
             seen = self._proofs.get(proof_sig)
             if seen is not None and seen > t:
                 raise GrantProofReplayed("this call proof was already used", details={"method": method})
@@ -308,7 +317,18 @@ class GrantVerifier:
                                         details={"method": method, "allowed": sorted(v.allowed)})
         self._check_budget(p, m, t)
         return VerifiedGrant(payload=p, profile_id=profile_id, jti=jti, kid=v.kid, method=m,
-                             token=token, warm=warm, proof_sig=proof_sig)
+                             token=token, warm=warm, proof_sig=proof_sig, args_canonical=args_canon)
+
+    def bind_call_key(self, jti: str, worker_key: SigningKey) -> None:
+        """At attempt start: the attempt's worker key (its public half is the grant's cnf)
+        keys the grant's MAC call proofs from now on. Signed proofs stay accepted."""
+        with self._lock:
+            self._call_keys[jti] = tp.call_mac_key(worker_key.seed)
+
+    def drop_call_key(self, jti: str) -> None:
+        """When the attempt ends: no MAC proof for its grant verifies any more."""
+        with self._lock:
+            self._call_keys.pop(jti, None)
 
     def verify_listing(self, token: str, *, run_id: str, audience: str, now: float | datetime | None = None,
                        wave_id: str | None = None, worker_id: str | None = None) -> Mapping[str, Any]:
@@ -329,7 +349,8 @@ class GrantVerifier:
         if p["jti"] in self._spent:
             raise GrantReplayed("this single-use grant was already spent by a write", details={"jti": p["jti"]})
         if (p["jti"] in self._revoked_jti or p["profile_id"] in self._revoked_profiles
-                or (self.ledger is not None and self.ledger.is_revoked(p["jti"], p["profile_id"]))):
+                or (self.ledger is not None and run_id not in self._followed
+                    and self.ledger.is_revoked(p["jti"], p["profile_id"]))):
             raise GrantRevoked("grant was revoked", details={"jti": p["jti"], "profile_id": p["profile_id"]})
         return p
 
@@ -345,8 +366,13 @@ class GrantVerifier:
         t = _epoch(now)
         try:
             p = self.verify_listing(token, run_id=run_id, audience=audience, now=t)
-            sig = tp.check_call_proof(p, proof, method=EGRESS_METHOD, args=dict(request), idempotency_key=None,
-                                      now=t, leeway=self.leeway)
+            if "cnf" in p and tp.is_call_mac(proof):
+                sig = tp.check_call_mac(p, proof, self._call_keys.get(p["jti"]), method=EGRESS_METHOD,
+                                        args_canonical=canonical_json(dict(request)), idempotency_key=None, now=t,
+                                        leeway=self.leeway)
+            else:
+                sig = tp.check_call_proof(p, proof, method=EGRESS_METHOD, args=dict(request),
+                                          idempotency_key=None, now=t, leeway=self.leeway)
             if sig is not None:
                 with self._lock:
                     seen = self._proofs.get(sig)
@@ -418,6 +444,21 @@ class GrantVerifier:
         if u.calls_total <= 0:
             u.first_call_at = None
 
+    def follow_run(self, run_id: str) -> None:
+        """Every record of `run_id` will reach `observe` as it is stored (the run loop's single,
+        lease-holding writer): the in-memory revocations are then the ledger's, and a listing
+        needs no revocation query."""
+        self._ensure_run(run_id)
+        with self._lock:
+            self._followed.add(run_id)
+
+    def observe(self, record: Any) -> None:
+        """A stored record of a followed run: a revocation takes effect here, before the
+        writer returns."""
+        if getattr(record, "topic", None) == REVOKED_TOPIC:
+            with self._lock:
+                self._apply_event(REVOKED_TOPIC, record.payload, 0.0)
+
     def revoke(self, *, run_id: str, jti: str | None = None, profile_id: str | None = None,
                reason: str = "revoked by coordinator") -> None:
         """Revoke before expiry: a ledger event; effective on the next call."""
@@ -440,7 +481,9 @@ class GrantVerifier:
                         idempotency_key: str | None, args: Any) -> dict[str, Any]:
         return {"profile_id": g.profile_id, "jti": g.jti, "method": g.method.name, "family": g.method.family,
                 "cost_units": g.method.cost_units, "at": round(t, 6), "spent_jti": spent, "outcome": outcome,
-                "idempotency_key": idempotency_key, "args_digest": digest_json({} if args is None else args)}
+                "idempotency_key": idempotency_key,
+                "args_digest": digest_bytes(g.args_canonical) if g.args_canonical is not None
+                else digest_json({} if args is None else args)}
 
     def record_rejection(self, err: GrantError, *, run_id: str, method: str, token: Any,
                          wave_id: str | None = None, node_execution_id: str | None = None) -> None:

@@ -76,24 +76,26 @@ class SchedulerPolicy:
         return asdict(self)
 
 
+def status_of(node: Node, ns: Any, status: Mapping[str, str]) -> str:
+    """One node's status from its own state and its dependencies' statuses (pure)."""
+    if ns.succeeded:
+        return "succeeded"
+    if ns.active:
+        return "running"
+    if ns.failures >= node.max_attempts or ns.last_error in DETERMINISTIC_FAILURES:
+        return "failed"
+    if any(status[d] in ("failed", "blocked") for d in node.dependencies):
+        return "blocked"
+    if all(status[d] == "succeeded" for d in node.dependencies):
+        return "ready"
+    return "pending"
+
+
 def statuses(graph: Graph, state: RunState) -> dict[str, str]:
     """Status of every node, computed in topological order (linear time)."""
     out: dict[str, str] = {}
     for nid in graph.topo_order:
-        node = graph.nodes[nid]
-        ns = state.node(nid)
-        if ns.succeeded:
-            out[nid] = "succeeded"
-        elif ns.active:
-            out[nid] = "running"
-        elif ns.failures >= node.max_attempts or ns.last_error in DETERMINISTIC_FAILURES:
-            out[nid] = "failed"
-        elif any(out[d] in ("failed", "blocked") for d in node.dependencies):
-            out[nid] = "blocked"
-        elif all(out[d] == "succeeded" for d in node.dependencies):
-            out[nid] = "ready"
-        else:
-            out[nid] = "pending"
+        out[nid] = status_of(graph.nodes[nid], state.node(nid), out)
     return out
 
 
@@ -102,7 +104,7 @@ def duplicates_allowed(policy: SchedulerPolicy, node: Node) -> int:
     return policy.endgame_max_duplicates if node.endgame_duplicates is None else node.endgame_duplicates
 
 
-def _duplicable(graph: Graph, state: RunState, policy: SchedulerPolicy, nid: str) -> bool:
+def duplicable(graph: Graph, state: RunState, policy: SchedulerPolicy, nid: str) -> bool:
     node, ns = graph.nodes[nid], state.node(nid)
     extra = duplicates_allowed(policy, node)
     return (extra > 0 and ns.last_error not in DETERMINISTIC_FAILURES
@@ -120,12 +122,12 @@ def scores(graph: Graph, state: RunState, node: Node) -> dict[str, int]:
             "risk_penalty": risk_penalty, "total": blocking + rarity + confidence - risk_penalty}
 
 
-def _sort_key(entry: Mapping[str, Any]) -> tuple:
-    tb = entry["tie_break"]
-    return (-entry["scores"]["total"], tb["node_priority_group"], tb["node_id"], tb["task_spec_digest"])
+def sort_key(e: Mapping[str, Any]) -> tuple:
+    tb = e["tie_break"]
+    return (-e["scores"]["total"], tb["node_priority_group"], tb["node_id"], tb["task_spec_digest"])
 
 
-def _entry(graph: Graph, state: RunState, nid: str, kind: str) -> dict[str, Any]:
+def entry(graph: Graph, state: RunState, nid: str, kind: str) -> dict[str, Any]:
     node = graph.nodes[nid]
     return {
         "node_id": nid,
@@ -150,8 +152,8 @@ def decide(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int,
     if free <= 0:
         return None
     ready = [n for n, s in st.items() if s == "ready"]
-    candidates = sorted((_entry(graph, state, n, "retry" if state.node(n).attempts else "first")
-                         for n in ready), key=_sort_key)
+    candidates = sorted((entry(graph, state, n, "retry" if state.node(n).attempts else "first")
+                         for n in ready), key=sort_key)
     selected = candidates[:free]
     endgame = False
     unfinished = [n for n, s in st.items() if s in ("ready", "pending", "running")]
@@ -159,9 +161,19 @@ def decide(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int,
     if not candidates and running and len(unfinished) <= policy.endgame_threshold \
             and any(duplicates_allowed(policy, graph.nodes[n]) > 0 for n in running):
         endgame = True
-        dup = sorted((_entry(graph, state, n, "endgame_duplicate") for n in running
-                      if _duplicable(graph, state, policy, n)), key=_sort_key)
+        dup = sorted((entry(graph, state, n, "endgame_duplicate") for n in running
+                      if duplicable(graph, state, policy, n)), key=sort_key)
         selected = dup[:free]
+    return build_decision(graph, state, policy, seed, wave_index, free=free, active_total=active_total,
+                          selected=selected, endgame=endgame,
+                          deferred=0 if endgame else len(candidates) - len(selected))
+
+
+def build_decision(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int, wave_index: int, *,
+                   free: int, active_total: int, selected: list[dict[str, Any]], endgame: bool,
+                   deferred: int) -> dict[str, Any] | None:
+    """The SchedulingDecision artifact of a pass that selected `selected` (pure); None when empty.
+    `decide` and the incremental ready set (coordinator.ready_set) both end here."""
     if not selected:
         return None
     decision = {
@@ -175,7 +187,7 @@ def decide(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int,
         "endgame": endgame,
         "free_slots": free,
         "selected": selected,
-        "deferred_count": 0 if endgame else len(candidates) - len(selected),
+        "deferred_count": deferred,
         "tie_break_order": ["scores.total desc", "node_priority_group", "node_id", "task_spec_digest"],
     }
     decision["decision_id"] = digest_json(decision)

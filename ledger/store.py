@@ -303,7 +303,7 @@ class Ledger:
         where = _sqlite_file(url)
         if must_exist and where is not None and not where.is_file():  # --db naming a missing file too
             raise LedgerNotFound(f"no ledger at {where}", details={"path": str(where)},
-                                 hints=["pass the --ops-root the run used (or --db)"])
+                                 hints=["pass the --ops-root the run used (or --db / $DOME_DB)"])
         try:
             engines = make_engines(url)
             if migrate_schema:

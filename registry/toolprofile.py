@@ -17,11 +17,18 @@ Sender-constrained grants carry `cnf` (the worker's Ed25519 public key).
 Every call must then carry a CallProof: a DSSE signature by that key, type
 CALL_PROOF_TYPE, over canonical {jti, method, args_digest, idempotency_key,
 ts}. A stolen bearer token without the worker's private key is useless.
+
+The warm form of the same proof is a keyed MAC (`make_call_mac`):
+HMAC-SHA256 under a key both ends derive from the attempt's worker key seed
+(`call_mac_key`), which the coordinator registers for the grant's jti when it
+starts the attempt. It proves possession of the same secret and binds the same
+fields, at the cost of one HMAC instead of an Ed25519 verification.
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -342,3 +349,61 @@ def check_call_proof(payload: Mapping[str, Any], proof: str | None, *, method: s
     return sig
 
 
+
+
+# ---- keyed-MAC call proofs (the warm form) ------------------------------------------
+CALL_MAC_PREFIX = "dcm1."
+CALL_MAC_INFO = b"dome/call-mac/v1"
+_NONCE_CHARS = frozenset("0123456789abcdef")
+
+
+def call_mac_key(worker_seed: bytes) -> bytes:
+    """The per-attempt MAC key: HMAC-SHA256(worker key seed, CALL_MAC_INFO). Only the
+    holder of the worker key (the worker, and the coordinator that made it) can derive it."""
+    return hmac.digest(bytes(worker_seed), CALL_MAC_INFO, "sha256")
+
+
+def _mac_message(jti: str, method: str, args_canonical: bytes, idempotency_key: str | None, ts: str,
+                 nonce: str) -> bytes:
+    """Length-prefixed fields, so no two calls share a message; a missing key differs from ''.
+    The arguments go in as their canonical JSON bytes (the HMAC hashes them anyway)."""
+    idem = "-" if idempotency_key is None else "+" + idempotency_key
+    head = "%d:%s%d:%s%d:%s%d:%s%d:%s" % (len(jti), jti, len(method), method, len(idem), idem, len(ts), ts,
+                                         len(nonce), nonce)
+    return b"%b%d:%b" % (head.encode("utf-8", "surrogatepass"), len(args_canonical), args_canonical)
+
+
+def make_call_mac(mac_key: bytes, *, jti: str, method: str, args: Any, idempotency_key: str | None, ts: int,
+                  nonce: str) -> str:
+    """"dcm1.<ts>.<nonce hex>.<HMAC hex>": what a worker sends instead of a signed proof."""
+    mac = hmac.digest(mac_key, _mac_message(jti, method, canonical_json(args), idempotency_key, str(int(ts)),
+                                            nonce), "sha256")
+    return f"{CALL_MAC_PREFIX}{int(ts)}.{nonce}.{mac.hex()}"
+
+
+def is_call_mac(proof: Any) -> bool:
+    return isinstance(proof, str) and proof.startswith(CALL_MAC_PREFIX)
+
+
+def check_call_mac(payload: Mapping[str, Any], proof: str, mac_key: bytes | None, *, method: str,
+                   args_canonical: bytes, idempotency_key: str | None, now: float, leeway: float) -> bytes:
+    """Check a keyed-MAC call proof against the attempt's registered key. Returns the MAC
+    (for replay detection; lowercase hex, its one spelling). Same codes as the signed proof:
+    invalid, stale; a MAC over other fields cannot be told from a wrong key, so both are
+    PROOF_INVALID."""
+    if mac_key is None:
+        raise GrantProofInvalid("no call key was established for this grant at attempt start",
+                                details={"cnf_kid": (payload.get("cnf") or {}).get("kid")})
+    ts, _, rest = proof[len(CALL_MAC_PREFIX):].partition(".")
+    nonce, _, mac = rest.partition(".")
+    if not (ts.isdigit() and ts.isascii() and len(ts) <= 12 and 8 <= len(nonce) <= 64
+            and _NONCE_CHARS.issuperset(nonce) and mac.isascii()):
+        raise GrantProofInvalid("call proof is malformed")
+    want = hmac.digest(mac_key, _mac_message(payload["jti"], method, args_canonical, idempotency_key, ts, nonce),
+                       "sha256").hex()
+    if not hmac.compare_digest(want, mac):
+        raise GrantProofInvalid("call proof is not keyed by the grant's worker key or does not match this call",
+                                details={"cnf_kid": (payload.get("cnf") or {}).get("kid")})
+    if abs(now - int(ts)) > min(max(leeway, 0.0), MAX_LEEWAY_SECONDS):
+        raise GrantProofStale("call proof timestamp is outside the allowed skew", details={"ts": int(ts)})
+    return mac.encode("ascii")

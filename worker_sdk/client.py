@@ -14,10 +14,11 @@ Before anything is sent the client refuses calls the grant does not allow
 (OUT_OF_PROFILE) and calls past the grant's budgets (BUDGET_EXHAUSTED:
 `max_calls`, `max_calls_by_method`, `max_bytes`), counting what it spent;
 the gateway checks again. When the grant is sender-constrained (`cnf`),
-the client holds the attempt's worker key and signs a proof of every call
+the client holds the attempt's worker key and proves every call with it
 (method, canonical arguments digest, idempotency key, timestamp, a fresh
-nonce per send) into the `dome-call-proof` header; the key never leaves
-the client. Idempotency keys derive from the
+nonce per send) in the `dome-call-proof` header: a keyed MAC under a key
+derived from the worker key, or with `signed_proofs=True` an Ed25519
+signature; the key never leaves the client. Idempotency keys derive from the
 node_execution_id, so a retried call is recognized as the same call.
 """
 from __future__ import annotations
@@ -59,7 +60,8 @@ class GatewayError(DomeError):
 
 class GatewayClient:
     def __init__(self, *, token: str, profile: Mapping[str, Any], socket: str | None = None,
-                 url: str | None = None, timeout: float = 60.0, worker_key: SigningKey | None = None) -> None:
+                 url: str | None = None, timeout: float = 60.0, worker_key: SigningKey | None = None,
+                 signed_proofs: bool = False) -> None:
         self.token = token
         self.profile = dict(profile)
         cnf = self.profile.get("cnf")
@@ -67,6 +69,11 @@ class GatewayClient:
             raise WorkerKeyMismatch("the grant is sender-constrained and this client lacks its worker key",
                                     details={"cnf_kid": cnf.get("kid")})
         self._worker_key = worker_key if cnf is not None else None
+        # proofs are keyed MACs (one HMAC to check) unless signed ones are asked for
+        self._mac_key = None
+        if self._worker_key is not None and not signed_proofs:
+            from registry.toolprofile import call_mac_key
+            self._mac_key = call_mac_key(self._worker_key.seed)
         self.neid = self.profile["node_execution_id"]
         self.allowed = set(self.profile.get("allowed_methods", []))
         self.budgets = dict(self.profile.get("budgets", {}))
@@ -104,6 +111,11 @@ class GatewayClient:
         return self._proof(method, args) if self._worker_key is not None else None
 
     def _proof(self, name: str, args: Mapping[str, Any]) -> str:
+        if self._mac_key is not None:
+            from registry.toolprofile import make_call_mac
+            return make_call_mac(self._mac_key, jti=self.profile["jti"], method=name, args=args,
+                                 idempotency_key=args.get("idempotency_key"), ts=int(time.time()),
+                                 nonce=os.urandom(8).hex())
         from registry.toolprofile import make_call_proof
         return make_call_proof(self._worker_key, jti=self.profile["jti"], method=name, args=args,
                                idempotency_key=args.get("idempotency_key"), ts=int(time.time()),

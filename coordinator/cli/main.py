@@ -40,17 +40,24 @@ def default_ops_root() -> str:
     return os.environ.get("DOME_OPS_ROOT", "./ops")
 
 
+def default_db() -> str | None:
+    """The ledger URL a command uses when --db is not given: $DOME_DB, else None
+    (which `ledger.Ledger.open` reads as sqlite:///OPS_ROOT/dome.db). The one place
+    that reads DOME_DB."""
+    return os.environ.get("DOME_DB") or None
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every command takes."""
     parser.add_argument("--ops-root", default=default_ops_root(),
                         help="run artifacts, keys and the default ledger (default: ./ops or $DOME_OPS_ROOT)")
-    parser.add_argument("--db", default=None,
-                        help="SQLAlchemy URL of the ledger (default: sqlite:///OPS_ROOT/dome.db)")
+    parser.add_argument("--db", default=default_db(),
+                        help="SQLAlchemy URL of the ledger (default: $DOME_DB, else sqlite:///OPS_ROOT/dome.db)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def open_ledger(args: argparse.Namespace, *, migrate: bool = False) -> Any:
-    """The ledger of an existing run (--db, else OPS_ROOT/dome.db): never created, and
+    """The ledger of an existing run (--db, else $DOME_DB, else OPS_ROOT/dome.db): never created, and
     migrated only for a command that writes (`migrate`). Raises LedgerNotFound /
     LedgerUnavailable; `ledger_exit_code` turns either into the command's exit code."""
     from ledger import Ledger

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping
 import git as gitpython
 
 from registry import diffs, limits
+from registry.canonical import digest_json
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
@@ -64,9 +65,12 @@ class Checkpoint:
     included: tuple[str, ...]  # every proposal id in this head, in stack order
 
     def to_dict(self) -> dict[str, Any]:
+        """The checkpoint event's payload: its own layers by id, the head's whole stack only
+        by count and digest (listing it in every checkpoint made the ledger grow as N squared;
+        the stack is the checkpoint chain's proposal_ids, and the commit trailers say it too)."""
         return {"checkpoint_id": self.checkpoint_id, "index": self.index, "commit": self.commit,
                 "tree": self.tree, "parent": self.parent, "proposal_ids": list(self.proposal_ids),
-                "included_proposal_ids": list(self.included)}
+                "included_count": len(self.included), "included_digest": digest_json(list(self.included))}
 
 
 @dataclass

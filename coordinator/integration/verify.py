@@ -22,6 +22,8 @@ from registry.canonical import digest_bytes, digest_json
 from registry.errors import DomeError, SignatureError
 from registry.signing import Keyring
 
+from coordinator.run_payloads import LISTS_REF, finish_lists
+
 from .canvas import Canvas
 from . import export_checks as exports
 from . import gitio
@@ -58,6 +60,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
         return rep
     rep.add(ok(K.RUN_EXISTS))
     started, first_finish, last_finish = _lifecycle(rep, events, keyring)
+    _finish_lists(rep, ledger, events, last_finish, records)
     _exports(rep, ledger, run_id, events, records, keyring, started=started, last_finish=last_finish,
              ops_root=Path(ops_root) if ops_root is not None else ledger.ops_root)
     promos = [r for r in records if r.topic == T_PROMOTION]
@@ -221,6 +224,30 @@ def _lifecycle(rep: VerifyReport, events: list[EventRecord],
             for r in exports.check_signed_after_finish(events, first, keyring):
                 rep.add(r)
     return started, first, last
+
+
+def _finish_lists(rep: VerifyReport, ledger: Ledger, events: list[EventRecord], last: int | None,
+                  records: list[Record]) -> None:
+    """run.finished's proposal lists (a blob named by digest) exist, are intact, match their
+    counts, and include what the promotion decision before them included."""
+    if last is None:
+        return
+    fin = next(e for e in events if e.sequence == last).payload
+    if LISTS_REF not in fin:
+        return  # a run from before the lists moved to the blob store: they are inline
+    try:
+        lists = finish_lists(ledger.blobs, fin)
+    except (DomeError, ValueError) as exc:
+        rep.add(failed(K.FINISH_LISTS, getattr(exc, "message", str(exc)), str(fin.get(LISTS_REF))))
+        return
+    promos = [r for r in records if r.topic == T_PROMOTION and r.sequence < last]
+    if promos:
+        want = sorted(promos[-1].artifact.get("included_proposals") or [])
+        rep.check(K.FINISH_LISTS, sorted(lists["included_proposals"]) == want,
+                  "run.finished's included proposals differ from the promotion decision's",
+                  str(fin.get(LISTS_REF)))
+    else:
+        rep.add(ok(K.FINISH_LISTS))
 
 
 def _finish_agrees(rep: VerifyReport, events: list[EventRecord], first: int | None, last: int | None,

@@ -43,6 +43,7 @@ class CheckKind(str, Enum):
     RUN_FINISHED = "run_finished"
     SIGNED_AFTER_FINISH = "signed_after_finish"
     FINISH_AGREES = "run_finished_agrees"
+    FINISH_LISTS = "run_finished_lists"  # the proposal lists run.finished keeps in the blob store
     PARTIAL = "partial_run"  # a run promoted without some tasks says so, and names exactly those
     # the promotion decision and its evidence
     PROMOTION_DECISION = "promotion_decision"

@@ -197,7 +197,7 @@ async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
 def _ledger_state(db_url: str | None, ops_root: Path, run_id: str) -> dict[str, Any] | None:
     from ledger import Ledger
 
-    led = Ledger.open(db_url, ops_root)
+    led = Ledger.open(db_url, ops_root, migrate_schema=False, must_exist=True)  # a read: creates nothing
     try:
         records = led.events(run_id)
     finally:

@@ -56,10 +56,8 @@ class CanvasDriver:
         self.run_id, self.repo, self.base_ref = loop.run_id, Path(loop.repo), loop.base_sha
         self.wq = loop.wq
         self.ipolicy = repo_policy_for(self.wq, self.repo, self.base_ref)
-        self.task_meta, self.critical = task_meta_of(self.wq.graph)
-        # a resolver's proposal is judged as its original task's (risk floor, atomicity)
-        self.task_meta.update({rv.resolver_node_id(n, k): m for n, m in list(self.task_meta.items())
-                               for k in range(1, policy.resolver_max_tries + 1)})
+        meta, self.critical = task_meta_of(self.wq.graph)
+        self.task_meta = rv.with_resolver_nodes(meta, policy.resolver_max_tries)
         events = loop.ctx.ledger.events(self.run_id)
         self.facts: CanvasFacts = fold_events(events)
         self.rfacts: rv.ResolverFacts = rv.fold_resolver_events(events)

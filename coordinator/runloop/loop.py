@@ -45,6 +45,7 @@ from ..gateway.dispatch import ToolDispatcher
 from ..gateway.server import WorkerGateway
 from ..gateway.worker_tools import GatewayBackend, build_tools
 from ..runstate import RunState, fold
+from ..ready_set import ReadySet
 from ..scheduler import SchedulerPolicy, decide, statuses
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
@@ -53,6 +54,8 @@ from .contracts import FinishedRun, RunContext, RunOutcome, default_finish
 from .manifest import (RunError, RunNotFound, egress_terms, environment, host_container_ref,
                        new_run_id, node_seed, registry_ref, utc_stamp)
 from .lease import LeaseKeeper
+from ..run_payloads import offload_finish_lists
+from .recovery import record_lost_attempts
 from .signals import install_cancel_signals, restore_signals
 from .writer import LedgerWriter, WriterLedger
 
@@ -74,9 +77,11 @@ class _Live:
 
 
 def make_decision(graph: Any, state: RunState, policy: SchedulerPolicy, seed: int, run_id: str,
-                  status: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The SchedulingDecision as recorded (pure): what a replay recomputes byte for byte."""
-    decision = decide(graph, state, policy, seed, state.waves + 1, status=status)
+                  status: Mapping[str, str] | None = None, ready: ReadySet | None = None) -> dict[str, Any] | None:
+    """The SchedulingDecision as recorded (pure): what a replay recomputes byte for byte.
+    With `ready` (kept current by the run loop) the pass costs O(changed nodes)."""
+    decision = ready.decide(state, policy, seed, state.waves + 1) if ready is not None else \
+        decide(graph, state, policy, seed, state.waves + 1, status=status)
     if decision is None:
         return None
     return {**decision, "run_id": run_id, "object_id": f"sd-{run_id}-{decision['wave_id']}",
@@ -119,9 +124,11 @@ class RunLoop:
         self._derived: dict[tuple[str, ...], DerivedBase] = {}
         self._to_check: set[str] = set(wq.graph.nodes)  # nodes whose acks/losers need a look (all, at start)
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
+        self.ready = ReadySet(self.graph, state)  # statuses and ready nodes, updated by what changes
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
                                    guard=self._check_lease)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
+        self.verifier.follow_run(run_id)  # revocations reach it through _on_record: listings skip the query
         self.work = make_run_dir(run_id)  # findable by run id: sweep_attempt_dirs after a kill -9
         self.base_git = self.work / "base.git"
         self.pub = self.work / "coordinator.pub"
@@ -212,6 +219,8 @@ class RunLoop:
 
     # -- events -----------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
+        self.ready.note(rec, self.writer.state)
+        self.verifier.observe(rec)
         if rec.topic == rs.TASK_COMPLETED and rec.node_id:
             self._to_check.add(rec.node_id)  # a winner to ack, maybe endgame losers to cancel
         if self.canvas is not None:
@@ -258,23 +267,7 @@ class RunLoop:
 
     def _recover(self) -> None:
         """Attempts in flight when a previous coordinator died are lost: record it, revoke, reschedule."""
-        st = self.writer.state
-        lost = st.active_executions()
-        self.writer.append(rs.RUN_RESUMED, {"lost_attempts": lost, "at_sequence": st.last_sequence,
-                                            "environment": environment(self.ctx.executor_kind, self.ctx.sandbox)},
-                           signed=True)
-        for neid in lost:
-            ex = st.executions[neid]
-
-            def lose(tx: Any, neid: str = neid, ex: Any = ex) -> tuple[None, list]:
-                # one transaction: an attempt is never recorded lost with its grant still valid
-                rec = tx.append(self.run_id, rs.TASK_LOST, {"node_execution_id": neid, "reason": "coordinator restarted"},
-                                node_id=ex["node_id"], node_execution_id=neid, wave_id=ex.get("wave_id"),
-                                task_id=ex["node_id"])
-                rev = tx.revoke(run_id=self.run_id, jti=ex.get("jti"), profile_id=ex.get("profile_id"),
-                                reason="attempt lost on restart")
-                return None, [rec, rev]
-            self.writer.transact(lose)
+        record_lost_attempts(self.writer, self.run_id, environment(self.ctx.executor_kind, self.ctx.sandbox))
 
     # -- dispatch ---------------------------------------------------------------
     def _wave_base(self) -> str:
@@ -350,8 +343,7 @@ class RunLoop:
             if self.writer.appends == self._idle_at:  # nothing happened since the last empty decision
                 return 0
             st = self.writer.state
-            status = statuses(self.graph, st)
-            decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, status=status)
+            decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, ready=self.ready)
             if decision is None:
                 self._idle_at = self.writer.appends
                 return 0
@@ -410,6 +402,7 @@ class RunLoop:
     def launch(self, launches: list[tuple]) -> None:
         now = time.monotonic()
         for nid, neid, spec, grant, worker_key in launches:
+            self.verifier.bind_call_key(grant.jti, worker_key)  # the worker's keyed-MAC call proofs
             node = self.node(nid)
             files = write_attempt(self.work, spec, worker_key, node.task, self.limits,
                                   egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
@@ -444,6 +437,7 @@ class RunLoop:
     def _on_exit(self, ex: ExitInfo) -> None:
         neid = ex.node_execution_id
         remove_attempt_dir(self.work / "attempts" / neid)  # the worker is gone: its files and key go too
+        self.verifier.drop_call_key(self.writer.state.executions.get(neid, {}).get("jti", ""))
         att = self.attempts.get(neid, {})
         for v in ex.violations:
             self.writer.append(rs.SANDBOX_VIOLATION, {"node_execution_id": neid, **v, "stopped": True},
@@ -489,9 +483,10 @@ class RunLoop:
     def _done(self) -> bool:
         if self.live or self.executor.running():
             return False
-        st = statuses(self.graph, self.writer.state)
-        return all(s in ("succeeded", "failed", "blocked") for s in st.values()) and \
-            (self.canvas is None or not self.canvas.busy())
+        with self.writer.lock:
+            self.ready.refresh(self.writer.state)
+            done = self.ready.done()
+        return done and (self.canvas is None or not self.canvas.busy())
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
         self.cancel_reason = reason
@@ -593,6 +588,7 @@ class RunLoop:
         counts["attempts"] = st.total_attempts
         payload = {**result, "counts": counts, "proposals": [p["proposal_id"] for p in self._accepted_proposals()],
                    "finished_at": utc_stamp()}
+        payload = offload_finish_lists(self.ctx.ledger.blobs, payload)  # no payload grows with N
         self.writer.append(rs.RUN_FINISHED, payload, signed=True)
         self._export()
         return self._outcome(payload)

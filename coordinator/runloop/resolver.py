@@ -160,6 +160,12 @@ def resolver_node_id(node_id: str, try_no: int) -> str:
     return f"{node_id}{NODE_SEP}{try_no}"
 
 
+def with_resolver_nodes(task_meta: Mapping[str, Mapping[str, Any]], max_tries: int) -> dict[str, Any]:
+    """Each task's risk and atomicity also for its resolver nodes: a resolver's proposal is judged
+    as its original task's (a resolver cannot carry work past the task's risk floor or gate)."""
+    return {**task_meta, **{resolver_node_id(n, k): m for n, m in task_meta.items() for k in range(1, max_tries + 1)}}
+
+
 def original_node(node_id: str) -> str:
     return node_id.split(NODE_SEP)[0]
 

@@ -60,6 +60,7 @@ def env(tmp_path: Path, ops_root: Path, llm, monkeypatch):
         g = issue_profile(key=signer, run_id=RUN, wave_id="w1", node_id=node, node_execution_id=neid,
                           required_capabilities=["write"], worker_public_key=wk.public.raw,
                           egress=grant_terms(card(**card_over)))
+        verifier.bind_call_key(g.jti, wk)  # as the run loop does at attempt start
         return GatewayClient(token=g.token, profile=g.payload, socket="/nonexistent", worker_key=wk)
 
     yield {"ledger": ledger, "gate": gate, "sock": str(sock), "attempt": attempt, "key": key, "llm": llm}

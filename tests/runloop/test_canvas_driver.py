@@ -60,3 +60,24 @@ def test_in_run_integration_passes_dome_verify(git_repo: Path, ops_root: Path, l
     assert out.status == "promoted", out
     res = verify_run(ledger_env[0], out.run_id, ledger_env[2], ops_root=ops_root)
     assert res.valid, [f.__dict__ for f in res.failures()]
+
+
+def test_a_partial_run_integrated_during_the_run_is_named_partial_by_the_gate(
+        git_repo: Path, ops_root: Path, ledger_env, tmp_path: Path) -> None:
+    """if_tasks_fail: promote_rest with in-run integration: the tasks that did not land are known
+    only at the finish, which hands them to the gate: it names them."""
+    import json
+
+    from coordinator.integration.verify import verify_run
+    tasks = [cmd_task("good", "echo a > A.txt"), cmd_task("boom", "exit 3"),
+             cmd_task("after", "echo c > C.txt", ["boom"])]
+    q = write_queue(tmp_path, git_repo, tasks, if_tasks_fail="promote_rest",
+                    scheduling={**IN_RUN, "max_parallel": 2, "default_max_attempts": 1})
+    _, out = run_queue(q, ops_root, ledger_env, sandbox="none", finish=integration_finish)
+    assert out.status == "promoted", out
+    gate = json.loads((ops_root / "runs" / out.run_id / "gate" / "gate.decision.json").read_text())
+    assert gate["passed"] is True and gate["partial"] is True
+    assert gate["tasks_not_landed"] == [{"node_id": "after", "status": "blocked"},
+                                        {"node_id": "boom", "status": "failed"}]
+    res = verify_run(ledger_env[0], out.run_id, ledger_env[2], ops_root=ops_root)
+    assert res.valid, [f.__dict__ for f in res.failures()]

@@ -129,7 +129,7 @@ def kill_chain(tmp_path: Path, chain: list[str], make_queue, judge) -> list[str]
         rest = rest[1:]
     else:
         r = _dome(tmpdir, "run", "--resume", run_id, "--ops-root", str(ops), "--json")
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-1500:]
     judge(json.loads(r.stdout), run_id, repo, ops, tmpdir)
     return rest
 

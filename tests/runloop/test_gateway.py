@@ -56,6 +56,8 @@ def gateway(ledger_env, tmp_path: Path):
                                     inputs_hash="sha256:" + "0" * 64,
                                     worker_public_key=key.public.raw if key else None)
         writer.append("grant.issued", issued, node_id="n1", node_execution_id=neid)
+        if key is not None:  # as the run loop does at attempt start: the key of the MAC call proofs
+            verifier.bind_call_key(g.jti, key)
         return G(g, key)
 
     yield gw, writer, verifier, attempt, ledger

@@ -91,3 +91,18 @@ def test_without_resolver_tries_the_conflict_is_dropped(git_repo: Path, ops_root
     assert out.status == "promoted"
     assert not [e for e in ev if e.topic in ("resolver.spawned", "integration.resolver_request")]
     assert [e.payload for e in ev if e.topic == "integration.conflict_decision"][-1]["action"] == "drop"
+
+
+def test_a_resolvers_proposal_is_judged_with_its_original_tasks_risk_and_atomicity() -> None:
+    """Attack: a resolver attempt (node `typed@resolve1`, not in the graph) declares its
+    proposal low risk and hunk_ok to slip past the task's risk floor and human gate."""
+    from coordinator.integration.finish import apply_task_meta
+    from coordinator.runloop.resolver import resolver_node_id, with_resolver_nodes
+
+    meta = with_resolver_nodes({"typed": {"risk": "high", "atomicity": "atomic_proposal"}}, 2)
+    lying = {"proposal_id": "pp-x", "node_id": resolver_node_id("typed", 2), "risk": {"class": "low"},
+             "atomicity": "hunk_ok"}
+    judged = apply_task_meta(lying, meta)
+    assert judged["risk"]["class"] == "high" and judged["atomicity"] == "atomic_proposal"
+    # without the resolver nodes in the table the lie would stand (what the rule prevents)
+    assert apply_task_meta(lying, {"typed": meta["typed"]})["risk"] == {"class": "low"}

@@ -114,7 +114,11 @@ def proof(key, args, ts=None, **over):
 cases = {"no_proof": None,
          "other_key": lambda n, a: proof(SigningKey.generate(), a),
          "other_args": lambda n, a: proof(real, a, fraction=0.99),
-         "stale": lambda n, a: proof(real, a, ts=now - 600)}
+         "stale": lambda n, a: proof(real, a, ts=now - 600),
+         "mac_other_key": lambda n, a: tp.make_call_mac(tp.call_mac_key(SigningKey.generate().seed),
+                                                        jti=profile["jti"], method="report_progress", args=a,
+                                                        idempotency_key=a["idempotency_key"], ts=now,
+                                                        nonce="0000000000000001")}
 codes = {}
 for i, (name, maker) in enumerate(cases.items()):
     if maker is not None:
@@ -134,7 +138,7 @@ print(json.dumps(codes, sort_keys=True))
 def test_sender_constrained_grants_end_to_end(git_repo, ops_root, ledger_env, tmp_path):
     """A real bubblewrap run: every attempt gets a cnf-bound grant and its own key
     file; the workers' proofed calls promote; calls with the attempt's token but
-    no proof, a proof by another key, over other arguments or stale are refused,
+    no proof, a proof by another key (signed or MAC), over other arguments or stale are refused,
     each with its own code, and leave only grant.rejected in the ledger."""
     from tests.conftest import REPO_ROOT, git
     ledger, _, _ = ledger_env
@@ -151,7 +155,8 @@ def test_sender_constrained_grants_end_to_end(git_repo, ops_root, ledger_env, tm
     assert len(done) == 1 and done[0].payload["outcome"] == "succeeded"  # the worker's own proofed calls work
     codes = json.loads(done[0].payload["summary"]["stdout_tail"])
     assert codes == {"no_proof": "GRANT_PROOF_MISSING", "other_key": "GRANT_PROOF_INVALID",
-                     "other_args": "GRANT_PROOF_MISMATCH", "stale": "GRANT_PROOF_STALE"}
+                     "other_args": "GRANT_PROOF_MISMATCH", "stale": "GRANT_PROOF_STALE",
+                     "mac_other_key": "GRANT_PROOF_INVALID"}
     assert len(out.counts) and out.counts["succeeded"] == 2
     issued = [e for e in ev if e.topic == "grant.issued"]
     assert len(issued) == 2 and all("cnf" in e.payload["profile"] for e in issued)

@@ -1,0 +1,223 @@
+"""The coordinator's cost as the run grows: N one-file tasks on a 200-file repository.
+
+    python benchmarks/scale_curve.py [--sizes 10,100,1000] [--db sqlite,postgres] [--sandbox none]
+                                     [--max-parallel 4] [--json]
+
+Each (N, database) runs in a fresh Python process (so peak RSS is that run's):
+`dome run`'s own path (RunLoop.start + run, the local executor, integration,
+promotion, export) on a fresh copy of the repository. Every task writes one
+file (`echo i > out/iNNNNN.txt`). Reported per configuration:
+
+- coordinator CPU per task: user + system CPU of the coordinator process
+  (every thread: run loop, gateway, integration) over the run, minus the
+  sampler thread's own CPU, divided by N; the workers are other processes
+  and are not counted;
+- peak RSS of the coordinator process (ru_maxrss);
+- peak scratch disk: the largest size of the run's work folder (attempt
+  folders and checkouts, the base mirror), sampled every 50 ms;
+- ledger bytes per task: the canonical JSON size of the run's ledger records
+  divided by N, and the blob store's growth divided by N;
+- wall time, and the run's status.
+
+SQLite is the default ledger (WAL, synchronous=FULL); PostgreSQL is a
+throwaway local server (fsync off, as in the tests) started for the run.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FILES = 200
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@dome", *args], cwd=cwd, check=True,
+                   capture_output=True, timeout=300)
+
+
+def make_repo(root: Path) -> Path:
+    repo = root / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    for i in range(FILES):
+        (repo / f"src{i:03d}.txt").write_text(f"file {i}\n" + "x" * 2000 + "\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "200 files")
+    return repo
+
+
+def write_queue(root: Path, repo: Path, n: int, max_parallel: int) -> Path:
+    tasks = [{"node_id": f"t{i:05d}", "containers": [], "required_capabilities": ["write"],
+              "required_outputs": ["patch_proposal"], "dependencies": [],
+              "action_spec": {"intent": "command", "argv": ["sh", "-c", f"mkdir -p out && echo {i} > out/i{i:05d}.txt"]}}
+             for i in range(n)]
+    q = {"artifact_kind": "dome.work.queue/v1", "repo": str(repo), "base_ref": "main", "determinism_seed": 1,
+         "policy": "default", "promote_to": "refs/heads/dome/scale", "tasks": tasks,
+         "validations": [{"suite": "command", "name": "tests", "argv": ["true"]}],
+         "scheduling": {"max_parallel": max_parallel, "endgame_max_duplicates": 0, "default_timeout_s": 600}}
+    path = root / "work.queue.json"
+    path.write_text(json.dumps(q))
+    return path
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
+    """One run in this process; the figures as a dict."""
+    from coordinator.keys import load_keyring, load_or_create_signing_key
+    from coordinator.runloop.finish import integration_finish
+    from coordinator.runloop.loop import RunContext, RunLoop
+    from ledger import Ledger
+    from registry.canonical import canonical_json
+
+    root = Path(tempfile.mkdtemp(prefix="dome-scale-"))
+    try:
+        repo = make_repo(root)
+        queue = write_queue(root, repo, n, max_parallel)
+        ops = root / "ops"
+        ops.mkdir()
+        ledger = Ledger.open(db, ops)
+        ctx = RunContext(ledger=ledger, ops_root=ops, signer=load_or_create_signing_key(ops),
+                         keyring=load_keyring(ops), sandbox=sandbox, finish=integration_finish)
+        blobs0 = _tree_bytes(ops / "blobs")
+        loop = RunLoop.start(queue, ctx)
+        peak = {"bytes": 0, "cpu": 0.0}
+        stop = threading.Event()
+
+        def sample() -> None:
+            c0 = time.thread_time()
+            while not stop.is_set():
+                peak["bytes"] = max(peak["bytes"], _tree_bytes(loop.work))
+                stop.wait(0.05)
+            peak["cpu"] = time.thread_time() - c0
+
+        th = threading.Thread(target=sample, daemon=True)
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        th.start()
+        out = loop.run()
+        wall = time.perf_counter() - t0
+        stop.set()
+        th.join()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) - peak["cpu"]
+        records = ledger.events(out.run_id)
+        by_topic: dict[str, int] = {}
+        for r in records:
+            size = len(canonical_json(r.to_json() if hasattr(r, "to_json") else r.__dict__))
+            by_topic[r.topic] = by_topic.get(r.topic, 0) + size
+        event_bytes = sum(by_topic.values())
+        blob_bytes = _tree_bytes(ops / "blobs") - blobs0
+        ledger.close()
+        return {"n": n, "db": "postgres" if db else "sqlite", "sandbox": sandbox, "status": out.status,
+                "succeeded": out.counts.get("succeeded"), "wall_s": round(wall, 1),
+                "cpu_ms_per_task": round(1000 * cpu / n, 1), "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
+                "peak_scratch_mb": round(peak["bytes"] / 2**20, 1), "events": len(records),
+                "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
+                "max_parallel": max_parallel,
+                "bytes_per_task_by_topic": {t: round(b / n) for t, b in
+                                            sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class Postgres:
+    """A throwaway local PostgreSQL server on a Unix socket (fsync off)."""
+
+    def __enter__(self) -> str:
+        debian = ":".join(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True))
+        path = os.pathsep.join(p for p in (os.environ.get("PATH", ""), debian) if p)
+        self.initdb, self.pg_ctl = shutil.which("initdb", path=path), shutil.which("pg_ctl", path=path)
+        if not self.initdb or not self.pg_ctl:
+            raise SystemExit("PostgreSQL server binaries (initdb, pg_ctl) not installed")
+        self.base = Path(tempfile.mkdtemp(prefix="dome-pg-"))
+        data, sock = self.base / "data", self.base / "sock"
+        sock.mkdir()
+        if os.geteuid() == 0:
+            shutil.chown(self.base, "postgres")
+            shutil.chown(sock, "postgres")
+        self._pg(self.initdb, "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
+        self._pg(self.pg_ctl, "-D", str(data), "-w", "-l", str(self.base / "log"), "-o",
+                 f"-k {sock} -c listen_addresses='' -c fsync=off", "start")
+        self.data = data
+        return f"postgresql+psycopg://postgres@/postgres?host={sock}"
+
+    def _pg(self, *cmd: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *cmd], check=True, capture_output=True, timeout=120)
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._pg(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10,100,1000")
+    ap.add_argument("--db", default="sqlite,postgres")
+    ap.add_argument("--sandbox", default="none", choices=["none", "bwrap"])
+    ap.add_argument("--max-parallel", type=int, default=4)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one run in this process
+    ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.one:
+        print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel)))
+        return 0
+    rows = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for db in a.db.split(","):
+        pg = Postgres() if db == "postgres" else None
+        url = pg.__enter__() if pg else None
+        try:
+            for n in (int(x) for x in a.sizes.split(",")):
+                cmd = [sys.executable, __file__, "--one", str(n), "--sandbox", a.sandbox,
+                       "--max-parallel", str(a.max_parallel), *(["--url", url] if url else [])]
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if proc.returncode != 0:
+                    print(proc.stderr[-3000:], file=sys.stderr)
+                    return 1
+                row = json.loads(proc.stdout.strip().splitlines()[-1])
+                rows.append(row)
+                if not a.json:
+                    print(json.dumps(row), flush=True)
+        finally:
+            if pg:
+                pg.__exit__()
+    if a.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"\n{'db':>8} {'N':>6} {'status':>9} {'CPU ms/task':>11} {'peak RSS MB':>11} {'scratch MB':>10} "
+              f"{'ledger B/task':>13} {'blob B/task':>11} {'wall s':>7}")
+        for r in rows:
+            print(f"{r['db']:>8} {r['n']:>6} {r['status']:>9} {r['cpu_ms_per_task']:>11} {r['peak_rss_mb']:>11} "
+                  f"{r['peak_scratch_mb']:>10} {r['ledger_bytes_per_task']:>13} {r['blob_bytes_per_task']:>11} "
+                  f"{r['wall_s']:>7}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
