@@ -39,8 +39,31 @@ class Tile:
     core: tuple[int, int, int, int]  # x0, y0, x1, y1 in canvas px
 
 
+class ScoreViews:
+    """What every evaluation, whole-canvas or streamed, derives from its records and tiles."""
+
+    epe_records: list[dict[str, Any]]
+    topology: dict[str, list[dict[str, Any]]]
+    tiles: list[Tile]
+
+    @property
+    def epe(self) -> int:
+        return len(self.epe_records)
+
+    @property
+    def topology_defects(self) -> int:
+        return sum(len(v) for v in self.topology.values())
+
+    def tile_of(self, x: float, y: float) -> Tile:
+        for t in self.tiles:
+            x0, y0, x1, y1 = t.core
+            if x0 <= x < x1 and y0 <= y < y1:
+                return t
+        return self.tiles[-1]
+
+
 @dataclass
-class Evaluation:
+class Evaluation(ScoreViews):
     fill: str
     shift: tuple[int, int]
     canvas: tuple[int, int]  # height, width
@@ -68,20 +91,6 @@ class Evaluation:
             return None
         return int(np.count_nonzero(pv_band(self.printed, self.window.grid_names)))
 
-    @property
-    def epe(self) -> int:
-        return len(self.epe_records)
-
-    @property
-    def topology_defects(self) -> int:
-        return sum(len(v) for v in self.topology.values())
-
-    def tile_of(self, x: float, y: float) -> Tile:
-        for t in self.tiles:
-            x0, y0, x1, y1 = t.core
-            if x0 <= x < x1 and y0 <= y < y1:
-                return t
-        return self.tiles[-1]
 
 
 def plan_tiles(width: int, height: int, clip: int, halo: int) -> list[Tile]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from worker_sdk.cancel import NEVER, CancellationToken
 
-from .engine import DEFAULT_HALO, Tile, needs_tiling, plan_tiles, print_mask
+from .engine import DEFAULT_HALO, ScoreViews, Tile, needs_tiling, plan_tiles, print_mask
 from .layout import Layout, placement, rasterize
 from .metrics import epe_check, epe_distances, epe_samples, pv_band
 from .topostream import TopologyStitcher
@@ -52,7 +52,7 @@ class TileScore:
 
 
 @dataclass
-class StreamedEvaluation:
+class StreamedEvaluation(ScoreViews):
     """What `engine.Evaluation` reports, without its canvas-sized arrays."""
     fill: str
     shift: tuple[int, int]
@@ -68,21 +68,6 @@ class StreamedEvaluation:
     topology: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     per_tile: list[TileScore] = field(default_factory=list)
     streamed: bool = True
-
-    @property
-    def epe(self) -> int:
-        return len(self.epe_records)
-
-    @property
-    def topology_defects(self) -> int:
-        return sum(len(v) for v in self.topology.values())
-
-    def tile_of(self, x: float, y: float) -> Tile:
-        for t in self.tiles:
-            x0, y0, x1, y1 = t.core
-            if x0 <= x < x1 and y0 <= y < y1:
-                return t
-        return self.tiles[-1]
 
 
 class PolygonIndex:
