@@ -77,6 +77,9 @@ class FinishContext:
     tasks_not_landed: Sequence[Mapping[str, str]] = ()
     """A partial run (`if_tasks_fail: promote_rest`): the tasks whose work is not
     in these proposals ({node_id, status}); recorded with the inputs, named by the gate."""
+    derivation_pool: Sequence[Mapping[str, Any]] | None = None
+    """Every accepted proposal of the run so far, when `proposals` is one in-run batch:
+    a derived base may hold an ancestor's proposal integrated in an earlier batch."""
 
 
 @dataclass
@@ -206,6 +209,8 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
 
     load = ctx.diff_loader or default_diff_loader(ctx.ledger)
     proposals = [apply_task_meta(unwrap_proposal(p), ctx.task_meta) for p in ctx.proposals]
+    pool = proposals if ctx.derivation_pool is None else [
+        *proposals, *(unwrap_proposal(p) for p in ctx.derivation_pool)]
     derived = derived_bases(ctx.ledger, ctx.run_id, ctx.base_ref)
     derived_trees: dict[str, str] = {}
     checked: dict[str, Any] = {}
@@ -216,7 +221,7 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
         wave_base = ctx.base_ref
         pbase = str(p.get("base_ref", ""))
         if pbase != ctx.base_ref and pbase in derived:
-            err = _rebuild_derived_base(ctx, derived[pbase], proposals, load, reader, insp,
+            err = _rebuild_derived_base(ctx, derived[pbase], pool, load, reader, insp,
                                         derived_trees, pbase)
             if err is not None:
                 _reject(emit, rejected, pid, p, [Rejection("PROPOSAL_DERIVED_BASE_MISMATCH", err, INTEGRITY,

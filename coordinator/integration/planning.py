@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from registry.canonical import digest_json
 
@@ -223,8 +223,12 @@ def _respect_requirements(ranked: list[Candidate]) -> list[Candidate]:
 
 def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
                policy: IntegrationPolicy, rejected: Sequence[tuple[str, Rejection]] = (),
-               run_id: str = "", revision: int = 1, created_at: str = "") -> tuple[StackPlan, OverlapIndex]:
-    """Order verified candidates, drop redundant ones, record why (pure)."""
+               run_id: str = "", revision: int = 1, created_at: str = "",
+               stacked: Collection[str] = ()) -> tuple[StackPlan, OverlapIndex]:
+    """Order verified candidates, drop redundant ones, record why (pure).
+
+    `stacked`: proposals already on the canvas from earlier in-run batches; a
+    candidate whose derived base holds them is not missing a dependency."""
     index = OverlapIndex(candidates)
     ranked = _respect_requirements(sorted(candidates, key=lambda c: order_key(c, index)))
     ordered: list[str] = []
@@ -251,7 +255,7 @@ def plan_stack(candidates: Sequence[Candidate], *, base_ref: str, seed: int,
         return min(holders, key=ordered.index) if holders else None
 
     for rank, c in enumerate(ranked):
-        missing_req = [r for r in c.requires if r not in ordered]
+        missing_req = [r for r in c.requires if r not in ordered and r not in stacked]
         if missing_req:
             rej.append({"proposal_id": c.proposal_id, "reason": "invalid",
                         "code": "PLAN_DEPENDENCY_MISSING",

@@ -84,14 +84,15 @@ class CanvasDriver:
         self.rfacts = rv.fold_resolvers(self.rfacts, rec.topic, rec.payload or {},
                                         getattr(rec, "node_execution_id", None))
 
-    def _context(self, proposals: Sequence[Mapping[str, Any]]) -> FinishContext:
+    def _context(self, proposals: Sequence[Mapping[str, Any]],
+                 pool: Sequence[Mapping[str, Any]] | None = None) -> FinishContext:
         return FinishContext(
             run_id=self.run_id, repo=self.repo, base_ref=self.base_ref, proposals=list(proposals),
             ledger=self.ledger, signing_key=self.loop.ctx.signer, ops_root=Path(self.loop.ctx.ops_root),
             validations=list(self.wq.validations), policy=self.ipolicy, seed=self.loop.seed,
             promote_to=self.wq.promote_to, sandbox=self.loop.ctx.sandbox, task_meta=self.task_meta,
             critical_ids=self.critical, wave_bases=self.integration_bases(),
-            resolver_hook=self if self.policy.resolver_max_tries > 0 else None)
+            resolver_hook=self if self.policy.resolver_max_tries > 0 else None, derivation_pool=pool)
 
     def integration_bases(self) -> frozenset[str]:
         """Wave bases that are integration heads of this run (a proposal may start there)."""
@@ -234,7 +235,8 @@ class CanvasDriver:
         self.emit(T_BATCH, {"artifact_kind": "dome.integration_batch/v1", "batch": self.batches,
                             "object_id": f"batch-{self.batches}", "proposal_ids": ids,
                             "head_ref": self.canvas.head})
-        ctx = self._context(proposals)
+        # a derived base may name an ancestor's proposal integrated in an earlier batch
+        ctx = self._context(proposals, pool=self._accepted())
         reader = self.canvas.reader
         checked, rejected = record_verified_proposals(ctx, self.emit, self.ipolicy, reader)
         self.rejected.extend(rejected)
@@ -242,7 +244,7 @@ class CanvasDriver:
                                          self.critical) for c in checked.values()]
         plan, index = plan_stack(cands, base_ref=self.base_ref, seed=self.loop.seed, policy=self.ipolicy,
                                  rejected=rejected, run_id=self.run_id, created_at=ctx.clock(),
-                                 revision=self.batches)
+                                 revision=self.batches, stacked=frozenset(self.canvas.included))
         self.plans.append(plan)
         self.emit(T_PLAN, plan.to_dict())
         self.emit(T_SELECTION, plan.selection_decision())

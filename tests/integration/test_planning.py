@@ -110,3 +110,15 @@ def test_property_bisect_finds_first_failing_prefix(n, data) -> None:
     found, steps = bisect_culprit(n, lambda k: calls.append(k) or k < culprit)
     assert found == culprit
     assert len(steps) <= max(1, n.bit_length())
+
+
+def test_a_requirement_already_on_the_canvas_is_not_missing() -> None:
+    """In-run batches: a proposal whose derived base holds one stacked by an earlier batch is planned;
+    one whose requirement is neither in the batch nor stacked is rejected."""
+    c = Candidate(proposal_id="pB", created_at="2026-01-01T00:00:00Z", diff_digest="sha256:" + "b" * 64,
+                  risk="low", touched_files=("b.txt",), fingerprints=(fp("b.txt", 1, 1, ctx="b", edit="b"),),
+                  requires=("pA",))
+    alone, _ = plan_stack([c], base_ref=BASE, seed=0, policy=POLICY)
+    assert alone.ordered == () and [r["code"] for r in alone.rejected] == ["PLAN_DEPENDENCY_MISSING"]
+    later, _ = plan_stack([c], base_ref=BASE, seed=0, policy=POLICY, stacked=frozenset({"pA"}))
+    assert later.ordered == ("pB",) and later.rejected == ()

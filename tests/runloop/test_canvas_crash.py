@@ -115,3 +115,35 @@ def test_kill_during_in_run_integration_and_resolver_then_resume(name, reference
     while chain:
         k += 1
         chain = _one_run(tmp_path / f"run{k}", reference, chain)
+
+
+def _dependent_queue(tmp: Path) -> tuple[Path, Path]:
+    """B depends on A and starts from a derived base; batches of one, the waves keep the run base."""
+    from tests.conftest import make_repo
+    from tests.runloop.conftest import write_queue
+    repo = make_repo(tmp / "repo")
+    tasks = [cmd_task("a", "echo a > a.txt"), cmd_task("b", "test -f a.txt && echo b > b.txt", ["a"])]
+    return repo, write_queue(tmp, repo, tasks, scheduling={"integrate_during_run": True,
+                                                            "integration_batch_size": 1, "max_parallel": 1})
+
+
+def _judge_dependent(out: dict, run_id: str, repo: Path, ops: Path, tmpdir: Path) -> None:
+    assert out["status"] == "promoted", out
+    assert git(repo, "show", f"{out['head']}:a.txt") == "a" and git(repo, "show", f"{out['head']}:b.txt") == "b"
+    ev = _events(ops, run_id)
+    assert not [e for e in ev if e["topic"] == "integration.proposal_rejected"]
+    twice = [k for k, n in _steps(ev).items() if n > 1]
+    assert not twice, twice
+    v = dome_cli("verify", run_id, "--ops-root", str(ops), "--json")
+    assert v.returncode == 0 and json.loads(v.stdout)["valid"] is True, v.stdout[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@NEEDS_BWRAP
+def test_kill_while_a_dependent_batch_is_integrated_then_resume(tmp_path):
+    """Killed in the batch that rebuilds B's derived base from A's proposal (stacked in the batch
+    before), each resume re-walks the batches: both land, nothing is recorded twice, verify passes."""
+    rest = kill_chain(tmp_path, ["integration.batch:2", "integration.proposal_verified", "integration.stack_plan"],
+                      _dependent_queue, _judge_dependent)
+    assert rest == []

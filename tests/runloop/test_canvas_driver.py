@@ -81,3 +81,36 @@ def test_a_partial_run_integrated_during_the_run_is_named_partial_by_the_gate(
                                         {"node_id": "boom", "status": "failed"}]
     res = verify_run(ledger_env[0], out.run_id, ledger_env[2], ops_root=ops_root)
     assert res.valid, [f.__dict__ for f in res.failures()]
+
+
+def _dependent_pair_run(git_repo: Path, ops_root: Path, ledger_env, tmp_path: Path, rebase: bool):
+    from coordinator.integration.verify import verify_run
+    from tests.conftest import git
+    tasks = [cmd_task("a", "echo a > a.txt"), cmd_task("b", "test -f a.txt && echo b > b.txt", ["a"])]
+    sched = {"integrate_during_run": True, "integration_batch_size": 1, "max_parallel": 1,
+             **({"rebase_waves_on_integration_head": True, "advance_baseline": {"after_layers": 1}}
+                if rebase else {})}
+    q = write_queue(tmp_path, git_repo, tasks, scheduling=sched)
+    _, out = run_queue(q, ops_root, ledger_env, sandbox="none", finish=integration_finish)
+    assert out.status == "promoted", out
+    ev = ledger_env[0].events(out.run_id)
+    assert not [e for e in ev if e.topic == "integration.proposal_rejected"]
+    assert len([e for e in ev if e.topic == "integration.batch"]) == 2  # a, then b in a later batch
+    head = git(git_repo, "rev-parse", "refs/heads/dome/out")
+    assert git(git_repo, "show", f"{head}:a.txt") == "a" and git(git_repo, "show", f"{head}:b.txt") == "b"
+    res = verify_run(ledger_env[0], out.run_id, ledger_env[2], ops_root=ops_root)
+    assert res.valid, [f.__dict__ for f in res.failures()]
+    return ev
+
+
+def test_a_dependent_task_on_a_derived_base_lands_after_its_ancestor_was_batched(
+        git_repo: Path, ops_root: Path, ledger_env, tmp_path: Path) -> None:
+    """B depends on A and starts from a derived base (run base + A's proposal); A's proposal was
+    integrated in an earlier batch, yet B's derived base is rebuilt from it and both land."""
+    ev = _dependent_pair_run(git_repo, ops_root, ledger_env, tmp_path, rebase=False)
+    assert [e for e in ev if e.topic == "task.base_derived"]
+
+
+def test_a_dependent_task_lands_when_waves_start_from_the_integration_head(
+        git_repo: Path, ops_root: Path, ledger_env, tmp_path: Path) -> None:
+    _dependent_pair_run(git_repo, ops_root, ledger_env, tmp_path, rebase=True)
