@@ -73,7 +73,7 @@ def write_queue(root: Path, repo: Path, n: int, max_parallel: int) -> Path:
     return path
 
 
-def _tree_bytes(root: Path) -> int:
+def tree_bytes(root: Path) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(root):
         for f in files:
@@ -101,7 +101,7 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
         ledger = Ledger.open(db, ops)
         ctx = RunContext(ledger=ledger, ops_root=ops, signer=load_or_create_signing_key(ops),
                          keyring=load_keyring(ops), sandbox=sandbox, finish=integration_finish)
-        blobs0 = _tree_bytes(ops / "blobs")
+        blobs0 = tree_bytes(ops / "blobs")
         loop = RunLoop.start(queue, ctx)
         peak = {"bytes": 0, "cpu": 0.0}
         stop = threading.Event()
@@ -109,7 +109,7 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
         def sample() -> None:
             c0 = time.thread_time()
             while not stop.is_set():
-                peak["bytes"] = max(peak["bytes"], _tree_bytes(loop.work))
+                peak["bytes"] = max(peak["bytes"], tree_bytes(loop.work))
                 stop.wait(0.05)
             peak["cpu"] = time.thread_time() - c0
 
@@ -128,7 +128,7 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
             size = len(canonical_json(r.to_json() if hasattr(r, "to_json") else r.__dict__))
             by_topic[r.topic] = by_topic.get(r.topic, 0) + size
         event_bytes = sum(by_topic.values())
-        blob_bytes = _tree_bytes(ops / "blobs") - blobs0
+        blob_bytes = tree_bytes(ops / "blobs") - blobs0
         ledger.close()
         return {"n": n, "db": "postgres" if db else "sqlite", "sandbox": sandbox, "status": out.status,
                 "succeeded": out.counts.get("succeeded"), "wall_s": round(wall, 1),

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from worker_sdk.cancel import CancellationToken
+
 
 @pytest.fixture(scope="session")
 def kernel_sets(iccad13: Path):
@@ -65,3 +67,18 @@ def two_lines_with_masks(root: Path) -> dict:
     bridged[mid - 20:mid + 20, xs.min():xs.max() + 1] = 1
     save_mask_png(bridged, root / "bridged.png")
     return {"layout": "two_lines.glp", "mask": "clean.png", "fill": "lithobench", "metrics": {}}
+
+
+class CountingToken(CancellationToken):
+    """Cancels itself after `cancel_after` checks: where cancellation is checked, and how often."""
+
+    def __init__(self, cancel_after: int) -> None:
+        super().__init__()
+        self.checks = 0
+        self.cancel_after = cancel_after
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.checks > self.cancel_after:
+            self.cancel("test")
+        super().check()

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker_sdk.cancel import CancellationToken, Cancelled
+from worker_sdk.cancel import Cancelled
 from worker_sdk.litho import api, tiled
 from worker_sdk.litho.engine import evaluate
 from worker_sdk.litho.errors import BadRequest
@@ -15,6 +15,7 @@ from worker_sdk.litho.layout import Layout, load_layout
 from worker_sdk.litho.streaming import evaluate_streaming, sorted_records
 
 from .conftest import glp
+from tests.litho.conftest import CountingToken
 
 
 def two_clips(iccad13: Path) -> Layout:
@@ -105,18 +106,6 @@ def test_tile_store_keeps_finished_cores_and_refuses_another_plan(tmp_path):
         tiled.TileStore(tmp_path / "tiles", {"plan": "b"})
     assert exc.value.code == "LITHO_TILE_PLAN_MISMATCH" and exc.value.details["differs"] == ["plan"]
 
-
-class CountingToken(CancellationToken):
-    def __init__(self, cancel_after: int) -> None:
-        super().__init__()
-        self.checks = 0
-        self.cancel_after = cancel_after
-
-    def check(self) -> None:
-        self.checks += 1
-        if self.checks > self.cancel_after:
-            self.cancel("test")
-        super().check()
 
 
 @pytest.mark.slow

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from worker_sdk.cancel import CancellationToken, Cancelled
+from worker_sdk.cancel import Cancelled
 from worker_sdk.litho import api
 from worker_sdk.litho.engine import evaluate
 from worker_sdk.litho.layout import Layout, load_layout
 
 from .conftest import glp
+from tests.litho.conftest import CountingToken
 
 
 def test_tiled_equals_single_clip_and_group_ids_survive_repartitioning(model64, iccad13):
@@ -24,18 +25,6 @@ def test_tiled_equals_single_clip_and_group_ids_survive_repartitioning(model64, 
     assert len(four["violations"]) > len(one["violations"])  # cut regions add shadows
     assert {v["context"]["tile_id"] for v in four["violations"]} == {"T_0_0", "T_0_1", "T_1_0", "T_1_1"}
 
-
-class CountingToken(CancellationToken):
-    def __init__(self, cancel_after: int) -> None:
-        super().__init__()
-        self.checks = 0
-        self.cancel_after = cancel_after
-
-    def check(self) -> None:
-        self.checks += 1
-        if self.checks > self.cancel_after:
-            self.cancel("test")
-        super().check()
 
 
 def test_layout_larger_than_a_clip_is_tiled_and_cancellable(model64, iccad13):

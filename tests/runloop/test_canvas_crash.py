@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.keys import load_keyring
-from ledger import Ledger
 from tests.conftest import dome_cli, git
 from tests.runloop.conftest import cmd_task
-from tests.runloop.test_crash_points import NEEDS_BWRAP, _dome, _events, _steps, kill_chain
+from tests.runloop.test_crash_points import NEEDS_BWRAP, _dome, _events, _steps, assert_resumed_cleanly, kill_chain
 from tests.runloop.test_resolver import CHECK, LIB, PUNCTUATE, TYPED
 
 NODES = ["punctuate", "typed", "note"]
@@ -83,13 +81,7 @@ def _judge(out: dict, run_id: str, repo: Path, ops: Path, tmpdir: Path, referenc
     # a resolver try lost to the crash is dispatched again, and not charged
     tries = Counter(e["payload"]["try"] for e in ev if e["topic"] == "resolver.spawned")
     assert set(tries) <= {1}
-    with Ledger.open(None, ops) as ledger:
-        assert ledger.verify(load_keyring(ops)).ok
-    v = dome_cli("verify", run_id, "--ops-root", str(ops), "--json")
-    assert v.returncode == 0 and json.loads(v.stdout)["valid"] is True, v.stdout[-2000:]
-    assert sorted(p.name for p in tmpdir.iterdir()) == []
-    assert not list((ops / "runs" / run_id).glob("canvas*"))
-    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert_resumed_cleanly(run_id, repo, ops, tmpdir)
 
 
 # Each chain: the first kill stops `dome run`, each later one the resume carrying on.

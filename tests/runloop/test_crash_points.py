@@ -147,6 +147,13 @@ def _judge(out: dict, run_id: str, repo: Path, ops: Path, tmpdir: Path, referenc
     assert ev[-1]["topic"] == "run.finished"
     with Ledger.open(None, ops) as ledger:
         check_run(ledger, run_id, NODES)
+    assert_resumed_cleanly(run_id, repo, ops, tmpdir)
+
+
+def assert_resumed_cleanly(run_id: str, repo: Path, ops: Path, tmpdir: Path) -> None:
+    """What every resumed run must leave: a ledger and a run record that verify, no temp
+    files, no canvas folder and no extra worktree."""
+    with Ledger.open(None, ops) as ledger:
         assert ledger.verify(load_keyring(ops)).ok  # what `dome ledger verify` checks
     v = dome_cli("verify", run_id, "--ops-root", str(ops), "--json")
     assert v.returncode == 0 and json.loads(v.stdout)["valid"] is True, v.stdout[-2000:]

@@ -10,21 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scale_curve import tree_bytes  # the benchmark's own measure of scratch disk
 from tests.conftest import git
 from tests.runloop.conftest import cmd_task, write_queue
 
 FILES = 200
-
-
-def _tree_bytes(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
-    return total
 
 
 @pytest.mark.slow
@@ -55,12 +45,12 @@ def test_scratch_follows_attempts_in_flight_and_nothing_is_left(git_repo: Path, 
                 dirs = []
             peak["dirs"] = max(peak["dirs"], len(dirs))
             peak["seen"].update(d.name for d in dirs)
-            peak["bytes"] = max(peak["bytes"], _tree_bytes(attempts) if dirs else 0)
+            peak["bytes"] = max(peak["bytes"], tree_bytes(attempts) if dirs else 0)
             for d in dirs:
                 objects = d / "scratch" / "repo" / ".git" / "objects"
                 if (objects / "info" / "alternates").is_file():
                     peak["alternates"] += 1
-                    peak["own_objects"] = max(peak["own_objects"], _tree_bytes(objects / "pack"))
+                    peak["own_objects"] = max(peak["own_objects"], tree_bytes(objects / "pack"))
             time.sleep(0.02)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -72,7 +62,7 @@ def test_scratch_follows_attempts_in_flight_and_nothing_is_left(git_repo: Path, 
         th.join(10)
     assert out.status in ("completed", "promoted"), out
     assert out.counts["succeeded"] == n
-    base_bytes = _tree_bytes(git_repo / ".git" / "objects")
+    base_bytes = tree_bytes(git_repo / ".git" / "objects")
     # an attempt's files go when its worker exits; the scheduler may fill the slot of an attempt
     # that has reported its result a moment before its process is gone: at most 2 x slots at once,
     # however many tasks the run has
