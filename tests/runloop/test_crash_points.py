@@ -134,16 +134,23 @@ def kill_chain(tmp_path: Path, chain: list[str], make_queue, judge) -> list[str]
     return rest
 
 
-def _judge(out: dict, run_id: str, repo: Path, ops: Path, tmpdir: Path, reference: dict) -> None:
+def assert_as_uninterrupted(out: dict, run_id: str, repo: Path, ops: Path, reference: dict,
+                            fixed: list[str]) -> list[dict]:
+    """A resumed run ends as the uninterrupted one did: promoted, the same tree, the ref at the
+    head, the same count of each topic in `fixed`, and no step recorded twice. Returns its events."""
     assert out["status"] == "promoted", out
-    # the same tree as an uninterrupted run, and the ref really points at the head
     assert git(repo, "rev-parse", out["promoted_ref"]) == out["head"]
     assert git(repo, "rev-parse", f"{out['head']}^{{tree}}") == reference["tree"]
     ev = _events(ops, run_id)
     counts = Counter(e["topic"] for e in ev)
-    assert {t: counts[t] for t in FIXED} == {t: reference["counts"][t] for t in FIXED}
+    assert {t: counts[t] for t in fixed} == {t: reference["counts"][t] for t in fixed}
     twice = [k for k, n in _steps(ev).items() if n > 1]
     assert not twice, twice  # no step (apply, checkpoint, validation, decision) recorded twice
+    return ev
+
+
+def _judge(out: dict, run_id: str, repo: Path, ops: Path, tmpdir: Path, reference: dict) -> None:
+    ev = assert_as_uninterrupted(out, run_id, repo, ops, reference, FIXED)
     assert ev[-1]["topic"] == "run.finished"
     with Ledger.open(None, ops) as ledger:
         check_run(ledger, run_id, NODES)

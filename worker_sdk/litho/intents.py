@@ -175,15 +175,21 @@ def _suite_result(kind: str, checks: list[dict[str, Any]], metrics: dict[str, An
                         metrics={**metrics, "masks_checked": len(checks), "masks_failed": len(summary["failed"])})
 
 
-def resimulate(ctx: IntentContext) -> IntentResult:
-    """Validation suite: every committed mask in a *.litho.json report must reproduce its L2 and PVB exactly."""
-    checks: list[dict[str, Any]] = []
-    todo = _committed_masks(ctx)
+def _readable(ctx: IntentContext, todo: list, checks: list[dict[str, Any]]):
+    """The committed masks whose report could be read; each unreadable one is a failed check."""
     for rp, rep, layout, mask in todo:
         ctx.token.check()
         if rep is None:
             checks.append({"report": _rel(ctx, rp), "passed": False, "reason": f"unreadable: {layout}"})
             continue
+        yield rp, rep, layout, mask
+
+
+def resimulate(ctx: IntentContext) -> IntentResult:
+    """Validation suite: every committed mask in a *.litho.json report must reproduce its L2 and PVB exactly."""
+    checks: list[dict[str, Any]] = []
+    todo = _committed_masks(ctx)
+    for rp, rep, layout, mask in _readable(ctx, todo, checks):
         resp = api.evaluate(_suite_request(ctx, rep, layout, mask), ctx.token)
         want, got = rep["metrics"], resp["metrics"]
         ok = want["l2_nm2"] == got["l2_nm2"] and want["pvb_nm2"] == got["pvb_nm2"]
@@ -199,11 +205,7 @@ def topology(ctx: IntentContext) -> IntentResult:
     checks: list[dict[str, Any]] = []
     defects = 0
     todo = _committed_masks(ctx)
-    for rp, rep, layout, mask in todo:
-        ctx.token.check()
-        if rep is None:
-            checks.append({"report": _rel(ctx, rp), "passed": False, "reason": f"unreadable: {layout}"})
-            continue
+    for rp, rep, layout, mask in _readable(ctx, todo, checks):
         req = {**_suite_request(ctx, rep, layout, mask), **_window_keys(ctx.action)}
         resp = api.evaluate(req, ctx.token)
         m = resp["metrics"]
