@@ -53,7 +53,7 @@ mount -t tmpfs tmpfs /mnt
 mkdir -p /mnt/dome
 for p in registry worker_sdk coordinator ledger; do cp -r "$DOME_SRC/$p" /mnt/dome/; done
 mount -t tmpfs tmpfs /tmp
-for d in $HIDE; do mount -t tmpfs tmpfs "$d"; done
+for d in $HIDE; do if [ -d "$d" ]; then mount -t tmpfs tmpfs "$d"; fi; done  # a path below /tmp is hidden already
 export PYTHONPATH=/mnt/dome
 cd /mnt
 exec ray start --address "$HEAD" --node-ip-address "$NODE_IP" --num-cpus 2 \
