@@ -340,7 +340,7 @@ class CanvasDriver:
                                ops_root=Path(self.loop.ctx.ops_root), emit=self.emit,
                                why=dict(state.why_blocked),
                                rejected=[{"proposal_id": p, **r.to_dict()} for p, r in self.rejected],
-                               base_ref=self.base_ref, tasks_not_landed=not_landed(fc))
+                               base_ref=self.base_ref, tasks_not_landed=fc.partial.not_landed_rows())
         return outcome_of(fc, res)
 
     def close(self) -> None:
@@ -359,8 +359,3 @@ def driver_for(loop: Any) -> CanvasDriver | None:
 
 __all__ = ["CanvasDriver", "driver_for"]
 
-
-def not_landed(fc: Any) -> list[dict[str, str]]:
-    """The tasks a partial run (`if_tasks_fail: promote_rest`) integrates without, for the gate."""
-    from .partial import decide
-    return list(decide(fc.node_status, fc.work_queue.if_tasks_fail).record().get("tasks_not_landed", []))

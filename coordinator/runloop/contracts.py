@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 
 from ..runstate import RunState
 from ..workqueue import WorkQueue
+from .partial import PartialDecision
 from .writer import LedgerWriter
 
 
@@ -49,6 +50,7 @@ class FinishedRun:
     writer: LedgerWriter
     ops_dir: Path
     ledger: Any
+    partial: PartialDecision  # whether the finish integrates, and which tasks did not land
     signer: Any = None
     ops_root: Path | None = None
     sandbox: str = "bwrap"

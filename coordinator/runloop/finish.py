@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from .loop import FinishedRun
-from .partial import decide
 
 
 def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
@@ -68,7 +67,6 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
     if fc.canvas is not None:  # integrated during the run: the driver completes what is left
         return fc.canvas.finish(fc)
     task_meta, critical = task_meta_of(fc.work_queue.graph)
-    partial = decide(fc.node_status, fc.work_queue.if_tasks_fail)
 
     # fc.ledger writes through the run's LedgerWriter, which already shows the
     # live view every record integration appends; the view also hears when each
@@ -84,7 +82,7 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
         signing_key=fc.signer, ops_root=fc.ops_root, validations=list(fc.work_queue.validations),
         seed=fc.seed, promote_to=fc.work_queue.promote_to, sandbox=fc.sandbox,
         policy=repo_policy(fc), task_meta=task_meta, critical_ids=critical,
-        tasks_not_landed=partial.record().get("tasks_not_landed", ())))
+        tasks_not_landed=fc.partial.not_landed_rows()))
     return outcome_of(fc, res)
 
 

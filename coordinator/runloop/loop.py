@@ -402,15 +402,16 @@ class RunLoop(AttemptLifecycle):
         return [p for p in st.proposals if p["node_execution_id"] in winners]
 
     def _finish(self) -> RunOutcome:
+        from .partial import decide
         st = self.writer.state
+        node_status = statuses(self.graph, st)
+        decision = decide(node_status, self.wq.if_tasks_fail)
         fc = FinishedRun(run_id=self.run_id, work_queue=self.wq, repo=self.repo, base_ref=self.base_sha,
-                           base_tree_hash=self.base_tree, state=st, node_status=statuses(self.graph, st),
+                           base_tree_hash=self.base_tree, state=st, node_status=node_status, partial=decision,
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
                            ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
                            signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
                            sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view, canvas=self.canvas)
-        from .partial import decide
-        decision = decide(fc.node_status, self.wq.if_tasks_fail)
         if not decision.integrate:
             result = default_finish(fc)  # tasks failed and the queue promotes nothing then
         else:  # a partial run (promote_rest) says so, and which tasks did not land

@@ -40,8 +40,11 @@ class PartialDecision:
         complete run's record is what it was before this setting existed)."""
         if not self.partial:
             return {}
-        return {"partial": True, "if_tasks_fail": PROMOTE_REST,
-                "tasks_not_landed": [{"node_id": n, "status": s} for n, s in self.tasks_not_landed]}
+        return {"partial": True, "if_tasks_fail": PROMOTE_REST, "tasks_not_landed": self.not_landed_rows()}
+
+    def not_landed_rows(self) -> list[dict[str, str]]:
+        """The tasks a partial run integrates without, as `run.finished` and the gate name them."""
+        return [{"node_id": n, "status": s} for n, s in self.tasks_not_landed] if self.partial else []
 
 
 def decide(node_status: Mapping[str, str], if_tasks_fail: str = DEFAULT_IF_TASKS_FAIL) -> PartialDecision:
