@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up dome on a fresh Debian/Ubuntu machine: system tools, then the package.
-# Idempotent; safe to run again. Set DOME_SKIP_APT=1 to skip system packages.
+# Idempotent; safe to run again. Set DOME_SKIP_APT=1 to skip system packages,
+# DOME_SKIP_AGENT_CLIS=1 to skip the agent CLIs (only the agent tests and examples use them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,5 +24,7 @@ PY=${PYTHON:-python3}
 "$PY" -m pip install -q -e ".[litho,ray,agents,test]" >&2
 # agent CLIs (aider from PyPI, Qwen Code from npm), pinned, each in a directory of its own
 # (a failed install leaves the rest of dome working; its tests then say what is missing)
-PYTHON="$PY" bash scripts/install_agent_clis.sh || echo "setup: the agent CLIs were not installed" >&2
+if [ -z "${DOME_SKIP_AGENT_CLIS:-}" ]; then
+  PYTHON="$PY" bash scripts/install_agent_clis.sh || echo "setup: the agent CLIs were not installed" >&2
+fi
 echo "setup: done" >&2
