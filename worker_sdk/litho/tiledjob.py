@@ -73,7 +73,8 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     ilt = {"iterations": sum(int(r.get("iterations") or 0) for r in done), "seed": cfg.seed,
            "bridge_weight": cfg.bridge_weight,
            "stages": [{"scale_nm": s.scale, "iterations": s.iterations, "lr": s.lr} for s in cfg.stages],
-           "gradient": "exact adjoint (autograd through the band-limited SOCS model), per tile",
+           "gradient": "exact adjoint (autograd through the band-limited SOCS model), per tile, "
+                       "the tiles of a wave batched as [B, N, N]",
            "tiles": len(done)}
     resp["ilt"] = ilt
     if not stitch:
