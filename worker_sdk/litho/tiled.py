@@ -212,6 +212,17 @@ class TileStore:
         _atomic_write(meta, (json.dumps(rec, sort_keys=True) + "\n").encode())
         return rec
 
+    def raw_bytes(self, kind: str, tile_id: str) -> bytes:
+        return self._paths(kind, tile_id)[0].read_bytes()
+
+    def put_raw(self, kind: str, tile_id: str, data: bytes, rec: dict[str, Any]) -> None:
+        """Store a core's bytes and record exactly as `save` wrote them elsewhere (digest checked)."""
+        if rec.get("digest") != digest_bytes(data) or rec.get("tile_id") != tile_id:
+            raise BadRequest("tile bytes do not match their record", code="LITHO_TILE_RESUME_REFUSED")
+        path, meta = self._paths(kind, tile_id)
+        _atomic_write(path, data)
+        _atomic_write(meta, (json.dumps(rec, sort_keys=True) + "\n").encode())
+
     def load(self, kind: str, tile_id: str) -> np.ndarray | None:
         rec = self.info(kind, tile_id)
         if rec is None:
