@@ -48,6 +48,13 @@ def test_property_dispatch_is_topological_and_most_blocking_first(rows, cols, ba
     for w in range(4):
         seq = [blocking[tid] for wave, ids in batches(plan, batch_size) if wave == w for tid in ids]
         assert seq == sorted(seq, reverse=True)
+    order = dispatch_order(q, slots, lambda n: data.draw(st.integers(0, n - 1)))
+    assert order[-2:] == ["stitch", "evaluate"]
+
+
+def dispatch_order(q: dict, slots: int, pick) -> list[str]:
+    """Run the scheduler over a tile queue, finishing the active task `pick(len(active))` after each
+    pass; check every pass and return the dispatch order."""
     graph = parse_work_queue({**q, "repo": "."}).graph
     deps = {t["node_id"]: set(t["dependencies"]) for t in q["tasks"]}
     sim, done, order, active = Sim(), set(), [], []
@@ -60,19 +67,32 @@ def test_property_dispatch_is_topological_and_most_blocking_first(rows, cols, ba
             wave += 1
             picked = [e["scores"]["blocking"] for e in d["selected"]]
             assert picked == sorted(picked, reverse=True)  # non-increasing within a scheduling wave
-            left = [graph.descendants[n] * 1000 for n, s in st_now.items() if s == "ready"
-                    and n not in {e["node_id"] for e in d["selected"]}]
+            chosen = {e["node_id"] for e in d["selected"]}
+            left = [graph.descendants[n] * 1000 for n, s in st_now.items() if s == "ready" and n not in chosen]
             assert not left or min(picked) >= max(left)  # nothing deferred blocks more than what went
             for nid, neid in sim.dispatch(d):
                 assert deps[nid] <= done  # topological: every dependency finished before dispatch
                 order.append(nid)
                 active.append((nid, neid))
         assert active
-        k = data.draw(st.integers(0, len(active) - 1))
-        nid, neid = active.pop(k)
+        nid, neid = active.pop(pick(len(active)))
         sim.add(rs.TASK_COMPLETED, nid, node_execution_id=neid, outcome="succeeded")
         done.add(nid)
-    assert sorted(order) == sorted(deps) and order[-2:] == ["stitch", "evaluate"]
+    assert sorted(order) == sorted(deps)
+    return order
+
+
+def test_the_fullchip_quick_queue_dispatches_its_most_blocking_batches_first():
+    import json
+
+    from tests.conftest import REPO_ROOT
+
+    q = json.loads((REPO_ROOT / "examples" / "fullchip" / "work.quick.json").read_text())
+    order = dispatch_order(q, q["scheduling"]["max_parallel"], lambda n: 0)  # the oldest task finishes first
+    graph = parse_work_queue({**q, "repo": "."}).graph
+    blocking = [graph.descendants[n] for n in order]
+    assert order[:2] == ["tiles-w0-b0", "tiles-w0-b1"] and blocking[0] >= blocking[1] > blocking[2]
+    assert order[-2:] == ["stitch", "evaluate"]
 
 
 def test_among_equally_blocking_tile_tasks_the_rarest_resource_goes_first():
