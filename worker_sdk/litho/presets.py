@@ -3,7 +3,7 @@
 `mrc-quality` is the recipe for masks a mask shop accepts: 9 nm minimum width
 and space, 400 nm^2 minimum area, the bridge term on, and nothing cleared
 inside the clip canvas except a frame along its edge (`halo_nm` 2048). The
-assist material the ILT places 256-700 nm from the pattern sharpens the print;
+assist material the ILT places 256-768 nm from the pattern sharpens the print;
 clearing it (the old 256 nm halo) cost about 10% of L2 on the ICCAD 2013
 clips. Its loss weights spend some of the PV band on nominal L2 (see
 docs/benchmarks.md, "Mask-rule-clean ILT").
