@@ -66,3 +66,17 @@ def test_mrc_quality_preset_gives_a_rule_clean_topology_clean_mask(iccad13, lith
     assert region.space_check(9, False, proj).count() == 0
     assert region.with_area(None, 400, False).count() == 0
     assert r["metrics"]["l2_nm2"] < 7_500  # 10,491 with the 256 nm halo and the default weights
+
+
+def test_a_tile_folder_is_pinned_to_the_preset_filled_settings(iccad13, litho_env, tmp_path):
+    from worker_sdk.litho import tiledjob
+
+    folder = {"dir": str(tmp_path / "tiles")}
+    base = {"layout": str(glp(10, iccad13)), "threads": 1, "tiling": folder}
+    tiledjob.prepare({**base, "preset": "mrc-quality"})
+    spelled_out = {k: v for k, v in PRESETS["mrc-quality"].items()}
+    tiledjob.prepare({**base, **spelled_out})  # the same settings written out: the same pin
+    with pytest.raises(DomeError) as exc:
+        tiledjob.prepare(base)  # the defaults are other ILT and mask-rule settings
+    assert exc.value.code == "LITHO_TILE_PLAN_MISMATCH"
+    assert {"ilt", "mrc"} <= set(exc.value.details["differs"])
