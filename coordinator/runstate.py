@@ -12,6 +12,7 @@ plain dicts with those keys.
 """
 from __future__ import annotations
 
+import collections.abc as _abc
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -65,6 +66,7 @@ class RunState:
     last_sequence: int = 0
     finished: Mapping[str, Any] | None = None
     proposals: Sequence[Mapping[str, Any]] = field(default_factory=PVector)
+    proposal_of: Mapping[str, Mapping[str, Any]] = field(default_factory=PMap)  # neid -> its latest proposal
 
     def node(self, node_id: str) -> NodeState:
         return self.nodes.get(node_id, NodeState())
@@ -74,7 +76,7 @@ class RunState:
 
 
 def _get(event: Any, name: str) -> Any:
-    if isinstance(event, Mapping):
+    if type(event) is dict or isinstance(event, _abc.Mapping):
         return event.get(name)
     return getattr(event, name, None)
 
@@ -90,21 +92,23 @@ class _Folding:
     changed by a later event (readers on other threads keep a consistent value)."""
 
     __slots__ = ("run_id", "started", "nodes", "executions", "ended", "waves", "total_attempts",
-                 "lost_attempts", "last_sequence", "finished", "proposals")
+                 "lost_attempts", "last_sequence", "finished", "proposals", "proposal_of")
 
     def __init__(self, s: RunState) -> None:
         self.run_id, self.started, self.finished = s.run_id, s.started, s.finished
         self.nodes, self.executions = _pmap(s.nodes), _pmap(s.executions)
         self.ended = s.ended if isinstance(s.ended, PSet) else PSet(s.ended)
         self.proposals = s.proposals if isinstance(s.proposals, PVector) else PVector(s.proposals)
+        self.proposal_of = _pmap(s.proposal_of)
         self.waves, self.total_attempts, self.last_sequence = s.waves, s.total_attempts, s.last_sequence
         self.lost_attempts = s.lost_attempts
 
     def freeze(self) -> RunState:
-        return RunState(run_id=self.run_id, started=self.started, nodes=self.nodes, executions=self.executions,
-                        ended=self.ended, waves=self.waves, total_attempts=self.total_attempts,
-                        lost_attempts=self.lost_attempts, last_sequence=self.last_sequence, finished=self.finished,
-                        proposals=self.proposals)
+        # every field set at once, without the frozen dataclass's one object.__setattr__ per field
+        # (this runs once per appended event)
+        out = object.__new__(RunState)
+        out.__dict__.update({name: getattr(self, name) for name in self.__slots__})
+        return out
 
     def step(self, event: Any) -> None:
         """One event: the only place that says what each topic does to the state."""
@@ -154,6 +158,9 @@ class _Folding:
                                                            True, ns.last_error))
         elif topic == PATCH_SUBMITTED:
             self.proposals = self.proposals.append(payload)
+            neid = payload.get("node_execution_id")
+            if neid is not None:
+                self.proposal_of = self.proposal_of.set(neid, payload)
 
 
 _NEW = NodeState()

@@ -63,6 +63,11 @@ CGROUP_PIDS_ROOTS = (CGROUP_FS / "pids", CGROUP_FS / "unified", CGROUP_FS)
 def dome_source_roots() -> list[Path]:
     """The package directories a worker imports (bound read-only). worker_sdk is
     located, never imported: the coordinator reaches it only across a process boundary."""
+    return list(_dome_source_roots())
+
+
+@functools.lru_cache(maxsize=1)
+def _dome_source_roots() -> tuple[Path, ...]:  # located once per process, not once per attempt
     import importlib.util
 
     import registry
@@ -70,7 +75,7 @@ def dome_source_roots() -> list[Path]:
     spec = importlib.util.find_spec("worker_sdk")
     if spec is None or spec.origin is None:  # pragma: no cover - broken install
         raise RuntimeError("worker_sdk is not installed beside the coordinator")
-    return [Path(registry.__file__).resolve().parent, Path(spec.origin).resolve().parent]
+    return (Path(registry.__file__).resolve().parent, Path(spec.origin).resolve().parent)
 
 
 def python_roots() -> list[Path]:
