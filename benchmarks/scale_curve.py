@@ -23,6 +23,11 @@ file (`echo i > out/iNNNNN.txt`). Reported per configuration:
   decisions), which stays the same size whatever N;
 - wall time, and the run's status.
 
+`--records 100,1000,10000` runs no task: it builds the stack plan, gate and
+promotion decision and run.finished of N proposals as a run records them
+(signed, long lists chained), reads them back and verifies them, and prints
+each record's payload size: the cheap way to see N = 10,000.
+
 SQLite is the default ledger (WAL, synchronous=FULL); PostgreSQL is a
 throwaway local server (fsync off, as in the tests) started for the run.
 """
@@ -161,6 +166,58 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
         shutil.rmtree(root, ignore_errors=True)
 
 
+def records_only(n: int) -> dict:
+    """The integration records and run.finished of an n-proposal run, built without
+    running the tasks: the stack plan, the gate and the promotion decision as the
+    run's Emitter writes them (signed, lists chained), then read back and verified."""
+    from coordinator.integration.evidence import T_GATE, T_PLAN, T_PROMOTION, verify_artifact
+    from coordinator.integration.recorder import Emitter, records_of
+    from coordinator.keys import load_keyring, load_or_create_signing_key
+    from coordinator.run_payloads import finish_lists, offload_finish_lists
+    from ledger import Ledger
+    from registry.canonical import canonical_json
+
+    root = Path(tempfile.mkdtemp(prefix="dome-scale-records-"))
+    try:
+        ops = root / "ops"
+        with Ledger.open(None, ops) as ledger:
+            key = load_or_create_signing_key(ops)
+            keyring = load_keyring(ops)
+            ids = [f"pp-{i:024x}" for i in range(n)]
+            layers = [{"proposal_id": p, "diff_digest": "sha256:" + f"{i:064x}", "layer": i} for i, p in enumerate(ids)]
+            refs = [{"kind": "dome.apply_result/v1", "object_id": p, "digest": "sha256:" + f"{i:064x}",
+                     "event_sequence": i} for i, p in enumerate(ids)]
+            blobs0 = tree_bytes(ops / "blobs")
+            t0 = time.perf_counter()
+            emit = Emitter(ledger, "run-records", key, lambda: "2026-11-25T00:00:00Z")
+            emit(T_PLAN, {"stack_plan_id": "sp-1", "base_ref": "b" * 40, "ordered_proposals": layers,
+                          "selection_scores": [{"proposal_id": p, "score": 1.0} for p in ids]})
+            emit(T_GATE, {"decision_id": "gate-1", "passed": True, "head_ref": "c" * 40, "included_proposals": ids,
+                          "links": [{"link": f"apply_result:{p}", "status": "ok", "detail": "", "refs": [r]}
+                                    for p, r in zip(ids, refs)], "evidence_refs": refs})
+            emit(T_PROMOTION, {"decision_id": "promo-1", "outcome": "promoted", "from_head_ref": "c" * 40,
+                               "to_ref": "refs/heads/out", "included_proposals": ids, "evidence_refs": refs})
+            fin = offload_finish_lists(ledger.blobs, {"status": "promoted", "proposals": ids,
+                                                      "included_proposals": ids, "counts": {"succeeded": n}})
+            ledger.append("run-records", "run.finished", fin)
+            write_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            faults: list = []
+            recs = records_of(ledger, "run-records", faults)
+            for r in recs:
+                if r.topic != "run.finished":
+                    verify_artifact(r.artifact, keyring)
+            assert not faults and len(recs[1].artifact["links"]) == n
+            assert len(finish_lists(ledger.blobs, recs[-1].artifact)["proposals"]) == n
+            read_s = time.perf_counter() - t1
+            sizes = {e.topic: len(canonical_json(e.payload)) for e in ledger.events("run-records")}
+            return {"n": n, "record_bytes": sizes, "blob_bytes_per_proposal": round(
+                (tree_bytes(ops / "blobs") - blobs0) / n), "write_s": round(write_s, 2),
+                    "read_and_verify_s": round(read_s, 2)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 class Postgres:
     """A throwaway local PostgreSQL server on a Unix socket (fsync off)."""
 
@@ -202,12 +259,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executor", default="local", help="comma-separated: local, ray, container")
     ap.add_argument("--image", default=os.environ.get("DOME_WORKER_IMAGE"),
                     help="the container rows' worker image (built with ops/container/build.sh when not given)")
+    ap.add_argument("--records", default=None,
+                    help="comma-separated N: build only the integration records and run.finished of N proposals")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one run in this process
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
         print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image)))
+        return 0
+    if a.records:
+        for n in (int(x) for x in a.records.split(",")):
+            print(json.dumps(records_only(n)), flush=True)
         return 0
     rows = []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
