@@ -18,12 +18,18 @@ from registry.signing import SigningKey
 
 from . import gitio
 from .listchain import ListChainBroken, has_refs, is_ref, load_lists, store_lists
-from .evidence import T_GATE, T_PROMOTION, GitFacts, Record, sign_artifact
+from .evidence import T_GATE, T_PLAN, T_PROMOTION, T_SELECTION, T_VALIDATION, GitFacts, Record, sign_artifact
 
 PRODUCER = "dome-coordinator"
 EXTERNALIZE_BYTES = 128 * 1024
 """Artifacts larger than this (canonical bytes) live in the blob store; the
 ledger record keeps their digest, signature and `artifact_ref`."""
+
+INTEGRATION_PREFIXES = ("integration", "gate", "promotion")
+CHAINED_TOPICS = frozenset({T_PLAN, T_SELECTION, T_VALIDATION, T_GATE, T_PROMOTION})
+"""The records whose lists name every proposal of the run (held as list chains
+when long); the others list a batch at most, and stay as they are."""
+
 
 class Emitter:
     """Stamps the artifact header, signs, appends to the ledger.
@@ -78,7 +84,7 @@ class Emitter:
         if blobs is not None:
             # lists that grow with the run go to a chain of fixed-size chunks: the record stays
             # the same size whatever N (the signature covers the full lists; readers rebuild them)
-            payload = store_lists(signed, blobs.put)
+            payload = store_lists(signed, blobs.put) if topic in CHAINED_TOPICS else signed
             raw = canonical_json(payload)
             if len(raw) > EXTERNALIZE_BYTES:
                 # too big for one ledger record: the signed artifact goes to the
@@ -109,7 +115,7 @@ def same_step(topic: str, recorded: Mapping[str, Any], new: Mapping[str, Any]) -
 
 def integration_records(ledger: EventSource, run_id: str) -> list[Record]:
     """What an earlier, interrupted integration pass of this run recorded."""
-    return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in ("integration", "gate", "promotion")]
+    return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in INTEGRATION_PREFIXES]
 
 
 def _object_id(a: Mapping[str, Any], n: int) -> str:
@@ -164,6 +170,14 @@ def full_artifact(payload: Any, store: BlobStore | None, faults: list[tuple[str,
                 faults.append((where, exc))
             # readers expect lists: the stub's are empty (so its signature fails, as a missing blob's does)
             return {k: ([] if is_ref(v) else v) for k, v in payload.items()}
+    return payload
+
+
+def readable_payload(topic: str, payload: Any, store: BlobStore | None) -> Any:
+    """An event's payload for a reader of raw events (status, report): an
+    integration record as it was signed (`full_artifact`), any other as it is."""
+    if str(topic).split(".")[0] in INTEGRATION_PREFIXES:
+        return full_artifact(payload, store)
     return payload
 
 

@@ -157,6 +157,15 @@ def test_a_real_run_with_chained_lists_verifies_and_reports(git_repo, ops_root, 
     model = build_model(out.run_id, events)
     assert len([link for link in model.gate["links"] if link["link"].startswith("apply_result:")]) == 5
 
+    # the run's reasons (`dome status`, `dome run`) read the rebuilt records; the raw ones read
+    # without the blob store still count the layers and proposals
+    from coordinator.cli.status_cmd import run_reasons
+    from coordinator.report.explain import explain
+    assert run_reasons(ledger, out.run_id)["gate_passed"] is True
+    raw = explain(out.run_id, [e.to_json() for e in ledger.events(out.run_id)])
+    assert any(d.kind == "plan" and "5 layer(s)" in d.text for d in raw.decisions), raw.decisions
+    assert any(d.kind == "validation" and "on 5 proposal(s)" in d.text for d in raw.decisions), raw.decisions
+
     def verify() -> tuple[int, dict]:
         proc = dome_cli("verify", out.run_id, "--ops-root", str(ops_root), "--json", timeout=300)
         return proc.returncode, json.loads(proc.stdout)
