@@ -1,11 +1,13 @@
 """The coordinator's cost as the run grows: N one-file tasks on a 200-file repository.
 
     python benchmarks/scale_curve.py [--sizes 10,100,1000] [--db sqlite,postgres] [--sandbox none]
-                                     [--max-parallel 4] [--json]
+                                     [--executor local,ray,container] [--max-parallel 4] [--json]
 
-Each (N, database) runs in a fresh Python process (so peak RSS is that run's):
-`dome run`'s own path (RunLoop.start + run, the local executor, integration,
-promotion, export) on a fresh copy of the repository. Every task writes one
+Each (N, database, executor) runs in a fresh Python process (so peak RSS is that run's):
+`dome run`'s own path (RunLoop.start + run, the executor, integration,
+promotion, export) on a fresh copy of the repository. Executors: local (the
+default), ray (a local Ray cluster the run starts) and container (podman,
+the worker image of ops/container/build.sh, or --image). Every task writes one
 file (`echo i > out/iNNNNN.txt`). Reported per configuration:
 
 - coordinator CPU per task: user + system CPU of the coordinator process
@@ -16,8 +18,15 @@ file (`echo i > out/iNNNNN.txt`). Reported per configuration:
 - peak scratch disk: the largest size of the run's work folder (attempt
   folders and checkouts, the base mirror), sampled every 50 ms;
 - ledger bytes per task: the canonical JSON size of the run's ledger records
-  divided by N, and the blob store's growth divided by N;
+  divided by N, and the blob store's growth divided by N; and the largest
+  integration record's payload (stack plan, reports, gate and promotion
+  decisions), which stays the same size whatever N;
 - wall time, and the run's status.
+
+`--records 100,1000,10000` runs no task: it builds the stack plan, gate and
+promotion decision and run.finished of N proposals as a run records them
+(signed, long lists chained), reads them back and verifies them, and prints
+each record's payload size: the cheap way to see N = 10,000.
 
 SQLite is the default ledger (WAL, synchronous=FULL); PostgreSQL is a
 throwaway local server (fsync off, as in the tests) started for the run.
@@ -84,7 +93,15 @@ def tree_bytes(root: Path) -> int:
     return total
 
 
-def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
+def start_ray(max_parallel: int) -> None:
+    """A local Ray cluster for the ray rows (the benchmark's own, stopped with its process)."""
+    import ray
+    ray.init(num_cpus=max_parallel, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             object_store_memory=100 * 1024 * 1024)
+
+
+def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
+        image: str | None = None) -> dict:
     """One run in this process; the figures as a dict."""
     from coordinator.keys import load_keyring, load_or_create_signing_key
     from coordinator.runloop.finish import integration_finish
@@ -99,8 +116,11 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
         ops = root / "ops"
         ops.mkdir()
         ledger = Ledger.open(db, ops)
+        if executor == "ray":
+            start_ray(max_parallel)
         ctx = RunContext(ledger=ledger, ops_root=ops, signer=load_or_create_signing_key(ops),
-                         keyring=load_keyring(ops), sandbox=sandbox, finish=integration_finish)
+                         keyring=load_keyring(ops), sandbox=sandbox, finish=integration_finish,
+                         executor_kind=executor, image=image if executor == "container" else None)
         blobs0 = tree_bytes(ops / "blobs")
         loop = RunLoop.start(queue, ctx)
         peak = {"bytes": 0, "cpu": 0.0}
@@ -124,20 +144,79 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int) -> dict:
         cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) - peak["cpu"]
         records = ledger.events(out.run_id)
         by_topic: dict[str, int] = {}
+        largest = 0  # the largest integration record's payload: constant whatever N
         for r in records:
             size = len(canonical_json(r.to_json() if hasattr(r, "to_json") else r.__dict__))
             by_topic[r.topic] = by_topic.get(r.topic, 0) + size
+            if r.topic.split(".")[0] in ("integration", "gate", "promotion"):
+                largest = max(largest, len(canonical_json(r.payload)))
         event_bytes = sum(by_topic.values())
         blob_bytes = tree_bytes(ops / "blobs") - blobs0
         ledger.close()
-        return {"n": n, "db": "postgres" if db else "sqlite", "sandbox": sandbox, "status": out.status,
+        return {"n": n, "db": "postgres" if db else "sqlite", "executor": executor, "sandbox": sandbox, "status": out.status,
                 "succeeded": out.counts.get("succeeded"), "wall_s": round(wall, 1),
                 "cpu_ms_per_task": round(1000 * cpu / n, 1), "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
                 "peak_scratch_mb": round(peak["bytes"] / 2**20, 1), "events": len(records),
                 "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
+                "largest_integration_record_bytes": largest,
                 "max_parallel": max_parallel,
                 "bytes_per_task_by_topic": {t: round(b / n) for t, b in
                                             sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def records_only(n: int) -> dict:
+    """The integration records and run.finished of an n-proposal run, built without
+    running the tasks: the stack plan, the gate and the promotion decision as the
+    run's Emitter writes them (signed, lists chained), then read back and verified."""
+    from coordinator.integration.evidence import T_GATE, T_PLAN, T_PROMOTION, verify_artifact
+    from coordinator.integration.recorder import Emitter, records_of
+    from coordinator.keys import load_keyring, load_or_create_signing_key
+    from coordinator.run_payloads import finish_lists, offload_finish_lists
+    from ledger import Ledger
+    from registry.canonical import canonical_json
+
+    root = Path(tempfile.mkdtemp(prefix="dome-scale-records-"))
+    try:
+        ops = root / "ops"
+        with Ledger.open(None, ops) as ledger:
+            key = load_or_create_signing_key(ops)
+            keyring = load_keyring(ops)
+            ids = [f"pp-{i:024x}" for i in range(n)]
+            layers = [{"proposal_id": p, "diff_digest": "sha256:" + f"{i:064x}", "layer": i} for i, p in enumerate(ids)]
+            refs = [{"kind": "dome.apply_result/v1", "object_id": p, "digest": "sha256:" + f"{i:064x}",
+                     "event_sequence": i} for i, p in enumerate(ids)]
+            blobs0 = tree_bytes(ops / "blobs")
+            t0 = time.perf_counter()
+            emit = Emitter(ledger, "run-records", key, lambda: "2026-11-25T00:00:00Z")
+            emit(T_PLAN, {"stack_plan_id": "sp-1", "base_ref": "b" * 40, "ordered_proposals": layers,
+                          "selection_scores": [{"proposal_id": p, "score": 1.0} for p in ids]})
+            emit(T_GATE, {"decision_id": "gate-1", "passed": True, "head_ref": "c" * 40, "included_proposals": ids,
+                          "links": [{"link": f"apply_result:{p}", "status": "ok", "detail": "", "refs": [r]}
+                                    for p, r in zip(ids, refs)], "evidence_refs": refs})
+            emit(T_PROMOTION, {"decision_id": "promo-1", "outcome": "promoted", "from_head_ref": "c" * 40,
+                               "to_ref": "refs/heads/out", "included_proposals": ids, "evidence_refs": refs})
+            fin = offload_finish_lists(ledger.blobs, {"status": "promoted", "proposals": ids,
+                                                      "included_proposals": ids, "counts": {"succeeded": n}})
+            ledger.append("run-records", "run.finished", fin)
+            write_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            faults: list = []
+            recs = records_of(ledger, "run-records", faults)
+            for r in recs:
+                if r.topic != "run.finished":
+                    verify_artifact(r.artifact, keyring)
+            assert not faults and len(recs[1].artifact["links"]) == n
+            assert len(finish_lists(ledger.blobs, recs[-1].artifact)["proposals"]) == n
+            read_s = time.perf_counter() - t1
+            sizes = {e.topic: len(canonical_json(e.payload)) for e in ledger.events("run-records")}
+            # the baseline: the same records with their lists inline (as signed, before chaining)
+            inline = {r.topic: len(canonical_json(dict(r.artifact))) for r in recs if r.topic != "run.finished"}
+            inline["run.finished"] = len(canonical_json({**recs[-1].artifact, **finish_lists(ledger.blobs, fin)}))
+            return {"n": n, "record_bytes": sizes, "inline_bytes": inline, "blob_bytes_per_proposal": round(
+                (tree_bytes(ops / "blobs") - blobs0) / n), "write_s": round(write_s, 2),
+                    "read_and_verify_s": round(read_s, 2)}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -180,22 +259,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", default="sqlite,postgres")
     ap.add_argument("--sandbox", default="none", choices=["none", "bwrap"])
     ap.add_argument("--max-parallel", type=int, default=4)
+    ap.add_argument("--executor", default="local", help="comma-separated: local, ray, container")
+    ap.add_argument("--image", default=os.environ.get("DOME_WORKER_IMAGE"),
+                    help="the container rows' worker image (built with ops/container/build.sh when not given)")
+    ap.add_argument("--records", default=None,
+                    help="comma-separated N: build only the integration records and run.finished of N proposals")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one run in this process
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
-        print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel)))
+        print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image)))
+        return 0
+    if a.records:
+        for n in (int(x) for x in a.records.split(",")):
+            print(json.dumps(records_only(n)), flush=True)
         return 0
     rows = []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for db in a.db.split(","):
+    kinds = [k for k in a.executor.split(",") if k]
+    image = a.image
+    if "container" in kinds and not image:
+        image = subprocess.run(["bash", str(ROOT / "ops" / "container" / "build.sh")], check=True,
+                               capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    for db, kind in ((d, k) for d in a.db.split(",") for k in kinds):
         pg = Postgres() if db == "postgres" else None
         url = pg.__enter__() if pg else None
         try:
             for n in (int(x) for x in a.sizes.split(",")):
-                cmd = [sys.executable, __file__, "--one", str(n), "--sandbox", a.sandbox,
-                       "--max-parallel", str(a.max_parallel), *(["--url", url] if url else [])]
+                cmd = [sys.executable, __file__, "--one", str(n), "--sandbox", a.sandbox, "--executor", kind,
+                       "--max-parallel", str(a.max_parallel), *(["--url", url] if url else []),
+                       *(["--image", image] if image else [])]
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     print(proc.stderr[-3000:], file=sys.stderr)
@@ -210,11 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(f"\n{'db':>8} {'N':>6} {'status':>9} {'CPU ms/task':>11} {'peak RSS MB':>11} {'scratch MB':>10} "
-              f"{'ledger B/task':>13} {'blob B/task':>11} {'wall s':>7}")
+        print(f"\n{'db':>8} {'executor':>9} {'N':>6} {'status':>9} {'CPU ms/task':>11} {'peak RSS MB':>11} {'scratch MB':>10} "
+              f"{'ledger B/task':>13} {'blob B/task':>11} {'largest rec B':>13} {'wall s':>7}")
         for r in rows:
-            print(f"{r['db']:>8} {r['n']:>6} {r['status']:>9} {r['cpu_ms_per_task']:>11} {r['peak_rss_mb']:>11} "
+            print(f"{r['db']:>8} {r['executor']:>9} {r['n']:>6} {r['status']:>9} {r['cpu_ms_per_task']:>11} {r['peak_rss_mb']:>11} "
                   f"{r['peak_scratch_mb']:>10} {r['ledger_bytes_per_task']:>13} {r['blob_bytes_per_task']:>11} "
+                  f"{r.get('largest_integration_record_bytes', ''):>13} "
                   f"{r['wall_s']:>7}")
     return 0
 

@@ -74,10 +74,13 @@ def liveness(ledger: Ledger, run_id: str) -> dict[str, Any]:
 def run_reasons(ledger: Ledger, run_id: str, out: Any = None) -> dict[str, Any]:
     """Why the run stands where it does: the reasons and the verdict block that
     `dome run` ends with, worded for the width of the terminal `out` writes to."""
+    from coordinator.integration.recorder import readable_payload
     from coordinator.report.explain import explain, reasons
     from coordinator.runloop.view import columns
 
-    return reasons(explain(run_id, [e.to_json() for e in ledger.events(run_id)]), columns(out or sys.stdout))
+    events = [{**e.to_json(), "payload": readable_payload(e.topic, e.payload, ledger.blobs)}
+              for e in ledger.events(run_id)]
+    return reasons(explain(run_id, events), columns(out or sys.stdout))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,12 +17,19 @@ from registry.gitoid import is_git_oid
 from registry.signing import SigningKey
 
 from . import gitio
-from .evidence import T_GATE, T_PROMOTION, GitFacts, Record, sign_artifact
+from .listchain import ListChainBroken, has_refs, is_ref, load_lists, store_lists
+from .evidence import T_GATE, T_PLAN, T_PROMOTION, T_SELECTION, T_VALIDATION, GitFacts, Record, sign_artifact
 
 PRODUCER = "dome-coordinator"
 EXTERNALIZE_BYTES = 128 * 1024
 """Artifacts larger than this (canonical bytes) live in the blob store; the
 ledger record keeps their digest, signature and `artifact_ref`."""
+
+INTEGRATION_PREFIXES = ("integration", "gate", "promotion")
+CHAINED_TOPICS = frozenset({T_PLAN, T_SELECTION, T_VALIDATION, T_GATE, T_PROMOTION})
+"""The records whose lists name every proposal of the run (held as list chains
+when long); the others list a batch at most, and stay as they are."""
+
 
 class Emitter:
     """Stamps the artifact header, signs, appends to the ledger.
@@ -75,7 +82,10 @@ class Emitter:
         payload: dict[str, Any] = signed
         blobs = blobs_of(self.ledger)
         if blobs is not None:
-            raw = canonical_json(signed)
+            # lists that grow with the run go to a chain of fixed-size chunks: the record stays
+            # the same size whatever N (the signature covers the full lists; readers rebuild them)
+            payload = store_lists(signed, blobs.put) if topic in CHAINED_TOPICS else signed
+            raw = canonical_json(payload)
             if len(raw) > EXTERNALIZE_BYTES:
                 # too big for one ledger record: the signed artifact goes to the
                 # blob store, the record carries its digest and the signature
@@ -83,7 +93,7 @@ class Emitter:
                                                   "created_at", "producer", "payload_digest",
                                                   "canonicalization", "kid", "signature")
                            if k in signed}
-                payload["artifact_ref"] = blobs.put(raw)
+                payload["artifact_ref"] = blobs.put(canonical_json(signed))
         self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
         return signed
 
@@ -105,7 +115,7 @@ def same_step(topic: str, recorded: Mapping[str, Any], new: Mapping[str, Any]) -
 
 def integration_records(ledger: EventSource, run_id: str) -> list[Record]:
     """What an earlier, interrupted integration pass of this run recorded."""
-    return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in ("integration", "gate", "promotion")]
+    return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in INTEGRATION_PREFIXES]
 
 
 def _object_id(a: Mapping[str, Any], n: int) -> str:
@@ -134,24 +144,53 @@ def write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def records_of(ledger: EventSource, run_id: str) -> list[Record]:
-    """The run's records, with externalized artifacts loaded from the blob
-    store (a missing or changed blob leaves the stub, which fails its
-    signature check downstream)."""
+def full_artifact(payload: Any, store: BlobStore | None, faults: list[tuple[str, ListChainBroken]] | None = None,
+                  where: str = "") -> Any:
+    """A record's artifact as it was signed: an externalized artifact loaded from
+    the blob store, chained lists rebuilt. A missing or changed blob leaves the
+    stub, which fails its signature check downstream (a broken list chain leaves
+    an empty list in its place, and is added to `faults` as `(where, error)`)."""
+    if not isinstance(payload, Mapping) or store is None:
+        return payload
+    ref = payload.get("artifact_ref")
+    if ref:
+        try:
+            full = json.loads(store.get(ref))
+        except Exception:  # noqa: BLE001 - treated as tampering
+            full = None
+        if isinstance(full, dict) and full.get("payload_digest") == payload.get("payload_digest") \
+                and full.get("signature") == payload.get("signature"):
+            return full
+        return payload
+    if has_refs(payload):
+        try:
+            return load_lists(payload, store.get)
+        except ListChainBroken as exc:
+            if faults is not None:
+                faults.append((where, exc))
+            # readers expect lists: the stub's are empty (so its signature fails, as a missing blob's does)
+            return {k: ([] if is_ref(v) else v) for k, v in payload.items()}
+    return payload
+
+
+def readable_payload(topic: str, payload: Any, store: BlobStore | None) -> Any:
+    """An event's payload for a reader of raw events (status, report): an
+    integration record as it was signed (`full_artifact`), any other as it is."""
+    if str(topic).split(".")[0] in INTEGRATION_PREFIXES:
+        return full_artifact(payload, store)
+    return payload
+
+
+def records_of(ledger: EventSource, run_id: str,
+               faults: list[tuple[str, ListChainBroken]] | None = None) -> list[Record]:
+    """The run's records, with externalized artifacts and chained lists loaded
+    from the blob store (`full_artifact`; broken chains are added to `faults`)."""
     out = []
+    store = blobs_of(ledger)
     for e in ledger.events(run_id):
         rec = Record.from_event(e)
-        ref = rec.artifact.get("artifact_ref") if isinstance(rec.artifact, Mapping) else None
-        store = blobs_of(ledger)
-        if ref and store is not None:
-            try:
-                full = json.loads(store.get(ref))
-            except Exception:  # noqa: BLE001 - treated as tampering
-                full = None
-            if isinstance(full, dict) and full.get("payload_digest") == rec.artifact.get("payload_digest") \
-                    and full.get("signature") == rec.artifact.get("signature"):
-                rec = Record(rec.sequence, rec.topic, full)
-        out.append(rec)
+        full = full_artifact(rec.artifact, store, faults, f"#{rec.sequence} {rec.topic}")
+        out.append(rec if full is rec.artifact else Record(rec.sequence, rec.topic, full))
     return out
 
 

@@ -54,11 +54,14 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
     rep = VerifyReport(run_id)
     rep.add(_ledger_chain(ledger, keyring))
     events: list[EventRecord] = ledger.events(run_id)
-    records = records_of(ledger, run_id)
+    chain_faults: list = []
+    records = records_of(ledger, run_id, chain_faults)
     if not events:
         rep.add(missing(K.RUN_EXISTS, "no events for this run"))
         return rep
     rep.add(ok(K.RUN_EXISTS))
+    for where, exc in chain_faults:  # the record keeps its chain reference, so its signature fails too
+        rep.add(failed(K.LIST_CHAIN, f"{exc.code}: {exc.message}", where))
     started, first_finish, last_finish = _lifecycle(rep, events, keyring)
     _finish_lists(rep, ledger, events, last_finish, records)
     _exports(rep, ledger, run_id, events, records, keyring, started=started, last_finish=last_finish,

@@ -44,6 +44,7 @@ class CheckKind(str, Enum):
     SIGNED_AFTER_FINISH = "signed_after_finish"
     FINISH_AGREES = "run_finished_agrees"
     FINISH_LISTS = "run_finished_lists"  # the proposal lists run.finished keeps in the blob store
+    LIST_CHAIN = "list_chain"  # the chunk chains that hold an integration record's long lists
     PARTIAL = "partial_run"  # a run promoted without some tasks says so, and names exactly those
     # the promotion decision and its evidence
     PROMOTION_DECISION = "promotion_decision"

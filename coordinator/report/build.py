@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from coordinator.integration.recorder import readable_payload
 from registry.datasets import iccad13_data
 
 from .html import ClipSection, render_html
@@ -181,6 +182,8 @@ def build_report(ledger: Ledger, ops_root: Path, run_id: str, *, pictures: bool 
                  progress: Progress = _no_progress) -> Report:
     progress(0, 0, "reading the ledger")
     events = [json.loads(json.dumps(r.to_json())) for r in ledger.events(run_id)]
+    for e in events:  # integration records as signed: externalized artifacts and chained lists rebuilt
+        e["payload"] = readable_payload(str(e.get("topic", "")), e.get("payload"), ledger.blobs)
     model = build_model(run_id, events)
     drc_markers(model, ledger.blobs.get)
     clips = litho_clips(model, pictures=pictures, progress=progress)

@@ -108,6 +108,19 @@ class Explanation:
         return verdict_lines(self, width)
 
 
+def _items(value: Any) -> list[Any]:
+    """A list field of a record; a long list the record holds as a chain of blobs
+    (`{"list_chain": {...}}`, rebuilt by readers that have the blob store) reads
+    as empty here, its length given by `_count`."""
+    return list(value) if isinstance(value, list) else []
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, Mapping) and isinstance(value.get("list_chain"), Mapping):
+        return int(value["list_chain"].get("count") or 0)
+    return len(value) if isinstance(value, list) else 0
+
+
 def _short(pid: str) -> str:
     root, _, part = pid.partition(":split-")
     return (root[:15] + (f":split-{part}" if part else "")) if root.startswith("pp-") else pid
@@ -225,10 +238,10 @@ class Explainer:
                 f"{r.get('code')}: {_clip(r.get('message', ''), 100)}" for r in rej)
             ex.decisions.append(Decision(seq, "reject", f"{f.node_id or _short(pid)}: {f.reason}", pid))
         elif topic == "integration.stack_plan":
-            layers = p.get("ordered_proposals") or []
+            layers = _count(p.get("ordered_proposals"))
             # a plan that supersedes another is the one the gate judges (after validation and any ejection)
             what = f"stack plan revision {p.get('revision')}" if p.get("supersedes") else "stack plan"
-            ex.decisions.append(Decision(seq, "plan", f"{what} with {len(layers)} layer(s)" if layers else what))
+            ex.decisions.append(Decision(seq, "plan", f"{what} with {layers} layer(s)" if layers else what))
         elif topic == "integration.apply_result" and pid:
             f = fate(pid)
             if p.get("applied"):
@@ -279,11 +292,12 @@ class Explainer:
             passed = bool(p.get("passed", p.get("result") in ("pass", "passed")))
             v = ValidationRun(seq, suite, str(p.get("phase") or "final"), passed, str(p.get("head_ref") or ""),
                               str(p.get("checkpoint_id") or ""),
-                              list(p.get("included_proposals") or p.get("proposal_ids") or []),
+                              _items(p.get("included_proposals") or p.get("proposal_ids")),
                               p.get("duration_s"))
             ex.validations.append(v)
             ex.decisions.append(Decision(seq, "validation", f"{v.phase} validation {suite} on "
-                                         f"{len(v.proposals)} proposal(s): {'passed' if passed else 'FAILED'}"))
+                                         f"{_count(p.get('included_proposals') or p.get('proposal_ids'))} proposal(s): "
+                                         f"{'passed' if passed else 'FAILED'}"))
         elif topic == "integration.bisect":
             self.bisect_suites = [str(x) for x in p.get("failing_suites") or []]
             culprits = [node_of.get(c.split(":split-")[0], c) for c in p.get("culprit_proposal_ids") or []]
@@ -308,7 +322,7 @@ class Explainer:
         elif topic == "gate.computed":
             ex.gate_passed = bool(p.get("passed"))
             ex.gate_problems = [GateProblem(str(l.get("link")), str(l.get("status")), _clip(l.get("detail", "")))
-                                for l in p.get("links") or [] if isinstance(l, Mapping) and l.get("status") != "ok"]
+                                for l in _items(p.get("links")) if isinstance(l, Mapping) and l.get("status") != "ok"]
             ex.decisions.append(Decision(seq, "gate", "gate passed" if ex.gate_passed else
                                          f"gate not passed: {len(ex.gate_problems)} link(s) missing or failing"))
         elif topic == "promotion.computed":

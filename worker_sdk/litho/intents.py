@@ -3,7 +3,7 @@
 - litho.evaluate: action {layout, mask?, fill?, report_level?, out?, corners?, pvb_grid?, threads?}:
   writes the metrics report (JSON) into the scratch checkout; the metrics are the evidence.
 - litho.optimize: action {layout, out?, iterations?, seed?, fill?, kernels?, mrc?, corners?, pvb_grid?,
-  threads?, tiling?, bridge_weight?}: writes the
+  threads?, tiling?, bridge_weight?, pvb_weight?, band_weight?, preset?}: writes the
   mask (OASIS + PNG preview) and its metrics JSON into the scratch checkout;
   those files become the PatchProposal, the metrics its evidence. With
   `tiling: {dir, tiles, stitch: false}` (a layout larger than one clip) it
@@ -89,8 +89,11 @@ def optimize(ctx: IntentContext) -> IntentResult:
     out = _path(ctx, a.get("out", f"litho/{layout.stem}.mask.oas"))
     req: dict[str, Any] = {"layout": str(layout), "out": str(out), "fill": a.get("fill", "lithobench"),
                            "seed": int(a.get("seed", ctx.seed))}
-    for key in ("iterations", "layer", "mrc", "bridge_weight"):
+    for key in ("iterations", "layer", "mrc", "bridge_weight", "preset"):
         if a.get(key):
+            req[key] = a[key]
+    for key in ("pvb_weight", "band_weight"):  # 0 is a meaningful weight
+        if a.get(key) is not None:
             req[key] = a[key]
     req.update(_window_keys(a))
     if a.get("kernels"):

@@ -141,12 +141,14 @@ def prepare(request: dict[str, Any]):
     from . import api
     from .ilt import ILTConfig
 
+    from .presets import apply_preset
+
     validate("litho/optimize_request", request)
+    request = apply_preset(request)  # the same settings optimize pins the folder to
     inp = api._load_inputs({k: request[k] for k in ("layout", "layer", "fill") if k in request})
     model32 = api.load_model(request, "float32")
     window = api._window(request, model32)
-    cfg = ILTConfig(seed=int(request.get("seed", 0)), bridge_weight=float(request.get("bridge_weight", 0.0))
-                    ).scaled(request.get("iterations"))
+    cfg = ILTConfig.from_request(request)
     plan = tiled.plan_layout(inp.layout, model32, inp.fill, (request.get("tiling") or {}).get("halo_nm"))
     tiled.TileStore(tile_dir(request), tiled.store_pin(plan, inp.layout, cfg, request.get("mrc"), window))
     return plan
