@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.integration import listchain
 from coordinator.integration.evidence import T_GATE, T_PLAN, verify_artifact
-from coordinator.integration.listchain import CHUNK, ListChainBroken, read_list, store_lists
+from coordinator.integration.listchain import CHUNK, ListChainBroken, load_lists, read_list, store_lists
 from coordinator.integration.recorder import Emitter, records_of
 from coordinator.keys import load_keyring, load_or_create_signing_key
 from ledger import Ledger
+from ledger.blobs import BlobStore
 from registry.canonical import canonical_json
 from registry.errors import SignatureError
 from tests.conftest import dome_cli
@@ -116,6 +120,31 @@ def test_a_dropped_altered_or_relinked_chunk_is_a_typed_error(tmp_path: Path) ->
         path.unlink()
         with pytest.raises(ListChainBroken):
             read_list(ref, ledger.blobs.get)
+        # a head that is not a digest at all
+        with pytest.raises(ListChainBroken):
+            read_list({"list_chain": {**ref["list_chain"], "head": "not-a-digest"}}, ledger.blobs.get)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     max_leaves=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(items=st.lists(_json, max_size=40), chunk=st.integers(1, 9), other=st.lists(st.integers(), max_size=5))
+def test_any_list_comes_back_as_it_went_in(items, chunk, other) -> None:
+    """Chained or not, every top-level list of an artifact reads back equal, and only
+    lists longer than a chunk are chained (in ceil(n / chunk) chunks)."""
+    with tempfile.TemporaryDirectory() as d:
+        blobs = BlobStore(d)
+        art = {"a": items, "b": other, "c": "x"}
+        stored = store_lists(art, blobs.put, chunk=chunk)
+        assert load_lists(stored, blobs.get) == art
+        for k in ("a", "b"):
+            if len(art[k]) > chunk:
+                assert stored[k]["list_chain"]["chunks"] == -(-len(art[k]) // chunk)
+            else:
+                assert stored[k] == art[k]
 
 
 def test_a_broken_chain_leaves_a_record_whose_signature_fails(tmp_path: Path) -> None:
