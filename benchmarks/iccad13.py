@@ -1,7 +1,10 @@
 """ILT on the 10 ICCAD 2013 cases, beside the published numbers (published_results.csv).
 
     python benchmarks/iccad13.py [--fill lithobench|exact] [--cases 1,2,...] [--iterations N]
-                                 [--masks-dir DIR] [--json OUT]
+                                 [--masks-dir DIR] [--json OUT] [--threads N]
+                                 [--preset mrc-quality] [--mrc MIN_FEATURE_NM MIN_AREA_NM2]
+                                 [--mrc-halo NM] [--min-space NM] [--bridge-weight W]
+                                 [--pvb-weight W] [--band-weight W]
 
 Conventions: masks are optimised and evaluated by this engine at 1 nm on a
 2048^2 canvas, three corners (focus d=1.00 / 1.02, defocus d=0.98), resist
@@ -62,7 +65,14 @@ def main() -> int:
     ap.add_argument("--threads", type=int, help="CPU threads (default: $DOME_WORKER_CPUS, else the CPU affinity)")
     ap.add_argument("--mrc", type=int, nargs=2, metavar=("MIN_FEATURE_NM", "MIN_AREA_NM2"),
                     help="clean each mask to these mask rules before it is evaluated (as optimize's mrc does)")
-    ap.add_argument("--bridge-weight", type=float, default=0.0, help="the ILT's bridge term weight (default 0)")
+    ap.add_argument("--bridge-weight", type=float, help="the ILT's bridge term weight (default 0)")
+    ap.add_argument("--pvb-weight", type=float, help="the ILT's max/min corner L2 weight (default 0.3)")
+    ap.add_argument("--band-weight", type=float, help="the ILT's smooth PV band weight (default 4)")
+    ap.add_argument("--mrc-halo", type=int, metavar="NM", help="with --mrc: clear material farther than this "
+                    "from the target's bounding box (default 256)")
+    ap.add_argument("--min-space", type=int, metavar="NM", help="with --mrc: repair gaps below this (default "
+                    "MIN_FEATURE_NM - 1)")
+    ap.add_argument("--preset", help="an optimize preset (mrc-quality): fills in what the flags leave out")
     args = ap.parse_args()
     from worker_sdk.litho.threads import apply_threads
 
@@ -70,18 +80,28 @@ def main() -> int:
     data = kernels_dir({})
     m64 = get_model(data, dtype=torch.float64, device=args.device)
     m32 = get_model(data, dtype=torch.float32, device=args.device)
-    cfg = ILTConfig(seed=args.seed, bridge_weight=args.bridge_weight).scaled(args.iterations)
-    rules = None
-    if args.mrc:
-        from worker_sdk.litho.mrc import MaskRules
+    from worker_sdk.litho.api import _apply_mask_rules, _mask_rules
+    from worker_sdk.litho.mrc import rule_violations
+    from worker_sdk.litho.presets import apply_preset
 
-        rules = MaskRules(min_feature_px=args.mrc[0], min_area_px=args.mrc[1])
+    req = {"seed": args.seed, "iterations": args.iterations, "preset": args.preset,
+           "bridge_weight": args.bridge_weight, "pvb_weight": args.pvb_weight, "band_weight": args.band_weight}
+    if args.mrc:
+        req["mrc"] = {"min_feature_nm": args.mrc[0], "min_area_nm2": args.mrc[1]}
+        for key, value in (("halo_nm", args.mrc_halo), ("min_space_nm", args.min_space)):
+            if value is not None:
+                req["mrc"][key] = value
+    req = apply_preset({k: v for k, v in req.items() if v is not None})
+    cfg = ILTConfig.from_request(req)
+    rules = _mask_rules(req.get("mrc"))
     pub = published(data, args.fill)
     cases = [int(c) for c in args.cases.split(",")]
     print(f"# ILT on ICCAD 2013, fill={args.fill}, device={args.device}, threads={torch.get_num_threads()}, "
-          f"stages={[(s.scale, s.iterations) for s in cfg.stages]}, seed={cfg.seed}, mask rules={args.mrc}, "
-          f"bridge_weight={cfg.bridge_weight}", flush=True)
-    print(f"{'case':>4} {'L2':>8} {'PVB':>8} {'EPE':>4} {'ILT s':>7} | {'noOPC L2':>8} {'noOPC PVB':>9}", flush=True)
+          f"stages={[(s.scale, s.iterations) for s in cfg.stages]}, seed={cfg.seed}, "
+          f"bridge_weight={cfg.bridge_weight}, pvb_weight={cfg.pvb_weight}, band_weight={cfg.band_weight}, "
+          f"preset={args.preset}, mrc={req.get('mrc')}", flush=True)
+    print(f"{'case':>4} {'L2':>8} {'PVB':>8} {'EPE':>4} {'topo':>4} {'MRC':>3} {'ILT s':>7} | {'noOPC L2':>8} {'noOPC PVB':>9}",
+          flush=True)
     results = []
     for n in cases:
         layout = load_layout(data / "layouts" / f"M1_test{n}.glp")
@@ -90,24 +110,27 @@ def main() -> int:
         t0 = time.perf_counter()
         res = optimize_mask(m32, target, cfg)
         if rules is not None:
-            from worker_sdk.litho.api import _apply_mask_rules
-
             res.mask = _apply_mask_rules(res.mask, target, rules)
         dt = time.perf_counter() - t0
         ev = evaluate(m64, layout, mask=res.mask, fill=args.fill)
         row = {"case": n, "l2_nm2": ev.l2, "pvb_nm2": ev.pvb, "epe_violations": ev.epe, "ilt_s": round(dt, 2),
                "topology_defects": ev.topology_defects,
+               "mask_rule_violations": rule_violations(res.mask, rules) if rules is not None else None,
                "no_opc": {"l2_nm2": base.l2, "pvb_nm2": base.pvb, "epe_violations": base.epe}}
         results.append(row)
-        print(f"{n:>4} {ev.l2:>8} {ev.pvb:>8} {ev.epe:>4} {dt:>7.1f} | {base.l2:>8} {base.pvb:>9}", flush=True)
+        mrc_n = sum(row["mask_rule_violations"].values()) if rules is not None else "-"
+        print(f"{n:>4} {ev.l2:>8} {ev.pvb:>8} {ev.epe:>4} {ev.topology_defects:>4} {mrc_n:>3} {dt:>7.1f} | {base.l2:>8} "
+              f"{base.pvb:>9}", flush=True)
         if args.masks_dir:
             d = Path(args.masks_dir)
             d.mkdir(parents=True, exist_ok=True)
             write_mask_layout(res.mask, d / f"M1_test{n}.mask.oas", placement(layout, args.fill))
             save_mask_png(res.mask, d / f"M1_test{n}.mask.png")
     k = len(results)
-    avg = {key: sum(r[key] for r in results) / k for key in ("l2_nm2", "pvb_nm2", "epe_violations", "ilt_s")}
-    print(f"avg  {avg['l2_nm2']:>8.0f} {avg['pvb_nm2']:>8.0f} {avg['epe_violations']:>4.1f} {avg['ilt_s']:>7.1f}")
+    avg = {key: sum(r[key] for r in results) / k
+           for key in ("l2_nm2", "pvb_nm2", "epe_violations", "topology_defects", "ilt_s")}
+    print(f"avg  {avg['l2_nm2']:>8.0f} {avg['pvb_nm2']:>8.0f} {avg['epe_violations']:>4.1f} "
+          f"{avg['topology_defects']:>4.1f} {avg['ilt_s']:>7.1f}")
     print(f"\n# published ({args.fill} convention), averages over the same cases")
     print(f"{'method / setting':<78} {'L2':>8} {'PVB':>8} {'EPE':>5}")
     best_l2, best_pvb = None, None

@@ -29,7 +29,9 @@ is one call, charged `cost_units` of its method, whatever happens next: a
 retry with the same idempotency key, a duplicate answered from the
 idempotency cache and a call whose tool fails are all charged (a failed
 tool's charge is committed in its own `grant.call` event after the action's
-transaction rolls back). A call rejected by any check, including an
+transaction rolls back). With `group_commit`, a read-only call's charge is
+committed together with those of concurrent calls (coordinator/group_commit.py);
+the call returns only once that commit is durable. A call rejected by any check, including an
 exhausted budget, is not charged. Time: `max_wall_seconds` is coordinator
 wall-clock (UTC epoch) time since the grant's first charged call.
 """
@@ -56,6 +58,8 @@ from registry.grant_scope import GrantScope, derive_scope
 from registry.schema_store import validate
 from registry.signing import Keyring, SigningKey
 from registry import toolprofile as tp
+
+from .group_commit import GroupCommitter, grouped_call
 
 ISSUED_TOPIC = "grant.issued"
 CALL_TOPIC = "grant.call"
@@ -233,9 +237,11 @@ class GrantVerifier:
     """Verifies grants for one coordinator. Thread-safe for authorize()."""
 
     def __init__(self, keyring: Keyring, ledger: GrantLedger, *, registry: Registry | None = None,
-                 leeway_seconds: float = 30.0, cache_size: int = 8192) -> None:
+                 leeway_seconds: float = 30.0, cache_size: int = 8192, group_commit: bool = False) -> None:
         self.keyring = keyring
         self.ledger = ledger
+        # read-only calls' charges: one transaction for all concurrent calls (coordinator/group_commit.py)
+        self.group = GroupCommitter(ledger, name="dome-charges") if group_commit else None
         self.registry = registry or default_registry()
         self.leeway = min(max(float(leeway_seconds), 0.0), float(tp.MAX_LEEWAY_SECONDS))
         self._cache: dict[str, _Verified] = {}
@@ -515,6 +521,10 @@ class GrantVerifier:
                 self._proofs[g.proof_sig] = t + 2 * tp.MAX_LEEWAY_SECONDS
         spend = g.single_use and g.method.spends_single_use
         nex = g.payload.get("node_execution_id")
+        if self.group is not None and not g.method.is_write and not spend:
+            yield from grouped_call(self, g, t, run_id=run_id, wave_id=wave_id, nex=nex, method=method, token=token,
+                                    idempotency_key=idempotency_key, args=args, record_rejections=record_rejections)
+            return
         try:
             with self.ledger.transaction() as tx:
                 try:
@@ -534,12 +544,7 @@ class GrantVerifier:
                           wave_id=wave_id, node_execution_id=nex)
                 yield GatewayCall(tx=tx, grant=g)
         except _Rejected as rej:
-            with self._lock:
-                self._charge(g.profile_id, g.method.family, g.method.cost_units, t, -1)
-                if isinstance(rej.err, GrantRevoked):
-                    self._revoked_jti.add(g.jti)
-                elif isinstance(rej.err, GrantReplayed):
-                    self._spent.add(g.jti)
+            self._refund(g, t, rej.err)
             if record_rejections:
                 self.record_rejection(rej.err, run_id=run_id, method=method, token=token, wave_id=wave_id)
             raise rej.err from None
@@ -555,6 +560,21 @@ class GrantVerifier:
         if len(self._proofs) > 100_000:
             with self._lock:
                 self._proofs = {s: e for s, e in self._proofs.items() if e > t}
+
+
+    def _refund(self, g: VerifiedGrant, t: float, err: GrantError) -> None:
+        """A call refused after it was charged in memory (revoked, replayed): not charged after all."""
+        with self._lock:
+            self._charge(g.profile_id, g.method.family, g.method.cost_units, t, -1)
+            if isinstance(err, GrantRevoked):
+                self._revoked_jti.add(g.jti)
+            elif isinstance(err, GrantReplayed):
+                self._spent.add(g.jti)
+
+    def close(self) -> None:
+        """Stop the group committer (after committing what is queued)."""
+        if self.group is not None:
+            self.group.close()
 
 
 class _Rejected(Exception):

@@ -12,8 +12,11 @@ plain dicts with those keys.
 """
 from __future__ import annotations
 
+import collections.abc as _abc
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
+
+from .persistent import PMap, PSet, PVector
 
 # topics the run loop writes and reads
 RUN_STARTED = "run.started"
@@ -54,15 +57,16 @@ class NodeState:
 class RunState:
     run_id: str | None = None
     started: Mapping[str, Any] | None = None
-    nodes: Mapping[str, NodeState] = field(default_factory=dict)
-    executions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # neid -> dispatch payload
-    ended: frozenset[str] = frozenset()
+    nodes: Mapping[str, NodeState] = field(default_factory=PMap)
+    executions: Mapping[str, Mapping[str, Any]] = field(default_factory=PMap)  # neid -> dispatch payload
+    ended: frozenset[str] | PSet = field(default_factory=PSet)
     waves: int = 0
     total_attempts: int = 0
     lost_attempts: int = 0  # ended by a coordinator restart: they do not spend the retry budget
     last_sequence: int = 0
     finished: Mapping[str, Any] | None = None
-    proposals: tuple[Mapping[str, Any], ...] = ()
+    proposals: Sequence[Mapping[str, Any]] = field(default_factory=PVector)
+    proposal_of: Mapping[str, Mapping[str, Any]] = field(default_factory=PMap)  # neid -> its latest proposal
 
     def node(self, node_id: str) -> NodeState:
         return self.nodes.get(node_id, NodeState())
@@ -72,29 +76,39 @@ class RunState:
 
 
 def _get(event: Any, name: str) -> Any:
-    if isinstance(event, Mapping):
+    if type(event) is dict or isinstance(event, _abc.Mapping):
         return event.get(name)
     return getattr(event, name, None)
 
 
+def _pmap(m: Mapping) -> PMap:
+    return m if isinstance(m, PMap) else PMap(m)
+
+
 class _Folding:
-    """A RunState being folded: plain mutable containers, frozen once at the end, so
-    folding n events costs O(n) however many nodes the run has."""
+    """A RunState being folded. Its maps, set and list are persistent (coordinator.persistent):
+    an update makes a new version sharing structure with the old, so one event costs
+    O(log n) however many nodes the run has, and a RunState handed out before is never
+    changed by a later event (readers on other threads keep a consistent value)."""
 
     __slots__ = ("run_id", "started", "nodes", "executions", "ended", "waves", "total_attempts",
-                 "lost_attempts", "last_sequence", "finished", "proposals")
+                 "lost_attempts", "last_sequence", "finished", "proposals", "proposal_of")
 
     def __init__(self, s: RunState) -> None:
         self.run_id, self.started, self.finished = s.run_id, s.started, s.finished
-        self.nodes, self.executions = dict(s.nodes), dict(s.executions)
-        self.ended, self.proposals = set(s.ended), list(s.proposals)
+        self.nodes, self.executions = _pmap(s.nodes), _pmap(s.executions)
+        self.ended = s.ended if isinstance(s.ended, PSet) else PSet(s.ended)
+        self.proposals = s.proposals if isinstance(s.proposals, PVector) else PVector(s.proposals)
+        self.proposal_of = _pmap(s.proposal_of)
         self.waves, self.total_attempts, self.last_sequence = s.waves, s.total_attempts, s.last_sequence
         self.lost_attempts = s.lost_attempts
 
     def freeze(self) -> RunState:
-        return RunState(run_id=self.run_id, started=self.started, nodes=self.nodes, executions=self.executions,
-                        ended=frozenset(self.ended), waves=self.waves, total_attempts=self.total_attempts,
-                        lost_attempts=self.lost_attempts, last_sequence=self.last_sequence, finished=self.finished, proposals=tuple(self.proposals))
+        # every field set at once, without the frozen dataclass's one object.__setattr__ per field
+        # (this runs once per appended event)
+        out = object.__new__(RunState)
+        out.__dict__.update({name: getattr(self, name) for name in self.__slots__})
+        return out
 
     def step(self, event: Any) -> None:
         """One event: the only place that says what each topic does to the state."""
@@ -113,9 +127,10 @@ class _Folding:
             neid = payload.get("node_execution_id") or _get(event, "node_execution_id")
             node_id = _get(event, "node_id") or payload.get("node_id")
             ns = self.nodes.get(node_id, _NEW)
-            self.nodes[node_id] = NodeState(ns.attempts + 1, ns.failures, tuple(sorted((*ns.active, neid))),
-                                            ns.succeeded_by, ns.acked, ns.last_error)
-            self.executions[neid] = {**payload, "node_id": node_id}
+            self.nodes = self.nodes.set(node_id, NodeState(ns.attempts + 1, ns.failures,
+                                                           tuple(sorted((*ns.active, neid))),
+                                                           ns.succeeded_by, ns.acked, ns.last_error))
+            self.executions = self.executions.set(neid, {**payload, "node_id": node_id})
             self.total_attempts += 1
         elif topic in TERMINAL_ATTEMPT_TOPICS:
             neid = payload.get("node_execution_id") or _get(event, "node_execution_id")
@@ -131,16 +146,21 @@ class _Folding:
                 err = payload.get("error")
                 code = err.get("code") if isinstance(err, Mapping) else None
                 last_error = str(code) if code else ("TIMEOUT" if topic == TASK_TIMEOUT else None)
-            self.nodes[node_id] = NodeState(ns.attempts, failures, tuple(a for a in ns.active if a != neid),
-                                            succeeded_by, ns.acked, last_error)
-            self.ended.add(neid)
+            self.nodes = self.nodes.set(node_id, NodeState(ns.attempts, failures,
+                                                           tuple(a for a in ns.active if a != neid),
+                                                           succeeded_by, ns.acked, last_error))
+            self.ended = self.ended.add(neid)
             self.lost_attempts += topic == TASK_LOST
         elif topic == TASK_ACK:
             node_id = _get(event, "node_id") or payload.get("node_id")
             ns = self.nodes.get(node_id, _NEW)
-            self.nodes[node_id] = NodeState(ns.attempts, ns.failures, ns.active, ns.succeeded_by, True, ns.last_error)
+            self.nodes = self.nodes.set(node_id, NodeState(ns.attempts, ns.failures, ns.active, ns.succeeded_by,
+                                                           True, ns.last_error))
         elif topic == PATCH_SUBMITTED:
-            self.proposals.append(payload)
+            self.proposals = self.proposals.append(payload)
+            neid = payload.get("node_execution_id")
+            if neid is not None:
+                self.proposal_of = self.proposal_of.set(neid, payload)
 
 
 _NEW = NodeState()

@@ -49,28 +49,33 @@ def export_records(records: Iterable[EventRecord], ops_root: Path | str) -> list
     """Write these records' files (what the run loop calls after appending);
     a file that already holds the same bytes is left alone."""
     written = []
-    made: set[Path] = set()
+    present: dict[Path, set[str]] = {}  # per events directory: the names already there, listed once
     for rec in records:
         path = event_path(ops_root, rec.run_id, rec.sequence)
-        if path.parent not in made:
+        names = present.get(path.parent)
+        if names is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            made.add(path.parent)
+            names = present[path.parent] = set(os.listdir(path.parent))
         data = render(rec)
-        try:
-            if path.read_bytes() == data:
-                continue
-        except FileNotFoundError:
-            pass
+        if path.name in names:
+            try:
+                if path.read_bytes() == data:
+                    continue
+            except FileNotFoundError:
+                pass
         _write_atomic(path, data)
         written.append(path)
     return written
 
 
-def export_run(ledger, run_id: str, ops_root: Path | str | None = None) -> list[Path]:
+def export_run(ledger, run_id: str, ops_root: Path | str | None = None,
+               records: list[EventRecord] | None = None) -> list[Path]:
     """Re-export a whole run from the ledger (ledger wins): rewrites files
-    that differ and removes event files the ledger does not have."""
+    that differ and removes event files the ledger does not have. `records`:
+    the run's events, when the caller has just read them."""
     root = Path(ops_root) if ops_root is not None else ledger.ops_root
-    records = ledger.events(run_id)
+    if records is None:
+        records = ledger.events(run_id)
     written = export_records(records, root)
     keep = {f"event.{r.sequence}.json" for r in records}
     d = events_dir(root, run_id)

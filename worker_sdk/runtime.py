@@ -192,3 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         client.close()
+        # the checkout is this worker's own: it goes with the attempt, deleted here at the
+        # worker's cost rather than file by file by the coordinator (which removes what is left)
+        import shutil
+        shutil.rmtree(scratch, ignore_errors=True)

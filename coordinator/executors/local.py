@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .base import AttemptFiles, ExitInfo, Limits
-from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, make_preexec, memory_cgroup_parent,
+from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, hard_limits, launcher_argv,
+                      launcher_tools, make_preexec, memory_cgroup_parent,
                       oom_kills, pids_cgroup_parent, refused_forks, require_bwrap)
 
 STDERR_TAIL = 4096
@@ -113,11 +114,17 @@ class LocalExecutor:
                                    worker_key_fd=key_fd, cpus=cpus), {}
         else:
             argv, env = direct_argv(files), direct_env(files, cpus=cpus)
+        tools = launcher_tools()
+        preexec = None
+        if tools:  # limits and cgroups set by the launcher: no preexec_fn, so vfork rather than a full fork
+            argv = launcher_argv(self.limits, cgs, argv, tools, hard_limits(self.limits, cgs))
+        else:
+            preexec = make_preexec(self.limits, cgs)
         out = open(files.log_dir / "worker.stdout", "wb")
         err = open(files.log_dir / "worker.stderr", "wb")
         try:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                 start_new_session=True, preexec_fn=make_preexec(self.limits, cgs), close_fds=True,
+                                 start_new_session=True, preexec_fn=preexec, close_fds=True,
                                  pass_fds=(key_fd,) if key_fd is not None else ())
         finally:
             out.close()

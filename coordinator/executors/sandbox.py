@@ -63,6 +63,11 @@ CGROUP_PIDS_ROOTS = (CGROUP_FS / "pids", CGROUP_FS / "unified", CGROUP_FS)
 def dome_source_roots() -> list[Path]:
     """The package directories a worker imports (bound read-only). worker_sdk is
     located, never imported: the coordinator reaches it only across a process boundary."""
+    return list(_dome_source_roots())
+
+
+@functools.lru_cache(maxsize=1)
+def _dome_source_roots() -> tuple[Path, ...]:  # located once per process, not once per attempt
     import importlib.util
 
     import registry
@@ -70,7 +75,7 @@ def dome_source_roots() -> list[Path]:
     spec = importlib.util.find_spec("worker_sdk")
     if spec is None or spec.origin is None:  # pragma: no cover - broken install
         raise RuntimeError("worker_sdk is not installed beside the coordinator")
-    return [Path(registry.__file__).resolve().parent, Path(spec.origin).resolve().parent]
+    return (Path(registry.__file__).resolve().parent, Path(spec.origin).resolve().parent)
 
 
 def python_roots() -> list[Path]:
@@ -346,3 +351,56 @@ def make_preexec(limits: Limits, cgroups: Mapping[str, Path] | Path | None):
             except (ValueError, OSError):
                 pass
     return preexec
+
+
+# The launcher: what make_preexec does, done by small programs the child execs
+# (util-linux's setpriv and prlimit, then sh for the cgroup join), so the
+# coordinator starts a worker with vfork + exec instead of a full fork of
+# itself (CPython only uses vfork when there is no preexec_fn).
+_JOIN = 'for g; do [ "$g" = -- ] && break; { echo $$ > "$g/cgroup.procs"; } 2>/dev/null || :; shift; done; shift; exec "$@"'
+
+
+@functools.lru_cache(maxsize=1)
+def launcher_tools() -> tuple[str, str, str] | None:
+    """(setpriv, prlimit, sh), or None where one of them is missing (then a preexec_fn does the job)."""
+    tools = tuple(shutil.which(t) for t in ("setpriv", "prlimit", "sh"))
+    return tools if all(tools) else None  # type: ignore[return-value]
+
+
+def _rlimits(limits: Limits, groups: Mapping[str, Path]) -> list[tuple[str, int, int]]:
+    """(prlimit option, rlimit, value): what make_preexec sets, in the same cases."""
+    mem = limits.memory_mb * MIB
+    return [("cpu", resource.RLIMIT_CPU, limits.cpu_seconds),
+            *((("as", resource.RLIMIT_AS, mem),) if "memory" not in groups else ()),
+            ("nofile", resource.RLIMIT_NOFILE, limits.max_open_files),
+            *((("nproc", resource.RLIMIT_NPROC, limits.max_processes),) if "pids" not in groups else ()),
+            ("fsize", resource.RLIMIT_FSIZE, limits.max_file_mb * MIB),
+            ("core", resource.RLIMIT_CORE, 0)]
+
+
+def launcher_argv(limits: Limits, cgroups: Mapping[str, Path] | Path | None, argv: list[str],
+                  tools: tuple[str, str, str], hard: Mapping[int, int] | None = None) -> list[str]:
+    """argv that, exec'd in a fresh child, sets the parent-death signal, the rlimits and joins
+    the attempt's cgroups, then execs `argv` (pure: `hard` gives the current hard limits).
+
+    A limit is never asked above the current hard limit (an unprivileged process may only
+    lower it, and make_preexec's setrlimit skipped what it could not set); joining a cgroup
+    that refuses is skipped as make_preexec does, the cgroup's absence is then seen by
+    the executor's sweep."""
+    setpriv, prlimit, sh = tools
+    groups: dict[str, Path] = ({"pids": cgroups} if isinstance(cgroups, Path) else dict(cgroups or {}))
+    opts = []
+    for name, res, val in _rlimits(limits, groups):
+        cap = (hard or {}).get(res, resource.RLIM_INFINITY)
+        v = val if cap == resource.RLIM_INFINITY else min(val, cap)
+        opts.append(f"--{name}={v}:{v}")
+    out = [setpriv, "--pdeathsig", "KILL", "--", prlimit, *opts, "--"]
+    if groups:
+        out += [sh, "-c", _JOIN, "dome-launch", *(str(g) for g in groups.values()), "--"]
+    return [*out, *argv]
+
+
+def hard_limits(limits: Limits, cgroups: Mapping[str, Path] | Path | None) -> dict[int, int]:
+    """This process's hard limits for the rlimits the launcher sets."""
+    groups = {"pids": cgroups} if isinstance(cgroups, Path) else dict(cgroups or {})
+    return {res: resource.getrlimit(res)[1] for _, res, _ in _rlimits(limits, groups)}

@@ -14,7 +14,7 @@ together or not at all.
 
 | tool (dome.patch_proposal) | events |
 |---|---|
-| get_task (read) | - |
+| get_task (read; names what earlier attempts of the node put under `resume/`) | - |
 | report_progress | task.progress (a heartbeat) |
 | put_artifact | artifact.put (bytes in the blob store) |
 | submit_patch | patch.submitted (verified: base, tree, recomputed digest, paths) |
@@ -171,9 +171,41 @@ def _append(backend: GatewayBackend, tx: Any, topic: str, att: Mapping[str, Any]
 
 
 def get_task(backend: GatewayBackend, args: dict, call: CallContext) -> dict:
-    att = _live(backend, args["node_execution_id"], call)
-    return {"schema_version": SCHEMA_VERSION, "node_id": att["node_id"], "task": att["task"],
-            "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
+    neid = args["node_execution_id"]
+    att = _live(backend, neid, call)
+    out = {"schema_version": SCHEMA_VERSION, "node_id": att["node_id"], "task": att["task"],
+           "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
+    resume = resumable(backend, att["node_id"], neid)
+    if resume:
+        out["resume"] = resume
+    return out
+
+
+RESUME_PREFIX = "resume/"
+MAX_RESUME_BYTES = MAX_ARTIFACT_BYTES
+
+
+def resumable(backend: GatewayBackend, node_id: str, neid: str) -> list[dict[str, Any]]:
+    """What earlier attempts of the same node of this run left to resume from: the artifacts they
+    put under a `resume/` name (the latest per name), with their bytes, at most MAX_RESUME_BYTES
+    in all. The worker checks what they are bound to before it reuses any."""
+    latest: dict[str, Any] = {}
+    for ev in backend.writer.ledger.events(backend.run_id):
+        if ev.topic != rs.ARTIFACT_PUT or ev.node_id != node_id or ev.node_execution_id == neid:
+            continue
+        name = ev.payload.get("name") or ""
+        if name.startswith(RESUME_PREFIX):
+            latest[name] = ev
+    out: list[dict[str, Any]] = []
+    total = 0
+    for name, ev in sorted(latest.items()):
+        total += int(ev.payload["size"])
+        if total > MAX_RESUME_BYTES:
+            break
+        out.append({"name": name, "digest": ev.payload["digest"], "media_type": ev.payload["media_type"],
+                    "node_execution_id": ev.node_execution_id,
+                    "content_b64": base64.b64encode(backend.blobs.get(ev.payload["digest"])).decode("ascii")})
+    return out
 
 
 def report_progress(backend: GatewayBackend, args: dict, call: CallContext) -> dict:

@@ -187,9 +187,9 @@ class AttemptLifecycle:
                 if not ns.acked:
                     acks.append(nid)
         if acks:
-            proposals = {p["node_execution_id"]: p["proposal_id"] for p in self.writer.state.proposals}
             self.writer.append_many([(rs.TASK_ACK, {"node_execution_id": st.node(n).succeeded_by,
                                                     "accepted": True,
-                                                    "proposal_id": proposals.get(st.node(n).succeeded_by)},
+                                                    "proposal_id": (st.proposal_of.get(st.node(n).succeeded_by)
+                                                                    or {}).get("proposal_id")},
                                       {"node_id": n, "node_execution_id": st.node(n).succeeded_by, "task_id": n})
                                      for n in acks])

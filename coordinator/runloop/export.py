@@ -70,7 +70,8 @@ def task_files(events: Sequence[Any], graph: Graph, run_id: str,
 
 
 def write_run_files(ledger: Ledger, run_id: str, ops_root: Path, graph: Graph) -> None:
-    export_events(ledger, run_id, ops_root)
+    records = ledger.events(run_id)  # read once for both
+    export_events(ledger, run_id, ops_root, records)
     ops_dir = Path(ops_root) / "runs" / run_id
-    for rel, data in task_files(ledger.events(run_id), graph, run_id, ledger.blobs.get).items():
+    for rel, data in task_files(records, graph, run_id, ledger.blobs.get).items():
         _write(ops_dir / rel, data)

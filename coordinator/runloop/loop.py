@@ -59,7 +59,7 @@ from .writer import LedgerWriter, WriterLedger
 
 
 POLICY_VERSION = "dome.policy/default@1"
-TICK_S = 0.02
+TICK_S = 0.1  # the loop also wakes on every ledger append (a worker's call, a result)
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
 SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
 
@@ -117,7 +117,7 @@ class RunLoop(AttemptLifecycle):
         self.ready = ReadySet(self.graph, state)  # statuses and ready nodes, updated by what changes
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
                                    guard=self._check_lease)
-        self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer))
+        self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer), group_commit=True)
         self.verifier.follow_run(run_id)  # revocations reach it through _on_record: listings skip the query
         self.work = make_run_dir(run_id)  # findable by run id: sweep_attempt_dirs after a kill -9
         self.base_git = self.work / "base.git"
@@ -384,6 +384,7 @@ class RunLoop(AttemptLifecycle):
                 self.canvas.close()
             if self.gateway is not None:
                 self.gateway.stop()
+            self.verifier.close()
             if self.tls_front is not None:
                 self.tls_front.stop()
             if self.egress_gate is not None:

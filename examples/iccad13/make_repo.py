@@ -173,7 +173,8 @@ def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str,
     tasks = []
     for n in clips:
         params = {"layout": f"layouts/M1_test{n}.oas", "out": f"masks/M1_test{n}.oas",
-                  "kernels": "kernels/iccad13", "fill": "lithobench", "mrc": {"min_feature_nm": MIN_FEATURE_NM, "min_area_nm2": 2 * MIN_AREA_NM2}}
+                  "kernels": "kernels/iccad13", "fill": "lithobench", "preset": "mrc-quality",
+                  "mrc": {"min_feature_nm": MIN_FEATURE_NM, "min_area_nm2": 2 * MIN_AREA_NM2}}
         if iterations:
             params["iterations"] = iterations
         tasks.append({"node_id": f"optimize-t{n}", "description": f"ILT mask for ICCAD 2013 clip {n}",

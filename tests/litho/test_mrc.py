@@ -96,3 +96,32 @@ def test_bridging_never_leaves_a_sliver() -> None:
     proj = kdb.Metrics.Projection
     assert reg.width_check(8, False, proj).count() == 0
     assert reg.space_check(8, False, proj).count() == 0
+
+
+def test_material_cut_by_the_canvas_edge_leaves_no_sliver() -> None:
+    # the morphology sees material beyond the canvas edge: a 6 px strip along the edge survived
+    # the opening and was a width violation once nothing was cleared inside the canvas
+    t = torch.zeros(96, 96)
+    t[40:60, 40:60] = 1
+    m = t.clone()
+    m[10:80, 0:6] = 1
+    out = clean_mask(m, t, MaskRules(min_feature_px=9, halo_px=2048, min_space_px=9))
+    assert out[:, :9].sum() == 0
+    assert _region(out).width_check(9, False, kdb.Metrics.Projection).count() == 0
+    assert torch.equal(out[40:60, 40:60], t[40:60, 40:60])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(1, 30), st.integers(1, 30)),
+                min_size=1, max_size=8))
+def test_masks_cleaned_without_a_halo_pass_9_nm_width_and_space_checks(boxes) -> None:
+    # anywhere on the canvas, edges included: the frame is cleared and every gap below 9 repaired
+    m = torch.zeros(72, 72)
+    for x, y, w, h in boxes:
+        m[y:y + h, x:x + w] = 1
+    out = clean_mask(m, m, MaskRules(min_feature_px=9, halo_px=2048, min_space_px=9))
+    reg = _region(out)
+    proj = kdb.Metrics.Projection
+    assert reg.width_check(9, False, proj).count() == 0
+    assert reg.space_check(9, False, proj).count() == 0
+    assert out[:9].sum() == 0 and out[-9:].sum() == 0 and out[:, :9].sum() == 0 and out[:, -9:].sum() == 0

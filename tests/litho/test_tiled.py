@@ -175,3 +175,24 @@ def test_tile_queue_batches_waves_and_depends_on_earlier_neighbours(model32, icc
     assert tasks["stitch"]["action_spec"]["params"]["tiling"] == {"dir": "m.tiles", "stitch": True}
     assert tasks["evaluate"]["dependencies"] == ["stitch"]
     assert [v["suite"] for v in q["validations"]] == ["litho.resim"]
+
+
+def test_a_wave_of_tiles_optimised_as_one_batch_equals_one_at_a_time(model32, iccad13, tmp_path):
+    from worker_sdk.litho.ilt import ILTConfig
+    from worker_sdk.litho.process import DEFAULT
+    from worker_sdk.litho.streaming import PolygonIndex
+
+    layout = two_clips(iccad13)
+    plan = tiled.plan_layout(layout, model32, "lithobench")
+    wave0 = [t.tile_id for t in plan.waves()[0] if t.row == 0]
+    assert len(wave0) == 2  # T_0_0 and T_0_2: one wave, not neighbours
+    cfg = ILTConfig().scaled(4)
+    index = PolygonIndex(layout)
+    cores = {}
+    for batch in (1, 2):
+        store = tiled.TileStore(tmp_path / f"b{batch}", tiled.store_pin(plan, layout, cfg, None, DEFAULT))
+        done = tiled.optimize_tiles(model32, plan, store, index, cfg, corners=DEFAULT.corners, only=wave0, batch=batch)
+        assert sorted(r["tile_id"] for r in done) == wave0 and not any(r["resumed"] for r in done)
+        assert {r["batch"] for r in done} == {batch}
+        cores[batch] = {tid: store.info("raw", tid)["digest"] for tid in wave0}
+    assert cores[1] == cores[2]  # the same bytes, float32 included

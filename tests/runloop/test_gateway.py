@@ -46,16 +46,16 @@ def gateway(ledger_env, tmp_path: Path):
         def __init__(self, g, key):
             self.token, self.profile, self.envelope, self.key = g.token, dict(g.payload), g.envelope, key
 
-    def attempt(neid: str, caps=("write",), cnf: bool = True):
-        attempts[neid] = {"node_id": "n1", "wave_id": "w0001", "base_ref": BASE, "base_tree_hash": TREE,
-                          "task": {"node_id": "n1"}}
-        writer.append(rs.TASK_DISPATCHED, {"node_execution_id": neid}, node_id="n1", node_execution_id=neid)
+    def attempt(neid: str, caps=("write",), cnf: bool = True, node: str = "n1"):
+        attempts[neid] = {"node_id": node, "wave_id": "w0001", "base_ref": BASE, "base_tree_hash": TREE,
+                          "task": {"node_id": node}}
+        writer.append(rs.TASK_DISPATCHED, {"node_execution_id": neid}, node_id=node, node_execution_id=neid)
         key = SigningKey.generate() if cnf else None
-        g, issued = grants_io.issue(key=signer, run_id=RUN, wave_id="w0001", node_id="n1", node_execution_id=neid,
+        g, issued = grants_io.issue(key=signer, run_id=RUN, wave_id="w0001", node_id=node, node_execution_id=neid,
                                     capabilities=list(caps), ttl_s=60, policy_id="default", seed=1,
                                     inputs_hash="sha256:" + "0" * 64,
                                     worker_public_key=key.public.raw if key else None)
-        writer.append("grant.issued", issued, node_id="n1", node_execution_id=neid)
+        writer.append("grant.issued", issued, node_id=node, node_execution_id=neid)
         if key is not None:  # as the run loop does at attempt start: the key of the MAC call proofs
             verifier.bind_call_key(g.jti, key)
         return G(g, key)
@@ -339,3 +339,17 @@ def test_an_unexpected_exception_is_internal_error_through_both_doors(tmp_path):
     front = asyncio.run(go())
     assert front["code"] == out.result["code"] == "INTERNAL_ERROR"
     assert "secret" not in json.dumps(front)
+
+
+def test_get_task_hands_a_retried_attempt_what_earlier_attempts_of_its_node_put_under_resume(gateway):
+    gw, _, _, attempt, _ = gateway
+    first = client(gw, attempt("ne-r1"))
+    first.put_artifact(b"tile one", "application/json", "resume/litho.tile/T_0_0")
+    first.put_artifact(b"not for resuming", "text/plain", "notes.txt")
+    client(gw, attempt("ne-o1", node="n2")).put_artifact(b"another node", "application/json", "resume/litho.tile/T_0_0")
+    assert "resume" not in first.call("get_task", {"node_execution_id": "ne-r1"})  # not its own
+    retry = client(gw, attempt("ne-r2"))
+    got = retry.call("get_task", {"node_execution_id": "ne-r2"})
+    assert [(r["name"], r["node_execution_id"]) for r in got["resume"]] == [("resume/litho.tile/T_0_0", "ne-r1")]
+    assert base64.b64decode(got["resume"][0]["content_b64"]) == b"tile one"
+    assert "resume" not in client(gw, attempt("ne-x1", node="n3")).call("get_task", {"node_execution_id": "ne-x1"})

@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from .presets import PRESETS
+
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_CANCELLED = 0, 2, 3, 6
 
 # every mask-rule key of optimize's `mrc` request object (what a work queue passes) and its flag
@@ -95,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--iterations", type=int)
     o.add_argument("--bridge-weight", dest="bridge_weight", type=float, metavar="W",
                    help="ILT: extra weight on printing in narrow gaps between target shapes (avoids bridges; default 0)")
+    o.add_argument("--preset", choices=sorted(PRESETS),
+                   help="a named recipe filling in what the other flags leave out (mrc-quality: mask rules "
+                        "9 nm / 400 nm2, nothing cleared inside the canvas, bridge term, L2-leaning weights)")
+    o.add_argument("--pvb-weight", dest="pvb_weight", type=float, metavar="W",
+                   help="ILT: weight of the max/min corners' L2 terms (default 0.3)")
+    o.add_argument("--band-weight", dest="band_weight", type=float, metavar="W",
+                   help="ILT: weight of the smooth PV band term (default 4)")
     o.add_argument(MRC_FLAGS["min_feature_nm"], dest="min_feature_nm", type=int, metavar="NM",
                    help="mask-rule cleanup: minimum feature and gap in nm (odd; default 9 once any mask rule is given)")
     o.add_argument(MRC_FLAGS["min_space_nm"], dest="min_space_nm", type=int, metavar="NM",
@@ -149,8 +158,9 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
         req["seed"] = args.seed
         if args.iterations:
             req["iterations"] = args.iterations
-        if args.bridge_weight is not None:
-            req["bridge_weight"] = args.bridge_weight
+        for key in ("bridge_weight", "pvb_weight", "band_weight", "preset"):
+            if getattr(args, key) is not None:
+                req[key] = getattr(args, key)
         mrc = {k: getattr(args, k) for k in MRC_FLAGS if getattr(args, k) is not None}
         if mrc:
             req["mrc"] = mrc

@@ -431,14 +431,18 @@ def _apply_mask_rules(mask: np.ndarray, target: np.ndarray, rules) -> np.ndarray
 
 
 def optimize(request: dict[str, Any], token: CancellationToken | None = None,
-             progress: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
-    """ILT for a layout (or for the clip/tile around a violation); writes the mask; returns metrics."""
+             progress: Callable[[int, int, float], None] | None = None, journal=None) -> dict[str, Any]:
+    """ILT for a layout (or for the clip/tile around a violation); writes the mask; returns metrics.
+    `journal`: a tiled request's tilejournal.TileJournal (a tile task's durable finished tiles)."""
     from .engine import evaluate as run_eval
     from .engine import needs_tiling
     from .ilt import ILTConfig, optimize_mask
     from .layout import placement, save_mask_png, write_mask_layout
 
     validate("litho/optimize_request", request)
+    from .presets import apply_preset
+
+    request = apply_preset(request)
     rules = _mask_rules(request.get("mrc"))
     token = token or NEVER
     t0 = time.perf_counter()
@@ -457,10 +461,9 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     if not req.get("layout"):
         raise BadRequest("optimize needs a layout or a violation_id")
     inp = _load_inputs({k: req[k] for k in ("layout", "layer", "fill") if k in req})
-    cfg = ILTConfig(seed=int(req.get("seed", 0)), bridge_weight=float(req.get("bridge_weight", 0.0))
-                    ).scaled(req.get("iterations"))
+    cfg = ILTConfig.from_request(req)
     if needs_tiling(inp.layout, model64.size) or req.get("tiling"):
-        return _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress)
+        return _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress, journal)
     shift = placement(inp.layout, inp.fill)
     target = rasterize(inp.layout, inp.fill, model64.size, shift)
     before = run_eval(model64, inp.layout, fill=inp.fill, window=window, token=token)
@@ -495,6 +498,7 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
         "baseline_metrics": _metrics(before),
         "mask": mask_info,
         "ilt": {"iterations": result.iterations, "seed": cfg.seed, "bridge_weight": cfg.bridge_weight,
+                "pvb_weight": cfg.pvb_weight, "band_weight": cfg.band_weight, "preset": req.get("preset"),
                 "stages": [{"scale_nm": s.scale, "iterations": s.iterations, "lr": s.lr} for s in cfg.stages],
                 "gradient": "exact adjoint (autograd through the band-limited SOCS model)",
                 "final_loss": result.loss_history[-1] if result.loss_history else None,
@@ -507,10 +511,10 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     return stamp_result(resp, req, tool="optimize", fill=inp.fill, seed=cfg.seed)
 
 
-def _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress) -> dict[str, Any]:
+def _optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress, journal) -> dict[str, Any]:
     from .tiledjob import optimize_tiled
 
-    resp = optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress)
+    resp = optimize_tiled(req, inp, model64, model32, window, rules, cfg, token, progress, journal)
     resp["schema_version"] = SCHEMA_VERSION
     resp["ilt"]["threads"] = torch_threads()
     after, before = resp.pop("after", None), resp.pop("before", None)

@@ -43,3 +43,10 @@ class ViolationNotFound(LithoError):
 
 class ReportLevelUnsupported(LithoError):
     code = "REPORT_LEVEL_UNSUPPORTED"
+
+
+class TileResumeRefused(LithoError):
+    """A finished tile offered to a retried attempt is bound to another plan, task or tile, or its
+    bytes do not match its record: it is not reused."""
+    code = "LITHO_TILE_RESUME_REFUSED"
+    retry = "none"

@@ -49,6 +49,15 @@ class ILTConfig:
     bridge_weight: float = 0.0
     bridge_gap_nm: int = 40
 
+    @classmethod
+    def from_request(cls, request: dict) -> "ILTConfig":
+        """The configuration an optimize request asks for (after its preset is applied)."""
+        cfg = cls(seed=int(request.get("seed", 0)), bridge_weight=float(request.get("bridge_weight", 0.0)))
+        for key in ("pvb_weight", "band_weight"):
+            if request.get(key) is not None:
+                cfg = dataclasses.replace(cfg, **{key: float(request[key])})
+        return cfg.scaled(request.get("iterations"))
+
     def scaled(self, iterations: int | None) -> "ILTConfig":
         """Spread a total iteration budget over the stages in proportion."""
         if not iterations:

@@ -3,12 +3,15 @@
 - litho.evaluate: action {layout, mask?, fill?, report_level?, out?, corners?, pvb_grid?, threads?}:
   writes the metrics report (JSON) into the scratch checkout; the metrics are the evidence.
 - litho.optimize: action {layout, out?, iterations?, seed?, fill?, kernels?, mrc?, corners?, pvb_grid?,
-  threads?, tiling?, bridge_weight?}: writes the
+  threads?, tiling?, bridge_weight?, pvb_weight?, band_weight?, preset?}: writes the
   mask (OASIS + PNG preview) and its metrics JSON into the scratch checkout;
   those files become the PatchProposal, the metrics its evidence. With
   `tiling: {dir, tiles, stitch: false}` (a layout larger than one clip) it
   optimises a batch of tiles into the tile folder instead; those finished
   tiles are the proposal, and a later task with `stitch` writes the mask.
+  Each finished tile is put through the gateway at once, and a retried
+  attempt of the task reuses the tiles earlier attempts finished
+  (tilejournal).
 - litho.resim (validation suite): re-simulates every committed mask named in
   the repository's litho metrics files (`*.litho.json`) and checks that L2 and
   PVB reproduce exactly; summary.passed says whether all did.
@@ -86,8 +89,11 @@ def optimize(ctx: IntentContext) -> IntentResult:
     out = _path(ctx, a.get("out", f"litho/{layout.stem}.mask.oas"))
     req: dict[str, Any] = {"layout": str(layout), "out": str(out), "fill": a.get("fill", "lithobench"),
                            "seed": int(a.get("seed", ctx.seed))}
-    for key in ("iterations", "layer", "mrc", "bridge_weight"):
+    for key in ("iterations", "layer", "mrc", "bridge_weight", "preset"):
         if a.get(key):
+            req[key] = a[key]
+    for key in ("pvb_weight", "band_weight"):  # 0 is a meaningful weight
+        if a.get(key) is not None:
             req[key] = a[key]
     req.update(_window_keys(a))
     if a.get("kernels"):
@@ -101,7 +107,7 @@ def optimize(ctx: IntentContext) -> IntentResult:
         what = "tile" if req.get("tiling") else "ILT iteration"
         ctx.progress(0.05 + 0.9 * done / max(total, 1), f"{what} {done}/{total}")
 
-    resp = api.optimize(req, ctx.token, progress=progress)
+    resp = api.optimize(req, ctx.token, progress=progress, journal=_journal(ctx) if req.get("tiling") else None)
     if resp.get("tiling") and not resp["tiling"]["stitched"]:
         return _tile_batch(ctx, resp)
     report = {
@@ -126,10 +132,25 @@ def optimize(ctx: IntentContext) -> IntentResult:
                         evidence=[_evidence("optimize", resp, files)], metrics=resp["metrics"])
 
 
+def _journal(ctx: IntentContext):
+    """The tile task's journal through the attempt's gateway: the tiles earlier attempts of this
+    task finished (get_task's `resume`), and a put for each tile this attempt finishes."""
+    from .tilejournal import TileJournal, exit_hook
+
+    gw = ctx.gateway
+    if gw is None or "get_task" not in getattr(gw, "allowed", ()):
+        return None
+    task = gw.call("get_task", {"node_execution_id": gw.neid})
+    put = ((lambda data, media_type, name: gw.put_artifact(data, media_type, name))
+           if "put_artifact" in gw.allowed else None)
+    return TileJournal(task["node_id"], task.get("resume", []), put, exit_hook(ctx.action.get("env")))
+
+
 def _tile_batch(ctx: IntentContext, resp: dict[str, Any]) -> IntentResult:
     """A batch of tiles of a tiled layout: the finished cores are the proposal; the tiles' record the evidence."""
     t = resp["tiling"]
-    summary = {"tiles_run": t["tiles_run"], "tiles_resumed": t["tiles_resumed"], "missing": len(t["missing"]),
+    summary = {"tiles_run": t["tiles_run"], "tiles_resumed": t["tiles_resumed"],
+               "tiles_restored": t.get("tiles_restored", []), "missing": len(t["missing"]),
                "dir": _rel(ctx, Path(t["dir"])), "seconds": t["seconds"], "peak_rss_mb": t["peak_rss_mb"]}
     ctx.progress(1.0, f"{len(t['tiles_run'])} tile(s) optimised")
     return IntentResult(summary=summary, evidence=[{"kind": "litho.tiles", "schema_version": resp["schema_version"],

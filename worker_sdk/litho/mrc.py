@@ -73,6 +73,7 @@ def clean_mask(mask: torch.Tensor, target: torch.Tensor, rules: MaskRules = Mask
         keep[max(0, int(ys.min()) - h): int(ys.max()) + h + 1, max(0, int(xs.min()) - h): int(xs.max()) + h + 1] = 1
         m = m * keep
     s = rules.min_feature_px
+    m = clear_frame(m, s)
     if s > 1:
         x = m[None, None]
         c = s + rules.close_margin_px
@@ -87,6 +88,20 @@ def clean_mask(mask: torch.Tensor, target: torch.Tensor, rules: MaskRules = Mask
     return m.to(mask.dtype)
 
 
+def clear_frame(m: torch.Tensor, width: int) -> torch.Tensor:
+    """`m` with a frame of `width` pixels along the canvas edge cleared. The morphology treats
+    the outside of the canvas as material, so a shape the canvas edge cuts would keep any width
+    there; clearing the frame first keeps every cleaned shape whole inside the canvas."""
+    if width <= 0:
+        return m
+    out = m.clone()
+    out[:width] = 0
+    out[-width:] = 0
+    out[:, :width] = 0
+    out[:, -width:] = 0
+    return out
+
+
 def _bridge_narrow_gaps(m: torch.Tensor, space: int) -> torch.Tensor:
     """Repair what opening leaves behind, the way a mask-rule fixer does: fill
     every gap narrower than `space` and thicken every feature narrower than
@@ -99,7 +114,7 @@ def _bridge_narrow_gaps(m: torch.Tensor, space: int) -> torch.Tensor:
 
     region = raster_to_region(m.numpy() > 0.5)
     changed = False
-    for _ in range(4):
+    for _ in range(16):
         gaps = region.space_check(space, False, kdb.Metrics.Projection).polygons()
         thin = region.width_check(space, False, kdb.Metrics.Projection).polygons()
         if gaps.is_empty() and thin.is_empty():
@@ -136,3 +151,19 @@ def _to_raster(region, shape: tuple[int, int]) -> torch.Tensor:
             polys.append([(pt.x, pt.y) for pt in piece.each_point_hull()])
     out = rasterize_exact(polys, shape)
     return torch.from_numpy(np.ascontiguousarray(out).astype(np.float32))
+
+
+def rule_violations(mask, rules: MaskRules) -> dict[str, int]:
+    """Markers of the mask-rule check on a 0/1 raster (1 pixel = 1 nm): widths and spaces below
+    min_feature_px / min_space_px (projection metric, KLayout) and shapes below min_area_px."""
+    import numpy as np
+
+    from .layout import raster_to_region
+    import klayout.db as kdb
+
+    region = raster_to_region(np.asarray(mask) > 0.5)
+    space = rules.min_space_px or rules.min_feature_px
+    proj = kdb.Metrics.Projection
+    return {"width": region.width_check(rules.min_feature_px, False, proj).count(),
+            "space": region.space_check(space, False, proj).count(),
+            "area": region.with_area(None, rules.min_area_px, False).count() if rules.min_area_px else 0}

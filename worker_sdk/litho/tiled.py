@@ -13,7 +13,9 @@ target where a neighbour is not finished yet. The loss counts the print in
 the core and in a margin of half a halo around it, so a tile also answers
 for its effect on its finished neighbours. Tiles run in four parity waves
 (row % 2, column % 2): no two tiles of a wave are neighbours (diagonals
-included), so a wave's tiles are independent and can run at once.
+included), so a wave's tiles are independent and can run at once: one task
+optimises the tiles it holds of a wave as one [B, N, N] batch (iltbatch),
+as many at a time as the memory budget allows.
 
 Stitching. The raw binary cores are cleaned (the ILT clean-up, then the
 request's mask rules) tile by tile on a window assembled from the raw cores
@@ -210,6 +212,17 @@ class TileStore:
         _atomic_write(meta, (json.dumps(rec, sort_keys=True) + "\n").encode())
         return rec
 
+    def raw_bytes(self, kind: str, tile_id: str) -> bytes:
+        return self._paths(kind, tile_id)[0].read_bytes()
+
+    def put_raw(self, kind: str, tile_id: str, data: bytes, rec: dict[str, Any]) -> None:
+        """Store a core's bytes and record exactly as `save` wrote them elsewhere (digest checked)."""
+        if rec.get("digest") != digest_bytes(data) or rec.get("tile_id") != tile_id:
+            raise BadRequest("tile bytes do not match their record", code="LITHO_TILE_RESUME_REFUSED")
+        path, meta = self._paths(kind, tile_id)
+        _atomic_write(path, data)
+        _atomic_write(meta, (json.dumps(rec, sort_keys=True) + "\n").encode())
+
     def load(self, kind: str, tile_id: str) -> np.ndarray | None:
         rec = self.info(kind, tile_id)
         if rec is None:
@@ -266,54 +279,101 @@ def store_pin(plan: TilePlan, layout: Layout, cfg, rules: dict[str, Any] | None,
 
 # ----- per-tile ILT --------------------------------------------------------------------------------
 
-def optimize_tile(model, plan: TilePlan, store: TileStore, index: PolygonIndex, t: Tile, cfg, *,
-                  corners, token: CancellationToken = NEVER,
-                  progress: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
-    """ILT of one tile's core with the finished neighbours frozen in its halo; stores the raw core."""
-    from .ilt import optimize_mask
-
-    t0 = time.perf_counter()
+def tile_problem(plan: TilePlan, store: TileStore, index: PolygonIndex, t: Tile
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(target, fixed, free, weight) of one tile's ILT: its core free, the finished neighbours
+    frozen in its halo (the target where none is finished), the print counted in the core and
+    half a halo around it. None when nothing prints anywhere in the window."""
     tgt = window_raster(index, plan.fill, plan.clip, plan.shift, t)
+    if not tgt.any():
+        return None
     ys, xs = _core_slices(t)
-    if not tgt.any():  # nothing to print anywhere in the window: the core stays clear
-        core = np.zeros((plan.core, plan.core), dtype=np.uint8)
-        return store.save("raw", t.tile_id, core, {"wave": plan.wave_of(t), "iterations": 0, "final_loss": 0.0,
-                                                    "seconds": round(time.perf_counter() - t0, 3), "empty": True})
     fixed = store.window("raw", plan, t, tgt)
     free = np.zeros_like(tgt)
     free[ys, xs] = 1
     m = plan.halo // 2
     weight = np.zeros_like(tgt)
     weight[max(0, ys.start - m):ys.stop + m, max(0, xs.start - m):xs.stop + m] = 1
-    res = optimize_mask(model, tgt, cfg, token=token, progress=progress, corners=corners, init=fixed,
-                        free=free, fixed=fixed, weight=weight, clean=False)
-    return store.save("raw", t.tile_id, res.mask[ys, xs], {
-        "wave": plan.wave_of(t), "iterations": res.iterations,
-        "final_loss": res.loss_history[-1] if res.loss_history else None,
-        "seconds": round(time.perf_counter() - t0, 3)})
+    return tgt, fixed, free, weight
+
+
+def optimize_batch(model, plan: TilePlan, store: TileStore, index: PolygonIndex, tiles: Sequence[Tile], cfg, *,
+                   corners, token: CancellationToken = NEVER,
+                   on_tile: Callable[[Tile, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """ILT of tiles of one wave (no two are neighbours) as one [B, N, N] batch (iltbatch); each
+    raw core is stored, and `on_tile` told, as soon as the batch ends. A tile with nothing to
+    print keeps a clear core without ILT."""
+    from .iltbatch import optimize_masks
+
+    t0 = time.perf_counter()
+    out: list[dict[str, Any]] = []
+    work: list[tuple[Tile, tuple]] = []
+    for t in tiles:
+        prob = tile_problem(plan, store, index, t)
+        if prob is None:
+            core = np.zeros((plan.core, plan.core), dtype=np.uint8)
+            rec = store.save("raw", t.tile_id, core, {"wave": plan.wave_of(t), "iterations": 0, "final_loss": 0.0,
+                                                      "seconds": round(time.perf_counter() - t0, 3), "empty": True})
+            out.append(rec)
+            if on_tile is not None:
+                on_tile(t, rec)
+        else:
+            work.append((t, prob))
+    if not work:
+        return out
+    res = optimize_masks(model, [p[0] for _, p in work], cfg, token=token, corners=corners,
+                         inits=[p[1] for _, p in work], fixeds=[p[1] for _, p in work],
+                         frees=[p[2] for _, p in work], weights=[p[3] for _, p in work], clean=False)
+    secs = round(time.perf_counter() - t0, 3)
+    for (t, _), r in zip(work, res):
+        ys, xs = _core_slices(t)
+        rec = store.save("raw", t.tile_id, r.mask[ys, xs], {
+            "wave": plan.wave_of(t), "iterations": r.iterations,
+            "final_loss": r.loss_history[-1] if r.loss_history else None, "seconds": secs, "batch": len(work)})
+        out.append(rec)
+        if on_tile is not None:
+            on_tile(t, rec)
+    return out
 
 
 def optimize_tiles(model, plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, *, corners,
                    only: Sequence[str] | None = None, token: CancellationToken = NEVER,
-                   on_tile: Callable[[str, dict[str, Any], bool], None] | None = None) -> list[dict[str, Any]]:
-    """Every tile (or the `only` ones), wave by wave; tiles already in the folder are not redone."""
+                   on_tile: Callable[[str, dict[str, Any], bool], None] | None = None,
+                   batch: int | None = None) -> list[dict[str, Any]]:
+    """Every tile (or the `only` ones), wave by wave; tiles already in the folder are not redone.
+    The tiles to run of one wave are optimised `batch` at a time as one [B, N, N] stack (default:
+    as many as the memory budget allows, `iltbatch.ilt_masks_per_batch`)."""
+    from .iltbatch import ilt_masks_per_batch
+
     wanted = set(only) if only is not None else None
     if wanted is not None:
         for tid in wanted:
             plan.tile(tid)  # unknown ids are refused before any work
+    per = max(1, int(batch)) if batch else ilt_masks_per_batch(model)
     done: list[dict[str, Any]] = []
+
+    def fresh(t: Tile, rec: dict[str, Any]) -> None:
+        done.append({**rec, "resumed": False})
+        if on_tile is not None:
+            on_tile(t.tile_id, rec, False)
+
     for wave in plan.waves():
+        todo: list[Tile] = []
         for t in wave:
             if wanted is not None and t.tile_id not in wanted:
                 continue
             token.check()
             rec = store.info("raw", t.tile_id)
-            resumed = rec is not None
             if rec is None:
-                rec = optimize_tile(model, plan, store, index, t, cfg, corners=corners, token=token)
-            done.append({**rec, "resumed": resumed})
+                todo.append(t)
+                continue
+            done.append({**rec, "resumed": True})
             if on_tile is not None:
-                on_tile(t.tile_id, rec, resumed)
+                on_tile(t.tile_id, rec, True)
+        for lo in range(0, len(todo), per):
+            token.check()
+            optimize_batch(model, plan, store, index, todo[lo:lo + per], cfg, corners=corners, token=token,
+                           on_tile=fresh)
     return done
 
 

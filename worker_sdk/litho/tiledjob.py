@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from registry.canonical import digest_bytes
+from registry.canonical import digest_bytes, digest_json
 from worker_sdk.cancel import CancellationToken
 
 from . import tiled
@@ -34,8 +34,10 @@ def tile_dir(req: dict[str, Any]) -> Path:
 
 
 def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cfg, token: CancellationToken,
-                   progress: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
-    """Run (or resume) the tiles a request asks for; stitch, evaluate and write the mask when asked."""
+                   progress: Callable[[int, int, float], None] | None = None, journal=None) -> dict[str, Any]:
+    """Run (or resume) the tiles a request asks for; stitch, evaluate and write the mask when asked.
+    A `journal` (tilejournal.TileJournal) restores the tiles earlier attempts of the task finished
+    and makes each tile durable as soon as it is done."""
     t0 = time.perf_counter()
     opts = req.get("tiling") or {}
     if req.get("out") and Path(req["out"]).suffix.lower() == ".png":
@@ -49,13 +51,18 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     stitch = bool(opts.get("stitch", only is None))
     if stitch and not req.get("out"):
         raise BadRequest("stitching writes the mask: give out", code="LITHO_BAD_TILE_PLAN")
-    store = tiled.TileStore(tile_dir(req), tiled.store_pin(plan, inp.layout, cfg, req.get("mrc"), window))
+    pin = tiled.store_pin(plan, inp.layout, cfg, req.get("mrc"), window)
+    store = tiled.TileStore(tile_dir(req), pin)
+    if journal is not None:
+        journal.restore(store, digest_json(pin), list(only) if only is not None else [t.tile_id for t in plan.tiles])
     index = PolygonIndex(inp.layout)
     n = len(only) if only is not None else len(plan.tiles)
     count = {"done": 0}
 
     def on_tile(tile_id: str, rec: dict[str, Any], resumed: bool) -> None:
         count["done"] += 1
+        if journal is not None and not resumed:
+            journal.record(store, tile_id)
         if progress is not None:
             progress(count["done"], n, float(rec.get("final_loss") or 0.0))
 
@@ -67,13 +74,16 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
                             "tiles_run": sorted(r["tile_id"] for r in done if not r["resumed"]),
                             "tiles_resumed": sorted(r["tile_id"] for r in done if r["resumed"]),
                             "stitched": False, "seconds": secs}
+    if journal is not None:
+        info["tiles_restored"] = sorted(journal.restored)
     secs["tiles"] = _lap(mark)
     info["plan"].pop("waves")
     resp: dict[str, Any] = {"schema_version": "1.3.0", "tool": "optimize", "status": "completed", "tiling": info}
     ilt = {"iterations": sum(int(r.get("iterations") or 0) for r in done), "seed": cfg.seed,
            "bridge_weight": cfg.bridge_weight,
            "stages": [{"scale_nm": s.scale, "iterations": s.iterations, "lr": s.lr} for s in cfg.stages],
-           "gradient": "exact adjoint (autograd through the band-limited SOCS model), per tile",
+           "gradient": "exact adjoint (autograd through the band-limited SOCS model), per tile, "
+                       "the tiles of a wave batched as [B, N, N]",
            "tiles": len(done)}
     resp["ilt"] = ilt
     if not stitch:
@@ -131,12 +141,14 @@ def prepare(request: dict[str, Any]):
     from . import api
     from .ilt import ILTConfig
 
+    from .presets import apply_preset
+
     validate("litho/optimize_request", request)
+    request = apply_preset(request)  # the same settings optimize pins the folder to
     inp = api._load_inputs({k: request[k] for k in ("layout", "layer", "fill") if k in request})
     model32 = api.load_model(request, "float32")
     window = api._window(request, model32)
-    cfg = ILTConfig(seed=int(request.get("seed", 0)), bridge_weight=float(request.get("bridge_weight", 0.0))
-                    ).scaled(request.get("iterations"))
+    cfg = ILTConfig.from_request(request)
     plan = tiled.plan_layout(inp.layout, model32, inp.fill, (request.get("tiling") or {}).get("halo_nm"))
     tiled.TileStore(tile_dir(request), tiled.store_pin(plan, inp.layout, cfg, request.get("mrc"), window))
     return plan

@@ -15,9 +15,17 @@
 - the `litho.resim` validation re-simulates the committed mask over the whole
   layout and must reproduce the claimed L2 and PVB.
 
+Order. The coordinator's scheduler dispatches the ready task that blocks the
+most later work first (its transitive dependents), then the one whose
+resource key (container images, capabilities) is rarest. Here a wave's
+tiles are batched most-blocking first (`tile_blocking`), so those batches
+carry the most dependents, and each task's `priority_group` is its wave, so
+among equals an earlier wave goes first.
+
 A lost tile worker is retried as its task (the coordinator's attempts); the
-tiles of every finished task are never redone. Cancelling the run stops
-every tile task.
+retry receives the tiles the lost attempt finished (tilejournal) and
+optimises only the rest; the tiles of every finished task are never redone.
+Cancelling the run stops every tile task.
 """
 from __future__ import annotations
 
@@ -26,13 +34,31 @@ from typing import Any
 from .tiled import TilePlan
 
 
+def tile_blocking(plan: TilePlan) -> dict[str, int]:
+    """Per tile, how many tiles of later waves wait for it, directly or through others (a tile
+    of a later wave waits for its neighbours of earlier waves). Pure."""
+    wave = {t.tile_id: plan.wave_of(t) for t in plan.tiles}
+    later: dict[str, list[str]] = {t.tile_id: [u.tile_id for u in plan.neighbours(t) if wave[u.tile_id] > wave[t.tile_id]]
+                                   for t in plan.tiles}
+    reach: dict[str, int] = {}
+    bit = {t.tile_id: 1 << k for k, t in enumerate(plan.tiles)}
+    for t in sorted(plan.tiles, key=lambda t: -wave[t.tile_id]):  # later waves first
+        acc = 0
+        for u in later[t.tile_id]:
+            acc |= bit[u] | reach[u]
+        reach[t.tile_id] = acc
+    return {tid: bin(r).count("1") for tid, r in reach.items()}
+
+
 def batches(plan: TilePlan, batch_size: int) -> list[tuple[int, list[str]]]:
-    """(wave, tile ids) per batch: each wave's tiles in row-major order, cut into batches."""
+    """(wave, tile ids) per batch: each wave's tiles most-blocking first (row-major among equals),
+    cut into batches, so the batches that hold up the most later work come first."""
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    blocking = tile_blocking(plan)
     out = []
     for w, wave in enumerate(plan.waves()):
-        ids = [t.tile_id for t in wave]
+        ids = [t.tile_id for t in sorted(wave, key=lambda t: (-blocking[t.tile_id], t.row, t.col))]
         for i in range(0, len(ids), batch_size):
             out.append((w, ids[i:i + batch_size]))
     return out
@@ -58,7 +84,7 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
         need = sorted({by_tile[u.tile_id] for tid in ids for u in plan.neighbours(plan.tile(tid))
                        if u.tile_id in by_tile})
         tasks.append({
-            "node_id": node, "description": f"tiled ILT, wave {wave}: {', '.join(ids)}",
+            "node_id": node, "description": f"tiled ILT, wave {wave}: {', '.join(ids)}", "priority_group": wave,
             "required_capabilities": ["write"], "required_outputs": ["patch_proposal", "evidence:litho"],
             "containers": [], "dependencies": need, "risk": "low", "timeout_s": timeout_s,
             "action_spec": {"intent": "litho.optimize", "params": {
