@@ -1,7 +1,7 @@
 """The coordinator's cost as the run grows: N one-file tasks on a 200-file repository.
 
     python benchmarks/scale_curve.py [--sizes 10,100,1000] [--db sqlite,postgres] [--sandbox none]
-                                     [--executor local,ray,container] [--max-parallel 4] [--json]
+                                     [--executor local,ray,container] [--max-parallel 4] [--verify] [--json]
 
 Each (N, database, executor) runs in a fresh Python process (so peak RSS is that run's):
 `dome run`'s own path (RunLoop.start + run, the executor, integration,
@@ -21,7 +21,8 @@ file (`echo i > out/iNNNNN.txt`). Reported per configuration:
   divided by N, and the blob store's growth divided by N; and the largest
   integration record's payload (stack plan, reports, gate and promotion
   decisions), which stays the same size whatever N;
-- wall time, and the run's status.
+- wall time, and the run's status; with --verify, what `dome verify`'s
+  checks conclude about the run (run after the figures are taken).
 
 `--records 100,1000,10000` runs no task: it builds the stack plan, gate and
 promotion decision and run.finished of N proposals as a run records them
@@ -101,7 +102,7 @@ def start_ray(max_parallel: int) -> None:
 
 
 def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
-        image: str | None = None) -> dict:
+        image: str | None = None, verify: bool = False) -> dict:
     """One run in this process; the figures as a dict."""
     from coordinator.keys import load_keyring, load_or_create_signing_key
     from coordinator.runloop.finish import integration_finish
@@ -152,13 +153,19 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
                 largest = max(largest, len(canonical_json(r.payload)))
         event_bytes = sum(by_topic.values())
         blob_bytes = tree_bytes(ops / "blobs") - blobs0
+        verified = None
+        if verify:  # `dome verify`'s checks, in this process, after the figures above were taken
+            from coordinator.integration.verify import verify_run
+            t1 = time.perf_counter()
+            rep = verify_run(ledger, out.run_id, load_keyring(ops), ops_root=ops)
+            verified = {"valid": rep.valid, "status": str(rep.status.value), "seconds": round(time.perf_counter() - t1, 1)}
         ledger.close()
         return {"n": n, "db": "postgres" if db else "sqlite", "executor": executor, "sandbox": sandbox, "status": out.status,
                 "succeeded": out.counts.get("succeeded"), "wall_s": round(wall, 1),
                 "cpu_ms_per_task": round(1000 * cpu / n, 1), "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
                 "peak_scratch_mb": round(peak["bytes"] / 2**20, 1), "events": len(records),
                 "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
-                "largest_integration_record_bytes": largest,
+                "largest_integration_record_bytes": largest, "verified": verified,
                 "max_parallel": max_parallel,
                 "bytes_per_task_by_topic": {t: round(b / n) for t, b in
                                             sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}
@@ -262,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executor", default="local", help="comma-separated: local, ray, container")
     ap.add_argument("--image", default=os.environ.get("DOME_WORKER_IMAGE"),
                     help="the container rows' worker image (built with ops/container/build.sh when not given)")
+    ap.add_argument("--verify", action="store_true", help="run dome verify's checks on each run afterwards")
     ap.add_argument("--records", default=None,
                     help="comma-separated N: build only the integration records and run.finished of N proposals")
     ap.add_argument("--json", action="store_true")
@@ -269,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
-        print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image)))
+        print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.verify)))
         return 0
     if a.records:
         for n in (int(x) for x in a.records.split(",")):
@@ -289,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in (int(x) for x in a.sizes.split(",")):
                 cmd = [sys.executable, __file__, "--one", str(n), "--sandbox", a.sandbox, "--executor", kind,
                        "--max-parallel", str(a.max_parallel), *(["--url", url] if url else []),
-                       *(["--image", image] if image else [])]
+                       *(["--image", image] if image else []), *(["--verify"] if a.verify else [])]
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     print(proc.stderr[-3000:], file=sys.stderr)

@@ -7,8 +7,9 @@ cost O(nodes); these containers make it O(log32 n) for a map update and O(1)
 for an append, while every earlier version stays valid and unchanged.
 
 - `PMap`: a hash array mapped trie (32-way nodes held as small dicts, copied
-  along one path on `set`). A read-only `Mapping`: equal to any mapping with
-  the same items.
+  along one path on `set`; a fold of many events passes a transient `owned`
+  set so the nodes it made itself are updated in place). A read-only
+  `Mapping`: equal to any mapping with the same items.
 - `PSet`: a set on top of `PMap` (equal to a set or frozenset with the same
   members).
 - `PVector`: an append-only sequence. Versions share one list; a version is a
@@ -27,11 +28,18 @@ _MASK = (1 << _BITS) - 1
 _MAX_SHIFT = 64  # past the hash's bits, equal-hash keys share one collision list
 
 
-def _set(node: dict, h: int, shift: int, key: Any, value: Any) -> tuple[dict, bool]:
-    """A copy of `node` with key -> value; whether the key is new."""
+def _set(node: dict, h: int, shift: int, key: Any, value: Any, owned: set[int] | None) -> tuple[dict, bool]:
+    """`node` with key -> value, and whether the key is new. A node is copied before it is
+    changed unless `owned` holds its id: nodes made by the same transient (see PMap.set)
+    are changed in place, since no other version can see them."""
+    if owned is not None and id(node) in owned:
+        new = node
+    else:
+        new = dict(node)
+        if owned is not None:
+            owned.add(id(new))
     idx = (h >> shift) & _MASK
-    new = dict(node)
-    entry = node.get(idx)
+    entry = new.get(idx)
     if entry is None:
         new[idx] = (key, value)
         return new, True
@@ -43,13 +51,13 @@ def _set(node: dict, h: int, shift: int, key: Any, value: Any) -> tuple[dict, bo
         if shift + _BITS >= _MAX_SHIFT:
             new[idx] = [entry, (key, value)]
             return new, True
-        sub, _ = _set({}, hash(entry[0]), shift + _BITS, entry[0], entry[1])
-        new[idx], added = _set(sub, h, shift + _BITS, key, value)
+        sub, _ = _set({}, hash(entry[0]), shift + _BITS, entry[0], entry[1], owned)
+        new[idx], added = _set(sub, h, shift + _BITS, key, value, owned)
         return new, added
     if kind is dict:
-        new[idx], added = _set(entry, h, shift + _BITS, key, value)
+        new[idx], added = _set(entry, h, shift + _BITS, key, value, owned)
         return new, added
-    pairs = [p for p in entry if p[0] != key]  # collision list
+    pairs = [p for p in entry if p[0] != key]  # collision list (always copied: it is tiny)
     new[idx] = [*pairs, (key, value)]
     return new, len(pairs) == len(entry)
 
@@ -74,8 +82,9 @@ class PMap(Mapping):
     def __init__(self, items: Mapping | Iterable[tuple[Any, Any]] = ()) -> None:
         root: dict = {}
         n = 0
+        owned: set[int] = set()  # built as a transient: nothing else sees it until it is returned
         for k, v in (items.items() if isinstance(items, Mapping) else items):
-            root, added = _set(root, hash(k), 0, k, v)
+            root, added = _set(root, hash(k), 0, k, v, owned)
             n += added
         self._root, self._len = root, n
 
@@ -85,9 +94,13 @@ class PMap(Mapping):
         m._root, m._len = root, n
         return m
 
-    def set(self, key: Any, value: Any) -> PMap:
-        """A map with key -> value; this one is unchanged."""
-        root, added = _set(self._root, hash(key), 0, key, value)
+    def set(self, key: Any, value: Any, owned: set[int] | None = None) -> PMap:
+        """A map with key -> value; this one is unchanged.
+
+        `owned` (a transient, for a run of updates whose intermediate maps nobody else
+        sees, as in a fold): the ids of the nodes this run of updates made, which it may
+        then change in place. Start each run with an empty set and drop it at the end."""
+        root, added = _set(self._root, hash(key), 0, key, value, owned)
         return PMap._of(root, self._len + added)
 
     def _find(self, key: Any) -> Any:
@@ -143,12 +156,12 @@ class PSet(Set):
     def _from_iterable(cls, it: Iterable[Any]) -> frozenset:
         return frozenset(it)  # what set operators (|, &, -) return
 
-    def add(self, item: Any) -> PSet:
-        """A set with item; this one is unchanged."""
+    def add(self, item: Any, owned: set[int] | None = None) -> PSet:
+        """A set with item; this one is unchanged (`owned`: as for PMap.set)."""
         if item in self._map:
             return self
         s = PSet.__new__(PSet)
-        s._map = self._map.set(item, True)
+        s._map = self._map.set(item, True, owned)
         return s
 
     def __contains__(self, item: Any) -> bool:

@@ -85,29 +85,64 @@ def _pmap(m: Mapping) -> PMap:
     return m if isinstance(m, PMap) else PMap(m)
 
 
+class _Dict(dict):
+    """A plain dict with the persistent map's update call (changes in place)."""
+
+    def set(self, key: Any, value: Any, owned: Any = None) -> _Dict:
+        self[key] = value
+        return self
+
+
+class _Set(set):
+    def add(self, item: Any, owned: Any = None) -> _Set:  # type: ignore[override]
+        super().add(item)
+        return self
+
+
+class _List(list):
+    def append(self, item: Any) -> _List:  # type: ignore[override]
+        super().append(item)
+        return self
+
+
 class _Folding:
-    """A RunState being folded. Its maps, set and list are persistent (coordinator.persistent):
-    an update makes a new version sharing structure with the old, so one event costs
-    O(log n) however many nodes the run has, and a RunState handed out before is never
-    changed by a later event (readers on other threads keep a consistent value)."""
+    """A RunState being folded, in one of two forms (the same steps either way):
 
-    __slots__ = ("run_id", "started", "nodes", "executions", "ended", "waves", "total_attempts",
-                 "lost_attempts", "last_sequence", "finished", "proposals", "proposal_of")
+    - persistent (`apply`, the run loop's event by event state): the maps, set and list
+      are persistent (coordinator.persistent), so one event costs O(log n) however many
+      nodes the run has, and no RunState handed out before is changed by a later event
+      (readers on other threads keep a consistent value);
+    - plain (`fold` over many events: --resume, `dome status`, replay): mutable copies,
+      frozen once at the end, O(events + nodes) for the whole fold. `apply` on a state
+      made this way converts it to the persistent form once."""
 
-    def __init__(self, s: RunState) -> None:
+    FIELDS = ("run_id", "started", "nodes", "executions", "ended", "waves", "total_attempts",
+              "lost_attempts", "last_sequence", "finished", "proposals", "proposal_of")
+    __slots__ = (*FIELDS, "owned", "persistent")
+
+    def __init__(self, s: RunState, persistent: bool) -> None:
         self.run_id, self.started, self.finished = s.run_id, s.started, s.finished
-        self.nodes, self.executions = _pmap(s.nodes), _pmap(s.executions)
-        self.ended = s.ended if isinstance(s.ended, PSet) else PSet(s.ended)
-        self.proposals = s.proposals if isinstance(s.proposals, PVector) else PVector(s.proposals)
-        self.proposal_of = _pmap(s.proposal_of)
         self.waves, self.total_attempts, self.last_sequence = s.waves, s.total_attempts, s.last_sequence
         self.lost_attempts = s.lost_attempts
+        self.persistent = persistent
+        self.owned: set[int] = set()  # trie nodes made by this fold: changed in place (never handed out before freeze)
+        if persistent:
+            self.nodes, self.executions = _pmap(s.nodes), _pmap(s.executions)
+            self.proposal_of = _pmap(s.proposal_of)
+            self.ended = s.ended if isinstance(s.ended, PSet) else PSet(s.ended)
+            self.proposals = s.proposals if isinstance(s.proposals, PVector) else PVector(s.proposals)
+        else:
+            self.nodes, self.executions = _Dict(s.nodes), _Dict(s.executions)
+            self.proposal_of, self.ended, self.proposals = _Dict(s.proposal_of), _Set(s.ended), _List(s.proposals)
 
     def freeze(self) -> RunState:
         # every field set at once, without the frozen dataclass's one object.__setattr__ per field
         # (this runs once per appended event)
         out = object.__new__(RunState)
-        out.__dict__.update({name: getattr(self, name) for name in self.__slots__})
+        out.__dict__.update({name: getattr(self, name) for name in self.FIELDS})
+        if not self.persistent:
+            out.__dict__.update(ended=frozenset(self.ended), proposals=tuple(self.proposals))
+        self.owned = set()  # what was handed out is shared from now on: never changed in place
         return out
 
     def step(self, event: Any) -> None:
@@ -129,8 +164,8 @@ class _Folding:
             ns = self.nodes.get(node_id, _NEW)
             self.nodes = self.nodes.set(node_id, NodeState(ns.attempts + 1, ns.failures,
                                                            tuple(sorted((*ns.active, neid))),
-                                                           ns.succeeded_by, ns.acked, ns.last_error))
-            self.executions = self.executions.set(neid, {**payload, "node_id": node_id})
+                                                           ns.succeeded_by, ns.acked, ns.last_error), self.owned)
+            self.executions = self.executions.set(neid, {**payload, "node_id": node_id}, self.owned)
             self.total_attempts += 1
         elif topic in TERMINAL_ATTEMPT_TOPICS:
             neid = payload.get("node_execution_id") or _get(event, "node_execution_id")
@@ -148,34 +183,37 @@ class _Folding:
                 last_error = str(code) if code else ("TIMEOUT" if topic == TASK_TIMEOUT else None)
             self.nodes = self.nodes.set(node_id, NodeState(ns.attempts, failures,
                                                            tuple(a for a in ns.active if a != neid),
-                                                           succeeded_by, ns.acked, last_error))
-            self.ended = self.ended.add(neid)
+                                                           succeeded_by, ns.acked, last_error), self.owned)
+            self.ended = self.ended.add(neid, self.owned)
             self.lost_attempts += topic == TASK_LOST
         elif topic == TASK_ACK:
             node_id = _get(event, "node_id") or payload.get("node_id")
             ns = self.nodes.get(node_id, _NEW)
             self.nodes = self.nodes.set(node_id, NodeState(ns.attempts, ns.failures, ns.active, ns.succeeded_by,
-                                                           True, ns.last_error))
+                                                           True, ns.last_error), self.owned)
         elif topic == PATCH_SUBMITTED:
             self.proposals = self.proposals.append(payload)
             neid = payload.get("node_execution_id")
             if neid is not None:
-                self.proposal_of = self.proposal_of.set(neid, payload)
+                self.proposal_of = self.proposal_of.set(neid, payload, self.owned)
 
 
 _NEW = NodeState()
 
 
 def apply(state: RunState, event: Any) -> RunState:
-    """The state after one more event (what the run loop does as it appends)."""
-    return fold((event,), state)
+    """The state after one more event (what the run loop does as it appends): O(log n),
+    sharing all but one path of each container with `state`, which is unchanged."""
+    work = _Folding(state, persistent=True)
+    work.step(event)
+    return work.freeze()
 
 
 def fold(events: Iterable[Any], state: RunState | None = None) -> RunState:
     """The state after `events`, in ledger order, starting from `state` (or an empty run).
     The one fold of a run's events: the run loop, --resume, `dome status`, the run
     projection and the replay tests all read a run through it."""
-    work = _Folding(state or RunState())
+    work = _Folding(state or RunState(), persistent=False)
     step = work.step
     for e in events:
         step(e)

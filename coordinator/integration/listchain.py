@@ -77,11 +77,11 @@ def read_list(ref: Mapping[str, Any], get: Callable[[str], bytes], field: str = 
                                   details={"field": field, "index": index})
         try:
             doc = json.loads(get(digest))
-        except DomeError as exc:  # the blob store's BlobNotFound / BlobCorrupt
+        except DomeError as exc:  # the blob store's BlobNotFound / BlobCorrupt, a malformed digest
             raise ListChainBroken(f"list {field!r}: chunk {index} ({digest}): {exc.code}",
                                   details={"field": field, "index": index, "digest": digest}) from None
-        except ValueError:
-            raise ListChainBroken(f"list {field!r}: chunk {index} ({digest}) is not JSON",
+        except (OSError, ValueError) as exc:  # unreadable, or not JSON
+            raise ListChainBroken(f"list {field!r}: chunk {index} ({digest}): {type(exc).__name__}",
                                   details={"field": field, "index": index, "digest": digest}) from None
         if not isinstance(doc, dict) or doc.get("artifact_kind") != CHUNK_KIND or doc.get("index") != index \
                 or not isinstance(doc.get("items"), list):

@@ -144,12 +144,14 @@ def write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def full_artifact(payload: Any, store: BlobStore | None, faults: list[tuple[str, ListChainBroken]] | None = None,
-                  where: str = "") -> Any:
+def full_artifact(topic: str, payload: Any, store: BlobStore | None,
+                  faults: list[tuple[str, ListChainBroken]] | None = None, where: str = "") -> Any:
     """A record's artifact as it was signed: an externalized artifact loaded from
-    the blob store, chained lists rebuilt. A missing or changed blob leaves the
-    stub, which fails its signature check downstream (a broken list chain leaves
-    an empty list in its place, and is added to `faults` as `(where, error)`)."""
+    the blob store, chained lists rebuilt (only for the topics the Emitter chains:
+    no other record's fields are read as chain references). A missing or changed
+    blob leaves the stub, which fails its signature check downstream (a broken
+    list chain leaves an empty list in its place, and is added to `faults` as
+    `(where, error)`)."""
     if not isinstance(payload, Mapping) or store is None:
         return payload
     ref = payload.get("artifact_ref")
@@ -162,7 +164,7 @@ def full_artifact(payload: Any, store: BlobStore | None, faults: list[tuple[str,
                 and full.get("signature") == payload.get("signature"):
             return full
         return payload
-    if has_refs(payload):
+    if topic in CHAINED_TOPICS and has_refs(payload):
         try:
             return load_lists(payload, store.get)
         except ListChainBroken as exc:
@@ -177,7 +179,7 @@ def readable_payload(topic: str, payload: Any, store: BlobStore | None) -> Any:
     """An event's payload for a reader of raw events (status, report): an
     integration record as it was signed (`full_artifact`), any other as it is."""
     if str(topic).split(".")[0] in INTEGRATION_PREFIXES:
-        return full_artifact(payload, store)
+        return full_artifact(topic, payload, store)
     return payload
 
 
@@ -189,7 +191,7 @@ def records_of(ledger: EventSource, run_id: str,
     store = blobs_of(ledger)
     for e in ledger.events(run_id):
         rec = Record.from_event(e)
-        full = full_artifact(rec.artifact, store, faults, f"#{rec.sequence} {rec.topic}")
+        full = full_artifact(rec.topic, rec.artifact, store, faults, f"#{rec.sequence} {rec.topic}")
         out.append(rec if full is rec.artifact else Record(rec.sequence, rec.topic, full))
     return out
 

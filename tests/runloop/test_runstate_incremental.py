@@ -119,7 +119,8 @@ def _big_run(n: int) -> RunState:
     for i in range(n):
         events.append(_ev(2 * i + 1, rs.TASK_DISPATCHED, f"n{i:06d}", f"x{i:06d}", ""))
         events.append(_ev(2 * i + 2, rs.TASK_COMPLETED, f"n{i:06d}", f"x{i:06d}", "succeeded"))
-    return fold(events)
+    # the run loop's state is persistent from its first apply on (a resumed run's fold is converted once)
+    return apply(fold(events), _ev(2 * n + 1, "x.none", None, None, ""))
 
 
 def _apply_cost(state: RunState) -> float:

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.integration import listchain
 from coordinator.integration.evidence import T_GATE, T_PLAN, verify_artifact
-from coordinator.integration.listchain import CHUNK, ListChainBroken, read_list, store_lists
+from coordinator.integration.listchain import CHUNK, ListChainBroken, load_lists, read_list, store_lists
 from coordinator.integration.recorder import Emitter, records_of
 from coordinator.keys import load_keyring, load_or_create_signing_key
 from ledger import Ledger
+from ledger.blobs import BlobStore
 from registry.canonical import canonical_json
 from registry.errors import SignatureError
 from tests.conftest import dome_cli
@@ -116,6 +120,31 @@ def test_a_dropped_altered_or_relinked_chunk_is_a_typed_error(tmp_path: Path) ->
         path.unlink()
         with pytest.raises(ListChainBroken):
             read_list(ref, ledger.blobs.get)
+        # a head that is not a digest at all
+        with pytest.raises(ListChainBroken):
+            read_list({"list_chain": {**ref["list_chain"], "head": "not-a-digest"}}, ledger.blobs.get)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     max_leaves=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(items=st.lists(_json, max_size=40), chunk=st.integers(1, 9), other=st.lists(st.integers(-2**40, 2**40), max_size=5))
+def test_any_list_comes_back_as_it_went_in(items, chunk, other) -> None:
+    """Chained or not, every top-level list of an artifact reads back equal, and only
+    lists longer than a chunk are chained (in ceil(n / chunk) chunks)."""
+    with tempfile.TemporaryDirectory() as d:
+        blobs = BlobStore(d)
+        art = {"a": items, "b": other, "c": "x"}
+        stored = store_lists(art, blobs.put, chunk=chunk)
+        assert load_lists(stored, blobs.get) == art
+        for k in ("a", "b"):
+            if len(art[k]) > chunk:
+                assert stored[k]["list_chain"]["chunks"] == -(-len(art[k]) // chunk)
+            else:
+                assert stored[k] == art[k]
 
 
 def test_a_broken_chain_leaves_a_record_whose_signature_fails(tmp_path: Path) -> None:
@@ -131,6 +160,21 @@ def test_a_broken_chain_leaves_a_record_whose_signature_fails(tmp_path: Path) ->
         with pytest.raises(SignatureError):
             verify_artifact(recs[1].artifact, load_keyring(ops))
         verify_artifact(recs[0].artifact, load_keyring(ops))  # the plan's chains are intact
+
+
+def test_only_chained_topics_are_read_as_chains(tmp_path: Path) -> None:
+    """A record of another topic whose field looks like a chain reference (say, one
+    a worker's payload carried) is neither followed nor reported as a broken chain."""
+    ops = tmp_path / "ops"
+    with Ledger.open(None, ops) as ledger:
+        _emit(ledger, ops, 2 * CHUNK, "run-y")
+        gate = [e for e in ledger.events("run-y") if e.topic == T_GATE][0].payload
+        lookalike = {"proposal_id": "pp-1", "files": gate["links"], "other": {"list_chain": {"head": "sha256:" + "0" * 64,
+                                                                                            "count": 1, "chunks": 1}}}
+        ledger.append("run-y", "patch.submitted", lookalike)
+        faults: list = []
+        recs = records_of(ledger, "run-y", faults)
+        assert not faults and dict(recs[-1].artifact) == lookalike
 
 
 def test_a_real_run_with_chained_lists_verifies_and_reports(git_repo, ops_root, ledger_env, tmp_path,
@@ -151,9 +195,9 @@ def test_a_real_run_with_chained_lists_verifies_and_reports(git_repo, ops_root, 
 
     from coordinator.report.build import build_model
     events = [json.loads(json.dumps(r.to_json())) for r in ledger.events(out.run_id)]
-    from coordinator.integration.recorder import full_artifact
+    from coordinator.integration.recorder import readable_payload
     for e in events:
-        e["payload"] = full_artifact(e["payload"], ledger.blobs)
+        e["payload"] = readable_payload(e["topic"], e["payload"], ledger.blobs)
     model = build_model(out.run_id, events)
     assert len([link for link in model.gate["links"] if link["link"].startswith("apply_result:")]) == 5
 
