@@ -51,7 +51,9 @@ from .workgraph import Graph, Node
 DECISION_KIND = "dome.scheduling_decision/v1"
 # error codes that the same attempt would hit again: never retried, never duplicated
 DETERMINISTIC_FAILURES = frozenset({"COMMAND_NOT_FOUND", "UNKNOWN_INTENT", "INTENT_UNAVAILABLE",
-                                    "INTENT_PARAMS_CLASH", "SCHEMA_VALIDATION_ERROR"})
+                                    "INTENT_PARAMS_CLASH", "SCHEMA_VALIDATION_ERROR",
+                                    # the same earlier-attempt tiles would be handed to the retry again
+                                    "LITHO_TILE_RESUME_REFUSED"})
 RISK_PENALTY = {"low": 0, "medium": 250, "high": 500, "critical": 900}
 
 

@@ -33,9 +33,11 @@ from registry.datasets import iccad13_data  # noqa: E402
 
 KERNELS = "kernels/iccad13"
 MRC = {"min_feature_nm": 9, "min_area_nm2": 400}
-VARIANTS = {  # queue file: (layout, ILT iterations per tile, tiles per task, promote_to, evaluation level)
-    "work.quick.json": ("block_quick", 8, 2, "refs/heads/masks-quick", "detailed"),
-    "work.queue.json": ("block", None, 8, "refs/heads/masks", "aggregate"),
+# queue file: (layout, ILT iterations per tile, tiles per task, promote_to, evaluation level, endgame duplicates);
+# the quick variant runs on 2-core CI machines, where a duplicate would only compete for the same cores
+VARIANTS = {
+    "work.quick.json": ("block_quick", 8, 2, "refs/heads/masks-quick", "detailed", 0),
+    "work.queue.json": ("block", None, 8, "refs/heads/masks", "aggregate", 1),
 }
 
 REPO_TESTS = '''"""The repository's own checks: the stitched mask matches its report, every tile core its record."""
@@ -135,13 +137,14 @@ def write_queues(data: Path, directory: Path = HERE) -> list[Path]:
 
     written = []
     with tempfile.TemporaryDirectory() as tmp:
-        for fname, (layout, iters, batch, target, level) in VARIANTS.items():
+        for fname, (layout, iters, batch, target, level, dups) in VARIANTS.items():
             req = request(layout, iters)
             shutil.copytree(HERE / "layouts", Path(tmp) / "layouts", dirs_exist_ok=True)
             plan = prepare({**_in(Path(tmp), req), "kernels": str(data)})
             q = tile_queue(plan, layout=req["layout"], out=req["out"], tile_dir=req["tiling"]["dir"],
                            kernels=KERNELS, name=f"fullchip-{layout}", batch_size=batch, iterations=iters,
-                           mrc=MRC, promote_to=target, evaluate_level=level, validations=[TESTS_SUITE])
+                           mrc=MRC, promote_to=target, evaluate_level=level, endgame_max_duplicates=dups,
+                           validations=[TESTS_SUITE])
             path = directory / fname
             path.write_text(json.dumps(q, indent=2) + "\n")
             written.append(path)

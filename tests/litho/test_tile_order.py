@@ -110,3 +110,26 @@ def test_among_equally_blocking_tile_tasks_the_rarest_resource_goes_first():
         sim.add(rs.TASK_COMPLETED, nid, node_execution_id=neid, outcome="succeeded")
     second = decide(graph, sim.state, SchedulerPolicy(max_parallel=8), 3, 1)
     assert [e["node_id"] for e in second["selected"]][0] == rare["node_id"]
+
+
+def test_a_straggling_tile_task_gets_an_endgame_duplicate_once_nothing_else_is_ready():
+    plan = grid(1, 3)  # wave 0: T_0_0, T_0_2; wave 1: T_0_1 (batches of one tile)
+    q = queue(plan, 1)
+    assert q["scheduling"]["endgame_max_duplicates"] == 1
+    wq = parse_work_queue({**q, "repo": "."})
+    graph = wq.graph
+    policy = SchedulerPolicy.from_work_queue(q["scheduling"], {})
+    sim = Sim()
+    first = decide(graph, sim.state, policy, 3, 0)
+    assert [e["node_id"] for e in first["selected"]] == ["tiles-w0-b0", "tiles-w0-b1"]
+    (a, neid), _ = sim.dispatch(first)
+    sim.add(rs.TASK_COMPLETED, a, node_execution_id=neid, outcome="succeeded")
+    # one wave-0 task still runs, the wave-1 task waits for it and a slot is free: the straggler is duplicated
+    second = decide(graph, sim.state, policy, 3, 1)
+    assert second["endgame"] and [(e["node_id"], e["kind"]) for e in second["selected"]] == \
+        [("tiles-w0-b1", "endgame_duplicate")]
+    # with duplicates off (the quick variant on 2-core machines), the slot stays free
+    off = SchedulerPolicy.from_work_queue({**q["scheduling"], "endgame_max_duplicates": 0}, {})
+    assert decide(graph, sim.state, off, 3, 1) is None or decide(graph, sim.state, off, 3, 1)["selected"] == []
+    # stitch and evaluation are never duplicated
+    assert [t.get("endgame_duplicates") for t in q["tasks"][-2:]] == [0, 0]

@@ -68,6 +68,7 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
                batch_size: int = 2, iterations: int | None = None, mrc: dict[str, Any] | None = None,
                promote_to: str = "refs/heads/masks", evaluate_level: str = "detailed",
                max_parallel: int = 2, timeout_s: int = 1800, repo: str = "repo",
+               endgame_max_duplicates: int = 1,
                validations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The work queue (dome.work.queue/v1) that optimises, stitches and checks a tiled layout."""
     # one seed for every task: the tile folder is bound to the ILT settings, the seed included
@@ -106,6 +107,16 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
         "action_spec": {"intent": "litho.evaluate", "params": {
             "layout": layout, "mask": out, "kernels": kernels, "fill": plan.fill, "report_level": evaluate_level,
             "out": report}}})
+    # A straggling tile task holds back every later wave, not only the run's last tasks: the
+    # endgame covers the whole queue, so a tile task gets a duplicate whenever nothing else is
+    # ready and a slot is free (it receives the tiles the straggler made durable and redoes only
+    # the rest). Stitch and evaluation are never duplicated.
+    scheduling: dict[str, Any] = {"max_parallel": max_parallel, "endgame_max_duplicates": endgame_max_duplicates,
+                                  "default_max_attempts": 2}
+    if endgame_max_duplicates:
+        scheduling["endgame_threshold"] = len(tasks)
+        for task in tasks[-2:]:
+            task["endgame_duplicates"] = 0
     return {
         "artifact_kind": "dome.work.queue/v1",
         "name": name,
@@ -116,7 +127,7 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
         "determinism_seed": 2013,
         "policy": "default",
         "promote_to": promote_to,
-        "scheduling": {"max_parallel": max_parallel, "endgame_max_duplicates": 0, "default_max_attempts": 2},
+        "scheduling": scheduling,
         "tasks": tasks,
         "validations": [
             {"suite": "litho.resim", "name": "litho_resim", "params": {"kernels": kernels},
