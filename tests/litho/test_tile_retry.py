@@ -50,6 +50,7 @@ def test_a_lost_tile_worker_is_retried_without_redoing_its_finished_tile(tmp_pat
 
     q = tile_queue(plan, layout=REQ["layout"], out=REQ["out"], tile_dir=REQ["tiling"]["dir"], kernels=REQ["kernels"],
                    name="tile-retry", iterations=REQ["iterations"], repo=str(repo), promote_to="refs/heads/masks",
+                   endgame_max_duplicates=0,  # the retry after a lost worker is watched here, not a duplicate
                    validations=[{"suite": "command", "name": "tests", "argv": ["test", "-f", REQ["out"]],
                                  "required": True}])
     q["tasks"] = [t for t in q["tasks"] if t["node_id"] != "evaluate"]
