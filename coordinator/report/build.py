@@ -58,12 +58,18 @@ MAX_CROPS = 12  # close-ups per mask (the renderer's own limit too)
 
 def pick_markers(violations: list[Any], limit: int = MAX_CROPS) -> list[dict[str, Any]]:
     """Up to `limit` DRC markers to show close up, every rule represented before
-    any rule gets a second one; in rule order, then by position (pure)."""
+    any rule gets a second one; in rule order, then by position; two markers of
+    one rule at the same place are one close-up (pure)."""
     by_rule: dict[str, list[dict[str, Any]]] = {}
+    seen: set[tuple[str, float, float]] = set()
     for v in violations:
         loc = v.get("location_nm") if isinstance(v, dict) else None
         if not (isinstance(loc, list) and len(loc) == 2):
             continue
+        place = (str(v.get("rule_id", "")), float(loc[0]), float(loc[1]))
+        if place in seen:
+            continue
+        seen.add(place)
         by_rule.setdefault(str(v.get("rule_id", "")), []).append(
             {"rule_id": str(v.get("rule_id", "")), "x_nm": float(loc[0]), "y_nm": float(loc[1])})
     queues = [sorted(by_rule[r], key=lambda m: (m["x_nm"], m["y_nm"])) for r in sorted(by_rule)]

@@ -59,16 +59,17 @@ def _violation(rule: str, x: float, y: float) -> dict:
 def test_picked_markers_cover_every_rule_before_a_second_of_any(raw) -> None:
     violations = [_violation(r, x, y) for r, x, y in raw]
     picked = pick_markers(violations)
-    assert len(picked) == min(MAX_CROPS, len(violations))
-    as_given = [(v["rule_id"], float(v["location_nm"][0]), float(v["location_nm"][1])) for v in violations]
+    as_given = {(v["rule_id"], float(v["location_nm"][0]), float(v["location_nm"][1])) for v in violations}
+    assert len(picked) == min(MAX_CROPS, len(as_given))
     keys = [(m["rule_id"], m["x_nm"], m["y_nm"]) for m in picked]
-    for k in set(keys):  # each picked marker is one of the DRC's, never more often than it occurs
-        assert keys.count(k) <= as_given.count(k)
+    # each picked marker is one of the DRC's, and one place is one close-up (two markers of a rule
+    # at the same place would show the same picture twice)
+    assert len(set(keys)) == len(keys) and set(keys) <= as_given
     rules = {r for r, _, _ in raw}
     if len(rules) <= MAX_CROPS:
         assert {m["rule_id"] for m in picked} == rules
     counts = [sum(1 for m in picked if m["rule_id"] == r) for r in rules]
-    left = {r: sum(1 for v in raw if v[0] == r) for r in rules}
+    left = {r: sum(1 for v in as_given if v[0] == r) for r in rules}
     # a rule gets a second close-up only when every rule with markers left has one
     for r, n in zip(rules, counts):
         assert all(n <= c + 1 or c == left[q] for q, c in zip(rules, counts))
