@@ -29,7 +29,10 @@ def iter_events(source: EventSource, run_id: str, *, since: int = 0, page: int |
         raise ValueError("page must be at least 1")
     while True:
         batch = source.events(run_id, since=since, limit=page)
+        full = len(batch) == page
+        if batch:
+            since = _sequence(batch[-1])
         yield from batch
-        if len(batch) < page:
+        del batch  # one page in memory, not two: this one goes before the next is read
+        if not full:
             return
-        since = _sequence(batch[-1])

@@ -167,3 +167,57 @@ def test_the_grant_cache_holds_attempts_in_flight_only(world: World) -> None:
         v.drop_call_key(g.jti)
     assert len(v._cache) == 0 and len(v._token_of) == 0
     assert v.verify(grants[0].token, method="read_file", **CALL).warm is False  # verified afresh if it comes back
+
+
+def _tiny_repo(root: Path) -> Path:
+    from tests.conftest import git
+    repo = root / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "base")
+    return repo
+
+
+def _head(repo: Path) -> str:
+    from tests.conftest import git
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_checkpoints_share_the_stack_and_keep_its_digest(tmp_path: Path) -> None:
+    """Each checkpoint names the whole stack under it (its count and digest are in the
+    checkpoint record): a copy of the stack per checkpoint made memory grow as N squared
+    and hashing it again at each made CPU per proposal grow with N."""
+    from coordinator.integration.canvas import Attempt, Canvas
+    from registry.canonical import digest_json
+
+    n = 1500
+    ids = [f"pp-{i:024x}" for i in range(n)]
+    repo = _tiny_repo(tmp_path)
+    canvas = Canvas(repo, _head(repo), run_id="r", create_worktree=False)
+    try:
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            for pid in ids:
+                canvas.commit(Attempt(), [pid])
+                canvas.checkpoint({})
+            grown = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
+        # one tuple of the stack per checkpoint would be n * n / 2 pointers: 9 MB more here
+        assert grown < 5 * 2**20, f"{grown / 2**20:.1f} MB for {n} checkpoints"
+        cps = canvas.checkpoints
+        for k in (0, 1, 63, 64, 65, 1000, n - 1):
+            d = cps[k].to_dict()
+            assert list(cps[k].included) == ids[:k + 1]
+            assert d["included_count"] == k + 1 and d["included_digest"] == digest_json(ids[:k + 1])
+        canvas.rollback(cps[499].checkpoint_id)  # the stack as it was; later checkpoints keep theirs
+        canvas.commit(Attempt(), ["pp-other"])
+        cp = canvas.checkpoint({})
+        assert list(cp.included) == [*ids[:500], "pp-other"]
+        assert cp.to_dict()["included_digest"] == digest_json([*ids[:500], "pp-other"])
+        assert list(cps[1000].included) == ids[:1001]
+    finally:
+        canvas.close()
