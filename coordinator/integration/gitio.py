@@ -276,19 +276,28 @@ _TYPE_CODE = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
 class ObjectStore:
     """Objects written by this process are held in memory and reach the
     repository as one packfile per `flush()` (`git index-pack --stdin`, which
-    re-hashes every object); reads see pending objects first."""
+    re-hashes every object); reads see pending objects first. A persisting
+    store also flushes by itself once FLUSH_BYTES are pending: a stack of N
+    checkpoints writes N trees of its directories, as large as the directory
+    each, so what a whole stack leaves pending grows as N squared."""
+
+    FLUSH_BYTES = 32 * 2**20
 
     def __init__(self, repo: Path | str, reader: ObjectReader, *, persist: bool = True) -> None:
         self.repo = repo
         self.reader = reader
         self.persist = persist
         self._pending: dict[str, tuple[str, bytes]] = {}
+        self._pending_bytes = 0
         self._flushed: set[str] = set()
 
     def write(self, typ: str, data: bytes) -> str:
         oid = ObjectWriter.hash(typ, data)
-        if oid not in self._flushed:
-            self._pending.setdefault(oid, (typ, data))
+        if oid not in self._flushed and oid not in self._pending:
+            self._pending[oid] = (typ, data)
+            self._pending_bytes += len(data)
+            if self.persist and self._pending_bytes >= self.FLUSH_BYTES:
+                self.flush()
         return oid
 
     def read(self, oid: str) -> tuple[str, bytes]:
@@ -320,3 +329,4 @@ class ObjectStore:
         git(self.repo, "index-pack", "--stdin", input=bytes(body))
         self._flushed.update(self._pending)
         self._pending.clear()
+        self._pending_bytes = 0

@@ -221,3 +221,43 @@ def test_checkpoints_share_the_stack_and_keep_its_digest(tmp_path: Path) -> None
         assert list(cps[1000].included) == ids[:1001]
     finally:
         canvas.close()
+
+
+def test_a_growing_stack_flushes_its_objects_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every checkpoint writes the tree of each directory it changed, as large as the
+    directory: N proposals that each add a file to one directory write N trees whose
+    sizes add up as N squared. The canvas's object store sends them to the repository
+    once FLUSH_BYTES are pending instead of holding the whole stack's objects."""
+    from coordinator.integration import gitio
+    from coordinator.integration.canvas import Attempt, Canvas
+    from tests.conftest import git
+
+    monkeypatch.setattr(gitio.ObjectStore, "FLUSH_BYTES", 256 * 1024)
+    n = 400
+    repo = _tiny_repo(tmp_path)
+    canvas = Canvas(repo, _head(repo), run_id="r", create_worktree=False)
+    try:
+        blob = canvas.store.write("blob", b"x\n")
+        most = 0
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            for i in range(n):
+                att = Attempt()
+                att.changes[f"out/i{i:05d}.txt"] = ("100644", blob)
+                canvas.commit(att, [f"pp-{i}"])
+                canvas.checkpoint({})
+                most = max(most, canvas.store._pending_bytes)
+            grown = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
+        trees = sum(38 * k for k in range(1, n + 1))  # what the stack's out/ trees add up to
+        assert most < gitio.ObjectStore.FLUSH_BYTES
+        assert grown < trees / 3, f"{grown / 2**20:.1f} MB held for {trees / 2**20:.1f} MB of trees"
+        canvas.publish_head()
+        canvas.flush_refs()
+        listed = git(repo, "ls-tree", "--name-only", f"{canvas.head}:out").split()
+        assert len(listed) == n and listed[0] == "i00000.txt"
+        assert git(repo, "cat-file", "-t", canvas.checkpoints[10].commit) == "commit"  # flushed early, readable
+    finally:
+        canvas.close()
