@@ -44,6 +44,7 @@ def pinned_connect(host: str, port: int, cert_pem: bytes, *, timeout: float = 30
     if service is not None:
         ctx.set_alpn_protocols([service])
     raw = socket.create_connection((host, port), timeout=timeout)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request's header and body records go out at once
     try:
         tls = ctx.wrap_socket(raw, server_hostname=GATEWAY_NAME)
     except ssl.SSLError as exc:

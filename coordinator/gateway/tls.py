@@ -189,6 +189,7 @@ class TlsFront:
     def _serve(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(30)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle wait between a reply's records
             tls = self._ctx.wrap_socket(conn, server_side=True)
             tls.settimeout(None)
         except (ssl.SSLError, OSError):
