@@ -88,14 +88,15 @@ def remote_egress(spec: Mapping[str, Any], has_egress_socket: bool, gateway: Map
     could reach no model (the run has no egress gate, or its TLS listener does not serve it) is
     refused here, before its task is started."""
     agent = (spec.get("action_spec") or {}).get("intent") == "agent"
+    served = has_egress_socket and bool(gateway.get("egress"))
     if agent and not has_egress_socket:
         raise DomeError("an agent attempt needs the egress gate, and this run has no egress configuration",
                         code="EGRESS_NOT_CONFIGURED", details={"node_id": spec.get("node_id")},
                         hints=["pass --egress CONFIG or put it at OPS_ROOT/egress.json (docs/agent-swarm.md)"])
-    if has_egress_socket and not gateway.get("egress"):
-        raise EgressNotServed("this run's egress gate is not served over TLS, so workers on other hosts "
+    if agent and not served:
+        raise EgressNotServed("this run's egress gate is not served over TLS, so an agent on another host "
                               "cannot reach it", details={"node_id": spec.get("node_id")})
-    return has_egress_socket
+    return served
 
 
 def parse_bind(bind: str) -> tuple[str, int]:

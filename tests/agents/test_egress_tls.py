@@ -143,6 +143,7 @@ def test_remote_attempts_get_the_egress_socket_only_where_it_can_work():
     assert remote_egress(agent, True, served) is True
     assert remote_egress(cmd, True, served) is True  # as on the coordinator's host: every attempt of the run
     assert remote_egress(cmd, False, not_served) is False
+    assert remote_egress(cmd, True, not_served) is False  # a command needs no gate: it just gets no socket
     with pytest.raises(DomeError) as exc:  # an agent in a run with no egress configuration
         remote_egress(agent, False, served)
     assert exc.value.code == "EGRESS_NOT_CONFIGURED" and exc.value.details == {"node_id": "a"}

@@ -135,5 +135,6 @@ def test_an_agent_on_the_other_node_calls_the_model_only_through_the_metered_gat
     assert res["forged"]["status"] == "401" and res["forged"]["code"].startswith("GRANT_"), res
     assert res["no_proof"] == {"status": "401", "code": "GRANT_PROOF_MISSING"}, res
     assert [e["payload"]["code"] for e in events if e["topic"] == "egress.refused"] == ["GRANT_MISSING"]
+    assert len([e for e in events if e["topic"] == "grant.rejected"]) >= 2  # the forged grant, the one without a proof
     assert node["ip"] == cluster["node_ip"]
     assert node["reached"] == {"127.0.0.1": "ConnectionRefusedError", cluster["head_ip"]: "ConnectionRefusedError"}
