@@ -29,6 +29,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+def latency_stats(ms: list[float]) -> dict[str, float]:
+    """p50 and p90 of call times in milliseconds (benchmarks/gateway_tls.py reports the same)."""
+    xs = sorted(ms)
+    return {"p50_ms": round(statistics.median(xs), 2), "p90_ms": round(xs[int(0.9 * len(xs)) - 1], 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=200)
@@ -126,12 +132,9 @@ def main() -> None:
         llm.stop()
         ledger.close()
 
-    def stats(xs: list[float]) -> dict[str, float]:
-        xs = sorted(xs)
-        return {"p50_ms": round(statistics.median(xs), 2), "p90_ms": round(xs[int(0.9 * len(xs)) - 1], 2)}
-
-    res = {"calls": len(v), "direct": stats(d), "via_gate": stats(v), "cli_via_shim_streamed": stats(c),
-           "via_relay_and_tls": stats(r), "load": os.getloadavg()[0]}
+    res = {"calls": len(v), "direct": latency_stats(d), "via_gate": latency_stats(v),
+           "cli_via_shim_streamed": latency_stats(c), "via_relay_and_tls": latency_stats(r),
+           "load": os.getloadavg()[0]}
     if args.json:
         print(json.dumps(res))
     else:
