@@ -1,8 +1,8 @@
 """Agent workers on another host, for real: the Ray node in its own network and mount namespace
 (the cluster of test_ray_cross_host.py), the scripted model endpoint on the coordinator's loopback
-only. The agent's model calls leave its sandbox through the node's relay and the coordinator's TLS
-listener to the egress gate, which authorises and meters each one; the run is promoted and
-verifies. On that node nothing reaches the endpoint directly, and calls without a valid grant are
+only. The agents' model calls (the SDK in the worker, and an agent CLI through the in-sandbox
+endpoint) leave their sandboxes through the node's relay and the coordinator's TLS listener to the
+egress gate, which authorises and meters each one; the run is promoted and verifies. On that node nothing reaches the endpoint directly, and calls without a valid grant are
 refused by the gate behind the TLS listener. Needs root (ip netns, unshare, mount), Ray, bubblewrap.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from tests.agents.helpers import HOST, MODEL, load_scripted_llm
-from tests.agents.test_agent_run import SCRIPT, _agent_task
+from tests.agents.test_agent_run import CLI, SCRIPT, _agent_task
 from tests.attacks import attack
 from tests.conftest import dome_cli
 from tests.runloop.conftest import cmd_task, write_queue
@@ -96,9 +96,12 @@ def test_an_agent_on_the_other_node_calls_the_model_only_through_the_metered_gat
             "upstream": f"http://127.0.0.1:{llm.port}", "key_env": KEY_ENV,
             "prices": {MODEL: {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}}}}}))
         probe = SANDBOX_PROBE % {"port": llm.port, "head": cluster["head_ip"], "host": HOST, "model": MODEL}
-        tasks = [_agent_task("fix-readme", "fix-readme"),
+        tasks = [_agent_task("fix-readme", "fix-readme"),  # the SDK in the worker
+                 # an agent CLI: its SDK talks to the in-sandbox endpoint, which forwards to the gate
+                 _agent_task("cli-agent", "cli", cli={"argv": ["python3", "-c", CLI],
+                                                      "env": {"UPSTREAM_PORT": str(llm.port)}}),
                  cmd_task("probe", "python3 - <<'EOF'\n" + probe + "\nEOF", max_attempts=1)]
-        q = write_queue(tmp_path, git_repo, tasks, scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
+        q = write_queue(tmp_path, git_repo, tasks, scheduling={"max_parallel": 3, "endgame_max_duplicates": 0})
         ops = tmp_path / "ops"
         env = {**cluster["env"], "DOME_RAY_RESOURCES": json.dumps({RESOURCE: 1}), KEY_ENV: key}
         r = dome_cli("run", str(q), "--ops-root", str(ops), "--executor", "ray", "--gateway-bind",
@@ -120,10 +123,13 @@ def test_an_agent_on_the_other_node_calls_the_model_only_through_the_metered_gat
     readme = subprocess.run([*show, "refs/heads/dome/out:README.md"], cwd=git_repo, capture_output=True, text=True,
                             check=True).stdout
     assert readme.strip() == "hello, agents"  # the agent's patch, promoted
+    cli_md = subprocess.run([*show, "refs/heads/dome/out:CLI.md"], cwd=git_repo, capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    assert cli_md[0] == "written by an agent CLI" and cli_md[1] != "direct: connected", cli_md
     # every model call the endpoint saw is one metered model.call of the agent's node, keyed by the coordinator
     calls = [e for e in events if e["topic"] == "model.call"]
-    assert len(calls) == len(llm.requests) == 4
-    assert {c["node_id"] for c in calls} == {"fix-readme"}
+    assert len(calls) == len(llm.requests) == 5
+    assert sorted(c["node_id"] for c in calls) == ["cli-agent"] + ["fix-readme"] * 4
     assert all(c["payload"]["tokens_in"] > 0 and c["payload"]["cost_micros"] > 0 for c in calls)
     assert all(r["headers"]["authorization"] == f"Bearer {key}" for r in llm.requests)
     assert key.encode() not in b"".join(p.read_bytes() for p in ops.rglob("*") if p.is_file())
