@@ -14,11 +14,13 @@ files on disk with it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ledger import Ledger
 from ledger.export import export_run as export_events
+from ledger.export import put_file
 
 from .. import runstate as rs
 from ..runstate import fold
@@ -31,10 +33,16 @@ def render_json(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_bytes() != data:
-        path.write_bytes(data)
+def _write_all(root: Path, files: dict[str, bytes]) -> None:
+    """Write the files (relative path -> bytes) under root, each folder listed once."""
+    listed: dict[Path, set[str]] = {}
+    for rel, data in files.items():
+        path = root / rel
+        names = listed.get(path.parent)
+        if names is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            names = listed[path.parent] = set(os.listdir(path.parent))
+        put_file(path, data, absent=path.name not in names)
 
 
 def task_files(events: Sequence[Any], graph: Graph, run_id: str,
@@ -73,5 +81,4 @@ def write_run_files(ledger: Ledger, run_id: str, ops_root: Path, graph: Graph) -
     records = ledger.events(run_id)  # read once for both
     export_events(ledger, run_id, ops_root, records)
     ops_dir = Path(ops_root) / "runs" / run_id
-    for rel, data in task_files(records, graph, run_id, ledger.blobs.get).items():
-        _write(ops_dir / rel, data)
+    _write_all(ops_dir, task_files(records, graph, run_id, ledger.blobs.get))
