@@ -245,6 +245,7 @@ class GrantVerifier:
         self.registry = registry or default_registry()
         self.leeway = min(max(float(leeway_seconds), 0.0), float(tp.MAX_LEEWAY_SECONDS))
         self._cache: dict[str, _Verified] = {}
+        self._token_of: dict[str, str] = {}  # jti -> its cached token (dropped with the attempt's call key)
         self._cache_size = cache_size
         self._spent: set[str] = set()
         self._revoked_jti: set[str] = set()
@@ -269,8 +270,10 @@ class GrantVerifier:
         except (KeyError, TypeError, ValueError) as exc:
             raise GrantPayloadInvalid(f"grant payload lacks or garbles a required field: {exc}") from exc
         if len(self._cache) >= self._cache_size:
-            self._cache.pop(next(iter(self._cache)))
+            old = self._cache.pop(next(iter(self._cache)))
+            self._token_of.pop(old.payload.get("jti"), None)
         self._cache[token] = v
+        self._token_of[payload["jti"]] = token
         return v
 
     def verify(self, token: str, *, method: str, run_id: str, wave_id: str, audience: str,
@@ -332,9 +335,14 @@ class GrantVerifier:
             self._call_keys[jti] = tp.call_mac_key(worker_key.seed)
 
     def drop_call_key(self, jti: str) -> None:
-        """When the attempt ends: no MAC proof for its grant verifies any more."""
+        """When the attempt ends: no MAC proof for its grant verifies any more, and its
+        verified token leaves the cache (a late call is verified cold, as a first one is), so
+        the cache holds the attempts in flight, not every attempt of the run."""
         with self._lock:
             self._call_keys.pop(jti, None)
+            token = self._token_of.pop(jti, None)
+            if token is not None:
+                self._cache.pop(token, None)
 
     def verify_listing(self, token: str, *, run_id: str, audience: str, now: float | datetime | None = None,
                        wave_id: str | None = None, worker_id: str | None = None) -> Mapping[str, Any]:

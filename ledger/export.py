@@ -17,8 +17,9 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
+from .paging import iter_events
 from .record import EventRecord
 
 
@@ -80,37 +81,69 @@ def put_file(path: Path, data: bytes, *, absent: bool = False) -> bool:
     return True
 
 
+class _FileWriter:
+    """Writes records' files, listing each events directory once; a file that
+    already holds the same bytes is left alone."""
+
+    def __init__(self, ops_root: Path | str) -> None:
+        self.ops_root = ops_root
+        self.present: dict[Path, set[str]] = {}  # per events directory: the names already there
+
+    def __call__(self, rec: EventRecord) -> Path | None:
+        """The path written, or None when the file already held these bytes."""
+        path = event_path(self.ops_root, rec.run_id, rec.sequence)
+        names = self.present.get(path.parent)
+        if names is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            names = self.present[path.parent] = set(os.listdir(path.parent))
+        return path if put_file(path, render(rec), absent=path.name not in names) else None
+
+
 def export_records(records: Iterable[EventRecord], ops_root: Path | str) -> list[Path]:
     """Write these records' files (what the run loop calls after appending);
     a file that already holds the same bytes is left alone."""
-    written = []
-    present: dict[Path, set[str]] = {}  # per events directory: the names already there, listed once
-    for rec in records:
-        path = event_path(ops_root, rec.run_id, rec.sequence)
-        names = present.get(path.parent)
-        if names is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            names = present[path.parent] = set(os.listdir(path.parent))
-        if put_file(path, render(rec), absent=path.name not in names):
-            written.append(path)
-    return written
+    write = _FileWriter(ops_root)
+    return [p for p in map(write, records) if p is not None]
 
 
-def export_run(ledger, run_id: str, ops_root: Path | str | None = None,
-               records: list[EventRecord] | None = None) -> list[Path]:
-    """Re-export a whole run from the ledger (ledger wins): rewrites files
-    that differ and removes event files the ledger does not have. `records`:
-    the run's events, when the caller has just read them."""
-    root = Path(ops_root) if ops_root is not None else ledger.ops_root
-    if records is None:
-        records = ledger.events(run_id)
-    written = export_records(records, root)
-    keep = {f"event.{r.sequence}.json" for r in records}
+def _remove_strays(root: Path, run_id: str, keep: set[int]) -> None:
     d = events_dir(root, run_id)
     if d.is_dir():
         for stray in d.glob("event.*.json"):
-            if stray.name not in keep:
+            middle = stray.name[len("event."):-len(".json")]
+            if not (middle.isdigit() and str(int(middle)) == middle and int(middle) in keep):
                 stray.unlink()
+
+
+def export_stream(records: Iterable[EventRecord], run_id: str, ops_root: Path | str,
+                  written: list[Path] | None = None) -> Iterator[EventRecord]:
+    """Re-export a run while its records stream past: each record's file is
+    written (and its path added to `written` when the bytes changed), then the
+    record is yielded on, to a caller that reads the run for something else
+    in the same pass. Once the stream is used up, the event files it did not
+    hold are removed, as `export_run` does."""
+    root = Path(ops_root)
+    write = _FileWriter(root)
+    keep: set[int] = set()
+    for rec in records:
+        path = write(rec)
+        if path is not None and written is not None:
+            written.append(path)
+        keep.add(rec.sequence)
+        yield rec
+    _remove_strays(root, run_id, keep)
+
+
+def export_run(ledger, run_id: str, ops_root: Path | str | None = None,
+               records: Iterable[EventRecord] | None = None) -> list[Path]:
+    """Re-export a whole run from the ledger (ledger wins): rewrites files
+    that differ and removes event files the ledger does not have. `records`:
+    the run's events, when the caller has just read them; else they are read
+    a page at a time."""
+    root = Path(ops_root) if ops_root is not None else ledger.ops_root
+    written: list[Path] = []
+    for _ in export_stream(iter_events(ledger, run_id) if records is None else records, run_id, root, written):
+        pass
     return written
 
 

@@ -27,21 +27,23 @@ in-memory head to a checkpoint's tree.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import git as gitpython
 
 from registry import diffs, limits
-from registry.canonical import digest_json
+from registry.canonical import canonical_json, digest_json
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
+from ..persistent import PVector
 from . import gitio, tree_rules
 from .gitio import GitError, ObjectReader
 from .policy import IntegrationPolicy
@@ -62,7 +64,8 @@ class Checkpoint:
     tree: str
     parent: str
     proposal_ids: tuple[str, ...]
-    included: tuple[str, ...]  # every proposal id in this head, in stack order
+    included: Sequence[str]  # every proposal id in this head, in stack order
+    included_digest: str = ""  # digest_json(list(included)), when the canvas kept it as it went
 
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint event's payload: its own layers by id, the head's whole stack only
@@ -70,7 +73,29 @@ class Checkpoint:
         the stack is the checkpoint chain's proposal_ids, and the commit trailers say it too)."""
         return {"checkpoint_id": self.checkpoint_id, "index": self.index, "commit": self.commit,
                 "tree": self.tree, "parent": self.parent, "proposal_ids": list(self.proposal_ids),
-                "included_count": len(self.included), "included_digest": digest_json(list(self.included))}
+                "included_count": len(self.included),
+                "included_digest": self.included_digest or digest_json(list(self.included))}
+
+
+class StackDigest:
+    """digest_json of a growing list of strings, kept as it grows: RFC 8785 writes a
+    list as "[" + its items' canonical forms joined by "," + "]", so the running
+    hash of the items so far gives the list's digest without serializing it again."""
+
+    def __init__(self, items: Iterable[str] = ()) -> None:
+        self._h = hashlib.sha256(b"[")
+        self._n = 0
+        for item in items:
+            self.add(item)
+
+    def add(self, item: str) -> None:
+        self._h.update(b"," + canonical_json(item) if self._n else canonical_json(item))
+        self._n += 1
+
+    def digest(self) -> str:
+        h = self._h.copy()
+        h.update(b"]")
+        return "sha256:" + h.hexdigest()
 
 
 @dataclass
@@ -225,7 +250,10 @@ class Canvas:
             gitio.git_out(self.repo, "show", "-s", "--format=%ct", base_ref))
         self.max_binary_bytes = max_binary_bytes
         self.checkpoints: list[Checkpoint] = []
-        self.included: list[str] = []
+        # the head's stack: a checkpoint shares its prefix (a tuple each made memory grow as N
+        # squared), and the digest of its canonical JSON is kept as it grows (O(1) a checkpoint)
+        self.included: PVector = PVector()
+        self._included_hash = StackDigest()
         self.pending_ids: list[str] = []
         self._base_cp = Checkpoint("cp-0000", 0, base_ref, base_tree, "", (), ())
         self.workdir: Path | None = None
@@ -461,7 +489,8 @@ class Canvas:
                 else:
                     self._links.discard(path)
         for pid in proposal_ids:
-            self.included.append(pid)
+            self.included = self.included.append(pid)
+            self._included_hash.add(pid)
             self.pending_ids.append(pid)
 
     def checkpoint(self, trailers: Mapping[str, str | list[str]], label: str = "") -> Checkpoint:
@@ -480,7 +509,7 @@ class Canvas:
         commit = self.writer.write("commit", gitio.format_commit(tree, [self.head], msg,
                                                                   when=self.when))
         cp = Checkpoint(cp_id, n, commit, tree, self.head, tuple(self.pending_ids),
-                        tuple(self.included))
+                        self.included, self._included_hash.digest())
         self._pending_refs.append((CHECKPOINT_REF.format(run_id=self.run_id, n=n), commit))
         self.checkpoints.append(cp)
         self.head = commit
@@ -494,7 +523,8 @@ class Canvas:
         self.tree.reset(cp.tree)
         self._links = None
         self.head = cp.commit
-        self.included = list(cp.included)
+        self.included = PVector(cp.included)
+        self._included_hash = StackDigest(cp.included)
         self.pending_ids = []
         return cp
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ledger.paging import iter_events
 from ledger.protocols import EventLog
 from registry import diffs
 from registry.canonical import canonical_json
@@ -30,7 +31,8 @@ from .gate import evaluate_chain
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
 from .proposals import BaseInspector, verify_proposal
-from .recorder import Emitter, blobs_of, git_facts, integration_records, records_of, run_dir, write_json
+from .recorder import (INTEGRATION_PREFIXES, Emitter, blobs_of, event_count, git_facts, integration_records,
+                       records_of, run_dir, write_json)
 from .stacking import Stacker, Validator
 from .validation import SuiteRunner, suite_name
 
@@ -295,14 +297,13 @@ def derived_bases(ledger: EventLog, run_id: str, run_base: str) -> dict[str, dic
     run base + the listed proposals applied in order."""
     out: dict[str, dict[str, Any]] = {}
     try:
-        events = ledger.events(run_id)
+        for e in iter_events(ledger, run_id):  # a page at a time: only these few records are kept
+            r = Record.from_event(e)
+            a = r.artifact
+            if r.topic == T_BASE_DERIVED and a.get("parent") == run_base and a.get("base_ref"):
+                out[str(a["base_ref"])] = dict(a)
     except Exception:  # noqa: BLE001
-        return out
-    for e in events:
-        r = Record.from_event(e)
-        a = r.artifact
-        if r.topic == T_BASE_DERIVED and a.get("parent") == run_base and a.get("base_ref"):
-            out[str(a["base_ref"])] = dict(a)
+        return {}
     return out
 
 
@@ -345,7 +346,7 @@ def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: S
 def recorded_result(ledger: EventLog, run_id: str) -> FinishResult | None:
     """The outcome already in the ledger (a promotion decision, or a run held
     at the human gate), or None when the integration stage has not decided."""
-    records = records_of(ledger, run_id)
+    records = records_of(ledger, run_id, prefixes=INTEGRATION_PREFIXES)
     promos = [r for r in records if r.topic == T_PROMOTION]
     gates = [r for r in records if r.topic == T_GATE]
     gate = dict(gates[-1].artifact) if gates else {}
@@ -386,14 +387,14 @@ def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningK
                      why: dict[str, Any] | None = None, rejected: list | None = None,
                      base_ref: str = "", issue_consent: bool = True,
                      tasks_not_landed: Sequence[Mapping[str, Any]] | None = None) -> FinishResult:
-    records = records_of(ledger, run_id)
+    records = records_of(ledger, run_id, prefixes=INTEGRATION_PREFIXES)  # all the gate reads
     if policy is None:
         from .evidence import policy_from_record
         pol = [r for r in records if r.topic == T_POLICY]
         policy = policy_from_record(pol[-1].artifact) if pol else None
     facts = git_facts(repo, records)
     chain = evaluate_chain(records, keyring=keyring, facts=facts, run_id=run_id, policy=policy)
-    gate = {"artifact_kind": "dome.gate.decision/v1", "decision_id": f"gate-{run_id}-{len(records)}",
+    gate = {"artifact_kind": "dome.gate.decision/v1", "decision_id": f"gate-{run_id}-{event_count(ledger, run_id)}",
             "passed": chain.passed, **chain.to_dict(),
             "reason_codes": sorted({l.link.split(":")[0] + "_" + l.status for l in chain.links
                                     if l.status != "ok"}),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ledger.blobs import BlobStore
+from ledger.paging import iter_events
 from ledger.protocols import EventLog, EventSource
 from registry.canonical import canonical_json
 from registry.gitoid import is_git_oid
@@ -115,7 +116,7 @@ def same_step(topic: str, recorded: Mapping[str, Any], new: Mapping[str, Any]) -
 
 def integration_records(ledger: EventSource, run_id: str) -> list[Record]:
     """What an earlier, interrupted integration pass of this run recorded."""
-    return [r for r in records_of(ledger, run_id) if r.topic.split(".")[0] in INTEGRATION_PREFIXES]
+    return records_of(ledger, run_id, prefixes=INTEGRATION_PREFIXES)
 
 
 def _object_id(a: Mapping[str, Any], n: int) -> str:
@@ -184,16 +185,38 @@ def readable_payload(topic: str, payload: Any, store: BlobStore | None) -> Any:
 
 
 def records_of(ledger: EventSource, run_id: str,
-               faults: list[tuple[str, ListChainBroken]] | None = None) -> list[Record]:
+               faults: list[tuple[str, ListChainBroken]] | None = None, *,
+               prefixes: Sequence[str] | None = None) -> list[Record]:
     """The run's records, with externalized artifacts and chained lists loaded
-    from the blob store (`full_artifact`; broken chains are added to `faults`)."""
+    from the blob store (`full_artifact`; broken chains are added to `faults`).
+    With `prefixes` (say INTEGRATION_PREFIXES), only the records whose topic
+    starts with one of them: the events are read a page at a time and the
+    others dropped, so the run's thousands of worker and grant events are
+    never all in memory at once."""
     out = []
     store = blobs_of(ledger)
-    for e in ledger.events(run_id):
+    keep = None if prefixes is None else frozenset(prefixes)
+    for e in iter_events(ledger, run_id):
+        if keep is not None and _topic_of(e).split(".", 1)[0] not in keep:
+            continue
         rec = Record.from_event(e)
         full = full_artifact(rec.topic, rec.artifact, store, faults, f"#{rec.sequence} {rec.topic}")
         out.append(rec if full is rec.artifact else Record(rec.sequence, rec.topic, full))
     return out
+
+
+def event_count(ledger: EventSource, run_id: str) -> int:
+    """How many events the run holds (its sequences run 1, 2, ...): the ledger's
+    head when it has one, else counted a page at a time."""
+    head = getattr(ledger, "head", None)
+    if callable(head):
+        h = head(run_id)
+        return int(h[0] if isinstance(h, tuple) else h)
+    return sum(1 for _ in iter_events(ledger, run_id))
+
+
+def _topic_of(ev: Any) -> str:
+    return str(ev["topic"] if isinstance(ev, Mapping) else ev.topic)
 
 
 def git_facts(repo: Path, records: Sequence[Record]) -> GitFacts:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator
 
 from ledger import Ledger
-from ledger.export import export_run as export_events
-from ledger.export import put_file
+from ledger.export import export_stream, put_file
+from ledger.paging import iter_events
 
 from .. import runstate as rs
 from ..runstate import fold
@@ -33,10 +33,10 @@ def render_json(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _write_all(root: Path, files: dict[str, bytes]) -> None:
-    """Write the files (relative path -> bytes) under root, each folder listed once."""
+def _write_all(root: Path, files: Iterable[tuple[str, bytes]]) -> None:
+    """Write the files (relative path, bytes) under root, each folder listed once."""
     listed: dict[Path, set[str]] = {}
-    for rel, data in files.items():
+    for rel, data in files:
         path = root / rel
         names = listed.get(path.parent)
         if names is None:
@@ -45,21 +45,34 @@ def _write_all(root: Path, files: dict[str, bytes]) -> None:
         put_file(path, data, absent=path.name not in names)
 
 
-def task_files(events: Sequence[Any], graph: Graph, run_id: str,
+HISTORY_TOPICS = frozenset({rs.TASK_DISPATCHED, *rs.TERMINAL_ATTEMPT_TOPICS, rs.PATCH_SUBMITTED, rs.TASK_ACK,
+                            rs.SANDBOX_VIOLATION})
+
+
+def task_files(events: Iterable[Any], graph: Graph, run_id: str,
                blob: Callable[[str], bytes]) -> dict[str, bytes]:
     """tasks/... relative path -> exact bytes, from the run's events (pure but for `blob`)."""
-    state = fold(events)
-    status = statuses(graph, state)
+    return dict(iter_task_files(events, graph, run_id, blob))
+
+
+def iter_task_files(events: Iterable[Any], graph: Graph, run_id: str,
+                    blob: Callable[[str], bytes]) -> Iterator[tuple[str, bytes]]:
+    """`task_files` one file at a time, reading `events` once (they may be a stream):
+    what is kept is the folded run state and a short history row per attempt event."""
     by_node: dict[str, list[dict[str, Any]]] = {}
-    for rec in events:
-        if rec.node_id and rec.topic in (rs.TASK_DISPATCHED, *rs.TERMINAL_ATTEMPT_TOPICS, rs.PATCH_SUBMITTED,
-                                         rs.TASK_ACK, rs.SANDBOX_VIOLATION):
-            by_node.setdefault(rec.node_id, []).append(
-                {"sequence": rec.sequence, "topic": rec.topic, "node_execution_id": rec.node_execution_id,
-                 **{k: rec.payload.get(k) for k in ("outcome", "reason", "exit_code", "kind", "attempt", "error",
-                                                    "proposal_id") if rec.payload.get(k) is not None}})
+
+    def noted() -> Iterator[Any]:
+        for rec in events:
+            if rec.node_id and rec.topic in HISTORY_TOPICS:
+                by_node.setdefault(rec.node_id, []).append(
+                    {"sequence": rec.sequence, "topic": rec.topic, "node_execution_id": rec.node_execution_id,
+                     **{k: rec.payload.get(k) for k in ("outcome", "reason", "exit_code", "kind", "attempt", "error",
+                                                        "proposal_id") if rec.payload.get(k) is not None}})
+            yield rec
+
+    state = fold(noted())
+    status = statuses(graph, state)
     proposals = {p["node_execution_id"]: p for p in state.proposals}
-    out: dict[str, bytes] = {}
     for nid in graph.nodes:
         ns = state.node(nid)
         task_dir = "tasks/" + nid.replace("/", "_")
@@ -69,16 +82,18 @@ def task_files(events: Sequence[Any], graph: Graph, run_id: str,
                   "winner_node_execution_id": ns.succeeded_by,
                   "proposal_id": winner["proposal_id"] if winner else None,
                   "diff_digest": winner["diff_digest"] if winner else None,
-                  "history": by_node.get(nid, [])}
-        out[f"{task_dir}/task.result.json"] = render_json(result)
+                  "history": by_node.pop(nid, [])}
+        yield f"{task_dir}/task.result.json", render_json(result)
         if winner:
-            out[f"{task_dir}/outputs/{winner['proposal_id']}.proposal.json"] = render_json(winner["proposal"])
-            out[f"{task_dir}/outputs/{winner['proposal_id']}.diff"] = blob(winner["diff_ref"])
-    return out
+            yield f"{task_dir}/outputs/{winner['proposal_id']}.proposal.json", render_json(winner["proposal"])
+            yield f"{task_dir}/outputs/{winner['proposal_id']}.diff", blob(winner["diff_ref"])
 
 
 def write_run_files(ledger: Ledger, run_id: str, ops_root: Path, graph: Graph) -> None:
-    records = ledger.events(run_id)  # read once for both
-    export_events(ledger, run_id, ops_root, records)
+    """The run's files, in one pass over its events read a page at a time: each
+    event's file is written as it passes (ledger.export), and the task
+    projection folds it. Memory: one page of events, the folded state and the
+    history rows, never the whole run."""
     ops_dir = Path(ops_root) / "runs" / run_id
-    _write_all(ops_dir, task_files(records, graph, run_id, ledger.blobs.get))
+    stream = export_stream(iter_events(ledger, run_id), run_id, ops_root)
+    _write_all(ops_dir, iter_task_files(stream, graph, run_id, ledger.blobs.get))

@@ -1,0 +1,38 @@
+"""Read a run's events a page at a time.
+
+`EventSource.events(run_id)` returns the whole run as one list: at 10,000
+tasks that is some 140,000 records and gigabytes of Python objects. A reader
+that looks at each event once (an export, a fold, a scan for a few topics)
+walks `iter_events` instead, and holds one page of records at a time.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Iterator
+
+from .protocols import EventSource
+
+PAGE = 1000
+"""Records per read: big enough that a page's query costs little beside its rows
+(a run writes about 14 records, 47 KB, per task: a page is some 70 tasks)."""
+
+
+def _sequence(ev: Any) -> int:
+    return int(ev["sequence"] if isinstance(ev, Mapping) else ev.sequence)
+
+
+def iter_events(source: EventSource, run_id: str, *, since: int = 0, page: int | None = None) -> Iterator[Any]:
+    """The run's events with sequence > since, in sequence order, read `page` (PAGE) at a
+    time. Events appended while the walk is under way are included when they come after it."""
+    page = PAGE if page is None else page
+    if page < 1:
+        raise ValueError("page must be at least 1")
+    while True:
+        batch = source.events(run_id, since=since, limit=page)
+        full = len(batch) == page
+        if batch:
+            since = _sequence(batch[-1])
+        yield from batch
+        del batch  # one page in memory, not two: this one goes before the next is read
+        if not full:
+            return
