@@ -4,7 +4,12 @@ The files are a projection: if they disagree with the ledger, the ledger
 wins and `export_run` rewrites them. Each file is the record's export form
 (EventRecord.to_json(): the envelope fields, record_digest, signature, and a
 DSSE envelope with the exact record bytes so a third party can check them
-without re-serializing anything). Writes are atomic (temp file + rename).
+without re-serializing anything). Each file is compact JSON with sorted keys
+(one pass of the C encoder). A new file is written in place, created
+exclusively (a torn write is a file whose bytes differ, which the next export
+rewrites and `dome verify` reports as EXPORT_DIFFERS, never as a record);
+a file that differs from the ledger is replaced atomically (temp file +
+rename).
 """
 from __future__ import annotations
 
@@ -32,7 +37,23 @@ def event_path(ops_root: Path | str, run_id: str, sequence: int) -> Path:
 
 
 def render(rec: EventRecord) -> bytes:
-    return (json.dumps(rec.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    return (json.dumps(rec.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
+            ).encode("utf-8")
+
+
+def _write_new(path: Path, data: bytes) -> bool:
+    """Create `path` holding `data`; False (nothing written) when it exists already."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    return True
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -44,6 +65,20 @@ def _write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def put_file(path: Path, data: bytes, *, absent: bool = False) -> bool:
+    """Make `path` hold exactly `data`; True when it was written. `absent`: the
+    caller listed the folder and the name was not there (one create, no read)."""
+    if absent and _write_new(path, data):
+        return True
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    _write_atomic(path, data)
+    return True
 
 
 class _FileWriter:
@@ -61,15 +96,7 @@ class _FileWriter:
         if names is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             names = self.present[path.parent] = set(os.listdir(path.parent))
-        data = render(rec)
-        if path.name in names:
-            try:
-                if path.read_bytes() == data:
-                    return None
-            except FileNotFoundError:
-                pass
-        _write_atomic(path, data)
-        return path
+        return path if put_file(path, render(rec), absent=path.name not in names) else None
 
 
 def export_records(records: Iterable[EventRecord], ops_root: Path | str) -> list[Path]:

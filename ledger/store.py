@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from sqlalchemy import Connection, exists, func, or_, select, text
+from sqlalchemy import Connection, func, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from registry.canonical import canonical_json
@@ -33,7 +33,7 @@ from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerNotFound, LedgerUnavailable,
                      SequenceConflict)
-from .models import events, idempotency_records, revocations, spent_grants
+from .models import events, revocations
 from .record import (EventDraft, EventRecord, build_batch, loads_record, make_record,
                      payload_bytes)
 from .verify import VERIFY_COLUMNS, LedgerVerifyReport, verify_run
@@ -98,6 +98,17 @@ _READ_COLUMNS = ("sequence", "event_id", "ts", "topic", "wave_id", "node_id", "n
                  "signature", "record_bytes", "record_digest", "schema_version")
 _SQLITE_READ = (f"SELECT {', '.join(_READ_COLUMNS)} FROM events WHERE run_id = ? AND sequence > ? "
                 "ORDER BY sequence")
+# The gateway's per-call statements, written once (named parameters: the same text for the
+# SQLite driver and for SQLAlchemy's text() on PostgreSQL).
+_SQL_SPENT = "SELECT 1 FROM spent_grants WHERE jti = :jti LIMIT 1"
+_SQL_SPEND = ("INSERT INTO spent_grants (jti, run_id, profile_id, spent_at) "
+              "VALUES (:jti, :run_id, :profile_id, :spent_at)")
+_SQL_REVOKED = "SELECT 1 FROM revocations WHERE jti = :jti OR profile_id = :profile_id LIMIT 1"
+_SQL_IDEM_GET = ("SELECT result, request_digest FROM idempotency_records "
+                 "WHERE run_id = :run_id AND method = :method AND idempotency_key = :key")
+_SQL_IDEM_PUT = ("INSERT INTO idempotency_records (run_id, method, idempotency_key, request_digest, result, "
+                 "created_at) VALUES (:run_id, :method, :key, :request_digest, :result, :created_at)")
+_TEXT: dict[str, Any] = {}
 
 
 def _record_from_row(run_id: str, r: Sequence[Any]) -> EventRecord:
@@ -119,6 +130,25 @@ class LedgerTransaction:
         self.topics: list[str] = []  # appended in this transaction (for the crash-test hook)
         # SQLite hot path: the driver connection inside SQLAlchemy's transaction
         self._raw = conn.connection.driver_connection if ledger.engines.dialect == "sqlite" else None
+
+    def _row(self, sql: str, params: dict[str, Any]) -> Sequence[Any] | None:
+        """One row of a fixed statement (the SQLite driver directly, else SQLAlchemy)."""
+        if self._raw is not None:
+            return self._raw.execute(sql, params).fetchone()
+        stmt = _TEXT.get(sql)
+        if stmt is None:
+            stmt = _TEXT[sql] = text(sql)
+        return self._conn.execute(stmt, params).first()
+
+    def _exec(self, sql: str, params: dict[str, Any]) -> None:
+        """Run a fixed statement that returns no rows."""
+        if self._raw is not None:
+            self._raw.execute(sql, params)
+            return
+        stmt = _TEXT.get(sql)
+        if stmt is None:
+            stmt = _TEXT[sql] = text(sql)
+        self._conn.execute(stmt, params)
 
     # -- events ---------------------------------------------------------
     def head(self, run_id: str) -> tuple[int, str | None]:
@@ -202,17 +232,16 @@ class LedgerTransaction:
             raise InvalidEvent("jti must be a non-empty string")
         replay = GrantReplayed(f"grant {jti!r} was already used", details={"jti": jti},
                                hints=["a grant is single-use; ask the coordinator for a new one"])
-        if self._conn.execute(select(exists().where(spent_grants.c.jti == jti))).scalar():
+        if self._row(_SQL_SPENT, {"jti": jti}) is not None:
             raise replay
         try:
-            self._conn.execute(spent_grants.insert(), {"jti": jti, "run_id": run_id,
-                                                       "profile_id": profile_id,
-                                                       "spent_at": self._ledger._clock()})
-        except IntegrityError as exc:
+            self._exec(_SQL_SPEND, {"jti": jti, "run_id": run_id, "profile_id": profile_id,
+                                   "spent_at": self._ledger._clock()})
+        except (IntegrityError, sqlite3.IntegrityError) as exc:
             raise replay from exc
 
     def is_spent(self, jti: str) -> bool:
-        return bool(self._conn.execute(select(exists().where(spent_grants.c.jti == jti))).scalar())
+        return self._row(_SQL_SPENT, {"jti": jti}) is not None
 
     def revoke(self, *, run_id: str, reason: str, jti: str | None = None,
                profile_id: str | None = None, signer: SigningKey | None = None) -> EventRecord:
@@ -226,21 +255,13 @@ class LedgerTransaction:
         return rec
 
     def is_revoked(self, jti: str | None = None, profile_id: str | None = None) -> bool:
-        conds = []
-        if jti:
-            conds.append(revocations.c.jti == jti)
-        if profile_id:
-            conds.append(revocations.c.profile_id == profile_id)
-        if not conds:
+        if not jti and not profile_id:
             return False
-        return bool(self._conn.execute(select(exists().where(or_(*conds)))).scalar())
+        return self._row(_SQL_REVOKED, {"jti": jti or None, "profile_id": profile_id or None}) is not None
 
     # -- idempotency ----------------------------------------------------
     def idempotency_get(self, run_id: str, method: str, key: str) -> dict[str, Any] | None:
-        row = self._conn.execute(
-            select(idempotency_records.c.result).where(
-                idempotency_records.c.run_id == run_id, idempotency_records.c.method == method,
-                idempotency_records.c.idempotency_key == key)).first()
+        row = self._row(_SQL_IDEM_GET, {"run_id": run_id, "method": method, "key": key})
         return None if row is None else json.loads(row[0])
 
     def idempotency_put(self, run_id: str, method: str, key: str, result: dict[str, Any], *,
@@ -249,10 +270,7 @@ class LedgerTransaction:
         duplicate returns the first result unchanged; with `request_digest`
         given on both calls, a different request under the same key raises
         IdempotencyKeyReused."""
-        t = idempotency_records
-        row = self._conn.execute(
-            select(t.c.result, t.c.request_digest).where(
-                t.c.run_id == run_id, t.c.method == method, t.c.idempotency_key == key)).first()
+        row = self._row(_SQL_IDEM_GET, {"run_id": run_id, "method": method, "key": key})
         if row is not None:
             if request_digest and row[1] and row[1] != request_digest:
                 raise IdempotencyKeyReused(
@@ -260,8 +278,8 @@ class LedgerTransaction:
                     details={"run_id": run_id, "method": method, "idempotency_key": key},
                     hints=["use a new idempotency key for a new request"])
             return json.loads(row[0])
-        self._conn.execute(t.insert(), {
-            "run_id": run_id, "method": method, "idempotency_key": key,
+        self._exec(_SQL_IDEM_PUT, {
+            "run_id": run_id, "method": method, "key": key,
             "request_digest": request_digest, "result": canonical_json(result).decode("utf-8"),
             "created_at": self._ledger._clock()})
         return result

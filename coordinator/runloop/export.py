@@ -14,11 +14,12 @@ files on disk with it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ledger import Ledger
-from ledger.export import export_stream
+from ledger.export import export_stream, put_file
 from ledger.paging import iter_events
 
 from .. import runstate as rs
@@ -32,10 +33,16 @@ def render_json(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_bytes() != data:
-        path.write_bytes(data)
+def _write_all(root: Path, files: Iterable[tuple[str, bytes]]) -> None:
+    """Write the files (relative path, bytes) under root, each folder listed once."""
+    listed: dict[Path, set[str]] = {}
+    for rel, data in files:
+        path = root / rel
+        names = listed.get(path.parent)
+        if names is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            names = listed[path.parent] = set(os.listdir(path.parent))
+        put_file(path, data, absent=path.name not in names)
 
 
 HISTORY_TOPICS = frozenset({rs.TASK_DISPATCHED, *rs.TERMINAL_ATTEMPT_TOPICS, rs.PATCH_SUBMITTED, rs.TASK_ACK,
@@ -89,5 +96,4 @@ def write_run_files(ledger: Ledger, run_id: str, ops_root: Path, graph: Graph) -
     history rows, never the whole run."""
     ops_dir = Path(ops_root) / "runs" / run_id
     stream = export_stream(iter_events(ledger, run_id), run_id, ops_root)
-    for rel, data in iter_task_files(stream, graph, run_id, ledger.blobs.get):
-        _write(ops_dir / rel, data)
+    _write_all(ops_dir, iter_task_files(stream, graph, run_id, ledger.blobs.get))

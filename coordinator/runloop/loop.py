@@ -37,7 +37,7 @@ from registry.canonical import digest_json
 from .. import runstate as rs
 from ..executors.attempts import make_run_dir, sweep_attempt_dirs
 from ..executors.base import Limits
-from ..grants import GrantVerifier
+from ..grants import CALL_TOPIC, GrantVerifier
 from ..gateway.dispatch import ToolDispatcher
 from ..gateway.server import WorkerGateway
 from ..gateway.worker_tools import GatewayBackend, build_tools
@@ -59,7 +59,10 @@ from .writer import LedgerWriter, WriterLedger
 
 
 POLICY_VERSION = "dome.policy/default@1"
-TICK_S = 0.1  # the loop also wakes on every ledger append (a worker's call, a result)
+TICK_S = 0.1  # the loop also wakes on every ledger append but QUIET_TOPICS
+# A worker's calls before its result (a call's charge, an artifact, a proposal, a heartbeat) give the
+# loop nothing to act on: their records do not wake it (the result, an exit, a revocation do).
+QUIET_TOPICS = frozenset({CALL_TOPIC, rs.ARTIFACT_PUT, rs.PATCH_SUBMITTED, rs.TASK_PROGRESS})
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
 SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
 
@@ -116,7 +119,7 @@ class RunLoop(AttemptLifecycle):
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
         self.ready = ReadySet(self.graph, state)  # statuses and ready nodes, updated by what changes
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
-                                   guard=self._check_lease)
+                                   guard=self._check_lease, quiet=QUIET_TOPICS)
         self.verifier = GrantVerifier(ctx.keyring, WriterLedger(self.writer), group_commit=True)
         self.verifier.follow_run(run_id)  # revocations reach it through _on_record: listings skip the query
         self.work = make_run_dir(run_id)  # findable by run id: sweep_attempt_dirs after a kill -9

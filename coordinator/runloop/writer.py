@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 class LedgerWriter:
     def __init__(self, ledger: Ledger, run_id: str, signer: SigningKey, state: RunState,
                  on_record: Callable[[Any], None] | None = None,
-                 guard: Callable[[], None] | None = None) -> None:
+                 guard: Callable[[], None] | None = None, quiet: frozenset[str] = frozenset()) -> None:
         self.ledger = ledger
+        self.quiet = quiet  # topics whose records do not wake a waiter (nothing for it to act on)
         self.guard = guard or (lambda: None)  # raises when this process may no longer write (lost lease)
         self.run_id = run_id
         self.signer = signer
@@ -34,12 +35,15 @@ class LedgerWriter:
         self.appends = 0
 
     def _applied(self, records: Iterable[Any]) -> None:
+        wake = False
         for rec in records:
             self.state = apply(self.state, rec)
             self.appends += 1
+            wake = wake or rec.topic not in self.quiet
             if self.on_record is not None:
                 self.on_record(rec)
-        self.changed.notify_all()
+        if wake:
+            self.changed.notify_all()
 
     def append(self, topic: str, payload: dict[str, Any], *, signed: bool = False, **keys: Any) -> Any:
         with self.lock:
