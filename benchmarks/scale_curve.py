@@ -162,7 +162,10 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
         ledger.close()
         return {"n": n, "db": "postgres" if db else "sqlite", "executor": executor, "sandbox": sandbox, "status": out.status,
                 "succeeded": out.counts.get("succeeded"), "wall_s": round(wall, 1),
-                "cpu_ms_per_task": round(1000 * cpu / n, 1), "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
+                "cpu_ms_per_task": round(1000 * cpu / n, 1),
+                "loop_cpu_ms_per_task": round(1000 * loop.timings.get("coordinator_cpu_s", 0.0) / n, 2),
+                "launch_cpu_ms_per_task": round(1000 * loop.timings.get("launch_cpu_s", 0.0) / n, 2),
+                "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
                 "peak_scratch_mb": round(peak["bytes"] / 2**20, 1), "events": len(records),
                 "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
                 "largest_integration_record_bytes": largest, "verified": verified,

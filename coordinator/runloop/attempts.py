@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.canonical import digest_json
-from registry.errors import DomeError
 from registry.signing import SigningKey
 
 from .. import runstate as rs
 from ..executors.attempts import remove_attempt_dir, write_attempt
-from ..executors.base import ExitInfo, validate_spawn_spec
+from ..executors.base import ExitInfo, dispatch_error, validate_spawn_spec
 from ..executors.sandbox import IN_SOCKET
 from ..gateway import auth as grants_io
 from .derived_base import build_derived_base, plan_derived_base
@@ -42,6 +41,7 @@ class AttemptLifecycle:
 
     live: dict[str, Live]
     attempts: dict[str, dict[str, Any]]
+    timings: dict[str, Any]
 
     def _base_for(self, node_id: str) -> tuple[str, str, dict[str, Any] | None]:
         """The commit an attempt of node_id starts from: the run base, or a derived
@@ -114,7 +114,7 @@ class AttemptLifecycle:
         return drafts, (nid, neid, spec, grant, worker_key)
 
     def launch(self, launches: list[tuple]) -> None:
-        now = time.monotonic()
+        now, c0 = time.monotonic(), time.thread_time()
         for nid, neid, spec, grant, worker_key in launches:
             self.verifier.bind_call_key(grant.jti, worker_key)  # the worker's keyed-MAC call proofs
             node = self.node(nid)
@@ -128,10 +128,8 @@ class AttemptLifecycle:
             try:
                 self.executor.dispatch(spec, files)
             except Exception as exc:  # noqa: BLE001 - recorded, the node is retried
-                self.live.pop(neid, None)
-                err = exc.to_object() if isinstance(exc, DomeError) else {"code": "DISPATCH_FAILED", "message": str(exc)}
-                self.writer.append(rs.TASK_FAILED, {"node_execution_id": neid, "reason": "dispatch failed", "error": err},
-                                   node_id=nid, node_execution_id=neid, wave_id=spec["wave_id"], task_id=nid)
+                self._end_attempt(neid, rs.TASK_FAILED, {"reason": "dispatch failed", "error": dispatch_error(exc)}, None)
+        self.timings["launch_cpu_s"] = self.timings.get("launch_cpu_s", 0.0) + time.thread_time() - c0
 
     # -- supervision --------------------------------------------------------------
     def _end_attempt(self, neid: str, topic: str, payload: dict[str, Any], revoke_reason: str | None) -> None:
@@ -159,6 +157,9 @@ class AttemptLifecycle:
                                task_id=att.get("node_id"))
         if neid in self.writer.state.ended:
             self.live.pop(neid, None)
+            return
+        if ex.spawn_error is not None:  # the executor could not start it (on its spawner thread)
+            self._end_attempt(neid, rs.TASK_FAILED, {"reason": "dispatch failed", "error": ex.spawn_error}, None)
             return
         self._end_attempt(neid, rs.TASK_FAILED, {"reason": "worker exited without reporting a result",
                                                  "exit_code": ex.returncode, "signal": ex.signal,
