@@ -173,8 +173,10 @@ def _append(backend: GatewayBackend, tx: Any, topic: str, att: Mapping[str, Any]
 def get_task(backend: GatewayBackend, args: dict, call: CallContext) -> dict:
     neid = args["node_execution_id"]
     att = _live(backend, neid, call)
-    out = {"schema_version": SCHEMA_VERSION, "node_id": att["node_id"], "task": att["task"],
-           "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
+    out = {"schema_version": SCHEMA_VERSION, "node_execution_id": neid, "node_id": att["node_id"],
+           "task": att["task"], "base_ref": att["base_ref"], "base_tree_hash": att["base_tree_hash"]}
+    if att.get("wave_id"):
+        out["wave_id"] = att["wave_id"]
     resume = resumable(backend, att["node_id"], neid)
     if resume:
         out["resume"] = resume

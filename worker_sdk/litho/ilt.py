@@ -14,7 +14,6 @@ a morphological open/close of the minimum width), then evaluated at 1 nm.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -24,7 +23,7 @@ import torch.nn.functional as F
 
 from worker_sdk.cancel import NEVER, CancellationToken
 
-from .forward import CORNERS, Corner, SOCSModel, sigmoid_resist
+from .forward import CORNERS, Corner, SOCSModel
 
 
 @dataclass(frozen=True)
@@ -75,12 +74,6 @@ class ILTResult:
     seconds: float = 0.0
 
 
-def _pool_target(target: torch.Tensor, s: int) -> torch.Tensor:
-    if s == 1:
-        return target
-    return F.avg_pool2d(target[None, None], s)[0, 0]
-
-
 def setup_determinism(seed: int) -> None:
     torch.manual_seed(seed)
     try:
@@ -103,88 +96,14 @@ def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTC
     corners: the process window; the nominal corner has weight 1, the others `pvb_weight`, and
     the band term is the squared spread (max - min) of the other corners' soft prints (for the
     ICCAD pair: (Z_max - Z_min)^2)."""
-    setup_determinism(config.seed)
-    gen = torch.Generator().manual_seed(config.seed)
-    n = model.size
-    dev, dt = model.device, model.dtype
-    tgt = torch.as_tensor(target, dtype=dt, device=dev)
-    start = torch.as_tensor(init if init is not None else target, dtype=dt, device=dev)
-    total = sum(s.iterations for s in config.stages)
-    done = 0
-    history: list[float] = []
-    t0 = time.perf_counter()
-    theta: torch.Tensor | None = None
-    prev_scale = None
-    as_t = lambda a: torch.as_tensor(np.asarray(a), dtype=dt, device=dev)  # noqa: E731
-    gaps = as_t(bridge_gaps(target, config.bridge_gap_nm)) if config.bridge_weight else None
-    for stage in config.stages:
-        s = stage.scale
-        if n % s:
-            raise ValueError(f"stage scale {s} does not divide the canvas {n}")
-        token.check()
-        if theta is None:
-            base = _pool_target(start, s)
-            theta = (2.0 * base - 1.0) * 1.0
-            if config.init_noise:
-                theta = theta + config.init_noise * torch.randn(theta.shape, generator=gen, dtype=dt).to(dev)
-        else:
-            f = prev_scale // s
-            theta = theta.repeat_interleave(f, 0).repeat_interleave(f, 1)
-        theta = theta.detach().clone().requires_grad_(True)
-        prev_scale = s
-        t_s = _pool_target(tgt, s)
-        out = n // s
-        off = (s - 1) / 2.0
-        opt = torch.optim.Adam([theta], lr=stage.lr)
-        area = float(s * s)
-        free_s = _pool_target(as_t(free), s) if free is not None else None
-        fixed_s = _pool_target(as_t(fixed) * (1 - as_t(free)), s) if free is not None and fixed is not None else None
-        w_s = _pool_target(as_t(weight), s) if weight is not None else None
-        g_s = _pool_target(gaps, s) if gaps is not None else None
-        for _ in range(stage.iterations):
-            token.check()  # one iteration is well under 100 ms at coarse scales, ~1 s at 1 nm
-            opt.zero_grad(set_to_none=True)
-            mask = torch.sigmoid(config.mask_steepness * theta)
-            if free_s is not None:
-                mask = free_s * mask + (fixed_s if fixed_s is not None else 0.0)
-            spec = model.mask_spectrum(mask)
-            loss = torch.zeros((), dtype=dt, device=dev)
-            base: dict[str, torch.Tensor] = {}
-            zs: dict[str, torch.Tensor] = {}
-            for corner in corners:
-                if corner.kernel not in base:
-                    base[corner.kernel] = model.synthesize(model.intensity_coeffs(spec, corner.kernel), out, off)[0]
-                z = sigmoid_resist(base[corner.kernel] * corner.dose ** 2)
-                zs[corner.name] = z
-                wgt = 1.0 if corner.name == "nominal" else config.pvb_weight
-                err = (z - t_s) ** 2
-                if g_s is not None:
-                    err = err + config.bridge_weight * g_s * z ** 2
-                loss = loss + wgt * (err * w_s if w_s is not None else err).sum() * area
-            if config.band_weight:
-                others = [z for name, z in zs.items() if name != "nominal"]
-                if len(others) == 2:  # the ICCAD pair: exactly (Z_max - Z_min)^2
-                    spread = others[0] - others[1]
-                else:
-                    spread = torch.stack(others).amax(0) - torch.stack(others).amin(0)
-                band = spread ** 2
-                loss = loss + config.band_weight * (band * w_s if w_s is not None else band).sum() * area
-            token.check()  # again between the forward and the backward pass
-            loss.backward()
-            opt.step()
-            done += 1
-            history.append(float(loss.detach()))
-            if progress is not None:
-                progress(done, total, history[-1])
-    assert theta is not None
-    with torch.no_grad():
-        f = prev_scale
-        binary = (theta.detach() > 0).to(torch.uint8)
-        if f > 1:
-            binary = binary.repeat_interleave(f, 0).repeat_interleave(f, 1)
-    raw = binary.cpu().numpy()
-    mask = cleanup(raw, config.min_feature_nm, config.min_area_nm2) if clean else raw
-    return ILTResult(mask, history, done, time.perf_counter() - t0)
+    from .iltbatch import optimize_masks  # the one stage loop, run here on a stack of one
+
+    def one(a: np.ndarray | None) -> list[np.ndarray] | None:
+        return None if a is None else [a]
+
+    return optimize_masks(model, [target], config, token=token, progress=progress, inits=one(init),
+                          corners=corners, frees=one(free), fixeds=one(fixed), weights=one(weight),
+                          clean=clean)[0]
 
 
 def bridge_gaps(target: np.ndarray, gap: int) -> np.ndarray:

@@ -1,13 +1,14 @@
 """Batched ILT: B masks (tiles of one wave, or clips) optimised as one [B, N, N] tensor.
 
-`optimize_masks` runs the schedule of `ilt.optimize_mask` on a stack of
-targets: one parameter tensor [B, Ns, Ns], one mask spectrum, one synthesis
-per kernel set and one backward pass per iteration for the whole stack. The
-loss is the sum of the per-mask losses, so each mask's gradient is exactly
-the gradient of its own loss (the masks do not interact), and Adam's update
-is elementwise: on CPU in float64 every mask comes out bit-identical to
-`optimize_mask` on that target alone (tests/litho/test_iltbatch.py). The
-CUDA path is this code with the model on `device: cuda`.
+`optimize_masks` is the one home of ILT's stage loop; `ilt.optimize_mask`
+runs it on a stack of one. A stack shares one parameter tensor [B, Ns, Ns],
+one mask spectrum, one synthesis per kernel set and one backward pass per
+iteration. The loss is the sum of the per-mask losses, so each mask's
+gradient is exactly the gradient of its own loss (the masks do not
+interact), and Adam's update is elementwise: on CPU in float64 every mask of
+a stack comes out bit-identical to the same target optimised alone
+(tests/litho/test_iltbatch.py). The CUDA path is this code with the model on
+`device: cuda`.
 
 `ilt_masks_per_batch` sizes a batch to a memory budget with the evaluation's
 estimate (`engine.bytes_per_clip`) times `ILT_MEMORY_FACTOR`: the autograd
@@ -42,7 +43,7 @@ def ilt_masks_per_batch(model: SOCSModel, memory_bytes: int | None = None, windo
 
 
 def _pool(x: torch.Tensor, s: int) -> torch.Tensor:
-    """[B, N, N] -> [B, N/s, N/s] averages (the stack of ilt._pool_target)."""
+    """[B, N, N] -> [B, N/s, N/s]: the mean of each s x s block."""
     if s == 1:
         return x
     return F.avg_pool2d(x[:, None], s)[:, 0]
