@@ -7,13 +7,15 @@ the same process so that both see the same machine load.
 
 Each attempt is the real command line of its sandbox (`python -m worker_sdk`
 under bubblewrap and the launcher, or unconfined) on a SpawnSpec it refuses
-at once, so the workers end quickly; only the dispatching thread's CPU time
+at once, so the workers end quickly; writing its files (the SpawnSpec, task
+facts) is part of the start, as in a run; only the dispatching thread's CPU time
 (time.thread_time) is counted, and the spawner thread's CPU is shown beside
 it. Between batches every worker is reaped.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -29,9 +31,11 @@ from coordinator.executors.local import LocalExecutor  # noqa: E402
 
 
 def _files(work: Path, neid: str) -> AttemptFiles:
+    """What the run loop hands over: writing the attempt's files is part of the start."""
     adir = work / "attempts" / neid
     (adir / "scratch").mkdir(parents=True)
     (adir / "spawn.json").write_text("{}")
+    (adir / "task.json").write_text("{}")
     return AttemptFiles(spawn_json=adir / "spawn.json", scratch=adir / "scratch", base_git=work / "base.git",
                         gateway_socket=work / "gw.sock", coordinator_pub=work / "coordinator.pub",
                         log_dir=adir / "logs")
@@ -39,13 +43,13 @@ def _files(work: Path, neid: str) -> AttemptFiles:
 
 def batch(ex: LocalExecutor, work: Path, attempts: int, tag: str) -> tuple[float, float]:
     """(caller thread CPU ms per dispatch, spawner thread CPU ms per start) for one batch."""
-    files = [(f"ne-{tag}-{i:04d}", _files(work, f"ne-{tag}-{i:04d}")) for i in range(attempts)]
+    files = [f"ne-{tag}-{i:04d}" for i in range(attempts)]
     spawner0 = ex.spawner.cpu_s
     c0 = time.thread_time()
-    for neid, f in files:
-        ex.dispatch({"node_execution_id": neid}, f)
+    for neid in files:
+        ex.dispatch({"node_execution_id": neid}, functools.partial(_files, work, neid))
     caller = time.thread_time() - c0
-    left = {n for n, _ in files}
+    left = set(files)
     deadline = time.monotonic() + 300
     while left and time.monotonic() < deadline:
         for e in ex.poll():

@@ -5,9 +5,10 @@ SIGKILL to the whole group and to every process left in the attempt's pids
 cgroup, and bwrap's PID namespace takes the rest down with it. With
 `sandbox="none"` (explicit opt-in) the same worker runs unconfined.
 
-`dispatch` only queues the start: a spawner thread (`spawner.py`) makes the
-attempt's cgroups and starts the process, so the run loop's thread never
-waits on a fork. A kill of an attempt still queued cancels it (it never
+`dispatch` only queues the start: a spawner thread (`spawner.py`) writes the
+attempt's files (SpawnSpec, key, task facts), makes its cgroups and starts
+the process, so the run loop's thread neither writes them nor waits on a
+fork. A kill of an attempt still queued cancels it (it never
 starts); a start that fails comes back from `poll` with its typed error.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .base import AttemptFiles, ExitInfo, Limits, dispatch_error
 from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, launch_argv, memory_cgroup_parent,
@@ -45,7 +46,8 @@ def _key_pipe(path: Path | None) -> int | None:
 @dataclass
 class _Proc:
     """One attempt: queued until a spawner thread starts it, then its process."""
-    files: AttemptFiles
+    files: AttemptFiles | None  # None until `prepare` has written them (on the spawner thread)
+    prepare: Callable[[], AttemptFiles] | None = None
     cgroups: dict[str, Path] = field(default_factory=dict)
     popen: subprocess.Popen | None = None
     state: str = "queued"  # queued -> started | failed (the spawn raised) | cancelled (killed before it started)
@@ -60,6 +62,7 @@ STALE_CGROUP_S = 120  # an empty attempt cgroup older than this has no coordinat
 
 class LocalExecutor:
     name = "local"
+    deferred_files = True  # dispatch takes a function that writes the attempt's files (run on the spawner)
 
     def __init__(self, *, sandbox: str = "bwrap", max_concurrency: int = 4, limits: Limits | None = None,
                  spawn_threads: int = SPAWN_THREADS) -> None:
@@ -114,20 +117,24 @@ class LocalExecutor:
                         pass
         return out
 
-    def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
-        """Queue the attempt's start and return: a spawner thread makes its cgroups and starts it.
-        A spawn that fails comes back from `poll` with its typed error (`ExitInfo.spawn_error`)."""
+    def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles | Callable[[], AttemptFiles]) -> None:
+        """Queue the attempt's start and return: a spawner thread writes its files (when `files` is the
+        function that writes them), makes its cgroups and starts it. A start that fails comes back
+        from `poll` with its typed error (`ExitInfo.spawn_error`)."""
         neid = spec["node_execution_id"]
-        proc = _Proc(files)
+        proc = _Proc(files, None) if isinstance(files, AttemptFiles) else _Proc(None, files)
         with self._lock:
             self._procs[neid] = proc
         self.spawner.submit(lambda: self._start(neid, proc))
 
     def _start(self, neid: str, proc: _Proc) -> None:
         with proc.lock:  # a kill waits for a start in progress, and a killed attempt is never started
+            prepare, proc.prepare = proc.prepare, None  # the attempt's key goes with it
             if proc.state != "queued":
                 return
             try:
+                if proc.files is None and prepare is not None:
+                    proc.files = prepare()
                 proc.popen = self._popen(neid, proc)
                 proc.state = "started"
             except Exception as exc:  # noqa: BLE001 - the run loop records it as the attempt's failure
@@ -136,6 +143,7 @@ class LocalExecutor:
 
     def _popen(self, neid: str, proc: _Proc) -> subprocess.Popen:
         files = proc.files
+        assert files is not None
         files.log_dir.mkdir(parents=True, exist_ok=True)
         cgs = proc.cgroups = self._cgroups_for(neid)
         key_fd = None
@@ -222,7 +230,7 @@ class LocalExecutor:
         with proc.lock:  # waits for a start in progress; a queued attempt is never started
             proc.killed = reason
             if proc.state == "queued":
-                proc.state = "cancelled"
+                proc.state, proc.prepare = "cancelled", None
             if proc.state != "started":
                 return
         try:

@@ -7,6 +7,7 @@ attempts in flight) and keep every decision a ledger event through the writer.
 """
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from dataclasses import dataclass
@@ -118,15 +119,15 @@ class AttemptLifecycle:
         for nid, neid, spec, grant, worker_key in launches:
             self.verifier.bind_call_key(grant.jti, worker_key)  # the worker's keyed-MAC call proofs
             node = self.node(nid)
-            files = write_attempt(self.work, spec, worker_key, node.task, self.limits,
-                                  egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
+            write = functools.partial(write_attempt, self.work, spec, worker_key, node.task, self.limits,
+                                      egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             del worker_key
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
                                    "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": node.task}
             self.live[neid] = Live(nid, now + node.timeout_s, now, grant.jti, grant.profile_id)
-            try:
-                self.executor.dispatch(spec, files)
+            try:  # the local executor writes the files on its spawner thread, others before they dispatch
+                self.executor.dispatch(spec, write if getattr(self.executor, "deferred_files", False) else write())
             except Exception as exc:  # noqa: BLE001 - recorded, the node is retried
                 self._end_attempt(neid, rs.TASK_FAILED, {"reason": "dispatch failed", "error": dispatch_error(exc)}, None)
         self.timings["launch_cpu_s"] = self.timings.get("launch_cpu_s", 0.0) + time.thread_time() - c0

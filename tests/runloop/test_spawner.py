@@ -86,16 +86,25 @@ def test_a_failed_spawn_is_the_typed_dispatch_failure_and_nothing_else(git_repo,
 
 
 def test_the_run_loop_thread_never_forks_a_worker(git_repo, ops_root, ledger_env, tmp_path, monkeypatch) -> None:
-    """Every worker's Popen runs on a spawner thread; the run still completes."""
+    """Every worker's files are written and its Popen runs on a spawner thread; the run still completes."""
+    from coordinator.runloop import attempts as attempts_mod
+
     threads: list[str] = []
-    real = LocalExecutor._popen
+    writers: list[str] = []
+    real, real_write = LocalExecutor._popen, attempts_mod.write_attempt
 
     def recording(self, neid, proc):
         threads.append(threading.current_thread().name)
         return real(self, neid, proc)
 
+    def recording_write(*a, **kw):
+        writers.append(threading.current_thread().name)
+        return real_write(*a, **kw)
+
     monkeypatch.setattr(LocalExecutor, "_popen", recording)
+    monkeypatch.setattr(attempts_mod, "write_attempt", recording_write)
     q = write_queue(tmp_path, git_repo, [cmd_task(n, f"echo {n} > {n}.txt") for n in ("a", "b", "c")])
     _, out = run_queue(q, ops_root, ledger_env, sandbox="none")
     assert out.counts.get("succeeded") == 3, out
     assert len(threads) == 3 and all(t.startswith("dome-spawn") for t in threads), threads
+    assert len(writers) == 3 and all(t.startswith("dome-spawn") for t in writers), writers
