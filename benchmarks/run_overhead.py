@@ -162,14 +162,18 @@ def spawn_cost(samples: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="dome-bench-spawn-"))
     for d in ("scratch", "base.git", "logs"):
         (tmp / d).mkdir()
-    (tmp / "spawn.json").write_text("{}")
+    (tmp / "spawn.json").write_text(json.dumps(_schema_valid_spec()))
+    (tmp / "refused.json").write_text("{}")
     (tmp / "pub").write_text("x y\n")
     (tmp / "sock").write_text("")
     files = AttemptFiles(tmp / "spawn.json", tmp / "scratch", tmp / "base.git", tmp / "sock", tmp / "pub", tmp / "logs")
     argv = bwrap_argv(files, bwrap=bwrap)
     cut = argv.index("--")
     bare = argv[:cut + 1] + [sys.executable, "-s", "-c", "pass"]
-    start = argv  # the real worker: fails fast on the empty SpawnSpec, after the interpreter and imports start
+    # the real worker: reads and checks its SpawnSpec (schema-valid), then stops at the stand-in coordinator key
+    start = argv
+    # the same sandbox given a spec the schema refuses: the full validator is loaded to name the problems
+    refused = [a if a != str(tmp / "spawn.json") else str(tmp / "refused.json") for a in argv]
 
     def timeit(cmd):
         ts = []
@@ -181,7 +185,21 @@ def spawn_cost(samples: int) -> dict:
 
     return {"available": True, "samples": samples, "bwrap_python_pass_ms": timeit(bare),
             "python_pass_unsandboxed_ms": timeit([sys.executable, "-s", "-c", "pass"]),
-            "sandboxed_worker_start_ms": timeit(start)}
+            "sandboxed_worker_start_ms": timeit(start),
+            "sandboxed_worker_start_refused_spec_ms": timeit(refused)}
+
+
+def _schema_valid_spec() -> dict:
+    """A SpawnSpec its schema accepts (its grant is not a real one: the worker stops after the check)."""
+    d = "sha256:" + "0" * 64
+    return {"artifact_kind": "dome.spawn_spec/v1", "version": "1.0.0", "run_id": "run-bench", "wave_id": "w-1",
+            "node_id": "a", "node_execution_id": "ne-0000000000000000", "task_id": "a", "task_spec_ref": d,
+            "tool_profile_ref": d, "container_ref": "host@" + d,
+            "action_spec": {"intent": "command", "argv": ["true"]}, "determinism_seed": 1, "inputs_hash": d,
+            "base_ref": "0" * 40, "base_tree_hash": "0" * 40, "attempt": 1, "created_at": "2026-11-26T00:00:00Z",
+            "gateway": {"socket": "/dome/gateway.sock"},
+            "grant": {"payloadType": "application/vnd.dome.toolprofile+json", "payload": "e30=",
+                      "signatures": [{"keyid": "k", "sig": "c2ln"}]}, "timeout_s": 60}
 
 
 def main() -> None:
@@ -190,7 +208,15 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--spawn-samples", type=int, default=10)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--spawn-only", action="store_true", help="only the sandboxed spawn and worker start figures")
     a = ap.parse_args()
+    if a.spawn_only:
+        s = spawn_cost(a.spawn_samples)
+        print(json.dumps(s, indent=2) if a.json else
+              f"bare sandboxed spawn (bwrap + python -c pass): {s.get('bwrap_python_pass_ms')} ms; sandboxed worker "
+              f"start: {s.get('sandboxed_worker_start_ms')} ms; with a refused SpawnSpec (full validator loaded): "
+              f"{s.get('sandboxed_worker_start_refused_spec_ms')} ms  (median of {s.get('samples')})")
+        return
     res = {"coordinator": coordinator_overhead(a.nodes, a.parallel), "spawn": spawn_cost(a.spawn_samples)}
     if a.json:
         print(json.dumps(res, indent=2))
@@ -207,7 +233,8 @@ def main() -> None:
     if s.get("available"):
         print(f"  bare sandboxed spawn (bwrap + python -c pass): {s['bwrap_python_pass_ms']} ms; "
               f"unsandboxed python -c pass: {s['python_pass_unsandboxed_ms']} ms; "
-              f"sandboxed worker start: {s['sandboxed_worker_start_ms']} ms  (median of {s['samples']})")
+              f"sandboxed worker start: {s['sandboxed_worker_start_ms']} ms; with a refused SpawnSpec: "
+              f"{s['sandboxed_worker_start_refused_spec_ms']} ms  (median of {s['samples']})")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,12 @@ file (`echo i > out/iNNNNN.txt`). Reported per configuration:
   (every thread: run loop, gateway, integration) over the run, minus the
   sampler thread's own CPU, divided by N; the workers are other processes
   and are not counted;
+- the run loop's own thread CPU per task (`loop_cpu_ms_per_task`: its
+  ticks, scheduling and dispatch included), of which handing the attempts to
+  the executor (`launch_cpu_ms_per_task`), and the CPU of the local
+  executor's spawner thread, which starts the workers
+  (`spawner_cpu_ms_per_task`); `--spawn-threads 0` starts them on the loop's
+  thread instead, as before, for a side-by-side baseline;
 - peak RSS of the coordinator process (ru_maxrss);
 - peak scratch disk: the largest size of the run's work folder (attempt
   folders and checkouts, the base mirror), sampled every 50 ms;
@@ -102,7 +108,7 @@ def start_ray(max_parallel: int) -> None:
 
 
 def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
-        image: str | None = None, verify: bool = False) -> dict:
+        image: str | None = None, verify: bool = False, spawn_threads: int | None = None) -> dict:
     """One run in this process; the figures as a dict."""
     from coordinator.keys import load_keyring, load_or_create_signing_key
     from coordinator.runloop.finish import integration_finish
@@ -122,6 +128,9 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
         ctx = RunContext(ledger=ledger, ops_root=ops, signer=load_or_create_signing_key(ops),
                          keyring=load_keyring(ops), sandbox=sandbox, finish=integration_finish,
                          executor_kind=executor, image=image if executor == "container" else None)
+        if spawn_threads is not None and executor == "local":  # 0: workers started on the run loop's thread
+            from coordinator.executors.local import LocalExecutor
+            ctx.executor = LocalExecutor(sandbox=sandbox, max_concurrency=max_parallel, spawn_threads=spawn_threads)
         blobs0 = tree_bytes(ops / "blobs")
         loop = RunLoop.start(queue, ctx)
         peak = {"bytes": 0, "cpu": 0.0}
@@ -162,7 +171,12 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
         ledger.close()
         return {"n": n, "db": "postgres" if db else "sqlite", "executor": executor, "sandbox": sandbox, "status": out.status,
                 "succeeded": out.counts.get("succeeded"), "wall_s": round(wall, 1),
-                "cpu_ms_per_task": round(1000 * cpu / n, 1), "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
+                "cpu_ms_per_task": round(1000 * cpu / n, 1),
+                "loop_cpu_ms_per_task": round(1000 * loop.timings.get("coordinator_cpu_s", 0.0) / n, 2),
+                "launch_cpu_ms_per_task": round(1000 * loop.timings.get("launch_cpu_s", 0.0) / n, 2),
+                "spawner_cpu_ms_per_task": round(1000 * getattr(getattr(loop.executor, "spawner", None), "cpu_s", 0.0)
+                                                 / n, 2),
+                "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
                 "peak_scratch_mb": round(peak["bytes"] / 2**20, 1), "events": len(records),
                 "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
                 "largest_integration_record_bytes": largest, "verified": verified,
@@ -275,9 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one run in this process
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--spawn-threads", type=int, default=None,
+                    help="local executor: threads that start workers (0: on the run loop's thread, as before)")
     a = ap.parse_args(argv)
     if a.one:
-        print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.verify)))
+        print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.verify,
+                             a.spawn_threads)))
         return 0
     if a.records:
         for n in (int(x) for x in a.records.split(",")):

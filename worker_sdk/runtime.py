@@ -28,7 +28,6 @@ from typing import Any
 
 from registry.canonical import canonical_json
 from registry.errors import DomeError
-from registry.schema_store import validate
 from registry.signing import Keyring, PublicKey, SignatureError, dsse_verify
 
 from . import sandbox_limits
@@ -40,6 +39,20 @@ PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
 
 class WorkerStartError(DomeError):
     code = "WORKER_START_FAILED"
+
+
+def check_spawn_spec(spawn: Any) -> None:
+    """The SpawnSpec against its closed schema. A conforming spec is passed by the small checker
+    (no jsonschema import on a worker's start); any other is judged by the full validator, which
+    refuses it with the SchemaValidationError naming every problem."""
+    from registry.schema_lite import Unsupported, is_valid
+    try:
+        if is_valid("spawn_spec", spawn):
+            return
+    except Unsupported:
+        pass
+    from registry.schema_store import validate
+    validate("spawn_spec", spawn)
 
 
 def token_of(envelope: dict[str, Any]) -> str:
@@ -120,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     client = None
     try:
         spawn = json.loads(Path(spawn_path).read_text())
-        validate("spawn_spec", spawn)
+        check_spawn_spec(spawn)
         pub = load_public_key(os.environ.get("DOME_COORDINATOR_PUB", "/dome/coordinator.pub"))
         profile = verify_own_grant(spawn, pub)
         scratch = Path(os.environ.get("DOME_SCRATCH", "/dome/scratch")) / "repo"

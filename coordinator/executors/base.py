@@ -79,6 +79,14 @@ class ExitInfo:
     signal: int | None = None
     stderr_tail: str = ""
     violations: list[dict[str, Any]] = field(default_factory=list)
+    spawn_error: dict[str, Any] | None = None  # the attempt never started: why (dispatch_error's object)
+
+
+def dispatch_error(exc: BaseException) -> dict[str, Any]:
+    """The error object of a dispatch that failed (recorded with the attempt's task.failed)."""
+    if isinstance(exc, DomeError):
+        return exc.to_object()
+    return {"code": "DISPATCH_FAILED", "message": str(exc)}
 
 
 class Executor(Protocol):

@@ -4,6 +4,12 @@ The worker process is the leader of its own process group; `kill` sends
 SIGKILL to the whole group and to every process left in the attempt's pids
 cgroup, and bwrap's PID namespace takes the rest down with it. With
 `sandbox="none"` (explicit opt-in) the same worker runs unconfined.
+
+`dispatch` only queues the start: a spawner thread (`spawner.py`) writes the
+attempt's files (SpawnSpec, key, task facts), makes its cgroups and starts
+the process, so the run loop's thread neither writes them nor waits on a
+fork. A kill of an attempt still queued cancels it (it never
+starts); a start that fails comes back from `poll` with its typed error.
 """
 from __future__ import annotations
 
@@ -12,14 +18,14 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from .base import AttemptFiles, ExitInfo, Limits
-from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, hard_limits, launcher_argv,
-                      launcher_tools, make_preexec, memory_cgroup_parent,
+from .base import AttemptFiles, ExitInfo, Limits, dispatch_error
+from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, launch_argv, memory_cgroup_parent,
                       oom_kills, pids_cgroup_parent, refused_forks, require_bwrap)
+from .spawner import Spawner
 
 STDERR_TAIL = 4096
 
@@ -39,19 +45,27 @@ def _key_pipe(path: Path | None) -> int | None:
 
 @dataclass
 class _Proc:
-    popen: subprocess.Popen
-    files: AttemptFiles
-    cgroups: dict[str, Path]
+    """One attempt: queued until a spawner thread starts it, then its process."""
+    files: AttemptFiles | None  # None until `prepare` has written them (on the spawner thread)
+    prepare: Callable[[], AttemptFiles] | None = None
+    cgroups: dict[str, Path] = field(default_factory=dict)
+    popen: subprocess.Popen | None = None
+    state: str = "queued"  # queued -> started | failed (the spawn raised) | cancelled (killed before it started)
     killed: str | None = None
+    error: dict[str, Any] | None = None  # why the spawn failed (the typed error the run loop records)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+SPAWN_THREADS = 1  # one is enough: a vfork + exec is a few ms; more only contend for the GIL
 STALE_CGROUP_S = 120  # an empty attempt cgroup older than this has no coordinator
 
 
 class LocalExecutor:
     name = "local"
+    deferred_files = True  # dispatch takes a function that writes the attempt's files (run on the spawner)
 
-    def __init__(self, *, sandbox: str = "bwrap", max_concurrency: int = 4, limits: Limits | None = None) -> None:
+    def __init__(self, *, sandbox: str = "bwrap", max_concurrency: int = 4, limits: Limits | None = None,
+                 spawn_threads: int = SPAWN_THREADS) -> None:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"unknown sandbox {sandbox!r}")
         if sandbox == "bwrap":
@@ -73,6 +87,7 @@ class LocalExecutor:
                     pass
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.Lock()
+        self.spawner = Spawner(spawn_threads)  # Popen off the run loop's thread (0: on the caller's)
 
     def _cgroups_for(self, neid: str) -> dict[str, Path]:
         """The attempt's pids and memory cgroups (those the host lets dome create)."""
@@ -102,38 +117,54 @@ class LocalExecutor:
                         pass
         return out
 
-    def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
+    def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles | Callable[[], AttemptFiles]) -> None:
+        """Queue the attempt's start and return: a spawner thread writes its files (when `files` is the
+        function that writes them), makes its cgroups and starts it. A start that fails comes back
+        from `poll` with its typed error (`ExitInfo.spawn_error`)."""
         neid = spec["node_execution_id"]
+        proc = _Proc(files, None) if isinstance(files, AttemptFiles) else _Proc(None, files)
+        with self._lock:
+            self._procs[neid] = proc
+        self.spawner.submit(lambda: self._start(neid, proc))
+
+    def _start(self, neid: str, proc: _Proc) -> None:
+        with proc.lock:  # a kill waits for a start in progress, and a killed attempt is never started
+            prepare, proc.prepare = proc.prepare, None  # the attempt's key goes with it
+            if proc.state != "queued":
+                return
+            try:
+                if proc.files is None and prepare is not None:
+                    proc.files = prepare()
+                proc.popen = self._popen(neid, proc)
+                proc.state = "started"
+            except Exception as exc:  # noqa: BLE001 - the run loop records it as the attempt's failure
+                proc.error = dispatch_error(exc)
+                proc.state = "failed"
+
+    def _popen(self, neid: str, proc: _Proc) -> subprocess.Popen:
+        files = proc.files
+        assert files is not None
         files.log_dir.mkdir(parents=True, exist_ok=True)
-        cgs = self._cgroups_for(neid)
+        cgs = proc.cgroups = self._cgroups_for(neid)
         key_fd = None
         cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
-        if self.sandbox == "bwrap":
-            key_fd = _key_pipe(files.worker_key)
-            argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
-                                   worker_key_fd=key_fd, cpus=cpus), {}
-        else:
-            argv, env = direct_argv(files), direct_env(files, cpus=cpus)
-        tools = launcher_tools()
-        preexec = None
-        if tools:  # limits and cgroups set by the launcher: no preexec_fn, so vfork rather than a full fork
-            argv = launcher_argv(self.limits, cgs, argv, tools, hard_limits(self.limits, cgs))
-        else:
-            preexec = make_preexec(self.limits, cgs)
-        out = open(files.log_dir / "worker.stdout", "wb")
-        err = open(files.log_dir / "worker.stderr", "wb")
         try:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                 start_new_session=True, preexec_fn=preexec, close_fds=True,
-                                 pass_fds=(key_fd,) if key_fd is not None else ())
+            if self.sandbox == "bwrap":
+                key_fd = _key_pipe(files.worker_key)
+                argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
+                                       worker_key_fd=key_fd, cpus=cpus), {}
+            else:
+                argv, env = direct_argv(files), direct_env(files, cpus=cpus)
+            # limits and cgroups set by the launcher: no preexec_fn, so vfork rather than a full fork
+            argv = launch_argv(self.limits, cgs, argv)
+            with open(files.log_dir / "worker.stdout", "wb") as out, open(files.log_dir / "worker.stderr", "wb") as err:
+                return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                                        start_new_session=True, close_fds=True,
+                                        pass_fds=(key_fd,) if key_fd is not None else ())
         finally:
-            out.close()
-            err.close()
             if key_fd is not None:
                 os.close(key_fd)
                 files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
-        with self._lock:
-            self._procs[neid] = _Proc(p, files, cgs)
 
     def running(self) -> list[str]:
         with self._lock:
@@ -171,12 +202,17 @@ class LocalExecutor:
     def poll(self) -> list[ExitInfo]:
         out: list[ExitInfo] = []
         with self._lock:
-            done = [(n, p) for n, p in self._procs.items() if p.popen.poll() is not None]
+            done = [(n, p) for n, p in self._procs.items()
+                    if p.state in ("failed", "cancelled") or (p.state == "started" and p.popen.poll() is not None)]
             for n, _ in done:
                 del self._procs[n]
         for neid, proc in done:
-            rc = proc.popen.returncode
             violations = self._sweep(proc)
+            if proc.state != "started":  # never ran: no exit status, no log worth reading
+                out.append(ExitInfo(neid, None, signal=int(signal.SIGKILL) if proc.state == "cancelled" else None,
+                                    spawn_error=proc.error))
+                continue
+            rc = proc.popen.returncode
             try:
                 tail = (proc.files.log_dir / "worker.stderr").read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace")
             except OSError:
@@ -191,7 +227,12 @@ class LocalExecutor:
             proc = self._procs.get(node_execution_id)
         if proc is None:
             return
-        proc.killed = reason
+        with proc.lock:  # waits for a start in progress; a queued attempt is never started
+            proc.killed = reason
+            if proc.state == "queued":
+                proc.state, proc.prepare = "cancelled", None
+            if proc.state != "started":
+                return
         try:
             os.killpg(proc.popen.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -212,8 +253,11 @@ class LocalExecutor:
         with self._lock:
             procs = list(self._procs.values())
         for p in procs:
+            if p.popen is None:
+                continue
             try:
                 p.popen.wait(5)
             except subprocess.TimeoutExpired:  # pragma: no cover
                 pass
         self.poll()
+        self.spawner.close()  # only now: a worker dies with the thread that started it

@@ -7,7 +7,8 @@ for one GPU) and any custom resources in `$DOME_RAY_RESOURCES` (JSON, e.g.
 `{"litho_node": 1}`). The task returns only the exit status: results travel
 through the gateway, never through Ray's object store. `kill` is
 `ray.cancel(force=True)`, which kills the Ray worker process; the sandbox
-dies with it (PR_SET_PDEATHSIG and --die-with-parent).
+dies with it (PR_SET_PDEATHSIG, set by the same launcher as the local
+executor's, and --die-with-parent).
 
 Two modes:
 
@@ -138,13 +139,14 @@ def _attempt(argv: list[str], env: dict[str, str], log_dir: str, limits: dict[st
     from pathlib import Path
 
     from coordinator.executors.base import Limits as _L
-    from coordinator.executors.sandbox import make_preexec
+    from coordinator.executors.sandbox import launch_argv
 
     Path(log_dir).mkdir(parents=True, exist_ok=True)
     with open(os.path.join(log_dir, "worker.stdout"), "wb") as out, \
             open(os.path.join(log_dir, "worker.stderr"), "wb") as err:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env or None,
-                             start_new_session=True, preexec_fn=make_preexec(_L(**limits), None))
+        # the launcher sets the parent-death signal and the rlimits (no preexec_fn: Ray's worker vforks)
+        p = subprocess.Popen(launch_argv(_L(**limits), None, argv), stdin=subprocess.DEVNULL, stdout=out,
+                             stderr=err, env=env or None, start_new_session=True)
         rc = p.wait()
     return {"returncode": rc}
 
@@ -176,7 +178,7 @@ def _remote_attempt(blobs: dict[str, bytes], bundle: bytes, gateway: dict[str, A
     from coordinator.executors.base import Limits as _L
     from coordinator.executors.local import _key_pipe
     from coordinator.executors.relay import Relay
-    from coordinator.executors.sandbox import bwrap_argv, make_preexec, probe_bwrap
+    from coordinator.executors.sandbox import bwrap_argv, launch_argv, probe_bwrap
 
     tmp = tempfile.gettempdir()
     _sweep_node_dirs(tmp)
@@ -212,8 +214,8 @@ def _remote_attempt(blobs: dict[str, bytes], bundle: bytes, gateway: dict[str, A
         key_fd = _key_pipe(files.worker_key)
         argv = bwrap_argv(files, bwrap=bwrap, limits=lim, worker_key_fd=key_fd, cpus=cpus)
         with open(files.log_dir / "worker.stdout", "wb") as out, open(files.log_dir / "worker.stderr", "wb") as err:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                                 preexec_fn=make_preexec(lim, None), close_fds=True,
+            p = subprocess.Popen(launch_argv(lim, None, argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                 start_new_session=True, close_fds=True,
                                  pass_fds=(key_fd,) if key_fd is not None else ())
             if key_fd is not None:
                 os.close(key_fd)

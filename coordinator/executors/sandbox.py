@@ -319,56 +319,26 @@ def refused_forks(cgroup: Path) -> int:
         return 0
 
 
-def make_preexec(limits: Limits, cgroups: Mapping[str, Path] | Path | None):
-    """Runs in the child between fork and exec of bwrap: join the cgroups, set rlimits.
-
-    `cgroups` maps controller -> the attempt's cgroup (a bare Path is a pids cgroup).
-    Address space and process count are rlimits only where no cgroup bounds them:
-    an address-space rlimit would refuse a large reservation before the memory
-    cgroup could see (and report) real use."""
-    groups: dict[str, Path] = ({"pids": cgroups} if isinstance(cgroups, Path) else dict(cgroups or {}))
-
-    def preexec() -> None:
-        try:  # the sandbox dies with whoever started it (coordinator or Ray worker), even on SIGKILL
-            import ctypes
-            ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-        except Exception:  # noqa: BLE001 - best effort; bwrap --die-with-parent still holds
-            pass
-        for cg in groups.values():
-            try:
-                (cg / "cgroup.procs").write_text(str(os.getpid()))
-            except OSError:
-                pass
-        mem = limits.memory_mb * MIB
-        for res, val in ((resource.RLIMIT_CPU, limits.cpu_seconds),
-                         *(((resource.RLIMIT_AS, mem),) if "memory" not in groups else ()),
-                         (resource.RLIMIT_NOFILE, limits.max_open_files),
-                         *(((resource.RLIMIT_NPROC, limits.max_processes),) if "pids" not in groups else ()),
-                         (resource.RLIMIT_FSIZE, limits.max_file_mb * MIB),
-                         (resource.RLIMIT_CORE, 0)):
-            try:
-                resource.setrlimit(res, (val, val))
-            except (ValueError, OSError):
-                pass
-    return preexec
-
-
-# The launcher: what make_preexec does, done by small programs the child execs
-# (util-linux's setpriv and prlimit, then sh for the cgroup join), so the
-# coordinator starts a worker with vfork + exec instead of a full fork of
-# itself (CPython only uses vfork when there is no preexec_fn).
+# The launcher: what the child must do between fork and the sandbox's exec (a
+# parent-death signal, rlimits, joining the attempt's cgroups), done by small
+# programs the child execs (util-linux's setpriv and prlimit, then sh for the
+# cgroup join), so a worker starts with vfork + exec instead of a full fork of
+# the coordinator (CPython only uses vfork when there is no preexec_fn). Where
+# setpriv or prlimit is missing, a few lines of Python (`python -S`) do the same.
 _JOIN = 'for g; do [ "$g" = -- ] && break; { echo $$ > "$g/cgroup.procs"; } 2>/dev/null || :; shift; done; shift; exec "$@"'
 
 
 @functools.lru_cache(maxsize=1)
 def launcher_tools() -> tuple[str, str, str] | None:
-    """(setpriv, prlimit, sh), or None where one of them is missing (then a preexec_fn does the job)."""
+    """(setpriv, prlimit, sh), or None where one of them is missing (then the Python launcher does the job)."""
     tools = tuple(shutil.which(t) for t in ("setpriv", "prlimit", "sh"))
     return tools if all(tools) else None  # type: ignore[return-value]
 
 
 def _rlimits(limits: Limits, groups: Mapping[str, Path]) -> list[tuple[str, int, int]]:
-    """(prlimit option, rlimit, value): what make_preexec sets, in the same cases."""
+    """(prlimit option, rlimit, value): the rlimits a worker gets. Address space and process
+    count only where no cgroup bounds them: an address-space rlimit would refuse a large
+    reservation before the memory cgroup could see (and report) real use."""
     mem = limits.memory_mb * MIB
     return [("cpu", resource.RLIMIT_CPU, limits.cpu_seconds),
             *((("as", resource.RLIMIT_AS, mem),) if "memory" not in groups else ()),
@@ -384,9 +354,8 @@ def launcher_argv(limits: Limits, cgroups: Mapping[str, Path] | Path | None, arg
     the attempt's cgroups, then execs `argv` (pure: `hard` gives the current hard limits).
 
     A limit is never asked above the current hard limit (an unprivileged process may only
-    lower it, and make_preexec's setrlimit skipped what it could not set); joining a cgroup
-    that refuses is skipped as make_preexec does, the cgroup's absence is then seen by
-    the executor's sweep."""
+    lower it); joining a cgroup that refuses is skipped, the cgroup's absence is then seen
+    by the executor's sweep."""
     setpriv, prlimit, sh = tools
     groups: dict[str, Path] = ({"pids": cgroups} if isinstance(cgroups, Path) else dict(cgroups or {}))
     opts = []
@@ -404,3 +373,44 @@ def hard_limits(limits: Limits, cgroups: Mapping[str, Path] | Path | None) -> di
     """This process's hard limits for the rlimits the launcher sets."""
     groups = {"pids": cgroups} if isinstance(cgroups, Path) else dict(cgroups or {})
     return {res: resource.getrlimit(res)[1] for _, res, _ in _rlimits(limits, groups)}
+
+
+# The same launcher without util-linux: set the parent-death signal, join the cgroups, set the
+# rlimits, exec. Its one argument is JSON ({"rlimits": [[resource, value]], "cgroups": [path]}).
+_PY_LAUNCH = """import ctypes, json, os, resource, sys
+c = json.loads(sys.argv[1])
+try:
+    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)
+except Exception:
+    pass
+for g in c["cgroups"]:
+    try:
+        with open(os.path.join(g, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError:
+        pass
+for r, v in c["rlimits"]:
+    try:
+        resource.setrlimit(r, (v, v))
+    except (ValueError, OSError):
+        pass
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+def python_launcher_argv(limits: Limits, cgroups: Mapping[str, Path] | Path | None, argv: list[str],
+                         python: str | None = None) -> list[str]:
+    """What launcher_argv does, as `python -S -c` (pure): for hosts without setpriv or prlimit."""
+    groups: dict[str, Path] = ({"pids": cgroups} if isinstance(cgroups, Path) else dict(cgroups or {}))
+    conf = {"rlimits": [[int(res), int(val)] for _, res, val in _rlimits(limits, groups)],
+            "cgroups": [str(g) for g in groups.values()]}
+    return [python or sys.executable, "-S", "-c", _PY_LAUNCH, json.dumps(conf), *argv]
+
+
+def launch_argv(limits: Limits, cgroups: Mapping[str, Path] | Path | None, argv: list[str]) -> list[str]:
+    """`argv` behind the launcher (parent-death signal, rlimits, cgroups): what every executor
+    starts a sandboxed worker with, so that no preexec_fn is needed and CPython can vfork."""
+    tools = launcher_tools()
+    if tools is None:
+        return python_launcher_argv(limits, cgroups, argv)
+    return launcher_argv(limits, cgroups, argv, tools, hard_limits(limits, cgroups))

@@ -7,18 +7,18 @@ attempts in flight) and keep every decision a ledger event through the writer.
 """
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from registry.canonical import digest_json
-from registry.errors import DomeError
 from registry.signing import SigningKey
 
 from .. import runstate as rs
 from ..executors.attempts import remove_attempt_dir, write_attempt
-from ..executors.base import ExitInfo, validate_spawn_spec
+from ..executors.base import ExitInfo, dispatch_error, validate_spawn_spec
 from ..executors.sandbox import IN_SOCKET
 from ..gateway import auth as grants_io
 from .derived_base import build_derived_base, plan_derived_base
@@ -42,6 +42,7 @@ class AttemptLifecycle:
 
     live: dict[str, Live]
     attempts: dict[str, dict[str, Any]]
+    timings: dict[str, Any]
 
     def _base_for(self, node_id: str) -> tuple[str, str, dict[str, Any] | None]:
         """The commit an attempt of node_id starts from: the run base, or a derived
@@ -114,24 +115,22 @@ class AttemptLifecycle:
         return drafts, (nid, neid, spec, grant, worker_key)
 
     def launch(self, launches: list[tuple]) -> None:
-        now = time.monotonic()
+        now, c0 = time.monotonic(), time.thread_time()
         for nid, neid, spec, grant, worker_key in launches:
             self.verifier.bind_call_key(grant.jti, worker_key)  # the worker's keyed-MAC call proofs
             node = self.node(nid)
-            files = write_attempt(self.work, spec, worker_key, node.task, self.limits,
-                                  egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
+            write = functools.partial(write_attempt, self.work, spec, worker_key, node.task, self.limits,
+                                      egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
             del worker_key
             self.attempts[neid] = {"node_id": nid, "wave_id": spec["wave_id"], "attempt": spec.get("attempt"),
                                    "base_ref": spec["base_ref"],
                                    "base_tree_hash": spec["base_tree_hash"], "task": node.task}
             self.live[neid] = Live(nid, now + node.timeout_s, now, grant.jti, grant.profile_id)
-            try:
-                self.executor.dispatch(spec, files)
+            try:  # the local executor writes the files on its spawner thread, others before they dispatch
+                self.executor.dispatch(spec, write if getattr(self.executor, "deferred_files", False) else write())
             except Exception as exc:  # noqa: BLE001 - recorded, the node is retried
-                self.live.pop(neid, None)
-                err = exc.to_object() if isinstance(exc, DomeError) else {"code": "DISPATCH_FAILED", "message": str(exc)}
-                self.writer.append(rs.TASK_FAILED, {"node_execution_id": neid, "reason": "dispatch failed", "error": err},
-                                   node_id=nid, node_execution_id=neid, wave_id=spec["wave_id"], task_id=nid)
+                self._end_attempt(neid, rs.TASK_FAILED, {"reason": "dispatch failed", "error": dispatch_error(exc)}, None)
+        self.timings["launch_cpu_s"] = self.timings.get("launch_cpu_s", 0.0) + time.thread_time() - c0
 
     # -- supervision --------------------------------------------------------------
     def _end_attempt(self, neid: str, topic: str, payload: dict[str, Any], revoke_reason: str | None) -> None:
@@ -159,6 +158,9 @@ class AttemptLifecycle:
                                task_id=att.get("node_id"))
         if neid in self.writer.state.ended:
             self.live.pop(neid, None)
+            return
+        if ex.spawn_error is not None:  # the executor could not start it (on its spawner thread)
+            self._end_attempt(neid, rs.TASK_FAILED, {"reason": "dispatch failed", "error": ex.spawn_error}, None)
             return
         self._end_attempt(neid, rs.TASK_FAILED, {"reason": "worker exited without reporting a result",
                                                  "exit_code": ex.returncode, "signal": ex.signal,

@@ -1,6 +1,7 @@
 """The worker launcher: the rlimits, the parent-death signal and the cgroup join that a
 preexec_fn used to set are set by the exec'd launcher, so the coordinator spawns with
-vfork; a worker started this way is as limited as before."""
+vfork; a worker started this way is as limited as before. Both forms are checked: the
+util-linux one (setpriv, prlimit, sh) and the Python one for hosts without them."""
 from __future__ import annotations
 
 import os
@@ -11,22 +12,34 @@ import time
 from pathlib import Path
 
 from coordinator.executors.base import Limits
-from coordinator.executors.sandbox import hard_limits, launcher_argv, launcher_tools
+import pytest
+
+from coordinator.executors.sandbox import hard_limits, launcher_argv, launcher_tools, python_launcher_argv
 
 LIMITS = Limits(cpu_seconds=7, max_open_files=99, max_file_mb=3, memory_mb=512, max_processes=50)
+
+
+def _launch(kind: str, limits: Limits, cgroups, argv: list[str]) -> list[str]:
+    if kind == "python":
+        return python_launcher_argv(limits, cgroups, argv)
+    tools = launcher_tools()
+    assert tools is not None, "setpriv, prlimit and sh are part of the supported hosts"
+    return launcher_argv(limits, cgroups, argv, tools, hard_limits(limits, cgroups))
+
+
+KINDS = pytest.mark.parametrize("kind", ["util-linux", "python"])
 
 
 def _run(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30, env={}).stdout
 
 
-def test_the_launched_command_has_every_limit_and_no_preexec_is_needed(tmp_path: Path) -> None:
-    tools = launcher_tools()
-    assert tools is not None, "setpriv, prlimit and sh are part of the supported hosts"
+@KINDS
+def test_the_launched_command_has_every_limit_and_no_preexec_is_needed(tmp_path: Path, kind: str) -> None:
     cg = tmp_path / "cg"  # a directory standing in for a cgroup: the join writes our pid to cgroup.procs
     cg.mkdir()
     probe = ["/bin/sh", "-c", "echo $$; ulimit -t; ulimit -n; ulimit -f; ulimit -c; ulimit -v; ulimit -p"]
-    out = _run(launcher_argv(LIMITS, {"pids": cg}, probe, tools, hard_limits(LIMITS, {"pids": cg}))).split()
+    out = _run(_launch(kind, LIMITS, {"pids": cg}, probe)).split()
     pid, cpu, nofile, fsize_blocks, core, vmem, nproc = out
     assert (cg / "cgroup.procs").read_text().strip() == pid  # joined by the very process that runs the command
     assert (cpu, nofile, core) == ("7", "99", "0")
@@ -34,7 +47,7 @@ def test_the_launched_command_has_every_limit_and_no_preexec_is_needed(tmp_path:
     assert vmem == str(512 * 1024)  # no memory cgroup: the address-space rlimit stands in
     assert nproc == "unlimited" or int(nproc) != 50  # a pids cgroup bounds processes, not RLIMIT_NPROC
     # no cgroups at all: the process-count rlimit is set instead
-    out = _run(launcher_argv(LIMITS, None, ["/bin/sh", "-c", "ulimit -p"], tools, hard_limits(LIMITS, None)))
+    out = _run(_launch(kind, LIMITS, None, ["/bin/sh", "-c", "ulimit -p"]))
     assert out.strip() == "50"
 
 
@@ -46,23 +59,20 @@ def test_a_limit_is_never_asked_above_the_hard_limit() -> None:
     assert argv[:4] == ["setpriv", "--pdeathsig", "KILL", "--"] and "sh" not in argv
 
 
-def test_a_cgroup_path_cannot_inject_shell_words(tmp_path: Path) -> None:
+@KINDS
+def test_a_cgroup_path_cannot_inject_shell_words(tmp_path: Path, kind: str) -> None:
     """The join script takes the cgroups as positional arguments: a path with shell syntax is a path."""
-    tools = launcher_tools()
-    assert tools is not None
     evil = tmp_path / "x; touch pwned; $(touch pwned2)"
     evil.mkdir()
-    _run(launcher_argv(LIMITS, {"pids": evil}, ["/bin/true"], tools, hard_limits(LIMITS, {"pids": evil})))
+    _run(_launch(kind, LIMITS, {"pids": evil}, ["/bin/true"]))
     assert (evil / "cgroup.procs").exists()
     assert not list(Path.cwd().glob("pwned*")) and not list(tmp_path.glob("pwned*"))
 
 
-def test_the_worker_dies_with_the_process_that_launched_it(tmp_path: Path) -> None:
-    tools = launcher_tools()
-    assert tools is not None
+@KINDS
+def test_the_worker_dies_with_the_process_that_launched_it(tmp_path: Path, kind: str) -> None:
     pidfile = tmp_path / "pid"
-    argv = launcher_argv(LIMITS, None, ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], tools,
-                         hard_limits(LIMITS, None))
+    argv = _launch(kind, LIMITS, None, ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"])
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess,time; subprocess.Popen({argv!r}); "
                                "time.sleep(60)"])
     try:
@@ -87,3 +97,14 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_no_executor_starts_a_worker_with_a_preexec_fn() -> None:
+    """A preexec_fn makes CPython fork the whole coordinator (or Ray worker) instead of vforking,
+    and runs Python between fork and exec: every executor starts workers through the launcher.
+    (Inside the worker, the command intent still applies Landlock in a preexec_fn: a Landlock
+    ruleset binds the calling thread, and no exec'd tool here can set one.)"""
+    root = Path(__file__).resolve().parents[2]
+    offenders = [str(p.relative_to(root)) for pkg in ("coordinator", "ledger", "registry")
+                 for p in (root / pkg).rglob("*.py") if "preexec_fn=" in p.read_text()]
+    assert offenders == []
