@@ -16,7 +16,7 @@ class PatchProposalClient:
     TOOL_ID = "patch_proposal"
     CONTRACT = "dome.patch_proposal@1.1.0"
     PROFILE_ID = "default"
-    SPEC_DIGEST = "sha256:20f9c7ca700829677abc710d6a19078a6358f19e10b9bbb9ba938acc06803dcd"
+    SPEC_DIGEST = "sha256:84e94237925fd5a87ed7653874ac5be375e66b494da1f7b4ebc89aef991b23d3"
     METHODS = ("complete_task", "get_task", "put_artifact", "report_progress", "submit_metadata", "submit_patch", )
 
     def __init__(self, transport: Transport) -> None:

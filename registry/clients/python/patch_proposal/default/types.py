@@ -31,6 +31,7 @@ GetTaskResponse = TypedDict("GetTaskResponse", {
     "base_tree_hash": NotRequired[str],
     "node_execution_id": Required[str],
     "node_id": NotRequired[str],
+    "resume": NotRequired[list[dict[str, Any]]],
     "schema_version": Required[str],
     "task": Required[dict[str, Any]],
     "wave_id": NotRequired[str],
