@@ -270,8 +270,7 @@ class GrantVerifier:
         except (KeyError, TypeError, ValueError) as exc:
             raise GrantPayloadInvalid(f"grant payload lacks or garbles a required field: {exc}") from exc
         if len(self._cache) >= self._cache_size:
-            old = self._cache.pop(next(iter(self._cache)))
-            self._token_of.pop(old.payload.get("jti"), None)
+            self._token_of.pop(self._cache.pop(next(iter(self._cache))).payload.get("jti"), None)
         self._cache[token] = v
         self._token_of[payload["jti"]] = token
         return v
@@ -335,14 +334,11 @@ class GrantVerifier:
             self._call_keys[jti] = tp.call_mac_key(worker_key.seed)
 
     def drop_call_key(self, jti: str) -> None:
-        """When the attempt ends: no MAC proof for its grant verifies any more, and its
-        verified token leaves the cache (a late call is verified cold, as a first one is), so
-        the cache holds the attempts in flight, not every attempt of the run."""
+        """When the attempt ends: no MAC proof for its grant verifies any more, and its token
+        leaves the cache (a late call is verified cold): the cache holds attempts in flight."""
         with self._lock:
             self._call_keys.pop(jti, None)
-            token = self._token_of.pop(jti, None)
-            if token is not None:
-                self._cache.pop(token, None)
+            self._cache.pop(self._token_of.pop(jti, ""), None)
 
     def verify_listing(self, token: str, *, run_id: str, audience: str, now: float | datetime | None = None,
                        wave_id: str | None = None, worker_id: str | None = None) -> Mapping[str, Any]:
