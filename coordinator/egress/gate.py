@@ -2,11 +2,14 @@
 
 It listens on a Unix socket of the coordinator, bound into each agent's
 sandbox as /dome/egress.sock beside the gateway socket; the sandbox itself
-has no network. A worker speaks plain HTTP to it, naming the upstream host
-in the Host header (an OpenAI SDK client with base_url http://<host>/v1 and
-a Unix-socket transport does exactly that), with its grant token as the
-bearer credential and, for a sender-constrained grant, a call proof over
-{host, path, body_digest} (coordinator.grants.GrantVerifier.verify_egress).
+has no network. Workers on other hosts reach the same socket through their
+node's relay and the run's TLS listener (coordinator.gateway.tls, ALPN
+`dome-egress`), so everything below holds for them unchanged. A worker
+speaks plain HTTP to it, naming the upstream host in the Host header (an
+OpenAI SDK client with base_url http://<host>/v1 and a Unix-socket
+transport does exactly that), with its grant token as the bearer
+credential and, for a sender-constrained grant, a call proof over {host,
+path, body_digest} (coordinator.grants.GrantVerifier.verify_egress).
 
 For every request, in order (each refusal a typed error, never forwarded):
 the grant verifies; no CONNECT or other tunnelling (EGRESS_METHOD_NOT_ALLOWED);

@@ -23,12 +23,19 @@ Two modes:
   the task facts, the coordinator's public key, the attempt's key and the
   base commit as a git bundle; on its node it unpacks them into a private
   directory, starts a relay (coordinator/executors/relay.py) whose Unix
-  socket is the sandbox's only way out and which pins the gateway's
+  sockets are the sandbox's only way out and which pins the gateway's
   certificate, builds the bubblewrap command line for that node and runs
   it. Artifacts and proposals go back only through the gateway; the
   directory is removed when the attempt ends. The ledger and the signing
-  keys never leave the coordinator. The egress gate is not served to other
-  hosts: an `agent` attempt is refused at dispatch in this mode.
+  keys never leave the coordinator. When the run has an egress
+  configuration, the same TLS listener also serves the egress gate (ALPN
+  `dome-egress`) and the relay gives the sandbox a second socket,
+  /dome/egress.sock, that reaches it: an `agent` worker's model calls are
+  authorised by its grant and metered in the ledger exactly as on the
+  coordinator's host, and the model's key stays on the coordinator. An
+  `agent` attempt in a run with no egress configuration is refused at
+  dispatch (EGRESS_NOT_CONFIGURED), as is one whose coordinator does not
+  serve the gate over TLS (EGRESS_NOT_SERVED).
 
 With `image` (`dome run --executor ray --image NAME@sha256:...`, across hosts
 only) each task asks Ray's container runtime environment (`image_uri`) for
@@ -70,6 +77,26 @@ class GatewayBindInvalid(DomeError):
 
 class RayImageInvalid(DomeError):
     code = "RAY_IMAGE_INVALID"
+
+
+class EgressNotServed(DomeError):
+    code = "EGRESS_NOT_SERVED"
+
+
+def remote_egress(spec: Mapping[str, Any], has_egress_socket: bool, gateway: Mapping[str, Any]) -> bool:
+    """Pure: whether an attempt on another host gets the egress socket. An `agent` attempt that
+    could reach no model (the run has no egress gate, or its TLS listener does not serve it) is
+    refused here, before its task is started."""
+    agent = (spec.get("action_spec") or {}).get("intent") == "agent"
+    served = has_egress_socket and bool(gateway.get("egress"))
+    if agent and not has_egress_socket:
+        raise DomeError("an agent attempt needs the egress gate, and this run has no egress configuration",
+                        code="EGRESS_NOT_CONFIGURED", details={"node_id": spec.get("node_id")},
+                        hints=["pass --egress CONFIG or put it at OPS_ROOT/egress.json (docs/agent-swarm.md)"])
+    if agent and not served:
+        raise EgressNotServed("this run's egress gate is not served over TLS, so an agent on another host "
+                              "cannot reach it", details={"node_id": spec.get("node_id")})
+    return served
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -168,7 +195,9 @@ def _remote_attempt(blobs: dict[str, bytes], bundle: bytes, gateway: dict[str, A
         subprocess.run([*git, "--git-dir", str(work / "base.git"), "fetch", "--quiet", str(work / "base.bundle"),
                         "refs/*:refs/*"], check=True, capture_output=True)
         (work / "base.bundle").unlink()
-        relay = Relay(work / "gw.sock", gateway["host"], int(gateway["port"]), gateway["cert_pem"])
+        egress = work / "egress.sock" if gateway.get("egress") else None
+        relay = Relay(work / "gw.sock", gateway["host"], int(gateway["port"]), gateway["cert_pem"],
+                      egress_path=egress)
         relay.start()
         ok, bwrap = probe_bwrap()
         if not ok:
@@ -176,7 +205,8 @@ def _remote_attempt(blobs: dict[str, bytes], bundle: bytes, gateway: dict[str, A
         files = AttemptFiles(spawn_json=work / "spawn.json", scratch=work / "scratch", base_git=work / "base.git",
                              gateway_socket=work / "gw.sock", coordinator_pub=work / "coordinator.pub",
                              log_dir=work / "logs", task_json=work / "task.json" if "task.json" in blobs else None,
-                             worker_key=work / "worker.key" if "worker.key" in blobs else None)
+                             worker_key=work / "worker.key" if "worker.key" in blobs else None,
+                             egress_socket=egress)
         files.log_dir.mkdir()
         lim = _L(**limits)
         key_fd = _key_pipe(files.worker_key)
@@ -287,9 +317,10 @@ class RayExecutor:
         self._files: dict[str, AttemptFiles] = {}
         self._lock = threading.Lock()
 
-    def connect_gateway(self, host: str, port: int, cert_pem: bytes) -> None:
-        """Where workers on other hosts reach the gateway, and the certificate they pin (run start)."""
-        self._gateway = {"host": host, "port": int(port), "cert_pem": bytes(cert_pem)}
+    def connect_gateway(self, host: str, port: int, cert_pem: bytes, *, egress: bool = False) -> None:
+        """Where workers on other hosts reach the gateway, and the certificate they pin (run start);
+        `egress`: the same listener serves the egress gate too."""
+        self._gateway = {"host": host, "port": int(port), "cert_pem": bytes(cert_pem), "egress": bool(egress)}
 
     def _bundle(self, base_git: Any, sha: str) -> Any:
         """The base commit as a git bundle in Ray's object store, made once per commit."""
@@ -316,9 +347,7 @@ class RayExecutor:
         if self.gateway_bind is not None:
             if self._gateway is None:
                 raise RayUnavailable("the TLS gateway for remote workers is not running")
-            if files.egress_socket is not None:
-                raise RayUnavailable("agent attempts need the egress gate, which is not served to other hosts: "
-                                     "run them without --gateway-bind", details={"node_id": spec["node_id"]})
+            gateway = {**self._gateway, "egress": remote_egress(spec, files.egress_socket is not None, self._gateway)}
             blobs = {"spawn.json": files.spawn_json.read_bytes(), "coordinator.pub": files.coordinator_pub.read_bytes()}
             if files.task_json is not None:
                 blobs["task.json"] = files.task_json.read_bytes()
@@ -326,7 +355,7 @@ class RayExecutor:
                 blobs["worker.key"] = files.worker_key.read_bytes()
                 files.worker_key.unlink(missing_ok=True)  # it travels with the task only
             ref = self._remote_node.options(**opts).remote(blobs, self._bundle(files.base_git, spec["base_ref"]),
-                                                           self._gateway, lim, 1)
+                                                           gateway, lim, 1)
         else:
             if self.sandbox == "bwrap":
                 argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cpus=1), {}  # num_cpus=1 each

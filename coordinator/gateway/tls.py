@@ -10,7 +10,12 @@ every call is still authorised by its grant and proof of possession.
 
 `TlsFront` is the coordinator's TLS listener: it terminates TLS and passes
 each connection's bytes to the gateway's own Unix socket, so the gateway
-(one server, one MCP app) is the same for local and remote workers.
+(one server, one MCP app) is the same for local and remote workers. The
+same listener also serves the egress gate (agent workers' model calls):
+a client that asks for the ALPN protocol `dome-egress` during the
+handshake is passed to the egress gate's Unix socket instead, where each
+request is authorised and metered exactly as for a local worker. A
+connection that names no protocol (or `dome-gateway`) reaches the gateway.
 """
 from __future__ import annotations
 
@@ -24,9 +29,11 @@ import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 GATEWAY_NAME = "dome-gateway"  # the Host header and certificate name workers use
+GATEWAY_ALPN = "dome-gateway"  # the TLS listener's services, chosen by ALPN in the handshake
+EGRESS_ALPN = "dome-egress"
 CHUNK = 65536
 
 
@@ -139,13 +146,26 @@ def serve_connections(srv: socket.socket, stop: threading.Event, serve: Callable
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
-class TlsFront:
-    """TCP + TLS on (host, port) in front of the gateway's Unix socket."""
+def upstream_for(selected: str | None, default: Path, services: Mapping[str, Path]) -> Path | None:
+    """Pure: the Unix socket a TLS connection is passed to, by the ALPN protocol it negotiated
+    (none: the gateway; a protocol this listener does not serve: None, the connection is closed)."""
+    if selected is None or selected == GATEWAY_ALPN:
+        return default
+    return services.get(selected)
 
-    def __init__(self, host: str, port: int, certificate: GatewayCertificate, upstream: Path) -> None:
+
+class TlsFront:
+    """TCP + TLS on (host, port) in front of the gateway's Unix socket, and of the other
+    services in `services` (ALPN protocol -> Unix socket), such as the egress gate."""
+
+    def __init__(self, host: str, port: int, certificate: GatewayCertificate, upstream: Path,
+                 services: Mapping[str, Path] | None = None) -> None:
         self.host, self.port = host, port
         self.certificate, self.upstream = certificate, Path(upstream)
+        self.services = {k: Path(v) for k, v in (services or {}).items()}
         self._ctx = certificate.server_context()
+        if self.services:
+            self._ctx.set_alpn_protocols([GATEWAY_ALPN, *self.services])
         self._srv: socket.socket | None = None
         self._stop = threading.Event()
         self.address: tuple[str, int] | None = None
@@ -169,14 +189,19 @@ class TlsFront:
     def _serve(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(30)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle wait between a reply's records
             tls = self._ctx.wrap_socket(conn, server_side=True)
             tls.settimeout(None)
         except (ssl.SSLError, OSError):
             conn.close()
             return
+        target = upstream_for(tls.selected_alpn_protocol(), self.upstream, self.services)
+        if target is None:
+            tls.close()
+            return
         up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            up.connect(str(self.upstream))
+            up.connect(str(target))
             pipe(tls, up)
         except OSError:
             pass

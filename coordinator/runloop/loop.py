@@ -243,13 +243,6 @@ class RunLoop(AttemptLifecycle):
                                      dispatcher=ToolDispatcher(build_tools(backend)), socket_path=self.socket,
                                      attempt=self.attempts.get)
         self.gateway.start()
-        bind = getattr(self.executor, "gateway_bind", None)
-        if bind is not None:  # workers on other hosts: the gateway over TCP with TLS, certificate made now
-            from ..gateway.tls import TlsFront, make_certificate
-
-            self.tls_front = TlsFront(bind[0], bind[1], make_certificate(self.work, [bind[0]]), self.socket)
-            host, port = self.tls_front.start()
-            self.executor.connect_gateway(host, port, self.tls_front.certificate.cert_pem)
         if self.ctx.egress is not None:
             from coordinator.egress.gate import EgressGate
 
@@ -257,6 +250,15 @@ class RunLoop(AttemptLifecycle):
                                           transact=self.writer.transact, blobs=self.ctx.ledger.blobs,
                                           socket_path=self.work / "egress.sock")
             self.egress_gate.start()
+        bind = getattr(self.executor, "gateway_bind", None)
+        if bind is not None:  # workers on other hosts: the gateway (and egress gate) over TCP with TLS
+            from ..gateway.tls import EGRESS_ALPN, TlsFront, make_certificate
+
+            services = {EGRESS_ALPN: self.egress_gate.socket_path} if self.egress_gate is not None else {}
+            self.tls_front = TlsFront(bind[0], bind[1], make_certificate(self.work, [bind[0]]), self.socket,
+                                      services=services)
+            host, port = self.tls_front.start()
+            self.executor.connect_gateway(host, port, self.tls_front.certificate.cert_pem, egress=bool(services))
 
     def _recover(self) -> None:
         """Attempts in flight when a previous coordinator died are lost: record it, revoke, reschedule."""

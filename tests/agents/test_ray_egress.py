@@ -1,6 +1,8 @@
 """Agent workers run by the Ray executor reach the model through the same egress
 gate: a local Ray on the coordinator's host, real bubblewrap, the OpenAI SDK in the
-worker, the scripted endpoint on loopback, the ledger metering every call."""
+worker, the scripted endpoint on loopback, the ledger metering every call. Once with
+the attempt's files on the coordinator's disk, once as for other hosts (the gate over
+the run's TLS listener, through the node relay's egress socket)."""
 from __future__ import annotations
 
 import pytest
@@ -16,7 +18,9 @@ from tests.runloop.conftest import run_queue, write_queue
 
 @needs_bwrap
 @pytest.mark.slow
-def test_ray_executed_agents_reach_the_gate_and_stay_typed(git_repo, ops_root, ledger_env, tmp_path, monkeypatch):
+@pytest.mark.parametrize("gateway_bind", [None, "127.0.0.1"], ids=["one-host", "tls-relay"])
+def test_ray_executed_agents_reach_the_gate_and_stay_typed(git_repo, ops_root, ledger_env, tmp_path, monkeypatch,
+                                                           gateway_bind):
     ray = pytest.importorskip("ray")
     from coordinator.executors.base import Limits
     from coordinator.executors.ray_executor import RayExecutor
@@ -28,7 +32,7 @@ def test_ray_executed_agents_reach_the_gate_and_stay_typed(git_repo, ops_root, l
              _agent_task("greedy", "greedy", budgets={"max_tokens": 6000})]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        ex = RayExecutor(sandbox="bwrap", max_concurrency=2, limits=Limits())
+        ex = RayExecutor(sandbox="bwrap", max_concurrency=2, limits=Limits(), gateway_bind=gateway_bind)
         assert ex.node_id == ray.get_runtime_context().get_node_id()  # attempts are pinned to this host
         q = write_queue(tmp_path, git_repo, tasks, if_tasks_fail="promote_rest",
                         scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
