@@ -129,7 +129,8 @@ class AttemptLifecycle:
             try:  # the local executor writes the files on its spawner thread, others before they dispatch
                 self.executor.dispatch(spec, write if getattr(self.executor, "deferred_files", False) else write())
             except Exception as exc:  # noqa: BLE001 - recorded, the node is retried
-                self._end_attempt(neid, rs.TASK_FAILED, {"reason": "dispatch failed", "error": dispatch_error(exc)}, None)
+                self._end_attempt(neid, rs.TASK_FAILED, {"reason": "dispatch failed", "error": dispatch_error(exc)},
+                                  None)
         self.timings["launch_cpu_s"] = self.timings.get("launch_cpu_s", 0.0) + time.thread_time() - c0
 
     # -- supervision --------------------------------------------------------------
