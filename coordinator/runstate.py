@@ -32,6 +32,7 @@ TASK_TIMEOUT = "task.timeout"
 TASK_CANCELLED = "task.cancelled"
 TASK_LOST = "task.lost"
 TASK_ACK = "task.ack"
+TASK_ABANDONED = "task.abandoned"  # a node the run will not try again (its code says why; not an attempt)
 PATCH_SUBMITTED = "patch.submitted"
 ARTIFACT_PUT = "artifact.put"
 SANDBOX_VIOLATION = "sandbox.violation"
@@ -186,6 +187,11 @@ class _Folding:
                                                            succeeded_by, ns.acked, last_error), self.owned)
             self.ended = self.ended.add(neid, self.owned)
             self.lost_attempts += topic == TASK_LOST
+        elif topic == TASK_ABANDONED:
+            node_id = _get(event, "node_id") or payload.get("node_id")
+            ns = self.nodes.get(node_id, _NEW)
+            self.nodes = self.nodes.set(node_id, NodeState(ns.attempts, ns.failures, ns.active, ns.succeeded_by,
+                                                           ns.acked, str(payload.get("code"))), self.owned)
         elif topic == TASK_ACK:
             node_id = _get(event, "node_id") or payload.get("node_id")
             ns = self.nodes.get(node_id, _NEW)

@@ -54,6 +54,9 @@ DETERMINISTIC_FAILURES = frozenset({"COMMAND_NOT_FOUND", "UNKNOWN_INTENT", "INTE
                                     "INTENT_PARAMS_CLASH", "SCHEMA_VALIDATION_ERROR",
                                     # the same earlier-attempt tiles would be handed to the retry again
                                     "LITHO_TILE_RESUME_REFUSED"})
+# the run's retry budget (budgets.max_retries) is spent: the loop records task.abandoned with this code
+RETRY_BUDGET_EXHAUSTED = "RETRY_BUDGET_EXHAUSTED"
+NO_MORE_TRIES = DETERMINISTIC_FAILURES | {RETRY_BUDGET_EXHAUSTED}  # a node whose last error is one of these is failed
 RISK_PENALTY = {"low": 0, "medium": 250, "high": 500, "critical": 900}
 
 
@@ -84,13 +87,24 @@ def status_of(node: Node, ns: Any, status: Mapping[str, str]) -> str:
         return "succeeded"
     if ns.active:
         return "running"
-    if ns.failures >= node.max_attempts or ns.last_error in DETERMINISTIC_FAILURES:
+    if ns.failures >= node.max_attempts or ns.last_error in NO_MORE_TRIES:
         return "failed"
     if any(status[d] in ("failed", "blocked") for d in node.dependencies):
         return "blocked"
     if all(status[d] == "succeeded" for d in node.dependencies):
         return "ready"
     return "pending"
+
+
+def stranded(status: Mapping[str, str], state: Any, policy: SchedulerPolicy) -> list[str]:
+    """The ready nodes that can never be dispatched: the run's attempt budget is spent (it
+    comes back only through attempts a coordinator restart lost, which a ready node cannot
+    wait for). The loop records them as abandoned, so the run ends instead of waiting. Pure."""
+    if policy.max_total_attempts is None:
+        return []
+    if policy.max_total_attempts - (state.total_attempts - state.lost_attempts) > 0:
+        return []
+    return sorted(n for n, s in status.items() if s == "ready")
 
 
 def statuses(graph: Graph, state: RunState) -> dict[str, str]:

@@ -43,7 +43,7 @@ from ..gateway.server import WorkerGateway
 from ..gateway.worker_tools import GatewayBackend, build_tools
 from ..runstate import RunState, fold
 from ..ready_set import ReadySet
-from ..scheduler import SchedulerPolicy, decide, statuses
+from ..scheduler import RETRY_BUDGET_EXHAUSTED, SchedulerPolicy, decide, statuses, stranded
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase
@@ -298,6 +298,8 @@ class RunLoop(AttemptLifecycle):
             st = self.writer.state
             decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, ready=self.ready)
             if decision is None:
+                if self._abandon_stranded(st):
+                    return 0
                 self._idle_at = self.writer.appends
                 return 0
             wave_id = decision["wave_id"]
@@ -319,6 +321,21 @@ class RunLoop(AttemptLifecycle):
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
         self.launch(launches)
         return len(launches)
+
+    def _abandon_stranded(self, st: Any) -> bool:
+        """Record the ready nodes the spent retry budget leaves with no way to run (else the
+        run would wait for them for ever); True when it recorded any."""
+        nodes = stranded(self.ready.status, st, self.policy)
+        if not nodes:
+            return False
+        spent = st.total_attempts - st.lost_attempts
+        self.writer.append_many([
+            (rs.TASK_ABANDONED, {"node_id": nid, "code": RETRY_BUDGET_EXHAUSTED, "failures": st.node(nid).failures,
+                                 "max_attempts": self.graph.nodes[nid].max_attempts, "attempts_spent": spent,
+                                 "max_total_attempts": self.policy.max_total_attempts,
+                                 "reason": "the run's retry budget (budgets.max_retries) is spent"},
+             {"node_id": nid}) for nid in nodes])
+        return True
 
     def node(self, node_id: str) -> Any:
         """A node of the graph, or a resolver task the canvas added (resolver.ResolverNode)."""
