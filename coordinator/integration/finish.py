@@ -12,9 +12,10 @@ import hashlib
 import json
 import os
 import secrets
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ledger.protocols import EventLog
 from registry import diffs
@@ -167,7 +168,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                    replay=integration_records(ctx.ledger, ctx.run_id))
     to_ref = ctx.promote_to or policy.promote_to
     record_inputs(ctx, emit, policy, to_ref)
-    with gitio.ObjectReader(ctx.repo) as reader:  # shared with the canvas (blob cache)
+    with gitio.ObjectReader(ctx.repo) as reader, _writes_held(emit):  # the reader is shared with the canvas
         checked, rejected = record_verified_proposals(ctx, emit, policy, reader)
         cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
                                          ctx.critical_ids) for c in checked.values()]
@@ -181,6 +182,16 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                             emit=emit, why=why, rejected=[{"proposal_id": p, **r.to_dict()}
                                                           for p, r in rejected],
                             base_ref=ctx.base_ref)
+
+
+@contextmanager
+def _writes_held(emit: Emitter) -> Iterator[None]:
+    """On the way out, an error included, the records the emitter still holds are written
+    (the steps they record happened)."""
+    try:
+        yield
+    finally:
+        emit.flush()
 
 
 def record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, to_ref: str) -> None:
@@ -251,6 +262,7 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
                           "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
         checked[pid] = cp
+    emit.flush()  # the verdicts, in one commit
     return checked, rejected
 
 
