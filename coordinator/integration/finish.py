@@ -311,6 +311,8 @@ def derived_bases(ledger: EventLog, run_id: str, run_base: str) -> dict[str, dic
     except Exception:  # noqa: BLE001
         return out
     for e in events:
+        if getattr(e, "topic", T_BASE_DERIVED) != T_BASE_DERIVED:
+            continue  # (a record is built only for the topic read)
         r = Record.from_event(e)
         a = r.artifact
         if r.topic == T_BASE_DERIVED and a.get("parent") == run_base and a.get("base_ref"):
