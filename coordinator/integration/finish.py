@@ -12,9 +12,10 @@ import hashlib
 import json
 import os
 import secrets
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ledger.paging import iter_events
 from ledger.protocols import EventLog
@@ -169,7 +170,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                    replay=integration_records(ctx.ledger, ctx.run_id))
     to_ref = ctx.promote_to or policy.promote_to
     record_inputs(ctx, emit, policy, to_ref)
-    with gitio.ObjectReader(ctx.repo) as reader:  # shared with the canvas (blob cache)
+    with gitio.ObjectReader(ctx.repo) as reader, _writes_held(emit):  # the reader is shared with the canvas
         checked, rejected = record_verified_proposals(ctx, emit, policy, reader)
         cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
                                          ctx.critical_ids) for c in checked.values()]
@@ -183,6 +184,16 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                             emit=emit, why=why, rejected=[{"proposal_id": p, **r.to_dict()}
                                                           for p, r in rejected],
                             base_ref=ctx.base_ref)
+
+
+@contextmanager
+def _writes_held(emit: Emitter) -> Iterator[None]:
+    """On the way out, an error included, the records the emitter still holds are written
+    (the steps they record happened)."""
+    try:
+        yield
+    finally:
+        emit.flush()
 
 
 def record_inputs(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, to_ref: str) -> None:
@@ -253,6 +264,7 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
                           "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
         checked[pid] = cp
+    emit.flush()  # the verdicts, in one commit
     return checked, rejected
 
 
@@ -298,6 +310,8 @@ def derived_bases(ledger: EventLog, run_id: str, run_base: str) -> dict[str, dic
     out: dict[str, dict[str, Any]] = {}
     try:
         for e in iter_events(ledger, run_id):  # a page at a time: only these few records are kept
+            if getattr(e, "topic", T_BASE_DERIVED) != T_BASE_DERIVED:
+                continue  # a record is built only for the topic read
             r = Record.from_event(e)
             a = r.artifact
             if r.topic == T_BASE_DERIVED and a.get("parent") == run_base and a.get("base_ref"):

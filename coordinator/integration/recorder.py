@@ -31,6 +31,15 @@ CHAINED_TOPICS = frozenset({T_PLAN, T_SELECTION, T_VALIDATION, T_GATE, T_PROMOTI
 """The records whose lists name every proposal of the run (held as list chains
 when long); the others list a batch at most, and stay as they are."""
 
+BUFFERED = frozenset({"integration.proposal_verified", "integration.proposal_rejected",
+                      "integration.checkpoint", "integration.apply_result", "integration.conflict_decision"})
+"""The per-proposal records: the Emitter holds them and writes them in one ledger
+transaction (one commit for many records, not one each). Nothing outside the
+integration stage acts on them before the pass's next other record (which writes
+the held ones first) or the end of the step that made them (`flush`); a kill
+before that loses only steps a resumed pass works out again the same way."""
+FLUSH_AT = 256
+
 
 class Emitter:
     """Stamps the artifact header, signs, appends to the ledger.
@@ -47,6 +56,7 @@ class Emitter:
         self.count = 0
         self._replay = list(replay)
         self._cursor = 0
+        self._held: list[tuple[str, dict[str, Any]]] = []
 
     def recorded(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
         """For a caller that can skip a step's work (a validation suite): the
@@ -95,8 +105,28 @@ class Emitter:
                                                   "canonicalization", "kid", "signature")
                            if k in signed}
                 payload["artifact_ref"] = blobs.put(canonical_json(signed))
-        self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
+        if topic in BUFFERED:
+            self._held.append((topic, payload))
+            if len(self._held) >= FLUSH_AT:
+                self.flush()
+        else:
+            self.flush()
+            self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
         return signed
+
+    def flush(self) -> None:
+        """Write the held records, in order, in one ledger transaction."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        transaction = getattr(self.ledger, "transaction", None)
+        if transaction is None or len(held) == 1:
+            for topic, payload in held:
+                self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
+            return
+        with transaction() as tx:
+            for topic, payload in held:
+                tx.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
 
 
 ONE_PER_PASS = frozenset({T_GATE, T_PROMOTION})

@@ -111,6 +111,7 @@ class Stacker:
             self._conflict(pid, cp, att, queue, reorders)
         self._flush()
         self.canvas.publish_head()
+        self._write_held()  # the per-proposal records, in one commit
         return self.state
 
     def _accept(self, pid: str, digest: str, parsed: ParsedDiff, att: Attempt,
@@ -359,6 +360,7 @@ class Stacker:
             reports = [self._run_suite(head_cp, s, validator, "final") for s in suites]
             failing = [s for s, r in zip(suites, reports) if r["result"] != "passed"]
             if not failing or not cps or ejections >= max_ejections:
+                self._write_held()
                 return reports
             ejections += 1
 
@@ -417,6 +419,11 @@ class Stacker:
                                   [c.to_dict() for c in att.conflicts], dec)
         self._flush()
         self.canvas.publish_head()
+        self._write_held()
+
+    def _write_held(self) -> None:
+        """Write the records the emitter holds (an `Emitter` batches the per-proposal ones)."""
+        getattr(self.emit, "flush", lambda: None)()
 
     def _cp_id_of(self, commit: str) -> str:
         if commit == self.canvas.base_ref:

@@ -235,6 +235,13 @@ class CanvasDriver:
         self.emit(T_BATCH, {"artifact_kind": "dome.integration_batch/v1", "batch": self.batches,
                             "object_id": f"batch-{self.batches}", "proposal_ids": ids,
                             "head_ref": self.canvas.head})
+        try:
+            self._integrate(proposals)
+        finally:
+            self.emit.flush()  # the per-proposal records the emitter holds (the steps happened)
+
+    def _integrate(self, proposals: Sequence[Mapping[str, Any]]) -> None:
+        assert self.emit is not None and self.canvas is not None
         # a derived base may name an ancestor's proposal integrated in an earlier batch
         ctx = self._context(proposals, pool=self._accepted())
         reader = self.canvas.reader
