@@ -26,7 +26,7 @@ from ledger import Ledger
 from ledger.export import event_path
 from ledger.paging import iter_events
 from registry.signing import SigningKey
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, make_repo
 from tests.grants.conftest import World, world  # noqa: F401 - the fixture
 from tests.grants.test_verify import CALL
 
@@ -187,17 +187,6 @@ def test_the_grant_cache_holds_attempts_in_flight_only(world: World) -> None:
     assert v.verify(grants[0].token, method="read_file", **CALL).warm is False  # verified afresh if it comes back
 
 
-def _tiny_repo(root: Path) -> Path:
-    from tests.conftest import git
-    repo = root / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "a.txt").write_text("a\n")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "base")
-    return repo
-
-
 def _head(repo: Path) -> str:
     from tests.conftest import git
     return git(repo, "rev-parse", "HEAD")
@@ -212,7 +201,7 @@ def test_checkpoints_share_the_stack_and_keep_its_digest(tmp_path: Path) -> None
 
     n = 1500
     ids = [f"pp-{i:024x}" for i in range(n)]
-    repo = _tiny_repo(tmp_path)
+    repo = make_repo(tmp_path / "repo")
     canvas = Canvas(repo, _head(repo), run_id="r", create_worktree=False)
     try:
         tracemalloc.start()
@@ -252,7 +241,7 @@ def test_a_growing_stack_flushes_its_objects_as_it_goes(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(gitio.ObjectStore, "FLUSH_BYTES", 256 * 1024)
     n = 400
-    repo = _tiny_repo(tmp_path)
+    repo = make_repo(tmp_path / "repo")
     canvas = Canvas(repo, _head(repo), run_id="r", create_worktree=False)
     try:
         blob = canvas.store.write("blob", b"x\n")

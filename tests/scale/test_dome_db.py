@@ -22,14 +22,9 @@ def _argv(argv: tuple[str, ...], run_id: str) -> list[str]:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> tuple[Path, Path, str]:
     """One real `dome run` whose ledger lives where DOME_DB says, not under --ops-root."""
-    from tests.conftest import git
+    from tests.conftest import make_repo
     tmp = tmp_path_factory.mktemp("domedb")
-    repo = tmp / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("x\n")
-    git(repo, "add", ".")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "init")
+    repo = make_repo(tmp / "repo")
     q = write_queue(tmp, repo, [cmd_task("one", "echo 1 > one.txt")])
     db = tmp / "elsewhere" / "ledger.db"
     db.parent.mkdir()
