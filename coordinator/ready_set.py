@@ -25,7 +25,7 @@ import heapq
 from typing import Any, Iterable, Mapping
 
 from .runstate import RunState
-from .scheduler import (SchedulerPolicy, build_decision, duplicable, duplicates_allowed, entry, scores, sort_key,
+from .scheduler import (SchedulerPolicy, attempts_left, build_decision, duplicable, duplicates_allowed, entry, scores, sort_key,
                         status_of, statuses)
 from .workqueue import Graph
 
@@ -126,8 +126,9 @@ class ReadySet:
         """What `scheduler.decide(graph, state, policy, seed, wave_index)` returns."""
         self.refresh(state)
         free = policy.max_parallel - self.active_total
-        if policy.max_total_attempts is not None:
-            free = min(free, policy.max_total_attempts - (state.total_attempts - state.lost_attempts))
+        left = attempts_left(state, policy)
+        if left is not None:
+            free = min(free, left)
         if free <= 0:
             return None
         n_ready = self.counts.get("ready", 0)

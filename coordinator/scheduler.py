@@ -100,11 +100,18 @@ def stranded(status: Mapping[str, str], state: Any, policy: SchedulerPolicy) -> 
     """The ready nodes that can never be dispatched: the run's attempt budget is spent (it
     comes back only through attempts a coordinator restart lost, which a ready node cannot
     wait for). The loop records them as abandoned, so the run ends instead of waiting. Pure."""
-    if policy.max_total_attempts is None:
-        return []
-    if policy.max_total_attempts - (state.total_attempts - state.lost_attempts) > 0:
+    left = attempts_left(state, policy)
+    if left is None or left > 0:
         return []
     return sorted(n for n, s in status.items() if s == "ready")
+
+
+def attempts_left(state: Any, policy: SchedulerPolicy) -> int | None:
+    """Attempts the run's budget still allows (None: no budget). A coordinator crash costs the
+    tasks nothing: attempts it lost are not spent."""
+    if policy.max_total_attempts is None:
+        return None
+    return policy.max_total_attempts - (state.total_attempts - state.lost_attempts)
 
 
 def statuses(graph: Graph, state: RunState) -> dict[str, str]:
@@ -161,8 +168,7 @@ def decide(graph: Graph, state: RunState, policy: SchedulerPolicy, seed: int,
     st = dict(status) if status is not None else statuses(graph, state)
     active_total = sum(len(state.node(n).active) for n in graph.nodes)
     free = policy.max_parallel - active_total
-    spent = state.total_attempts - state.lost_attempts  # a coordinator crash costs the tasks nothing
-    budget_left = None if policy.max_total_attempts is None else policy.max_total_attempts - spent
+    budget_left = attempts_left(state, policy)
     if budget_left is not None:
         free = min(free, budget_left)
     if free <= 0:

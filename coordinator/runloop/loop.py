@@ -298,9 +298,8 @@ class RunLoop(AttemptLifecycle):
             st = self.writer.state
             decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, ready=self.ready)
             if decision is None:
-                if self._abandon_stranded(st):
-                    return 0
-                self._idle_at = self.writer.appends
+                if not self._abandon_stranded(st):  # (a recorded abandonment is news: look again)
+                    self._idle_at = self.writer.appends
                 return 0
             wave_id = decision["wave_id"]
             base_source = self._wave_base()
