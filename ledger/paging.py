@@ -17,7 +17,8 @@ PAGE = 1000
 (a run writes about 14 records, 47 KB, per task: a page is some 70 tasks)."""
 
 
-def _sequence(ev: Any) -> int:
+def sequence_of(ev: Any) -> int:
+    """An event's sequence (a stored record, or its mapping form)."""
     return int(ev["sequence"] if isinstance(ev, Mapping) else ev.sequence)
 
 
@@ -31,7 +32,7 @@ def iter_events(source: EventSource, run_id: str, *, since: int = 0, page: int |
         batch = source.events(run_id, since=since, limit=page)
         full = len(batch) == page
         if batch:
-            since = _sequence(batch[-1])
+            since = sequence_of(batch[-1])
         yield from batch
         del batch  # one page in memory, not two: this one goes before the next is read
         if not full:

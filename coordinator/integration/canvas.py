@@ -122,11 +122,16 @@ class Attempt:
         return not self.conflicts and not self.violations
 
 
+ROWS_KEPT = 1 << 16
+"""Formatted tree entries a TreeState keeps (some 10 MB at most)."""
+
+
 class TreeState:
     """The head tree held in memory: lazily loaded directories, dirty tracking."""
 
     def __init__(self, reader: gitio.ObjectStore, writer: gitio.ObjectStore, root: str) -> None:
         self._reader, self._writer = reader, writer
+        self._rows: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}  # format_tree's entry cache
         self.reset(root)
 
     def reset(self, root: str) -> None:
@@ -197,6 +202,8 @@ class TreeState:
             d = posixpath.dirname(d)
 
     def write(self) -> str:
+        if len(self._rows) > ROWS_KEPT:  # entries of trees long gone: start afresh
+            self._rows.clear()
         for d in sorted(self._dirty, key=lambda x: (-x.count("/") if x else 1, x)):
             if d == "":
                 continue
@@ -206,7 +213,7 @@ class TreeState:
             assert pe is not None
             if entries:
                 oid = self._writer.write("tree", gitio.format_tree(
-                    (m, n, o) for n, (m, o) in entries.items()))
+                    [(m, n, o) for n, (m, o) in entries.items()], self._rows))
                 pe[name] = ("040000", oid)
                 self._clean[d] = oid
             else:
@@ -215,7 +222,7 @@ class TreeState:
                 self._clean.pop(d, None)
         root_entries = self._entries("") or {}
         self.root = self._writer.write("tree", gitio.format_tree(
-            (m, n, o) for n, (m, o) in root_entries.items()))
+            [(m, n, o) for n, (m, o) in root_entries.items()], self._rows))
         self._clean[""] = self.root
         self._dirty.clear()
         return self.root

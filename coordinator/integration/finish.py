@@ -32,7 +32,7 @@ from .gate import evaluate_chain
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
 from .proposals import BaseInspector, verify_proposal
-from .recorder import (INTEGRATION_PREFIXES, Emitter, blobs_of, event_count, git_facts, integration_records,
+from .recorder import (INTEGRATION_PREFIXES, Emitter, RunRecords, blobs_of, event_count, git_facts,
                        records_of, run_dir, write_json)
 from .stacking import Stacker, Validator
 from .validation import SuiteRunner, suite_name
@@ -158,7 +158,9 @@ def apply_task_meta(p: Mapping[str, Any], task_meta: Mapping[str, Mapping[str, A
 
 
 def finish_run(ctx: FinishContext) -> FinishResult:
-    done = recorded_result(ctx.ledger, ctx.run_id)
+    # the run's events are read once here, and at the gate only the records appended since
+    scan = RunRecords(ctx.ledger, ctx.run_id, also=frozenset({T_BASE_DERIVED}))
+    done = recorded_result(ctx.ledger, ctx.run_id, records=scan.integration)
     if done is not None:  # resumed after the decision: nothing is applied or promoted twice
         if done.promotion is not None:  # a kill may have come before its files were written
             export_promotion(records_of(ctx.ledger, ctx.run_id), done.promotion, ctx.signing_key, ctx.ops_root,
@@ -167,11 +169,11 @@ def finish_run(ctx: FinishContext) -> FinishResult:
     policy = ctx.policy or IntegrationPolicy.load()
     keyring = ctx.keyring or Keyring({ctx.signing_key.kid: ctx.signing_key.public})
     emit = Emitter(ctx.ledger, ctx.run_id, ctx.signing_key, ctx.clock, ctx.wave_id,
-                   replay=integration_records(ctx.ledger, ctx.run_id))
+                   replay=scan.integration)
     to_ref = ctx.promote_to or policy.promote_to
     record_inputs(ctx, emit, policy, to_ref)
     with gitio.ObjectReader(ctx.repo) as reader, _writes_held(emit):  # the reader is shared with the canvas
-        checked, rejected = record_verified_proposals(ctx, emit, policy, reader)
+        checked, rejected = record_verified_proposals(ctx, emit, policy, reader, derived_records=scan.other)
         cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
                                          ctx.critical_ids) for c in checked.values()]
         plan, index = plan_stack(cands, base_ref=ctx.base_ref, seed=ctx.seed, policy=policy,
@@ -183,7 +185,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
                             keyring=keyring, policy=policy, to_ref=to_ref, ops_root=ctx.ops_root,
                             emit=emit, why=why, rejected=[{"proposal_id": p, **r.to_dict()}
                                                           for p, r in rejected],
-                            base_ref=ctx.base_ref)
+                            base_ref=ctx.base_ref, records=scan.refresh())
 
 
 @contextmanager
@@ -216,15 +218,17 @@ def _reject(emit: Emitter, rejected: list, pid: str, p: Mapping[str, Any], rej: 
 
 
 def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy,
-                              reader: gitio.ObjectReader) -> tuple[dict[str, Any], list]:
-    """Step 1: check every proposal on its own and record each verdict; returns (checked by id, rejections)."""
+                              reader: gitio.ObjectReader, derived_records: Sequence[Record] | None = None
+                              ) -> tuple[dict[str, Any], list]:
+    """Step 1: check every proposal on its own and record each verdict; returns (checked by id, rejections).
+    `derived_records`: the run's `task.base_derived` records, when the caller has read them."""
     from .proposals import INTEGRITY, REDUNDANT, Rejection
 
     load = ctx.diff_loader or default_diff_loader(ctx.ledger)
     proposals = [apply_task_meta(unwrap_proposal(p), ctx.task_meta) for p in ctx.proposals]
     pool = proposals if ctx.derivation_pool is None else [
         *proposals, *(unwrap_proposal(p) for p in ctx.derivation_pool)]
-    derived = derived_bases(ctx.ledger, ctx.run_id, ctx.base_ref)
+    derived = derived_bases(ctx.ledger, ctx.run_id, ctx.base_ref, records=derived_records)
     derived_trees: dict[str, str] = {}
     checked: dict[str, Any] = {}
     rejected: list = []
@@ -304,21 +308,26 @@ def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPo
 T_BASE_DERIVED = "task.base_derived"
 
 
-def derived_bases(ledger: EventLog, run_id: str, run_base: str) -> dict[str, dict[str, Any]]:
+def derived_bases(ledger: EventLog, run_id: str, run_base: str,
+                  records: Sequence[Record] | None = None) -> dict[str, dict[str, Any]]:
     """Derived bases the run loop built for dependent tasks (`task.base_derived`):
-    run base + the listed proposals applied in order."""
+    run base + the listed proposals applied in order. `records`: those events, when
+    the caller has read them (else the run's events are read, a page at a time)."""
     out: dict[str, dict[str, Any]] = {}
     try:
-        for e in iter_events(ledger, run_id):  # a page at a time: only these few records are kept
-            if getattr(e, "topic", T_BASE_DERIVED) != T_BASE_DERIVED:
-                continue  # a record is built only for the topic read
-            r = Record.from_event(e)
+        for r in (records if records is not None else _base_derived_records(ledger, run_id)):
             a = r.artifact
             if r.topic == T_BASE_DERIVED and a.get("parent") == run_base and a.get("base_ref"):
                 out[str(a["base_ref"])] = dict(a)
     except Exception:  # noqa: BLE001
         return {}
     return out
+
+
+def _base_derived_records(ledger: EventLog, run_id: str) -> Iterator[Record]:
+    for e in iter_events(ledger, run_id):  # a page at a time: only these few records are kept
+        if getattr(e, "topic", T_BASE_DERIVED) == T_BASE_DERIVED:  # a record is built only for the topic read
+            yield Record.from_event(e)
 
 
 def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: Sequence[Mapping[str, Any]],
@@ -357,10 +366,13 @@ def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: S
     return None
 
 
-def recorded_result(ledger: EventLog, run_id: str) -> FinishResult | None:
+def recorded_result(ledger: EventLog, run_id: str, records: Sequence[Record] | None = None
+                    ) -> FinishResult | None:
     """The outcome already in the ledger (a promotion decision, or a run held
-    at the human gate), or None when the integration stage has not decided."""
-    records = records_of(ledger, run_id, prefixes=INTEGRATION_PREFIXES)
+    at the human gate), or None when the integration stage has not decided.
+    `records`: the run's integration records, when the caller has read them."""
+    if records is None:
+        records = records_of(ledger, run_id, prefixes=INTEGRATION_PREFIXES)
     promos = [r for r in records if r.topic == T_PROMOTION]
     gates = [r for r in records if r.topic == T_GATE]
     gate = dict(gates[-1].artifact) if gates else {}
@@ -400,8 +412,12 @@ def gate_and_promote(ledger: EventLog, run_id: str, *, repo: Path, key: SigningK
                      policy: IntegrationPolicy | None, to_ref: str, ops_root: Path, emit: Emitter,
                      why: dict[str, Any] | None = None, rejected: list | None = None,
                      base_ref: str = "", issue_consent: bool = True,
-                     tasks_not_landed: Sequence[Mapping[str, Any]] | None = None) -> FinishResult:
-    records = records_of(ledger, run_id, prefixes=INTEGRATION_PREFIXES)  # all the gate reads
+                     tasks_not_landed: Sequence[Mapping[str, Any]] | None = None,
+                     records: Sequence[Record] | None = None) -> FinishResult:
+    """`records`: the run's integration records, read after the last of them was written
+    (else they are read here); they are all the gate reads."""
+    if records is None:
+        records = records_of(ledger, run_id, prefixes=INTEGRATION_PREFIXES)
     if policy is None:
         from .evidence import policy_from_record
         pol = [r for r in records if r.topic == T_POLICY]

@@ -178,18 +178,27 @@ def parse_tree(data: bytes) -> list[tuple[str, str, str]]:
     return out
 
 
-def tree_sort_key(item: tuple[str, str, str]) -> bytes:
-    mode, name, _ = item
+def tree_row(mode: str, name: str, oid: str) -> tuple[bytes, bytes]:
+    """One tree entry as (its sort key, its bytes in the tree object)."""
     raw = name.encode("utf-8", "surrogateescape")
-    return raw + b"/" if mode == "040000" else raw
+    m = "40000" if mode == "040000" else mode
+    return (raw + b"/" if mode == "040000" else raw), m.encode() + b" " + raw + b"\x00" + bytes.fromhex(oid)
 
 
-def format_tree(entries: Iterable[tuple[str, str, str]]) -> bytes:
-    out = bytearray()
-    for mode, name, oid in sorted(entries, key=tree_sort_key):
-        m = "40000" if mode == "040000" else mode
-        out += m.encode() + b" " + name.encode("utf-8", "surrogateescape") + b"\x00" + bytes.fromhex(oid)
-    return bytes(out)
+def format_tree(entries: Iterable[tuple[str, str, str]],
+                rows: dict[tuple[str, str, str], tuple[bytes, bytes]] | None = None) -> bytes:
+    """A tree object's bytes. `rows`: a cache of `tree_row` by (mode, name, oid), kept
+    by a caller that writes trees sharing most of their entries (a growing directory)."""
+    out = []
+    for e in entries:
+        row = rows.get(e) if rows is not None else None
+        if row is None:
+            row = tree_row(*e)
+            if rows is not None:
+                rows[e] = row
+        out.append(row)
+    out.sort()  # names are unique in a tree, so only the keys are ever compared
+    return b"".join([seg for _key, seg in out])
 
 
 def format_commit(tree: str, parents: list[str], message: str, *, when: int,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ledger.blobs import BlobStore
-from ledger.paging import iter_events
+from ledger.paging import iter_events, sequence_of
 from ledger.protocols import EventLog, EventSource
 from registry.canonical import canonical_json
 from registry.gitoid import is_git_oid
@@ -229,10 +229,44 @@ def records_of(ledger: EventSource, run_id: str,
     for e in iter_events(ledger, run_id):
         if keep is not None and _topic_of(e).split(".", 1)[0] not in keep:
             continue
-        rec = Record.from_event(e)
-        full = full_artifact(rec.topic, rec.artifact, store, faults, f"#{rec.sequence} {rec.topic}")
-        out.append(rec if full is rec.artifact else Record(rec.sequence, rec.topic, full))
+        out.append(_loaded(e, store, faults))
     return out
+
+
+def _loaded(e: Any, store: BlobStore | None, faults: list[tuple[str, ListChainBroken]] | None) -> Record:
+    """An event as a Record whose artifact is the signed one (`full_artifact`)."""
+    rec = Record.from_event(e)
+    full = full_artifact(rec.topic, rec.artifact, store, faults, f"#{rec.sequence} {rec.topic}")
+    return rec if full is rec.artifact else Record(rec.sequence, rec.topic, full)
+
+
+class RunRecords:
+    """A run's integration records (INTEGRATION_PREFIXES, loaded as `records_of` loads
+    them) and its records of the `also` topics, kept current by reading only what was
+    appended since the last read. A stage that needs the integration records at its
+    start (a decision already taken, steps to adopt, derived bases) and again at its
+    end (the gate) reads the run's events once, a page at a time, and then only its
+    own records: nothing but the kept records is held."""
+
+    def __init__(self, ledger: EventSource, run_id: str, also: frozenset[str] = frozenset()) -> None:
+        self.ledger, self.run_id, self.also = ledger, run_id, also
+        self.integration: list[Record] = []
+        self.other: list[Record] = []
+        self.last = 0  # the sequence read up to
+        self.refresh()
+
+    def refresh(self) -> list[Record]:
+        """Read the events appended since the last read; returns the integration records."""
+        store = blobs_of(self.ledger)
+        keep = frozenset(INTEGRATION_PREFIXES)
+        for e in iter_events(self.ledger, self.run_id, since=self.last):
+            self.last = sequence_of(e)
+            topic = _topic_of(e)
+            if topic.split(".", 1)[0] in keep:
+                self.integration.append(_loaded(e, store, None))
+            elif topic in self.also:
+                self.other.append(Record.from_event(e))
+        return self.integration
 
 
 def event_count(ledger: EventSource, run_id: str) -> int:

@@ -22,10 +22,10 @@ from typing import Any, Mapping, Sequence
 
 from coordinator.integration.canvas import Canvas
 from coordinator.integration.evidence import T_PLAN, T_SELECTION
-from coordinator.integration.finish import (FinishContext, record_inputs, record_verified_proposals, suites_for,
-                                            export_promotion, finish_recorded_promotion, gate_and_promote,
+from coordinator.integration.finish import (T_BASE_DERIVED, FinishContext, record_inputs,
+                                            record_verified_proposals, suites_for, export_promotion, finish_recorded_promotion, gate_and_promote,
                                             recorded_result)
-from coordinator.integration.recorder import Emitter, integration_records, records_of, run_dir
+from coordinator.integration.recorder import Emitter, RunRecords, records_of, run_dir
 from coordinator.integration.planning import Candidate, final_plan, plan_stack
 from coordinator.integration.stacking import Stacker
 from coordinator.integration.validation import SuiteRunner, suite_name
@@ -64,6 +64,7 @@ class CanvasDriver:
         self.canvas: Canvas | None = None
         self.stacker: Stacker | None = None
         self.emit: Emitter | None = None
+        self.scan: RunRecords | None = None  # the run's integration and derived-base records, read as they come
         self.plans: list[Any] = []  # each batch's plan, in order
         self.rejected: list[tuple[str, Any]] = []
         self.checked: dict[str, Any] = {}
@@ -103,8 +104,8 @@ class CanvasDriver:
         if self.canvas is not None:
             return
         ctx = self._context([])
-        self.emit = Emitter(ctx.ledger, self.run_id, ctx.signing_key, ctx.clock,
-                            replay=integration_records(self.loop.ctx.ledger, self.run_id))
+        self.scan = RunRecords(self.loop.ctx.ledger, self.run_id, also=frozenset({T_BASE_DERIVED}))
+        self.emit = Emitter(ctx.ledger, self.run_id, ctx.signing_key, ctx.clock, replay=self.scan.integration)
         record_inputs(ctx, self.emit, self.ipolicy, self.wq.promote_to or self.ipolicy.promote_to)
         self.canvas = Canvas(self.repo, self.base_ref, run_id=self.run_id,
                              workdir=run_dir(ctx.ops_root, self.run_id) / "canvas",
@@ -245,7 +246,10 @@ class CanvasDriver:
         # a derived base may name an ancestor's proposal integrated in an earlier batch
         ctx = self._context(proposals, pool=self._accepted())
         reader = self.canvas.reader
-        checked, rejected = record_verified_proposals(ctx, self.emit, self.ipolicy, reader)
+        assert self.scan is not None
+        self.scan.refresh()  # the derived bases recorded since the last batch (the events since, not the run)
+        checked, rejected = record_verified_proposals(ctx, self.emit, self.ipolicy, reader,
+                                                      derived_records=self.scan.other)
         self.rejected.extend(rejected)
         cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), self.ipolicy,
                                          self.critical) for c in checked.values()]
@@ -347,7 +351,8 @@ class CanvasDriver:
                                ops_root=Path(self.loop.ctx.ops_root), emit=self.emit,
                                why=dict(state.why_blocked),
                                rejected=[{"proposal_id": p, **r.to_dict()} for p, r in self.rejected],
-                               base_ref=self.base_ref, tasks_not_landed=fc.partial.not_landed_rows())
+                               base_ref=self.base_ref, tasks_not_landed=fc.partial.not_landed_rows(),
+                               records=self.scan.refresh() if self.scan is not None else None)
         return outcome_of(fc, res)
 
     def close(self) -> None:
