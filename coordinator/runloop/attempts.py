@@ -43,6 +43,8 @@ class AttemptLifecycle:
     live: dict[str, Live]
     attempts: dict[str, dict[str, Any]]
     timings: dict[str, Any]
+    canvas: Any
+    _acks: list[tuple[str, dict[str, Any], dict[str, Any]]]  # task.ack drafts for the next transaction
 
     def _base_for(self, node_id: str) -> tuple[str, str, dict[str, Any] | None]:
         """The commit an attempt of node_id starts from: the run base, or a derived
@@ -69,15 +71,16 @@ class AttemptLifecycle:
         return derived.base_ref, derived.base_tree_hash, derived.to_event(node_id)
 
     def _spawn_spec(self, node_id: str, neid: str, wave_id: str, attempt: int, grant: Any,
-                    base: tuple[str, str] | None = None) -> dict[str, Any]:
+                    base: tuple[str, str], inputs: tuple[int, str], profile_ref: str) -> dict[str, Any]:
+        """`inputs`: (seed, inputs hash) from RunLoop._inputs; `profile_ref`: the grant's profile digest."""
         node = self.node(node_id)
-        base_sha, base_tree = base or (self.wave_sha, self.wave_tree)
-        nseed, inputs_hash = self._inputs(node_id, base_sha)
+        base_sha, base_tree = base
+        nseed, inputs_hash = inputs
         return {
             "artifact_kind": "dome.spawn_spec/v1", "version": "1.0.0",
             "run_id": self.run_id, "wave_id": wave_id, "node_id": node_id, "node_execution_id": neid,
             "task_id": node_id, "task_spec_ref": node.task_spec_digest,
-            "tool_profile_ref": grants_io.profile_ref(grant),
+            "tool_profile_ref": profile_ref,
             "container_ref": (node.task.get("containers") or [self.container_ref])[0],
             "action_spec": dict(node.action_spec), "determinism_seed": nseed,
             "inputs_hash": inputs_hash,
@@ -99,7 +102,8 @@ class AttemptLifecycle:
             capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
             policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
             worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
-        spec = self._spawn_spec(nid, neid, wave_id, attempt, grant, (base_sha, base_tree))
+        pref = issued["payload_digest"]  # the grant's profile digest (grants_io.profile_ref), computed once
+        spec = self._spawn_spec(nid, neid, wave_id, attempt, grant, (base_sha, base_tree), (nseed, inputs_hash), pref)
         validate_spawn_spec(spec)
         keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
         drafts: list[tuple[str, dict, dict]] = []
@@ -108,7 +112,7 @@ class AttemptLifecycle:
         drafts.append((grants_io.ISSUED_TOPIC, issued, keys))
         drafts.append((rs.TASK_DISPATCHED, {
             "node_execution_id": neid, "attempt": attempt, "kind": kind, "wave_id": wave_id,
-            "spawn_spec_digest": digest_json(spec), "tool_profile_ref": grants_io.profile_ref(grant),
+            "spawn_spec_digest": digest_json(spec), "tool_profile_ref": pref,
             "profile_id": grant.profile_id, "jti": grant.jti,
             "executor": self.executor.name, "sandbox": self.ctx.sandbox, "base_ref": base_sha,
             "timeout_s": node.timeout_s}, dict(keys)))
@@ -190,9 +194,17 @@ class AttemptLifecycle:
                 if not ns.acked:
                     acks.append(nid)
         if acks:
-            self.writer.append_many([(rs.TASK_ACK, {"node_execution_id": st.node(n).succeeded_by,
-                                                    "accepted": True,
-                                                    "proposal_id": (st.proposal_of.get(st.node(n).succeeded_by)
-                                                                    or {}).get("proposal_id")},
-                                      {"node_id": n, "node_execution_id": st.node(n).succeeded_by, "task_id": n})
-                                     for n in acks])
+            drafts = [(rs.TASK_ACK, {"node_execution_id": st.node(n).succeeded_by, "accepted": True,
+                                     "proposal_id": (st.proposal_of.get(st.node(n).succeeded_by)
+                                                     or {}).get("proposal_id")},
+                       {"node_id": n, "node_execution_id": st.node(n).succeeded_by, "task_id": n}) for n in acks]
+            if self.canvas is None:  # they join the next wave's transaction (or go alone if none follows)
+                self._acks.extend(drafts)
+            else:  # the canvas integrates what is acked in this tick
+                self.writer.append_many(drafts)
+
+    def _write_acks(self) -> None:
+        """The acks `_supervise` held, in a transaction of their own."""
+        acks, self._acks = self._acks, []
+        if acks:
+            self.writer.append_many(acks)

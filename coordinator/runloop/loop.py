@@ -116,6 +116,7 @@ class RunLoop(AttemptLifecycle):
         self.attempts: dict[str, dict[str, Any]] = {}
         self._derived: dict[tuple[str, ...], DerivedBase] = {}
         self._to_check: set[str] = set(wq.graph.nodes)  # nodes whose acks/losers need a look (all, at start)
+        self._acks: list[tuple[str, dict, dict]] = []  # task.ack drafts _supervise holds for _schedule
         self._idle_at = -1  # writer.appends when the scheduler last found nothing to do
         self.ready = ReadySet(self.graph, state)  # statuses and ready nodes, updated by what changes
         self.writer = LedgerWriter(ctx.ledger, run_id, ctx.signer, state, on_record=self._on_record,
@@ -293,12 +294,13 @@ class RunLoop(AttemptLifecycle):
 
     def _schedule(self) -> int:
         with self.writer.lock:
-            if self.writer.appends == self._idle_at:  # nothing happened since the last empty decision
+            if self.writer.appends == self._idle_at and not self._acks:  # nothing happened since the last empty decision
                 return 0
             st = self.writer.state
             decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, ready=self.ready)
             if decision is None:
-                if not self._abandon_stranded(st):  # (a recorded abandonment is news: look again)
+                self._write_acks()
+                if not self._abandon_stranded(self.writer.state):  # (a recorded abandonment is news: look again)
                     self._idle_at = self.writer.appends
                 return 0
             wave_id = decision["wave_id"]
@@ -317,6 +319,10 @@ class RunLoop(AttemptLifecycle):
                                                   derivation=derivation)
                 drafts.extend(more)
                 launches.append(launch)
+            # the acks _supervise held go after the wave (the decision was made on the state before
+            # them, which is what a replay folds), in the same transaction: one commit, not two
+            drafts.extend(self._acks)
+            self._acks = []
             self.writer.append_many(drafts, signed=SIGNED_TOPICS)
         self.launch(launches)
         return len(launches)
@@ -412,6 +418,7 @@ class RunLoop(AttemptLifecycle):
                 self.egress_gate.stop()
 
     def _cancel_all(self) -> RunOutcome:
+        self._write_acks()
         for neid in list(self.live):
             self.executor.kill(neid, "run cancelled")
             self._end_attempt(neid, rs.TASK_CANCELLED, {"reason": self.cancel_reason}, "run cancelled")
