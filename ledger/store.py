@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, func, or_, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from registry.canonical import canonical_json
@@ -428,6 +428,26 @@ class Ledger:
                 rows = conn.connection.driver_connection.execute(sql, (run_id, since)).fetchall()
             else:
                 rows = conn.execute(q).all()
+        with _no_cyclic_gc():
+            return [_record_from_row(run_id, r) for r in rows]
+
+    def events_matching(self, run_id: str, since: int = 0, limit: int | None = None, *,
+                        topics: Sequence[str] = (), prefixes: Sequence[str] = ()) -> list[EventRecord]:
+        """`events`, only those whose topic is one of `topics` or starts with one of
+        `prefixes` followed by a dot (say "integration"): the database leaves the
+        others out, so a reader after a few topics never parses the run's other records."""
+        conds = [events.c.topic.in_(list(topics))] if topics else []
+        # equality of the first characters: exact under any collation (LIKE is not, in SQLite)
+        conds += [func.substr(events.c.topic, 1, len(p) + 1) == f"{p}." for p in prefixes]
+        if not conds:
+            return []
+        q = (select(*[events.c[name] for name in _READ_COLUMNS])
+             .where(events.c.run_id == run_id, events.c.sequence > since, or_(*conds))
+             .order_by(events.c.sequence))
+        if limit is not None:
+            q = q.limit(limit)
+        with self.engines.read.connect() as conn:
+            rows = conn.execute(q).all()
         with _no_cyclic_gc():
             return [_record_from_row(run_id, r) for r in rows]
 

@@ -158,7 +158,7 @@ def apply_task_meta(p: Mapping[str, Any], task_meta: Mapping[str, Mapping[str, A
 
 
 def finish_run(ctx: FinishContext) -> FinishResult:
-    # the run's events are read once here, and at the gate only the records appended since
+    # the integration and derived-base records are read once here, and at the gate only those appended since
     scan = RunRecords(ctx.ledger, ctx.run_id, also=frozenset({T_BASE_DERIVED}))
     done = recorded_result(ctx.ledger, ctx.run_id, records=scan.integration)
     if done is not None:  # resumed after the decision: nothing is applied or promoted twice
@@ -325,9 +325,8 @@ def derived_bases(ledger: EventLog, run_id: str, run_base: str,
 
 
 def _base_derived_records(ledger: EventLog, run_id: str) -> Iterator[Record]:
-    for e in iter_events(ledger, run_id):  # a page at a time: only these few records are kept
-        if getattr(e, "topic", T_BASE_DERIVED) == T_BASE_DERIVED:  # a record is built only for the topic read
-            yield Record.from_event(e)
+    for e in iter_events(ledger, run_id, topics={T_BASE_DERIVED}):  # only these few records are read
+        yield Record.from_event(e)
 
 
 def _rebuild_derived_base(ctx: FinishContext, d: Mapping[str, Any], proposals: Sequence[Mapping[str, Any]],

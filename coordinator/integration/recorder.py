@@ -220,15 +220,13 @@ def records_of(ledger: EventSource, run_id: str,
     """The run's records, with externalized artifacts and chained lists loaded
     from the blob store (`full_artifact`; broken chains are added to `faults`).
     With `prefixes` (say INTEGRATION_PREFIXES), only the records whose topic
-    starts with one of them: the events are read a page at a time and the
-    others dropped, so the run's thousands of worker and grant events are
-    never all in memory at once."""
+    starts with one of them and a dot: the events are read a page at a time and
+    the others left out by the database (`ledger.paging.iter_events`), so the
+    run's thousands of worker and grant events are never read."""
     out = []
     store = blobs_of(ledger)
     keep = None if prefixes is None else frozenset(prefixes)
-    for e in iter_events(ledger, run_id):
-        if keep is not None and _topic_of(e).split(".", 1)[0] not in keep:
-            continue
+    for e in (iter_events(ledger, run_id) if keep is None else iter_events(ledger, run_id, prefixes=keep)):
         out.append(_loaded(e, store, faults))
     return out
 
@@ -245,8 +243,8 @@ class RunRecords:
     them) and its records of the `also` topics, kept current by reading only what was
     appended since the last read. A stage that needs the integration records at its
     start (a decision already taken, steps to adopt, derived bases) and again at its
-    end (the gate) reads the run's events once, a page at a time, and then only its
-    own records: nothing but the kept records is held."""
+    end (the gate) reads them once, and then only its own new ones; the database
+    leaves the run's other events out (`ledger.paging.iter_events`)."""
 
     def __init__(self, ledger: EventSource, run_id: str, also: frozenset[str] = frozenset()) -> None:
         self.ledger, self.run_id, self.also = ledger, run_id, also
@@ -258,14 +256,13 @@ class RunRecords:
     def refresh(self) -> list[Record]:
         """Read the events appended since the last read; returns the integration records."""
         store = blobs_of(self.ledger)
-        keep = frozenset(INTEGRATION_PREFIXES)
-        for e in iter_events(self.ledger, self.run_id, since=self.last):
+        for e in iter_events(self.ledger, self.run_id, since=self.last, topics=self.also,
+                             prefixes=INTEGRATION_PREFIXES):  # the database leaves the other topics out
             self.last = sequence_of(e)
-            topic = _topic_of(e)
-            if topic.split(".", 1)[0] in keep:
-                self.integration.append(_loaded(e, store, None))
-            elif topic in self.also:
+            if _topic_of(e) in self.also:
                 self.other.append(Record.from_event(e))
+            else:
+                self.integration.append(_loaded(e, store, None))
         return self.integration
 
 
