@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import posixpath
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -41,19 +40,15 @@ import git as gitpython
 from registry import diffs, limits
 from registry.canonical import canonical_json, digest_json
 from registry.diffs import DiffError, FilePatch, ParsedDiff
-from registry.errors import DomeError
 
 from ..persistent import PVector
 from . import gitio, tree_rules
 from .gitio import GitError, ObjectReader
 from .policy import IntegrationPolicy
+from .tree_state import CanvasError, TreeState
 
 CHECKPOINT_REF = "refs/dome/runs/{run_id}/checkpoints/{n:04d}"
 HEAD_REF = "refs/dome/runs/{run_id}/head"
-
-
-class CanvasError(DomeError):
-    code = "CANVAS_ERROR"
 
 
 @dataclass(frozen=True)
@@ -120,112 +115,6 @@ class Attempt:
     @property
     def clean(self) -> bool:
         return not self.conflicts and not self.violations
-
-
-ROWS_KEPT = 1 << 16
-"""Formatted tree entries a TreeState keeps (some 10 MB at most)."""
-
-
-class TreeState:
-    """The head tree held in memory: lazily loaded directories, dirty tracking."""
-
-    def __init__(self, reader: gitio.ObjectStore, writer: gitio.ObjectStore, root: str) -> None:
-        self._reader, self._writer = reader, writer
-        self._rows: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}  # format_tree's entry cache
-        self.reset(root)
-
-    def reset(self, root: str) -> None:
-        self._dirs: dict[str, dict[str, tuple[str, str]]] = {}
-        self._clean: dict[str, str] = {"": root}
-        self._dirty: set[str] = set()
-        self.root = root
-
-    def _entries(self, d: str) -> dict[str, tuple[str, str]] | None:
-        if d in self._dirs:
-            return self._dirs[d]
-        oid = self._clean.get(d)
-        if oid is None:
-            if d == "":
-                return None
-            parent, name = posixpath.split(d)
-            pe = self._entries(parent)
-            if pe is None or name not in pe or pe[name][0] != "040000":
-                return None
-            oid = pe[name][1]
-        typ, data = self._reader.read(oid)
-        entries = {name: (mode, o) for mode, name, o in gitio.parse_tree(data)}
-        self._dirs[d] = entries
-        self._clean[d] = oid
-        return entries
-
-    def get(self, path: str) -> tuple[str, str] | None:
-        d, name = posixpath.split(path)
-        e = self._entries(d)
-        if e is None:
-            return None
-        got = e.get(name)
-        return got if got and got[0] != "040000" else None
-
-    def is_dir(self, path: str) -> bool:
-        return self._entries(path) is not None
-
-    def set(self, path: str, mode: str, oid: str) -> None:
-        d, name = posixpath.split(path)
-        self._ensure_dir(d)
-        self._dirs[d][name] = (mode, oid)
-        self._mark(d)
-
-    def remove(self, path: str) -> None:
-        d, name = posixpath.split(path)
-        e = self._entries(d)
-        if e is not None and name in e:
-            del e[name]
-            self._mark(d)
-
-    def _ensure_dir(self, d: str) -> None:
-        if self._entries(d) is not None:
-            return
-        parent, name = posixpath.split(d)
-        self._ensure_dir(parent)
-        pe = self._dirs[parent]
-        if name in pe and pe[name][0] != "040000":
-            raise CanvasError(f"{d} is a file on the canvas", code="CANVAS_PATH_IS_FILE")
-        self._dirs[d] = {}
-        self._clean.pop(d, None)
-        self._mark(d)
-
-    def _mark(self, d: str) -> None:
-        while True:
-            self._dirty.add(d)
-            if d == "":
-                break
-            d = posixpath.dirname(d)
-
-    def write(self) -> str:
-        if len(self._rows) > ROWS_KEPT:  # entries of trees long gone: start afresh
-            self._rows.clear()
-        for d in sorted(self._dirty, key=lambda x: (-x.count("/") if x else 1, x)):
-            if d == "":
-                continue
-            entries = self._dirs.get(d, {})
-            parent, name = posixpath.split(d)
-            pe = self._entries(parent)
-            assert pe is not None
-            if entries:
-                oid = self._writer.write("tree", gitio.format_tree(
-                    [(m, n, o) for n, (m, o) in entries.items()], self._rows))
-                pe[name] = ("040000", oid)
-                self._clean[d] = oid
-            else:
-                pe.pop(name, None)
-                self._dirs.pop(d, None)
-                self._clean.pop(d, None)
-        root_entries = self._entries("") or {}
-        self.root = self._writer.write("tree", gitio.format_tree(
-            [(m, n, o) for n, (m, o) in root_entries.items()], self._rows))
-        self._clean[""] = self.root
-        self._dirty.clear()
-        return self.root
 
 
 class Canvas:

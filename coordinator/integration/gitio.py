@@ -185,20 +185,10 @@ def tree_row(mode: str, name: str, oid: str) -> tuple[bytes, bytes]:
     return (raw + b"/" if mode == "040000" else raw), m.encode() + b" " + raw + b"\x00" + bytes.fromhex(oid)
 
 
-def format_tree(entries: Iterable[tuple[str, str, str]],
-                rows: dict[tuple[str, str, str], tuple[bytes, bytes]] | None = None) -> bytes:
-    """A tree object's bytes. `rows`: a cache of `tree_row` by (mode, name, oid), kept
-    by a caller that writes trees sharing most of their entries (a growing directory)."""
-    out = []
-    for e in entries:
-        row = rows.get(e) if rows is not None else None
-        if row is None:
-            row = tree_row(*e)
-            if rows is not None:
-                rows[e] = row
-        out.append(row)
-    out.sort()  # names are unique in a tree, so only the keys are ever compared
-    return b"".join([seg for _key, seg in out])
+def format_tree(entries: Iterable[tuple[str, str, str]]) -> bytes:
+    """A tree object's bytes from its (mode, name, oid) entries, in git's order."""
+    rows = sorted(tree_row(*e) for e in entries)  # names are unique in a tree: only keys are compared
+    return b"".join([seg for _key, seg in rows])
 
 
 def format_commit(tree: str, parents: list[str], message: str, *, when: int,
