@@ -24,6 +24,10 @@ class SpawnSpecInvalid(DomeError):
     code = "SPAWN_SPEC_INVALID"
 
 
+class ScratchDirInvalid(DomeError):
+    code = "SCRATCH_DIR_INVALID"  # $DOME_SCRATCH_DIR names no usable directory
+
+
 class SandboxUnavailable(DomeError):
     code = "SANDBOX_UNAVAILABLE"
     hints_default = ["install bubblewrap (apt-get install bubblewrap) or pass --sandbox none explicitly"]

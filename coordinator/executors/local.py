@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .attempts import WORKER_LOG, log_tail
 from .base import AttemptFiles, ExitInfo, Limits, dispatch_error
 from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, launch_argv, memory_cgroup_parent,
                       oom_kills, pids_cgroup_parent, refused_forks, require_bwrap)
@@ -144,7 +145,6 @@ class LocalExecutor:
     def _popen(self, neid: str, proc: _Proc) -> subprocess.Popen:
         files = proc.files
         assert files is not None
-        files.log_dir.mkdir(parents=True, exist_ok=True)
         cgs = proc.cgroups = self._cgroups_for(neid)
         key_fd = None
         cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
@@ -157,8 +157,14 @@ class LocalExecutor:
                 argv, env = direct_argv(files), direct_env(files, cpus=cpus)
             # limits and cgroups set by the launcher: no preexec_fn, so vfork rather than a full fork
             argv = launch_argv(self.limits, cgs, argv)
-            with open(files.log_dir / "worker.stdout", "wb") as out, open(files.log_dir / "worker.stderr", "wb") as err:
-                return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+            # one log per attempt (stdout and stderr together), in its directory: one file created, not two
+            try:
+                log = open(files.log_dir / WORKER_LOG, "wb")
+            except FileNotFoundError:  # attempt files written by another hand, without the directory
+                files.log_dir.mkdir(parents=True, exist_ok=True)
+                log = open(files.log_dir / WORKER_LOG, "wb")
+            with log:
+                return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True, close_fds=True,
                                         pass_fds=(key_fd,) if key_fd is not None else ())
         finally:
@@ -213,10 +219,7 @@ class LocalExecutor:
                                     spawn_error=proc.error))
                 continue
             rc = proc.popen.returncode
-            try:
-                tail = (proc.files.log_dir / "worker.stderr").read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace")
-            except OSError:
-                tail = ""
+            tail = log_tail(proc.files.log_dir, STDERR_TAIL)
             out.append(ExitInfo(neid, rc if rc is not None and rc >= 0 else None,
                                 signal=-rc if rc is not None and rc < 0 else None,
                                 stderr_tail=tail, violations=violations))

@@ -174,7 +174,7 @@ def test_attempt_dirs_and_worker_keys_do_not_outlive_attempts(git_repo, ops_root
         while time.monotonic() < deadline and slow is None:
             dirs = [d for root in attempt_roots(run_id) for d in root.glob("attempts/*")]
             if len(dirs) == 1 and "sleep 60" in (dirs[0] / "spawn.json").read_text() \
-                    and (dirs[0] / "logs" / "worker.stdout").exists():
+                    and (dirs[0] / "worker.log").exists():
                 slow = dirs[0]  # `quick` ended: its directory is gone; `slow` is running
             time.sleep(0.05)
         assert slow is not None, "the slow attempt never started alone"
