@@ -1,15 +1,16 @@
-"""An attempt's files on the host: few (one directory, its spawn spec, task facts, key and one
-log), the key 0600 and readable by its own sandbox only, and placed under $DOME_SCRATCH_DIR
-when that is set (a tmpfs keeps unsandboxed checkouts off the disk)."""
+"""An attempt's files on the host: few (for the local executor one log; its spawn spec, task facts
+and key are in memory), the key 0600 and readable by its own sandbox only, and placed under
+$DOME_SCRATCH_DIR when that is set (a tmpfs keeps unsandboxed checkouts off the disk)."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from coordinator.executors.attempts import WORKER_LOG, log_tail, scratch_root, write_attempt
+from coordinator.executors.attempts import WORKER_LOG, close_fds, fd_of, log_tail, scratch_root, write_attempt
 from coordinator.executors.base import Limits
 from coordinator import runstate as rs
 from registry.signing import SigningKey
@@ -30,10 +31,33 @@ def test_an_attempt_is_one_directory_and_three_files_the_key_0600(tmp_path: Path
         write_attempt(tmp_path, spec, key, {}, Limits())
 
 
+def test_the_local_executors_attempt_files_are_in_memory_the_key_0600(tmp_path: Path) -> None:
+    key = SigningKey.generate()
+    spec = {"node_execution_id": "ne-00000000000000aa", "run_id": "r"}
+    files = write_attempt(tmp_path, spec, key, {"required_outputs": ["patch_proposal"]}, Limits(), in_memory=True)
+    try:
+        assert list(tmp_path.iterdir()) == []  # nothing on disk: not the spec, the facts or the key
+        assert [fd_of(p) for p in (files.spawn_json, files.task_json, files.worker_key)] == list(files.fds)
+        spawn_fd, task_fd, key_fd = files.fds
+        assert json.loads(files.spawn_json.read_text()) == spec
+        assert json.loads(files.task_json.read_text())["required_outputs"] == ["patch_proposal"]
+        assert files.worker_key.read_text().split()[0] == key.kid
+        assert os.fstat(key_fd).st_mode & 0o777 == 0o600 and os.fstat(spawn_fd).st_mode & 0o777 == 0o644
+        for fd in files.fds:  # never inherited by a process they are not passed to
+            assert not os.get_inheritable(fd)
+        assert files.log_file == tmp_path / "attempts" / "ne-00000000000000aa.log"
+    finally:
+        close_fds(files)
+    for fd in files.fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert fd_of(tmp_path / "spawn.json") is None
+
+
 def test_the_log_tail_is_the_end_of_the_one_log(tmp_path: Path) -> None:
-    assert log_tail(tmp_path, 10) == ""
+    assert log_tail(tmp_path / WORKER_LOG, 10) == ""
     (tmp_path / WORKER_LOG).write_bytes(b"x" * 5000 + b"\n{\"dome_worker_error\": 1}\n")
-    assert log_tail(tmp_path, 26) == "\n{\"dome_worker_error\": 1}\n"
+    assert log_tail(tmp_path / WORKER_LOG, 26) == "\n{\"dome_worker_error\": 1}\n"
 
 
 def test_scratch_dir_setting_is_checked_before_any_work(git_repo: Path, ops_root: Path, ledger_env, tmp_path: Path,
