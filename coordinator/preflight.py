@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 from registry.errors import DomeError
 
+from .executors.attempts import scratch_root
 from .workqueue import WorkQueue, WorkQueueError, load_work_queue
 
 INTERPRETERS = frozenset({"python", "python3", "sh", "bash", "zsh", "node", "perl", "ruby", "Rscript"})
@@ -124,6 +125,7 @@ def check(wq: WorkQueue, queue_path: Path, *, integrate: bool = True) -> Prepare
     if integrate:
         _check_suites(wq)
     _check_scripts(wq, repo, base)
+    scratch_root()  # $DOME_SCRATCH_DIR, when set, names a usable directory
     return Prepared(queue_path, wq, repo, base, tree, base_source, target)
 
 

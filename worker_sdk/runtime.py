@@ -118,7 +118,8 @@ def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> None:
     # what `clone --shared` does, without opening base_git as a repository: it may belong to another
     # uid (a container's worker user reading the coordinator's mirror), which git refuses to open
     objects = base_git / "objects" if (base_git / "objects").is_dir() else base_git / ".git" / "objects"
-    _git(scratch.parent, "init", "--quiet", str(scratch))
+    # no template: none of git's sample hooks, description or info/exclude (18 files fewer per checkout)
+    _git(scratch.parent, "init", "--quiet", "--template=", str(scratch))
     (scratch / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
     _git(scratch, "checkout", "--quiet", "--detach", sha)
     actual = _git(scratch, "rev-parse", "HEAD^{tree}")

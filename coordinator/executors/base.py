@@ -24,6 +24,10 @@ class SpawnSpecInvalid(DomeError):
     code = "SPAWN_SPEC_INVALID"
 
 
+class ScratchDirInvalid(DomeError):
+    code = "SCRATCH_DIR_INVALID"  # $DOME_SCRATCH_DIR names no usable directory
+
+
 class SandboxUnavailable(DomeError):
     code = "SANDBOX_UNAVAILABLE"
     hints_default = ["install bubblewrap (apt-get install bubblewrap) or pass --sandbox none explicitly"]
@@ -44,7 +48,8 @@ def validate_spawn_spec(spec: Mapping[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class AttemptFiles:
-    """Host paths an attempt needs; the sandbox decides where they appear inside."""
+    """Host paths an attempt needs; the sandbox decides where they appear inside. A path
+    `/proc/self/fd/N` is an in-memory file held open at descriptor N (`fds`)."""
 
     spawn_json: Path
     scratch: Path
@@ -55,6 +60,10 @@ class AttemptFiles:
     task_json: Path | None = None  # what the worker's runtime needs beyond the SpawnSpec (limits, outputs)
     worker_key: Path | None = None  # the attempt's private key (0600) for a sender-constrained grant
     egress_socket: Path | None = None  # the coordinator's egress gate (agent workers), bound beside the gateway
+    log_file: Path | None = None  # the worker's one log (stdout and stderr); None: log_dir / "worker.log"
+    # descriptors of in-memory files (spawn spec, task facts, key at /proc/self/fd/N): passed to the
+    # worker's process at the same numbers, closed by the executor once it has started
+    fds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .attempts import close_fds, fd_of, log_file, log_tail
 from .base import AttemptFiles, ExitInfo, Limits, dispatch_error
 from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, launch_argv, memory_cgroup_parent,
                       oom_kills, pids_cgroup_parent, refused_forks, require_bwrap)
@@ -134,33 +135,45 @@ class LocalExecutor:
                 return
             try:
                 if proc.files is None and prepare is not None:
-                    proc.files = prepare()
+                    # in memory: the spawn spec, task facts and key never touch the disk
+                    proc.files = prepare(in_memory=True)
                 proc.popen = self._popen(neid, proc)
                 proc.state = "started"
             except Exception as exc:  # noqa: BLE001 - the run loop records it as the attempt's failure
                 proc.error = dispatch_error(exc)
                 proc.state = "failed"
+            finally:
+                if proc.files is not None:
+                    close_fds(proc.files)  # the worker holds its own copies (or never will)
 
     def _popen(self, neid: str, proc: _Proc) -> subprocess.Popen:
         files = proc.files
         assert files is not None
-        files.log_dir.mkdir(parents=True, exist_ok=True)
         cgs = proc.cgroups = self._cgroups_for(neid)
-        key_fd = None
+        key_fd = None  # a pipe holding the key of a key file, for bwrap to copy
         cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
         try:
             if self.sandbox == "bwrap":
-                key_fd = _key_pipe(files.worker_key)
+                mem_key = fd_of(files.worker_key)
+                key_fd = _key_pipe(files.worker_key) if mem_key is None else None
                 argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
-                                       worker_key_fd=key_fd, cpus=cpus), {}
+                                       worker_key_fd=key_fd if mem_key is None else mem_key, cpus=cpus,
+                                       spawn_fd=fd_of(files.spawn_json), task_fd=fd_of(files.task_json)), {}
             else:
                 argv, env = direct_argv(files), direct_env(files, cpus=cpus)
             # limits and cgroups set by the launcher: no preexec_fn, so vfork rather than a full fork
             argv = launch_argv(self.limits, cgs, argv)
-            with open(files.log_dir / "worker.stdout", "wb") as out, open(files.log_dir / "worker.stderr", "wb") as err:
-                return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+            # one log per attempt (stdout and stderr together), in its directory: one file created, not two
+            path = log_file(files)
+            try:
+                log = open(path, "wb")
+            except FileNotFoundError:  # attempt files written by another hand, without the directory
+                path.parent.mkdir(parents=True, exist_ok=True)
+                log = open(path, "wb")
+            with log:
+                return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True, close_fds=True,
-                                        pass_fds=(key_fd,) if key_fd is not None else ())
+                                        pass_fds=(*files.fds, *((key_fd,) if key_fd is not None else ())))
         finally:
             if key_fd is not None:
                 os.close(key_fd)
@@ -213,10 +226,7 @@ class LocalExecutor:
                                     spawn_error=proc.error))
                 continue
             rc = proc.popen.returncode
-            try:
-                tail = (proc.files.log_dir / "worker.stderr").read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace")
-            except OSError:
-                tail = ""
+            tail = log_tail(log_file(proc.files), STDERR_TAIL)
             out.append(ExitInfo(neid, rc if rc is not None and rc >= 0 else None,
                                 signal=-rc if rc is not None and rc < 0 else None,
                                 stderr_tail=tail, violations=violations))

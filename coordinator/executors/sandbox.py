@@ -146,7 +146,7 @@ def cpus_per_worker(max_concurrency: int) -> int:
 def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
                extra_ro: Iterable[Path] = (), limits: Limits | None = None,
                cgroups: Mapping[str, Path] | None = None, worker_key_fd: int | None = None,
-               cpus: int | None = None) -> list[str]:
+               cpus: int | None = None, spawn_fd: int | None = None, task_fd: int | None = None) -> list[str]:
     """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`.
 
     The scratch is a tmpfs of `disk_mb` (the checkout is private to the attempt and
@@ -154,7 +154,9 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
     the attempt's cgroup directory) are bound read-only under /dome/cgroup. With
     `worker_key_fd` (a pipe holding the key) bwrap copies the attempt's key into the
     sandbox, so the host file can go as soon as the sandbox starts. `cpus` is the
-    worker's CPU grant ($DOME_WORKER_CPUS), from which it sizes its thread pools."""
+    worker's CPU grant ($DOME_WORKER_CPUS), from which it sizes its thread pools. `spawn_fd`
+    and `task_fd` (descriptors holding the spawn spec and task facts, read from their start) are
+    copied into the sandbox the same way instead of binding the host files."""
     lim = limits or Limits()
     a, src = host_view(bwrap, extra_ro=extra_ro, tmp_mb=lim.tmp_mb)
     for controller, path in sorted((cgroups or {}).items()):
@@ -163,11 +165,13 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
               "max_processes": lim.max_processes, "cgroups": sorted(cgroups or {})}
     a += ["--size", str(lim.disk_mb * MIB), "--tmpfs", IN_SCRATCH,
           "--ro-bind", str(files.base_git), IN_BASE,
-          "--ro-bind", str(files.spawn_json), IN_SPAWN,
+          *(["--ro-bind-data", str(spawn_fd), IN_SPAWN] if spawn_fd is not None
+            else ["--ro-bind", str(files.spawn_json), IN_SPAWN]),
           "--ro-bind", str(files.coordinator_pub), IN_PUB,
           "--bind", str(files.gateway_socket), IN_SOCKET,
           *(["--bind", str(files.egress_socket), IN_EGRESS] if files.egress_socket else []),
-          *(["--ro-bind", str(files.task_json), IN_TASK] if files.task_json else []),
+          *(["--ro-bind-data", str(task_fd), IN_TASK] if task_fd is not None
+            else ["--ro-bind", str(files.task_json), IN_TASK] if files.task_json else []),
           *(["--perms", "0400", "--ro-bind-data", str(worker_key_fd), IN_WORKER_KEY] if worker_key_fd is not None
             else ["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
           *CONFINEMENT,

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from ledger.blobs import BlobStore
 from tests.conftest import REPO_ROOT, dome_cli
 from tests.report.test_report_page import Page, check_page, ledger_events, rendered
 
@@ -99,7 +100,7 @@ def test_drc_close_ups_on_the_page_are_the_ledgers_markers(drc_run: dict, tmp_pa
     (done,) = [e for e in events if e["topic"] == "task.completed" and e["node_id"] == "drc-t1"]
     summary = done["payload"]["summary"]
     (viol,) = [i for i in done["payload"]["evidence"] if i["kind"] == "drc_violations"]
-    blob = drc_run["ops"] / "blobs" / "sha256" / viol["digest"][7:9] / viol["digest"][7:]
+    blob = BlobStore(drc_run["ops"] / "blobs").path(viol["digest"])
     markers = json.loads(blob.read_text())["violations"]
     assert summary["marker_count"] == len(markers) > 12 and len(summary["rule_counts"]) == 2
     # the table per task and the counts by rule, as the ledger has them

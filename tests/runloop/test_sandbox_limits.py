@@ -156,8 +156,9 @@ loop.run()
 def test_attempt_dirs_and_worker_keys_do_not_outlive_attempts(git_repo, ops_root, tmp_path):
     """An attempt that ended leaves no directory; a running attempt's key is inside its sandbox
     only (no host file); after kill -9 of the coordinator mid-attempt, sweep_attempt_dirs(run_id)
-    removes what is left (spawn.json, task.json, scratch, logs)."""
+    removes what is left (the attempt's log)."""
     from coordinator.executors.attempts import attempt_roots, sweep_attempt_dirs
+    from ledger import Ledger
 
     q = write_queue(tmp_path, git_repo, [cmd_task("quick", "echo q > q.txt", max_attempts=1),
                                          cmd_task("slow", "test -s /dome/worker.key && sleep 60", ["quick"],
@@ -171,19 +172,23 @@ def test_attempt_dirs_and_worker_keys_do_not_outlive_attempts(git_repo, ops_root
         assert run_id.startswith("run-"), proc.stderr.read()[-2000:] if proc.poll() is not None else run_id
         deadline = time.monotonic() + 120
         slow = None
-        while time.monotonic() < deadline and slow is None:
-            dirs = [d for root in attempt_roots(run_id) for d in root.glob("attempts/*")]
-            if len(dirs) == 1 and "sleep 60" in (dirs[0] / "spawn.json").read_text() \
-                    and (dirs[0] / "logs" / "worker.stdout").exists():
-                slow = dirs[0]  # `quick` ended: its directory is gone; `slow` is running
-            time.sleep(0.05)
+        with Ledger.open(None, ops_root) as ledger:  # a reader beside the coordinator's writer
+            while time.monotonic() < deadline and slow is None:
+                neids = [e.node_execution_id for e in ledger.events(run_id)
+                         if e.topic == "task.dispatched" and e.node_id == "slow"]
+                logs = [p for root in attempt_roots(run_id) for p in root.glob("attempts/*")]
+                if neids and [p.name for p in logs] == [f"{neids[0]}.log"]:
+                    slow = logs[0]  # `quick` ended: its files are gone; `slow` is running
+                time.sleep(0.05)
         assert slow is not None, "the slow attempt never started alone"
         time.sleep(1.0)  # well into the attempt (it checked its key and sleeps)
-        assert [k for root in attempt_roots(run_id) for k in root.glob("**/worker.key")] == []
+        # the spawn spec, task facts and key were handed over in memory: no file of them on the host
+        left = [p for root in attempt_roots(run_id) for p in root.rglob("*")]
+        assert not [p for p in left if p.name in ("worker.key", "spawn.json", "task.json")], left
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    assert (slow / "spawn.json").exists()  # kill -9: nothing could clean up
+    assert slow.exists()  # kill -9: nothing could clean up (the attempt's log)
     removed = sweep_attempt_dirs(run_id)
     assert removed and not attempt_roots(run_id) and not slow.exists()
     assert sweep_attempt_dirs(run_id) == []  # idempotent
