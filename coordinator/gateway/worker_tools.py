@@ -32,7 +32,7 @@ from registry import limits
 from registry.canonical import digest_json
 from registry.diffs import DiffError, canonicalize_diff, describe_diff
 from registry.errors import DomeError
-from registry.schema_store import validate as schema_validate
+from registry.schema_lite import validate as schema_validate
 
 from .. import runstate as rs
 from ..integration.binding import ProposalBindingMismatch, check_binding
