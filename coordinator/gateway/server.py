@@ -12,7 +12,11 @@ ErrorObject. A refused tools/list is a JSON-RPC error REFUSED_RPC_CODE whose
 `data` is the same ErrorObject a call gets. Rejections are recorded in the
 ledger within the limits of ratelimit.RejectionLimiter, and not at all once
 the run has finished. The server runs in a thread of the coordinator
-process; only the socket is bound into worker sandboxes.
+process; only the socket is bound into worker sandboxes. The SDK runs in its
+cheapest conforming mode: stateless, JSON responses (no SSE), tool schemas
+looked up directly for the Mcp-Param header check, and no OpenTelemetry span
+per request unless the process has a tracer provider set (`telemetry=True`
+keeps them regardless).
 """
 from __future__ import annotations
 
@@ -63,6 +67,12 @@ def _proof(ctx: Any) -> str | None:
     return (req.headers.get(tp.PROOF_HEADER) or None) if req is not None else None
 
 
+def tracing_configured() -> bool:
+    """Whether this process has an OpenTelemetry tracer provider set (not the SDK's no-op proxy)."""
+    from opentelemetry import trace
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def _result(payload: dict[str, Any], *, error: bool) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload, sort_keys=True))],
                                 structured_content=payload, is_error=error)
@@ -72,7 +82,7 @@ class WorkerGateway:
     def __init__(self, *, run_id: str, verifier: GrantVerifier, dispatcher: ToolDispatcher,
                  socket_path: Path, attempt: Any, audience: str | None = None,
                  limiter: RejectionLimiter | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, telemetry: bool | None = None) -> None:
         self.run_id = run_id
         self.verifier = verifier
         self.attempt = attempt
@@ -117,6 +127,9 @@ class WorkerGateway:
 
         self.mcp = Server("dome-worker-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool,
                           get_tool_input_schema=input_schema)
+        if not (tracing_configured() if telemetry is None else telemetry):
+            # the SDK's OpenTelemetry span per request, with no tracer to take it, is pure cost
+            self.mcp.middleware = [m for m in self.mcp.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
         security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                              allowed_hosts=[HOST_HEADER], allowed_origins=[])
         self.app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
