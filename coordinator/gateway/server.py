@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import anyio
 import mcp_types as types
@@ -52,6 +52,11 @@ log = logging.getLogger("dome.gateway")
 
 class GrantMissing(DomeError):
     code = "GRANT_MISSING"
+
+
+class CarriedRefused(DomeError):
+    code = "INVALID_REQUEST"
+    retry = "none"
 
 
 def _bearer(ctx: Any) -> str:
@@ -137,8 +142,24 @@ class WorkerGateway:
                                                 max_request_body_size=limits.MAX_REQUEST_BYTES)
 
     def _invoke(self, token: str, name: str, args: dict[str, Any], proof: str | None = None) -> dict[str, Any]:
-        """Validate the arguments, then run the tool inside the verifier's authorize transaction."""
+        """Validate the arguments; run the carried calls, each as the call it is; then run the tool
+        inside the verifier's authorize transaction."""
         spec = self.dispatcher.validate(name, args)
+        carried = args.get("carried")
+        if carried:
+            done = [self._carried(token, c) for c in carried]
+            plain = {k: v for k, v in args.items() if k != "carried"}  # what the call alone would hold
+            return {**self._authorized(token, spec, name, args, proof, handler_args=plain), "carried": done}
+        return self._authorized(token, spec, name, args, proof)
+
+    def _carried(self, token: str, call: Mapping[str, Any]) -> dict[str, Any]:
+        args = dict(call["arguments"])
+        if "carried" in args:
+            raise CarriedRefused("a carried call carries no calls of its own", details={"tool": call["tool"]})
+        return {"tool": call["tool"], **self._invoke(token, call["tool"], args, call.get("proof"))}
+
+    def _authorized(self, token: str, spec: Any, name: str, args: dict[str, Any], proof: str | None,
+                    handler_args: dict[str, Any] | None = None) -> dict[str, Any]:
         neid = args.get("node_execution_id")
         att = self.attempt(neid) if isinstance(neid, str) else None
         if att is None:
@@ -147,7 +168,8 @@ class WorkerGateway:
             with self.verifier.authorize(token, method=name, run_id=self.run_id, wave_id=att["wave_id"],
                                          audience=self.audience, args=args, record_rejections=False,
                                          idempotency_key=args.get("idempotency_key"), proof=proof) as call:
-                return spec.handler(args, CallContext(profile=call.grant.payload, method=name, tx=call.tx))
+                return spec.handler(args if handler_args is None else handler_args,
+                                    CallContext(profile=call.grant.payload, method=name, tx=call.tx))
         except GrantError as err:
             raise self._rejected(err, token=token, method=name, subject=f"attempt:{neid}",
                                  wave_id=att["wave_id"], node_execution_id=neid) from None
