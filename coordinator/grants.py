@@ -55,7 +55,7 @@ from registry.grant_errors import (
     GrantPayloadInvalid, GrantProofReplayed, GrantReplayed, GrantRevoked,
 )
 from registry.grant_scope import GrantScope, derive_scope
-from registry.schema_store import validate
+from registry.schema_lite import validate
 from registry.signing import Keyring, SigningKey
 from registry import toolprofile as tp
 

@@ -19,6 +19,7 @@ here, once, so one fault gets one code whichever door it came through:
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -26,6 +27,7 @@ from typing import Any, Mapping
 from jsonschema import Draft202012Validator
 
 from registry.errors import DomeError
+from registry.schema_store import inline_validator
 from registry.input_codes import input_error_code
 
 log = logging.getLogger("dome.tools")
@@ -59,17 +61,31 @@ def error_object(exc: BaseException) -> dict[str, Any]:
     return (exc if isinstance(exc, DomeError) else unexpected(exc)).to_object()
 
 
+def _lite_check(schema: Mapping[str, Any]) -> Any:
+    """The small checker's yes/no for a self-contained schema (registry.schema_lite, held to
+    jsonschema's verdicts), or None where it lacks a keyword or the schema has a $ref (which
+    the inline validator, with no registry, would not resolve the same way)."""
+    from registry.schema_lite import Unsupported, compile_schema
+    if "$ref" in json.dumps(schema, default=str):
+        return None
+    try:
+        return compile_schema(dict(schema))
+    except Unsupported:
+        return None
+
+
 class InputSchema:
     """A closed input schema, checked once at compile time and cheaply per call."""
 
-    __slots__ = ("tool", "contract_id", "fields", "validator")
+    __slots__ = ("tool", "contract_id", "fields", "validator", "passes")
 
     def __init__(self, tool: str, schema: Mapping[str, Any], contract_id: str | None = None) -> None:
         Draft202012Validator.check_schema(schema)
         self.tool = tool
         self.contract_id = contract_id
         self.fields = frozenset(schema.get("properties", {}))
-        self.validator = Draft202012Validator(dict(schema))
+        self.validator = inline_validator(dict(schema))  # patterns as ECMA 262, as the small checker
+        self.passes = _lite_check(schema) or self.validator.is_valid
 
     def validate(self, args: Any) -> None:
         """Return quietly, or raise the typed error naming the first bad field."""
@@ -83,7 +99,7 @@ class InputSchema:
                 details={"tool": self.tool, "unknown_fields": unknown, "allowed_fields": sorted(self.fields)},
                 hints=[f"remove {', '.join(unknown)}; the input schema is closed"],
             )
-        if self.validator.is_valid(args):
+        if self.passes(args):
             return
         errors = sorted(self.validator.iter_errors(args), key=lambda e: list(e.absolute_path))
         first = errors[0]

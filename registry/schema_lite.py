@@ -38,6 +38,28 @@ def is_valid(name: str, instance: Any) -> bool:
     return _compiled(name)(instance)
 
 
+_UNSUPPORTED: set[str] = set()
+
+
+def validate(name: str, instance: Any) -> None:
+    """Return quietly for a conforming instance; otherwise raise what `schema_store.validate`
+    raises (the SchemaValidationError naming every problem), so refusals read as before."""
+    if name not in _UNSUPPORTED:
+        try:
+            if _compiled(name)(instance):
+                return
+        except Unsupported:
+            _UNSUPPORTED.add(name)  # not compiled again: jsonschema judges this schema from now on
+    from .schema_store import validate as full
+    full(name, instance)
+
+
+def compile_schema(schema: Any, base: str = ID_PREFIX + "inline.json") -> Check:
+    """A yes/no check for an inline schema ($refs into dome's schemas resolve); Unsupported
+    when it uses a keyword this checker lacks."""
+    return _Compiler().compile(schema, base)
+
+
 @lru_cache(maxsize=None)
 def _compiled(name: str) -> Check:
     doc = _load(name)

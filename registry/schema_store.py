@@ -20,7 +20,7 @@ from .errors import SchemaValidationError
 from .schema_files import ID_PREFIX, SCHEMA_DIR, _load, ecma_regex, load_schema, schema_names
 
 __all__ = ["ID_PREFIX", "SCHEMA_DIR", "ecma_regex", "iter_errors", "load_schema", "schema_names", "validate",
-           "validator"]
+           "validator", "inline_validator"]
 
 
 @lru_cache(maxsize=1)
@@ -87,6 +87,11 @@ def _pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -
 
 
 _Validator = validators.extend(Draft202012Validator, {"pattern": _pattern_keyword})
+
+
+def inline_validator(schema: dict[str, Any]) -> Draft202012Validator:
+    """A validator for an inline schema with dome's pattern semantics (ECMA 262, as schema_lite)."""
+    return _Validator(schema)
 
 
 @lru_cache(maxsize=None)

@@ -20,6 +20,12 @@ nonce per send) in the `dome-call-proof` header: a keyed MAC under a key
 derived from the worker key, or with `signed_proofs=True` an Ed25519
 signature; the key never leaves the client. Idempotency keys derive from the
 node_execution_id, so a retried call is recognized as the same call.
+
+`put_artifact_carried` and `submit_patch_carried` make a call without sending
+it: the next submit_patch or complete_task carries it (`carried`, with its own
+proof), so a task's diff, proposal and result take one request. Its budget is
+charged when it is made; a refusal answers the carrying call; what no call
+took is sent alone at `close()`.
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ from registry.errors import DomeError, ErrorObject
 from registry.signing import SigningKey
 from registry.toolprofile import PROOF_HEADER
 
+CARRIERS = {"submit_patch": ("put_artifact",), "complete_task": ("put_artifact", "submit_patch")}
+MAX_CARRIED_BYTES = 256 * 1024  # a larger artifact is sent alone, at once
 PROTOCOL_VERSION = "2026-07-28"  # the sessionless MCP revision: no initialize round trip per worker
 
 
@@ -83,6 +91,7 @@ class GatewayClient:
         self._rpc_id = 0
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
+        self._carry: list[dict[str, Any]] = []  # calls made but not yet sent: the next carrier takes them
 
     # -- wire -----------------------------------------------------------------
     def _connection(self) -> http.client.HTTPConnection:
@@ -134,10 +143,12 @@ class GatewayClient:
                        "mcp-method": method}
             if "name" in params:
                 headers["mcp-name"] = str(params["name"])
-            body = json.dumps(msg).encode()
             for attempt in range(3):
-                if self._worker_key is not None and method == "tools/call":  # a fresh proof per send
+                if self._worker_key is not None and method == "tools/call":  # fresh proofs per send
+                    for c in (params.get("arguments") or {}).get("carried") or ():
+                        c["proof"] = self._proof(c["tool"], c["arguments"])
                     headers[PROOF_HEADER] = self._proof(params["name"], params.get("arguments") or {})
+                body = json.dumps(msg).encode()
                 try:
                     conn = self._connection()
                     conn.request("POST", self._path, body, headers)
@@ -162,6 +173,9 @@ class GatewayClient:
             return reply["result"]
 
     def close(self) -> None:
+        carried, self._carry = self._carry, []
+        for c in carried:  # nothing carried is lost: what no later call took is sent alone
+            self._send(c["tool"], c["arguments"])
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -185,6 +199,16 @@ class GatewayClient:
 
     def call(self, method: str, args: dict[str, Any], *, nbytes: int = 0) -> dict[str, Any]:
         self._charge(method, nbytes)
+        carried, self._carry = self._carry, []
+        if carried and method in CARRIERS and all(c["tool"] in CARRIERS[method] for c in carried):
+            args = {**args, "carried": [{"tool": c["tool"], "arguments": c["arguments"], "proof": None}
+                                        for c in carried]}
+        else:
+            for c in carried:  # not carried by this method: sent alone first, in order
+                self._send(c["tool"], c["arguments"])
+        return self._send(method, args)
+
+    def _send(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
         res = self._rpc("tools/call", {"name": method, "arguments": args})
         payload = res.get("structuredContent")
         if payload is None:
@@ -212,17 +236,44 @@ class GatewayClient:
 
     def put_artifact(self, data: bytes, media_type: str = "application/octet-stream",
                      name: str | None = None) -> str:
+        return self.call("put_artifact", self._artifact_args(data, media_type, name), nbytes=len(data))["digest"]
+
+    def _artifact_args(self, data: bytes, media_type: str, name: str | None) -> dict[str, Any]:
         digest = digest_bytes(data)
         args = {"idempotency_key": self.key("put_artifact", digest[7:39]), "node_execution_id": self.neid,
                 "media_type": media_type, "content_b64": base64.b64encode(data).decode("ascii"),
                 "expected_digest": digest}
         if name:
             args["name"] = name
-        return self.call("put_artifact", args, nbytes=len(data))["digest"]
+        return args
 
     def submit_patch(self, proposal: dict[str, Any]) -> dict[str, Any]:
-        return self.call("submit_patch", {"idempotency_key": self.key("submit_patch", proposal["diff_digest"][7:39]),
-                                          "node_execution_id": self.neid, "proposal": proposal})
+        return self.call("submit_patch", self._submit_args(proposal))
+
+    def _submit_args(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        return {"idempotency_key": self.key("submit_patch", proposal["diff_digest"][7:39]),
+                "node_execution_id": self.neid, "proposal": proposal}
+
+    # -- carried calls: made now, sent with the next call that can carry them ----
+    def _later(self, method: str, args: dict[str, Any], nbytes: int = 0) -> None:
+        self._charge(method, nbytes)  # budgets are charged when the call is made, as for any call
+        self._carry.append({"tool": method, "arguments": args})
+
+    def put_artifact_carried(self, data: bytes, media_type: str = "application/octet-stream",
+                             name: str | None = None) -> str:
+        """put_artifact, sent with the next submit_patch or complete_task (or alone, before any
+        other call, or at close). Returns the digest, which the content alone decides."""
+        if len(data) > MAX_CARRIED_BYTES:
+            return self.put_artifact(data, media_type, name)
+        args = self._artifact_args(data, media_type, name)
+        self._later("put_artifact", args, nbytes=len(data))
+        return args["expected_digest"]
+
+    def submit_patch_carried(self, proposal: dict[str, Any]) -> str:
+        """submit_patch, sent with the complete_task that follows; returns the proposal_id
+        (the proposal's own). A refusal answers the carrying call."""
+        self._later("submit_patch", self._submit_args(proposal))
+        return str(proposal["proposal_id"])
 
     def complete_task(self, outcome: str, *, summary: dict | None = None, metrics: dict | None = None,
                       evidence: list | None = None, proposal_id: str | None = None,

@@ -182,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                                declared_constraints=task.get("declared_constraints"), risk=task.get("risk"),
                                budgets_used={"calls": client.used["calls"], "bytes": client.used["bytes"],
                                              "wall_seconds": round(time.monotonic() - t0, 3)},
-                               upload=lambda data: client.put_artifact(data, "text/x-diff", "patch.diff"))
+                               upload=lambda data: client.put_artifact_carried(data, "text/x-diff", "patch.diff"))
         proposal_id = None
-        if built is not None:
+        if built is not None:  # the diff and the proposal travel with complete_task: one request
             proposal, _canonical = built
-            proposal_id = client.submit_patch(proposal)["proposal_id"]
+            proposal_id = client.submit_patch_carried(proposal)
         elif "patch_proposal" in constraints.get("required_outputs", []):
             raise DomeError("the action changed nothing but the node requires a patch_proposal",
                             code="REQUIRED_OUTPUT_MISSING", retry="light")

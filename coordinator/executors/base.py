@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol
 
 from registry.errors import DomeError, SchemaValidationError
-from registry.schema_store import validate
+from registry.schema_lite import validate
 
 PINNED = re.compile(r"^(sha256:[0-9a-f]{64}|[^@\s]+@(sha256:[0-9a-f]{64}|[0-9a-f]{40}|[0-9a-f]{64}))$")
 

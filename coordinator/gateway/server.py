@@ -12,7 +12,11 @@ ErrorObject. A refused tools/list is a JSON-RPC error REFUSED_RPC_CODE whose
 `data` is the same ErrorObject a call gets. Rejections are recorded in the
 ledger within the limits of ratelimit.RejectionLimiter, and not at all once
 the run has finished. The server runs in a thread of the coordinator
-process; only the socket is bound into worker sandboxes.
+process; only the socket is bound into worker sandboxes. The SDK runs in its
+cheapest conforming mode: stateless, JSON responses (no SSE), tool schemas
+looked up directly for the Mcp-Param header check, and no OpenTelemetry span
+per request unless the process has a tracer provider set (`telemetry=True`
+keeps them regardless).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import anyio
 import mcp_types as types
@@ -50,6 +54,11 @@ class GrantMissing(DomeError):
     code = "GRANT_MISSING"
 
 
+class CarriedRefused(DomeError):
+    code = "INVALID_REQUEST"
+    retry = "none"
+
+
 def _bearer(ctx: Any) -> str:
     req = getattr(ctx, "request", None)
     header = req.headers.get("authorization", "") if req is not None else ""
@@ -63,6 +72,12 @@ def _proof(ctx: Any) -> str | None:
     return (req.headers.get(tp.PROOF_HEADER) or None) if req is not None else None
 
 
+def tracing_configured() -> bool:
+    """Whether this process has an OpenTelemetry tracer provider set (not the SDK's no-op proxy)."""
+    from opentelemetry import trace
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def _result(payload: dict[str, Any], *, error: bool) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload, sort_keys=True))],
                                 structured_content=payload, is_error=error)
@@ -72,7 +87,7 @@ class WorkerGateway:
     def __init__(self, *, run_id: str, verifier: GrantVerifier, dispatcher: ToolDispatcher,
                  socket_path: Path, attempt: Any, audience: str | None = None,
                  limiter: RejectionLimiter | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, telemetry: bool | None = None) -> None:
         self.run_id = run_id
         self.verifier = verifier
         self.attempt = attempt
@@ -117,6 +132,9 @@ class WorkerGateway:
 
         self.mcp = Server("dome-worker-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool,
                           get_tool_input_schema=input_schema)
+        if not (tracing_configured() if telemetry is None else telemetry):
+            # the SDK's OpenTelemetry span per request, with no tracer to take it, is pure cost
+            self.mcp.middleware = [m for m in self.mcp.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
         security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                              allowed_hosts=[HOST_HEADER], allowed_origins=[])
         self.app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
@@ -124,8 +142,24 @@ class WorkerGateway:
                                                 max_request_body_size=limits.MAX_REQUEST_BYTES)
 
     def _invoke(self, token: str, name: str, args: dict[str, Any], proof: str | None = None) -> dict[str, Any]:
-        """Validate the arguments, then run the tool inside the verifier's authorize transaction."""
+        """Validate the arguments; run the carried calls, each as the call it is; then run the tool
+        inside the verifier's authorize transaction."""
         spec = self.dispatcher.validate(name, args)
+        carried = args.get("carried")
+        if carried:
+            done = [self._carried(token, c) for c in carried]
+            plain = {k: v for k, v in args.items() if k != "carried"}  # what the call alone would hold
+            return {**self._authorized(token, spec, name, args, proof, handler_args=plain), "carried": done}
+        return self._authorized(token, spec, name, args, proof)
+
+    def _carried(self, token: str, call: Mapping[str, Any]) -> dict[str, Any]:
+        args = dict(call["arguments"])
+        if "carried" in args:
+            raise CarriedRefused("a carried call carries no calls of its own", details={"tool": call["tool"]})
+        return {"tool": call["tool"], **self._invoke(token, call["tool"], args, call.get("proof"))}
+
+    def _authorized(self, token: str, spec: Any, name: str, args: dict[str, Any], proof: str | None,
+                    handler_args: dict[str, Any] | None = None) -> dict[str, Any]:
         neid = args.get("node_execution_id")
         att = self.attempt(neid) if isinstance(neid, str) else None
         if att is None:
@@ -134,7 +168,8 @@ class WorkerGateway:
             with self.verifier.authorize(token, method=name, run_id=self.run_id, wave_id=att["wave_id"],
                                          audience=self.audience, args=args, record_rejections=False,
                                          idempotency_key=args.get("idempotency_key"), proof=proof) as call:
-                return spec.handler(args, CallContext(profile=call.grant.payload, method=name, tx=call.tx))
+                return spec.handler(args if handler_args is None else handler_args,
+                                    CallContext(profile=call.grant.payload, method=name, tx=call.tx))
         except GrantError as err:
             raise self._rejected(err, token=token, method=name, subject=f"attempt:{neid}",
                                  wave_id=att["wave_id"], node_execution_id=neid) from None

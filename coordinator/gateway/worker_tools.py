@@ -19,6 +19,14 @@ together or not at all.
 | put_artifact | artifact.put (bytes in the blob store) |
 | submit_patch | patch.submitted (verified: base, tree, recomputed digest, paths) |
 | complete_task (terminal: spends the single-use grant) | task.completed |
+
+Carried calls: submit_patch may carry the put_artifact of its diff, and
+complete_task the put_artifact and submit_patch before it (`carried`: the
+tool, its arguments and its own call proof). The gateway runs each carried
+call first, in order, as the call it is (validated, authorised by the grant and
+its own proof, charged, recorded, idempotent), then the call itself; the
+first refusal answers the request. A task's three writes thus take one
+request instead of three, with the same checks, charges and events.
 """
 from __future__ import annotations
 
@@ -32,7 +40,7 @@ from registry import limits
 from registry.canonical import digest_json
 from registry.diffs import DiffError, canonicalize_diff, describe_diff
 from registry.errors import DomeError
-from registry.schema_store import validate as schema_validate
+from registry.schema_lite import validate as schema_validate
 
 from .. import runstate as rs
 from ..integration.binding import ProposalBindingMismatch, check_binding
@@ -97,6 +105,17 @@ def _neid_schema() -> dict[str, Any]:
 
 def _closed(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False, "required": required, "properties": props}
+
+
+MAX_CARRIED = 4
+
+
+def _carried(tools: list[str]) -> dict[str, Any]:
+    """Earlier calls carried in this one's request, each a whole call: the tool, its arguments
+    and its own call proof. The gateway runs each first, exactly as if it had come alone."""
+    return {"type": "array", "maxItems": MAX_CARRIED, "items": _closed(
+        {"tool": {"enum": tools}, "arguments": {"type": "object"}, "proof": {"type": ["string", "null"]}},
+        ["tool", "arguments"])}
 
 
 def path_policy(paths: list[str]) -> list[str]:
@@ -339,8 +358,9 @@ TOOLS: tuple[tuple[str, str, dict[str, Any], Callable[..., dict], str], ...] = (
               "expected_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}},
              ["idempotency_key", "node_execution_id", "media_type", "content_b64"]),
      put_artifact, "artifact_put"),
-    ("submit_patch", "Register a PatchProposal (its diff uploaded first with put_artifact).",
-     _closed({"idempotency_key": _KEY, "node_execution_id": _NEID, "proposal": {"type": "object"}},
+    ("submit_patch", "Register a PatchProposal (its diff uploaded first with put_artifact, or carried).",
+     _closed({"idempotency_key": _KEY, "node_execution_id": _NEID, "proposal": {"type": "object"},
+              "carried": _carried(["put_artifact"])},
              ["idempotency_key", "node_execution_id", "proposal"]),
      submit_patch, "proposal_register"),
     ("complete_task", "Report the attempt's result (succeeded or failed); spends the grant.",
@@ -349,7 +369,8 @@ TOOLS: tuple[tuple[str, str, dict[str, Any], Callable[..., dict], str], ...] = (
               "summary": {"type": "object"}, "metrics": {"type": "object"},
               "evidence": {"type": "array", "items": {"type": "object"}},
               "proposal_id": {"type": ["string", "null"]},
-              "error": {"type": ["object", "null"]}},
+              "error": {"type": ["object", "null"]},
+              "carried": _carried(["put_artifact", "submit_patch"])},
              ["idempotency_key", "node_execution_id", "outcome"]),
      complete_task, "task_result"),
 )

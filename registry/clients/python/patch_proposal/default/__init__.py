@@ -1,4 +1,4 @@
-"""Generated client package for dome.patch_proposal@1.1.0 (profile default)."""
+"""Generated client package for dome.patch_proposal@1.2.0 (profile default)."""
 from .client import PatchProposalClient, Transport
 from .types import *  # noqa: F401,F403
 

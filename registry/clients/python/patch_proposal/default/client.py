@@ -1,4 +1,4 @@
-"""Typed client for dome.patch_proposal@1.1.0 (profile default). Generated; do not edit."""
+"""Typed client for dome.patch_proposal@1.2.0 (profile default). Generated; do not edit."""
 from __future__ import annotations
 
 from typing import Any, Literal, Protocol
@@ -14,20 +14,22 @@ class PatchProposalClient:
     """PatchProposalSkill: The worker gateway: read the attempt's task, propose a patch, attach metadata, store artifacts, report progress and complete the attempt. No git apply, commit, merge or promote. Every write carries an idempotency_key and the node_execution_id of the attempt; the gateway dedupes on (run_id, method, idempotency_key). complete_task is the terminal write and spends a single-use grant."""
 
     TOOL_ID = "patch_proposal"
-    CONTRACT = "dome.patch_proposal@1.1.0"
+    CONTRACT = "dome.patch_proposal@1.2.0"
     PROFILE_ID = "default"
-    SPEC_DIGEST = "sha256:84e94237925fd5a87ed7653874ac5be375e66b494da1f7b4ebc89aef991b23d3"
+    SPEC_DIGEST = "sha256:654700632cc743f595ae1957ceb464e36ac6e62ef0dd4fbbda250fedd261efce"
     METHODS = ("complete_task", "get_task", "put_artifact", "report_progress", "submit_metadata", "submit_patch", )
 
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
 
-    def complete_task(self, *, idempotency_key: str, node_execution_id: str, outcome: Literal["succeeded", "failed"], error: None | dict[str, Any] | None = None, evidence: list[dict[str, Any]] | None = None, metrics: dict[str, Any] | None = None, proposal_id: None | str | None = None, summary: dict[str, Any] | None = None) -> CompleteTaskResponse:
+    def complete_task(self, *, idempotency_key: str, node_execution_id: str, outcome: Literal["succeeded", "failed"], carried: list[dict[str, Any]] | None = None, error: None | dict[str, Any] | None = None, evidence: list[dict[str, Any]] | None = None, metrics: dict[str, Any] | None = None, proposal_id: None | str | None = None, summary: dict[str, Any] | None = None) -> CompleteTaskResponse:
         """Report the attempt's result (succeeded or failed); its terminal write: spends a single-use grant.
 
         side effect: proposal_register; replay: Convergent; idempotency: dedupe_by_key; errors: ATTEMPT_NOT_LIVE, GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST, PROPOSAL_NOT_FOUND.
         """
         params: dict[str, Any] = {"idempotency_key": idempotency_key, "node_execution_id": node_execution_id, "outcome": outcome}
+        if carried is not None:
+            params["carried"] = carried
         if error is not None:
             params["error"] = error
         if evidence is not None:
@@ -78,10 +80,12 @@ class PatchProposalClient:
         params: dict[str, Any] = {"idempotency_key": idempotency_key, "meta": meta, "node_execution_id": node_execution_id, "proposal_id": proposal_id}
         return self._transport.call("submit_metadata", params)  # type: ignore[return-value]
 
-    def submit_patch(self, *, idempotency_key: str, node_execution_id: str, proposal: dict[str, Any]) -> SubmitPatchResponse:
+    def submit_patch(self, *, idempotency_key: str, node_execution_id: str, proposal: dict[str, Any], carried: list[dict[str, Any]] | None = None) -> SubmitPatchResponse:
         """Register the PatchProposal of this node attempt (its diff uploaded first with put_artifact).
 
         side effect: proposal_register; replay: Convergent; idempotency: dedupe_by_key; errors: BASE_MISMATCH, GRANT_REJECTED, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_REQUEST, PATH_DENIED, PROPOSAL_INVALID.
         """
         params: dict[str, Any] = {"idempotency_key": idempotency_key, "node_execution_id": node_execution_id, "proposal": proposal}
+        if carried is not None:
+            params["carried"] = carried
         return self._transport.call("submit_patch", params)  # type: ignore[return-value]

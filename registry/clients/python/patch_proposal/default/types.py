@@ -1,10 +1,11 @@
-"""Request and response types of dome.patch_proposal@1.1.0 under profile default. Generated; do not edit."""
+"""Request and response types of dome.patch_proposal@1.2.0 under profile default. Generated; do not edit."""
 from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, Required, TypedDict
 
 
 CompleteTaskRequest = TypedDict("CompleteTaskRequest", {
+    "carried": NotRequired[list[dict[str, Any]]],
     "error": NotRequired[None | dict[str, Any]],
     "evidence": NotRequired[list[dict[str, Any]]],
     "idempotency_key": Required[str],
@@ -81,6 +82,7 @@ SubmitMetadataResponse = TypedDict("SubmitMetadataResponse", {
 }, total=False)
 
 SubmitPatchRequest = TypedDict("SubmitPatchRequest", {
+    "carried": NotRequired[list[dict[str, Any]]],
     "idempotency_key": Required[str],
     "node_execution_id": Required[str],
     "proposal": Required[dict[str, Any]],
