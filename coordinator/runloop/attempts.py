@@ -103,7 +103,8 @@ class AttemptLifecycle:
             policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
             worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
         pref = issued["payload_digest"]  # the grant's profile digest (grants_io.profile_ref), computed once
-        spec = self._spawn_spec(nid, neid, wave_id, attempt, grant, (base_sha, base_tree), (nseed, inputs_hash), pref)
+        spec = self._spawn_spec(nid, neid, wave_id, attempt, grant, (base_sha, base_tree), (nseed, inputs_hash),
+                                pref)
         validate_spawn_spec(spec)
         keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wave_id, "task_id": nid}
         drafts: list[tuple[str, dict, dict]] = []

@@ -22,9 +22,9 @@ from typing import Any, Mapping, Sequence
 
 from coordinator.integration.canvas import Canvas
 from coordinator.integration.evidence import T_PLAN, T_SELECTION
-from coordinator.integration.finish import (T_BASE_DERIVED, FinishContext, record_inputs,
-                                            record_verified_proposals, suites_for, export_promotion, finish_recorded_promotion, gate_and_promote,
-                                            recorded_result)
+from coordinator.integration.finish import (T_BASE_DERIVED, FinishContext, export_promotion,
+                                            finish_recorded_promotion, gate_and_promote, record_inputs,
+                                            record_verified_proposals, recorded_result, suites_for)
 from coordinator.integration.recorder import Emitter, RunRecords, records_of, run_dir
 from coordinator.integration.planning import Candidate, final_plan, plan_stack
 from coordinator.integration.stacking import Stacker

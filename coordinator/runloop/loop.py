@@ -294,7 +294,7 @@ class RunLoop(AttemptLifecycle):
 
     def _schedule(self) -> int:
         with self.writer.lock:
-            if self.writer.appends == self._idle_at and not self._acks:  # nothing happened since the last empty decision
+            if self.writer.appends == self._idle_at and not self._acks:  # nothing new since the last empty pass
                 return 0
             st = self.writer.state
             decision = make_decision(self.graph, st, self.policy, self.seed, self.run_id, ready=self.ready)
