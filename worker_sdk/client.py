@@ -45,6 +45,7 @@ from registry.signing import SigningKey
 from registry.toolprofile import PROOF_HEADER
 
 CARRIERS = {"submit_patch": ("put_artifact",), "complete_task": ("put_artifact", "submit_patch")}
+MAX_CARRIED = 4  # the gateway's bound on the calls one request carries
 MAX_CARRIED_BYTES = 256 * 1024  # a larger artifact is sent alone, at once
 PROTOCOL_VERSION = "2026-07-28"  # the sessionless MCP revision: no initialize round trip per worker
 
@@ -200,7 +201,8 @@ class GatewayClient:
     def call(self, method: str, args: dict[str, Any], *, nbytes: int = 0) -> dict[str, Any]:
         self._charge(method, nbytes)
         carried, self._carry = self._carry, []
-        if carried and method in CARRIERS and all(c["tool"] in CARRIERS[method] for c in carried):
+        if carried and method in CARRIERS and len(carried) <= MAX_CARRIED and \
+                all(c["tool"] in CARRIERS[method] for c in carried):
             args = {**args, "carried": [{"tool": c["tool"], "arguments": c["arguments"], "proof": None}
                                         for c in carried]}
         else:

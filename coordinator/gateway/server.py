@@ -36,6 +36,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from registry import limits
+from registry.canonical import digest_bytes
 from registry import toolprofile as tp
 from registry.errors import DomeError
 from registry.grant_errors import GrantError
@@ -168,8 +169,10 @@ class WorkerGateway:
             with self.verifier.authorize(token, method=name, run_id=self.run_id, wave_id=att["wave_id"],
                                          audience=self.audience, args=args, record_rejections=False,
                                          idempotency_key=args.get("idempotency_key"), proof=proof) as call:
+                canon = call.grant.args_canonical if handler_args is None else None  # the proof check's
                 return spec.handler(args if handler_args is None else handler_args,
-                                    CallContext(profile=call.grant.payload, method=name, tx=call.tx))
+                                    CallContext(profile=call.grant.payload, method=name, tx=call.tx,
+                                                args_digest=digest_bytes(canon) if canon is not None else None))
         except GrantError as err:
             raise self._rejected(err, token=token, method=name, subject=f"attempt:{neid}",
                                  wave_id=att["wave_id"], node_execution_id=neid) from None

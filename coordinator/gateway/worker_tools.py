@@ -83,6 +83,7 @@ class CallContext:
     profile: Mapping[str, Any]
     method: str
     tx: Any = None  # the authorize() transaction the tool's writes join
+    args_digest: str | None = None  # the digest of these very arguments, where the grant check made it
 
 
 @dataclass
@@ -157,7 +158,7 @@ def _idempotent(backend: GatewayBackend, method: str, args: dict[str, Any], work
     a repeat returns the stored result (`duplicate: true`), other arguments under the same
     key are IDEMPOTENCY_CONFLICT."""
     key, run_id = args["idempotency_key"], backend.run_id
-    request_digest = digest_json(args)
+    request_digest = (call.args_digest if call is not None else None) or digest_json(args)
 
     def fn(tx: Any) -> tuple[dict, list]:
         prior = tx.idempotency_get(run_id, method, key)

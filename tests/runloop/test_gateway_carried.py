@@ -202,6 +202,18 @@ def test_budgets_count_carried_calls(env):
     assert verifier.usage(g.payload["profile_id"])["calls_total"] == 1
 
 
+def test_more_than_a_request_carries_go_alone_first(env):
+    gw, _, verifier, attempt, ledger = env
+    c, p, d, g = attempt("ne-many")
+    for i in range(5):
+        c.put_artifact_carried(d + str(i).encode() if i else d, "text/x-diff", f"p{i}.diff")
+    c.submit_patch_carried(p)
+    c.complete_task("succeeded", summary={})  # six calls pending: too many to carry, sent alone, in order
+    puts = [e.payload["name"] for e in ledger.events(RUN) if e.topic == rs.ARTIFACT_PUT and e.node_execution_id == "ne-many"]
+    assert puts == [f"p{i}.diff" for i in range(5)]
+    assert verifier.usage(g.payload["profile_id"])["calls_total"] == 7
+
+
 def test_the_sdk_client_sees_carried_in_the_listed_schema(env):
     gw, _, _, attempt, _ = env
     c, _, _, _ = attempt("ne-list")
