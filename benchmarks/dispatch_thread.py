@@ -30,8 +30,9 @@ from coordinator.executors.base import AttemptFiles  # noqa: E402
 from coordinator.executors.local import LocalExecutor  # noqa: E402
 
 
-def _files(work: Path, neid: str) -> AttemptFiles:
-    """What the run loop hands over: writing the attempt's files is part of the start."""
+def _files(work: Path, neid: str, *, in_memory: bool = False) -> AttemptFiles:
+    """What the run loop hands over: writing the attempt's files is part of the start (on disk here,
+    whatever `in_memory` asks: the measure is the thread the work runs on)."""
     adir = work / "attempts" / neid
     (adir / "scratch").mkdir(parents=True)
     (adir / "spawn.json").write_text("{}")

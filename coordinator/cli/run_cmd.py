@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             view.close()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)

@@ -120,7 +120,8 @@ class LocalExecutor:
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles | Callable[[], AttemptFiles]) -> None:
         """Queue the attempt's start and return: a spawner thread writes its files (when `files` is the
-        function that writes them), makes its cgroups and starts it. A start that fails comes back
+        function that writes them; it is called with `in_memory=True`, see `write_attempt`), makes its
+        cgroups and starts it. A start that fails comes back
         from `poll` with its typed error (`ExitInfo.spawn_error`)."""
         neid = spec["node_execution_id"]
         proc = _Proc(files, None) if isinstance(files, AttemptFiles) else _Proc(None, files)

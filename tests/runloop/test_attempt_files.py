@@ -14,6 +14,7 @@ from coordinator.executors.attempts import WORKER_LOG, close_fds, fd_of, log_tai
 from coordinator.executors.base import Limits
 from coordinator import runstate as rs
 from registry.signing import SigningKey
+from tests.conftest import dome_cli
 from tests.runloop.conftest import cmd_task, run_queue, write_queue
 from tests.runloop.test_sandbox import needs_bwrap
 
@@ -72,6 +73,11 @@ def test_scratch_dir_setting_is_checked_before_any_work(git_repo: Path, ops_root
             prepare(q)
         assert err.value.code == "SCRATCH_DIR_INVALID" and bad in err.value.message
     assert ledger_env[0].run_ids() == []
+    # the CLI: bad input (exit 2), refused before the ops root is created
+    r = dome_cli("run", str(q), "--sandbox", "none", "--ops-root", str(tmp_path / "fresh-ops"), "--json",
+                 env={"DOME_SCRATCH_DIR": str(tmp_path / "missing")}, timeout=120)
+    assert r.returncode == 2 and "SCRATCH_DIR_INVALID" in r.stdout, (r.stdout, r.stderr[-2000:])
+    assert not (tmp_path / "fresh-ops").exists()
     monkeypatch.delenv("DOME_SCRATCH_DIR")
     assert scratch_root() == Path(tempfile.gettempdir())
 
