@@ -29,6 +29,29 @@ def write_queue(dir_: Path, repo: Path, tasks: list[dict], **extra) -> Path:
     return path
 
 
+def start_gateway(ledger, keyring, signer, socket_path: Path, run_id: str, base_ref: str):
+    """A real worker gateway on a Unix socket over a run that has started: returns
+    (gateway, writer, verifier, attempts), `attempts` the map the gateway reads each
+    attempt's facts from (node_execution_id -> facts), for the test to fill."""
+    from coordinator import runstate as rs
+    from coordinator.gateway.dispatch import ToolDispatcher
+    from coordinator.gateway.server import WorkerGateway
+    from coordinator.gateway.worker_tools import GatewayBackend, build_tools
+    from coordinator.grants import GrantVerifier
+    from coordinator.runloop.writer import LedgerWriter, WriterLedger
+    from coordinator.runstate import RunState
+
+    writer = LedgerWriter(ledger, run_id, signer, RunState())
+    writer.append(rs.RUN_STARTED, {"base_ref": base_ref})
+    attempts: dict[str, dict] = {}
+    verifier = GrantVerifier(keyring, WriterLedger(writer))
+    backend = GatewayBackend(run_id=run_id, writer=writer, blobs=ledger.blobs, attempt=attempts.get)
+    gw = WorkerGateway(run_id=run_id, verifier=verifier, dispatcher=ToolDispatcher(build_tools(backend)),
+                       socket_path=socket_path, attempt=attempts.get)
+    gw.start()
+    return gw, writer, verifier, attempts
+
+
 @pytest.fixture
 def ledger_env(ops_root: Path):
     from coordinator.keys import load_keyring, load_or_create_signing_key

@@ -14,15 +14,11 @@ import pytest
 
 from coordinator import runstate as rs
 from coordinator.gateway import auth as grants_io
-from coordinator.grants import GrantVerifier
 from coordinator.gateway.dispatch import ToolDispatcher
-from coordinator.gateway.server import WorkerGateway
-from coordinator.gateway.worker_tools import GatewayBackend, build_tools
-from coordinator.runloop.writer import LedgerWriter, WriterLedger
-from coordinator.runstate import RunState
 from registry import toolprofile as tp
 from registry.errors import DomeError
 from registry.signing import SigningKey
+from tests.runloop.conftest import start_gateway
 from worker_sdk.client import BudgetExhausted, GatewayClient, OutOfProfile, WorkerKeyMismatch
 
 RUN = "run-gw-test"
@@ -33,14 +29,7 @@ TREE = "b" * 40
 @pytest.fixture
 def gateway(ledger_env, tmp_path: Path):
     ledger, signer, keyring = ledger_env
-    writer = LedgerWriter(ledger, RUN, signer, RunState())
-    writer.append(rs.RUN_STARTED, {"base_ref": BASE})
-    attempts: dict[str, dict] = {}
-    verifier = GrantVerifier(keyring, WriterLedger(writer))
-    backend = GatewayBackend(run_id=RUN, writer=writer, blobs=ledger.blobs, attempt=attempts.get)
-    gw = WorkerGateway(run_id=RUN, verifier=verifier, dispatcher=ToolDispatcher(build_tools(backend)),
-                       socket_path=tmp_path / "gw.sock", attempt=attempts.get)
-    gw.start()
+    gw, writer, verifier, attempts = start_gateway(ledger, keyring, signer, tmp_path / "gw.sock", RUN, BASE)
 
     class G:  # what the tests need of an issued grant (and its worker key, as the run loop delivers it)
         def __init__(self, g, key):

@@ -15,16 +15,11 @@ import pytest
 
 from coordinator import runstate as rs
 from coordinator.gateway import auth as grants_io
-from coordinator.gateway.dispatch import ToolDispatcher
-from coordinator.gateway.server import WorkerGateway
-from coordinator.gateway.worker_tools import GatewayBackend, build_tools
-from coordinator.grants import GrantVerifier
-from coordinator.runloop.writer import LedgerWriter, WriterLedger
-from coordinator.runstate import RunState
 from registry.canonical import digest_bytes
 from registry.errors import DomeError
 from registry.signing import SigningKey
 from tests.conftest import git, make_repo
+from tests.runloop.conftest import start_gateway
 from worker_sdk.client import GatewayClient
 from worker_sdk.proposal import build_proposal
 
@@ -37,14 +32,7 @@ def env(ledger_env, tmp_path: Path):
     repo = make_repo(tmp_path / "repo")
     base = git(repo, "rev-parse", "HEAD").strip()
     tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
-    writer = LedgerWriter(ledger, RUN, signer, RunState())
-    writer.append(rs.RUN_STARTED, {"base_ref": base})
-    attempts: dict[str, dict] = {}
-    verifier = GrantVerifier(keyring, WriterLedger(writer))
-    backend = GatewayBackend(run_id=RUN, writer=writer, blobs=ledger.blobs, attempt=attempts.get)
-    gw = WorkerGateway(run_id=RUN, verifier=verifier, dispatcher=ToolDispatcher(build_tools(backend)),
-                       socket_path=tmp_path / "gw.sock", attempt=attempts.get)
-    gw.start()
+    gw, writer, verifier, attempts = start_gateway(ledger, keyring, signer, tmp_path / "gw.sock", RUN, base)
 
     def attempt(neid: str, path: str = "out/a.txt", caps=("write",)) -> tuple[GatewayClient, dict, bytes, Any]:
         node = "n-" + neid
