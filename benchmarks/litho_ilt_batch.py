@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
 
     one, many = [], []
     same = True
+    diff_px: list[int] = []  # mask pixels that differ, batched against one at a time, per clip (last repeat)
+    rerun_px: list[int] = []  # one at a time against its own first repeat: is the device deterministic?
+    first: list = []
     for _ in range(args.repeat):
         sync()
         t0 = time.perf_counter()
@@ -63,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         sync()
         many.append((time.perf_counter() - t0) / len(targets))
         same = same and all(np.array_equal(a, b) for a, b in zip(alone, both))
+        diff_px = [int(np.count_nonzero(np.asarray(a) != np.asarray(b))) for a, b in zip(alone, both)]
+        first = first or alone
+        rerun_px = [int(np.count_nonzero(np.asarray(a) != np.asarray(f))) for a, f in zip(alone, first)]
     a, b = statistics.median(one), statistics.median(many)
     print(f"device {args.device}, {args.dtype}, {args.threads} thread(s), {args.batch} clips, "
           f"{sum(s.iterations for s in cfg.stages)} iterations, {args.repeat} repeats (median)")
@@ -70,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batched [B, N, N]:        {b:.2f} s per clip  ({a / b:.2f}x the baseline's speed)")
     print(f"memory budget picks {ilt_masks_per_batch(model)} clips per batch on this device")
     print(f"batched masks bit-identical to one at a time: {same}")
+    if not same:  # how far apart, in mask pixels of 2048 x 2048, per clip
+        print(f"mask pixels differing, batched vs one at a time (per clip): {diff_px}")
+    print(f"mask pixels differing, one at a time, repeat vs first repeat (per clip): {rerun_px}")
     return 0 if same else 1
 
 
