@@ -1,6 +1,6 @@
 """Streaming (tile-by-tile) evaluation against the whole-canvas tiled evaluation: tiles/s and peak RSS.
 
-    python benchmarks/litho_tiled.py [--sizes 4096 8192] [--threads 1]
+    python benchmarks/litho_tiled.py [--sizes 4096 8192] [--threads 1] [--device cpu|cuda]
 
 Layouts: square crops of examples/fullchip/layouts/block.oas (IHP SG13G2
 Metal1 scaled to the ICCAD 2013 node), evaluated without OPC (the mask is the
@@ -38,7 +38,7 @@ def crop(size: int):
     return Layout(tuple(polys), f"block crop {size} nm", "1/0")
 
 
-def child(mode: str, size: int, threads: int) -> dict:
+def child(mode: str, size: int, threads: int, device: str = "cpu") -> dict:
     import resource
 
     import torch
@@ -49,7 +49,7 @@ def child(mode: str, size: int, threads: int) -> dict:
     from worker_sdk.litho.streaming import evaluate_streaming
 
     torch.set_num_threads(threads)
-    model = get_model(iccad13_data(), 2048)
+    model = get_model(iccad13_data(), 2048, device=device)
     layout = crop(size)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
@@ -69,16 +69,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "SIZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]), args.threads)))
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.threads, args.device)))
         return 0
     rows = []
     for size in args.sizes:
         pair = {}
         for mode in ("whole", "streaming"):
-            r = subprocess.run([sys.executable, __file__, "--child", mode, str(size), "--threads", str(args.threads)],
+            r = subprocess.run([sys.executable, __file__, "--child", mode, str(size), "--threads", str(args.threads),
+                                "--device", args.device],
                                capture_output=True, text=True, check=True)
             pair[mode] = json.loads(r.stdout.strip().splitlines()[-1])
         keys = ("l2", "pvb", "epe", "topology_defects")
