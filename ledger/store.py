@@ -123,10 +123,12 @@ def _record_from_row(run_id: str, r: Sequence[Any]) -> EventRecord:
 class LedgerTransaction:
     """All-or-nothing unit of work on the ledger (see Ledger.transaction)."""
 
-    def __init__(self, ledger: "Ledger", conn: Connection) -> None:
+    def __init__(self, ledger: "Ledger", conn: Connection, *, heads: dict[str, tuple[int, str | None]] | None = None,
+                 memo: dict[tuple[str | None, str | None], bool] | None = None) -> None:
         self._ledger = ledger
         self._conn = conn
-        self._heads: dict[str, tuple[int, str | None]] = {}
+        self._heads: dict[str, tuple[int, str | None]] = {} if heads is None else heads
+        self._memo: dict[tuple[str | None, str | None], bool] = {} if memo is None else memo  # is_revoked answers
         self.topics: list[str] = []  # appended in this transaction (for the crash-test hook)
         # SQLite hot path: the driver connection inside SQLAlchemy's transaction
         self._raw = conn.connection.driver_connection if ledger.engines.dialect == "sqlite" else None
@@ -247,6 +249,7 @@ class LedgerTransaction:
                profile_id: str | None = None, signer: SigningKey | None = None) -> EventRecord:
         if not jti and not profile_id:
             raise InvalidEvent("revoke needs a jti or a profile_id")
+        self._memo.clear()
         rec = self.append(run_id, "grant.revoked",
                           {"jti": jti, "profile_id": profile_id, "reason": reason}, signer=signer)
         self._conn.execute(revocations.insert(), {
@@ -255,9 +258,15 @@ class LedgerTransaction:
         return rec
 
     def is_revoked(self, jti: str | None = None, profile_id: str | None = None) -> bool:
+        """Whether the jti or profile is revoked. Asked again in the same transaction (the calls
+        of one gateway request), the answer is the first one's, until this transaction revokes."""
         if not jti and not profile_id:
             return False
-        return self._row(_SQL_REVOKED, {"jti": jti or None, "profile_id": profile_id or None}) is not None
+        known = self._memo.get((jti, profile_id))
+        if known is None:
+            known = self._memo[(jti, profile_id)] = self._row(
+                _SQL_REVOKED, {"jti": jti or None, "profile_id": profile_id or None}) is not None
+        return known
 
     # -- idempotency ----------------------------------------------------
     def idempotency_get(self, run_id: str, method: str, key: str) -> dict[str, Any] | None:
@@ -309,6 +318,7 @@ class Ledger:
         self._new_ids = new_ids
         self._lock = threading.RLock()
         self._wconn: Connection | None = None
+        self._open: LedgerTransaction | None = None  # the writer connection's open transaction (its thread holds _lock)
         self._crash = crashpoint.from_env()  # None unless a crash test asks for it
 
     @classmethod
@@ -353,21 +363,68 @@ class Ledger:
     @contextmanager
     def transaction(self) -> Iterator[LedgerTransaction]:
         """`with ledger.transaction() as tx:` -- everything inside commits
-        together (durably) or not at all."""
+        together (durably) or not at all. Opened inside another transaction of
+        this thread (a `batch`), it is a savepoint: it rolls back alone, and
+        what it wrote commits with the enclosing transaction."""
         with self._lock:
+            if self._open is not None:
+                with self._savepoint(self._open) as tx:
+                    yield tx
+                return
             if self._wconn is None or self._wconn.closed:
                 self._wconn = self.engines.write.connect()
             conn = self._wconn
             try:
                 with conn.begin():
-                    tx = LedgerTransaction(self, conn)
-                    yield tx
+                    tx = self._open = LedgerTransaction(self, conn)
+                    try:
+                        yield tx
+                    finally:
+                        self._open = None
                 if self._crash is not None:
                     self._crash.after_commit(tx.topics)
             except OperationalError:
                 conn.close()
                 self._wconn = None
                 raise
+
+    @contextmanager
+    def _savepoint(self, outer: LedgerTransaction) -> Iterator[LedgerTransaction]:
+        """A transaction nested in `outer`: its chain heads and topics join the outer's only if
+        it is released; rolled back, it leaves the outer as it was."""
+        tx = LedgerTransaction(self, outer._conn, heads=dict(outer._heads), memo=dict(outer._memo))
+        with outer._conn.begin_nested():
+            self._open = tx
+            try:
+                yield tx
+            finally:
+                self._open = outer
+        outer._heads.update(tx._heads)
+        outer._memo.clear()
+        outer._memo.update(tx._memo)
+        outer.topics.extend(tx.topics)
+
+    @contextmanager
+    def batch(self, on_commit: Callable[[], None] | None = None) -> Iterator[None]:
+        """One durable commit for several transactions (the calls of one gateway request):
+        each `transaction()` opened inside is a savepoint that commits or rolls back alone,
+        and whatever they kept commits once, at the end, even when the body raised (its
+        error is raised after the commit). `on_commit` runs once the commit is durable.
+        Inside another transaction, the body just joins it."""
+        with self._lock:
+            if self._open is not None:
+                yield
+                return
+            failed: Exception | None = None
+            with self.transaction():
+                try:
+                    yield
+                except Exception as exc:  # noqa: BLE001 - what the savepoints kept commits; raised below
+                    failed = exc
+            if on_commit is not None:
+                on_commit()
+            if failed is not None:
+                raise failed
 
     def append(self, run_id: str, topic: str, payload: dict[str, Any], *,
                wave_id: str | None = None, node_id: str | None = None,

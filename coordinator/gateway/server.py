@@ -20,6 +20,7 @@ keeps them regardless).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -96,6 +97,7 @@ class WorkerGateway:
         self.dispatcher = dispatcher
         self.socket_path = Path(socket_path)
         self.calls = 0
+        self.one_commit = True  # a request's calls in one durable transaction (False: one per call)
         self.rejections: list[dict[str, Any]] = []  # the last few, for the run loop's view
         self.limiter = limiter or RejectionLimiter()
         self._clock = clock
@@ -144,14 +146,25 @@ class WorkerGateway:
 
     def _invoke(self, token: str, name: str, args: dict[str, Any], proof: str | None = None) -> dict[str, Any]:
         """Validate the arguments; run the carried calls, each as the call it is; then run the tool
-        inside the verifier's authorize transaction."""
+        inside the verifier's authorize transaction.
+
+        A request's calls commit once: each call's transaction is a savepoint of the request's
+        (`batch`), so a refused call k rolls back alone and leaves calls 1..k-1, its own "failed"
+        charge and its rejection to the one commit, exactly what k commits would have left. The
+        answer is sent only after that commit is durable; a crash before it leaves none of the
+        request's calls, none of which was answered."""
         spec = self.dispatcher.validate(name, args)
         carried = args.get("carried")
         if carried:
-            done = [self._carried(token, c) for c in carried]
-            plain = {k: v for k, v in args.items() if k != "carried"}  # what the call alone would hold
-            return {**self._authorized(token, spec, name, args, proof, handler_args=plain), "carried": done}
+            with self._request_commit():
+                done = [self._carried(token, c) for c in carried]
+                plain = {k: v for k, v in args.items() if k != "carried"}  # what the call alone would hold
+                return {**self._authorized(token, spec, name, args, proof, handler_args=plain), "carried": done}
         return self._authorized(token, spec, name, args, proof)
+
+    def _request_commit(self) -> Any:
+        batch = getattr(self.verifier.ledger, "batch", None)
+        return batch() if batch is not None and self.one_commit else contextlib.nullcontext()
 
     def _carried(self, token: str, call: Mapping[str, Any]) -> dict[str, Any]:
         args = dict(call["arguments"])

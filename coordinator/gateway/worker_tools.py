@@ -26,7 +26,9 @@ tool, its arguments and its own call proof). The gateway runs each carried
 call first, in order, as the call it is (validated, authorised by the grant and
 its own proof, charged, recorded, idempotent), then the call itself; the
 first refusal answers the request. A task's three writes thus take one
-request instead of three, with the same checks, charges and events.
+request instead of three, with the same checks, charges and events, and one
+durable commit: each call's transaction is a savepoint of the request's
+(WorkerGateway._invoke), so a refused call rolls back alone.
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ sequence order, so the state the scheduler reads is always exactly
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from registry.signing import SigningKey
 
@@ -116,11 +117,12 @@ class _TxRecorder:
 class WriterLedger:
     """A Ledger facade for components that write on their own (the grants
     verifier): every write of this run goes through the LedgerWriter's lock
-    and is applied to the run state in sequence order."""
+    and is applied to the run state in sequence order, once it is durable."""
 
     def __init__(self, writer: LedgerWriter) -> None:
         self._w = writer
         self._l = writer.ledger
+        self._pending: list | None = None  # inside a batch: records stored, not yet committed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._l, name)
@@ -130,6 +132,9 @@ class WriterLedger:
         return self._w.state.finished is not None
 
     def _apply(self, records: list) -> None:
+        if self._pending is not None:  # applied when the batch commits (dropped if it does not)
+            self._pending.extend(records)
+            return
         self._w._applied([r for r in records if getattr(r, "run_id", None) == self._w.run_id])
 
     def append(self, run_id: str, topic: str, payload: dict[str, Any], **kw: Any) -> Any:
@@ -146,15 +151,33 @@ class WriterLedger:
             self._apply([rec])
             return rec
 
-    def transaction(self):
-        from contextlib import contextmanager
+    @contextmanager
+    def transaction(self) -> Iterator[_TxRecorder]:
+        with self._w.lock:
+            self._w.guard()
+            records: list = []
+            with self._l.transaction() as tx:
+                yield _TxRecorder(tx, records)
+            self._apply(records)
 
-        @contextmanager
-        def _cm():
-            with self._w.lock:
-                self._w.guard()
-                records: list = []
-                with self._l.transaction() as tx:
-                    yield _TxRecorder(tx, records)
-                self._apply(records)
-        return _cm()
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The ledger's batch (one commit for several transactions) under the writer's lock:
+        the records its transactions kept reach the run state after the commit, in order;
+        none do if it does not commit."""
+        with self._w.lock:
+            if self._pending is not None or getattr(self._l, "_open", None) is not None:
+                yield  # inside a batch or a transaction already: the body joins it
+                return
+            self._w.guard()
+            self._pending = pending = []
+
+            def committed() -> None:
+                self._pending = None
+                self._apply(pending)
+
+            try:
+                with self._l.batch(on_commit=committed):
+                    yield
+            finally:
+                self._pending = None
