@@ -130,6 +130,7 @@ class LedgerTransaction:
         self._heads: dict[str, tuple[int, str | None]] = {} if heads is None else heads
         self._memo: dict[tuple[str | None, str | None], bool] = {} if memo is None else memo  # is_revoked answers
         self.topics: list[str] = []  # appended in this transaction (for the crash-test hook)
+        self._depth = 0  # savepoints open in this transaction (SQLite names them by depth)
         # SQLite hot path: the driver connection inside SQLAlchemy's transaction
         self._raw = conn.connection.driver_connection if ledger.engines.dialect == "sqlite" else None
 
@@ -294,6 +295,31 @@ class LedgerTransaction:
         return result
 
 
+@contextmanager
+def _nested(outer: LedgerTransaction) -> Iterator[None]:
+    """A savepoint in `outer`: released when the body returns, rolled back to when it raises.
+    SQLite takes the statements on its driver connection (SQLAlchemy's begin_nested costs
+    more than the savepoint itself); other dialects get SQLAlchemy's."""
+    raw = outer._raw
+    if raw is None:
+        with outer._conn.begin_nested():
+            yield
+        return
+    outer._depth += 1
+    name = f"dome_sp{outer._depth}"
+    raw.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        raw.execute(f"ROLLBACK TO SAVEPOINT {name}")
+        raw.execute(f"RELEASE SAVEPOINT {name}")
+        raise
+    else:
+        raw.execute(f"RELEASE SAVEPOINT {name}")
+    finally:
+        outer._depth -= 1
+
+
 def _sqlite_file(url: str) -> Path | None:
     """The file a SQLite URL names; None for memory or a database server."""
     from sqlalchemy.engine import make_url
@@ -393,7 +419,8 @@ class Ledger:
         """A transaction nested in `outer`: its chain heads and topics join the outer's only if
         it is released; rolled back, it leaves the outer as it was."""
         tx = LedgerTransaction(self, outer._conn, heads=dict(outer._heads), memo=dict(outer._memo))
-        with outer._conn.begin_nested():
+        tx._depth = outer._depth + 1  # savepoints opened in it are named below this one's
+        with _nested(outer):
             self._open = tx
             try:
                 yield tx
