@@ -55,7 +55,7 @@ from registry.grant_errors import (
     GrantPayloadInvalid, GrantProofReplayed, GrantReplayed, GrantRevoked,
 )
 from registry.grant_scope import GrantScope, derive_scope
-from registry.schema_lite import validate
+from registry.schema_lite import validate_varying
 from registry.signing import Keyring, SigningKey
 from registry import toolprofile as tp
 
@@ -74,6 +74,7 @@ class SignedGrant:
     envelope: Mapping[str, Any]
     payload: Mapping[str, Any]
     scope: GrantScope
+    payload_digest: str = ""  # digest_json(payload), from the bytes that were signed (set by issue_profile)
 
     @property
     def profile_id(self) -> str:
@@ -99,6 +100,12 @@ def _doc_digest(doc: Any) -> str:
     d = digest_json(doc)
     _DOC_DIGESTS[id(doc)] = (doc, d)
     return d
+
+
+# the ToolProfile fields that differ between attempts of one scope (the rest is checked once per scope)
+PROFILE_PER_ATTEMPT = frozenset({"object_id", "profile_id", "run_id", "wave_id", "node_id", "node_execution_id",
+                                 "created_at", "subject", "issued_at", "not_before", "expires_at", "jti",
+                                 "worker_id", "cnf", "determinism_seed", "inputs_hash"})
 
 
 def _epoch(now: float | datetime | None) -> float:
@@ -159,12 +166,14 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
         inputs_hash=inputs_hash)
     if egress:
         _apply_egress(payload, egress)
-    validate("tool_profile", payload)
-    envelope = tp.sign_payload(payload, key)
-    grant = SignedGrant(token=tp.envelope_to_token(envelope), envelope=envelope, payload=payload, scope=scope)
+    validate_varying("tool_profile", payload, PROFILE_PER_ATTEMPT)
+    body = canonical_json(payload)  # once: the signed bytes, the token and the profile's digest
+    envelope, token = tp.sign_body(body, key)
+    grant = SignedGrant(token=token, envelope=envelope, payload=payload, scope=scope,
+                        payload_digest=digest_bytes(body))
     if ledger is not None:
         ledger.append(run_id, ISSUED_TOPIC, {
-            "profile": payload, "payload_digest": digest_json(payload), "token_digest": tp.token_digest(grant.token),
+            "profile": payload, "payload_digest": grant.payload_digest, "token_digest": tp.token_digest(grant.token),
             "dropped_methods": dict(scope.dropped)},
             wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id, signer=key)
     return grant

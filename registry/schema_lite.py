@@ -54,6 +54,58 @@ def validate(name: str, instance: Any) -> None:
     full(name, instance)
 
 
+# top-level keywords whose verdict depends only on which keys an object has, besides `properties`
+_KEY_SET_ONLY = frozenset({"required", "dependentRequired", "minProperties", "maxProperties"})
+_SEEN_MAX = 256
+_SEEN: dict[tuple[str, frozenset[str]], set[str]] = {}
+
+
+def validate_varying(name: str, instance: Any, varying: frozenset[str]) -> None:
+    """`validate(name, instance)` for one of many objects that differ only in the top-level
+    fields `varying` (ids, times, keys): an object whose other fields and key set equal
+    those of one that passed before has only its `varying` fields checked, each against its
+    property's schema. That holds when the schema's top level judges an object by its key
+    set and by each property on its own (`_split`); any other schema, and any object that
+    fails, goes through `validate`. Equal `repr`s of the other fields stand for equal values
+    (dicts, lists, strings, numbers, booleans and null print distinctly)."""
+    props = _split(name) if type(instance) is dict else None
+    if props is None or not varying.issubset(props):
+        validate(name, instance)
+        return
+    key = repr(sorted(instance)) + repr(sorted((k, v) for k, v in instance.items() if k not in varying))
+    seen = _SEEN.setdefault((name, varying), set())
+    if key in seen and all(props[k](instance[k]) for k in varying if k in instance):
+        return
+    validate(name, instance)
+    if len(seen) >= _SEEN_MAX:
+        seen.clear()
+    seen.add(key)
+
+
+@lru_cache(maxsize=None)
+def _split(name: str) -> dict[str, Check] | None:
+    """Each property's check, when the schema's top level is an object schema whose other
+    keywords depend only on the key set; None otherwise."""
+    doc = _load(name)
+    base = doc.get("$id", ID_PREFIX + name + ".json")
+    for k, v in doc.items():
+        if k in ANNOTATIONS or k in _KEY_SET_ONLY or k == "properties" or k.startswith("x-"):
+            continue
+        if k == "type" and v == "object":
+            continue
+        if k == "additionalProperties" and isinstance(v, bool):
+            continue
+        if k in ("anyOf", "allOf", "oneOf") and all(
+                isinstance(sub, dict) and set(sub) <= (ANNOTATIONS | _KEY_SET_ONLY) for sub in v):
+            continue
+        return None
+    try:
+        compiler = _Compiler()
+        return {n: compiler.compile(sub, base) for n, sub in (doc.get("properties") or {}).items()}
+    except Unsupported:
+        return None
+
+
 def compile_schema(schema: Any, base: str = ID_PREFIX + "inline.json") -> Check:
     """A yes/no check for an inline schema ($refs into dome's schemas resolve); Unsupported
     when it uses a keyword this checker lacks."""
@@ -111,6 +163,13 @@ def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
     return type(a) is type(b) and a == b
+
+
+def _unique(items: list) -> bool:
+    """uniqueItems: strings (the usual case) through a set, anything else pairwise by JSON equality."""
+    if all(type(x) is str for x in items):
+        return len(set(items)) == len(items)
+    return not any(_equal(items[i], items[j]) for i in range(len(items)) for j in range(i + 1, len(items)))
 
 
 def _multiple_of(inst: Any, by: Any) -> bool:
@@ -194,8 +253,7 @@ class _Compiler:
         if k == "uniqueItems":
             if not v:
                 return None
-            return lambda inst: not isinstance(inst, list) or not any(
-                _equal(inst[i], inst[j]) for i in range(len(inst)) for j in range(i + 1, len(inst)))
+            return lambda inst: not isinstance(inst, list) or _unique(inst)
         if k in ("anyOf", "allOf", "oneOf"):
             subs = [self.compile(s, base) for s in v]
             if k == "anyOf":

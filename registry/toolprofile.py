@@ -156,9 +156,17 @@ def signed_artifact(payload: Mapping[str, Any], envelope: Mapping[str, Any]) -> 
 
 
 def sign_payload(payload: Mapping[str, Any], key: SigningKey, *, payload_type: str = PAYLOAD_TYPE) -> dict[str, Any]:
-    body = canonical_json(payload)
-    return {"payloadType": payload_type, "payload": b64e(body),
-            "signatures": [{"keyid": key.kid, "sig": b64e(key.sign_pae(payload_type, body))}]}
+    return sign_body(canonical_json(payload), key, payload_type=payload_type)[0]
+
+
+def sign_body(body: bytes, key: SigningKey, *, payload_type: str = PAYLOAD_TYPE) -> tuple[dict[str, Any], str]:
+    """(DSSE envelope, compact token) over `body`, the payload's canonical bytes, signed once:
+    the token is what `envelope_to_token(envelope)` gives, made without decoding the envelope."""
+    sig = key.sign_pae(payload_type, body)
+    envelope = {"payloadType": payload_type, "payload": b64e(body), "signatures": [{"keyid": key.kid, "sig": b64e(sig)}]}
+    token = TOKEN_PREFIX + ".".join(b64u_encode(p) for p in (payload_type.encode("utf-8"), body,
+                                                              str(key.kid).encode("utf-8"), sig))
+    return envelope, token
 
 
 def envelope_to_token(envelope: Mapping[str, Any]) -> str:

@@ -47,13 +47,13 @@ def issue(*, key: Any, run_id: str, wave_id: str, node_id: str, node_execution_i
                       required_capabilities=grant_capabilities(capabilities), policy_id=policy_id, card=CARD,
                       ttl_seconds=int(ttl_s), determinism_seed=seed, inputs_hash=inputs_hash,
                       worker_public_key=worker_public_key, egress=egress)
-    issued = {"profile": dict(g.payload), "payload_digest": digest_json(dict(g.payload)),
+    issued = {"profile": dict(g.payload), "payload_digest": g.payload_digest,
               "token_digest": tp.token_digest(g.token), "dropped_methods": dict(g.scope.dropped)}
     return g, issued
 
 
 def profile_ref(g: SignedGrant) -> str:
-    return digest_json(dict(g.payload))
+    return g.payload_digest or digest_json(dict(g.payload))
 
 
 def verify_for_listing(verifier: GrantVerifier, token: str, *, run_id: str, audience: str,

@@ -11,7 +11,7 @@ import functools
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator, Mapping, Sequence
 
 from registry.canonical import digest_json
 from registry.signing import SigningKey
@@ -25,6 +25,49 @@ from .derived_base import build_derived_base, plan_derived_base
 from .manifest import egress_terms, utc_stamp
 
 TASK_BASE_DERIVED = "task.base_derived"
+
+
+class _Dependencies(Mapping[str, Sequence[str]]):
+    """The graph's dependency lists, read one node at a time (nothing copies the whole graph)."""
+
+    def __init__(self, nodes: Mapping[str, Any]) -> None:
+        self._nodes = nodes
+
+    def __getitem__(self, nid: str) -> Sequence[str]:
+        if nid not in self._nodes:
+            raise KeyError(nid)
+        return self._nodes[nid].dependencies
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("dependencies are read one node at a time")
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
+class _Winners(Mapping[str, Mapping[str, Any]]):
+    """The winning proposal of a graph node, looked up when asked for."""
+
+    def __init__(self, nodes: Mapping[str, Any], state: Any) -> None:
+        self._nodes, self._st = nodes, state
+
+    def __getitem__(self, nid: str) -> Mapping[str, Any]:
+        ns = self._st.node(nid) if nid in self._nodes else None
+        if ns is None or not ns.succeeded or ns.succeeded_by not in self._st.proposal_of:
+            raise KeyError(nid)
+        return self._st.proposal_of[ns.succeeded_by]
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("winners are looked up one node at a time")
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
+def ancestor_plan(node_id: str, nodes: Mapping[str, Any], state: Any) -> list[Mapping[str, Any]]:
+    """The winning proposals of node_id's ancestors, ancestors first (derived_base.plan_derived_base),
+    in O(ancestors): only the ancestors' states and proposals are read."""
+    return plan_derived_base(node_id, _Dependencies(nodes), _Winners(nodes, state))
 
 
 @dataclass
@@ -53,11 +96,7 @@ class AttemptLifecycle:
         if not st.proposals or not self.node(node_id).dependencies:
             plan: list = []
         else:
-            by_neid = {p.get("node_execution_id"): p for p in st.proposals}
-            winners = {n: by_neid[st.node(n).succeeded_by] for n in self.graph.nodes
-                       if st.node(n).succeeded and st.node(n).succeeded_by in by_neid}
-            deps = {n: list(node.dependencies) for n, node in self.graph.nodes.items()}
-            plan = plan_derived_base(node_id, deps, winners)
+            plan = ancestor_plan(node_id, self.graph.nodes, st)
         if not plan or self.wave_sha != self.base_sha:  # a wave on the integration head has its ancestors in it
             return self.wave_sha, self.wave_tree, None
         key = tuple(str(p.get("proposal_id")) for p in plan)

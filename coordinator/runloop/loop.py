@@ -25,6 +25,7 @@ One attempt's life (base, SpawnSpec, grant, launch, supervision) is in
 """
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import subprocess
@@ -375,6 +376,9 @@ class RunLoop(AttemptLifecycle):
     def _drive(self) -> RunOutcome:
         assert self.lease is not None
         self._prepare()
+        # what start-up made (modules, registry, graph, gateway) lives as long as the run: keep it out
+        # of the cyclic collector's full passes, which would otherwise walk it again and again
+        gc.freeze()
         old_handlers = install_cancel_signals(self.cancel)
         from .canvas_driver import driver_for
         self.canvas = driver_for(self)
@@ -405,6 +409,7 @@ class RunLoop(AttemptLifecycle):
                 if not launched:
                     self.writer.wait(TICK_S)
         finally:
+            gc.unfreeze()  # back to the collector: a process that runs again frees what this run left
             restore_signals(old_handlers)
             self.executor.shutdown()
             if self.canvas is not None:
