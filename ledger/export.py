@@ -4,23 +4,28 @@ The files are a projection: if they disagree with the ledger, the ledger
 wins and `export_run` rewrites them. Each file is the record's export form
 (EventRecord.to_json(): the envelope fields, record_digest, signature, and a
 DSSE envelope with the exact record bytes so a third party can check them
-without re-serializing anything). Each file is compact JSON with sorted keys
-(one pass of the C encoder). A new file is written in place, created
+without re-serializing anything). Each file is compact JSON with sorted keys. A new file is written in place, created
 exclusively (a torn write is a file whose bytes differ, which the next export
 rewrites and `dome verify` reports as EXPORT_DIFFERS, never as a record);
 a file that differs from the ledger is replaced atomically (temp file +
-rename).
+rename). A new file costs one exclusive create and one write: no folder
+listing, no stat. The payload, the bulk of each file, is copied from the
+record's own bytes rather than encoded again (`render`).
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
+
+from registry.canonical import stdlib_form_is_canonical
 
 from .paging import iter_events
-from .record import EventRecord
+from .record import PAYLOAD_TYPE, EventRecord
 
 
 def run_dir_name(run_id: str) -> str:
@@ -36,17 +41,90 @@ def event_path(ops_root: Path | str, run_id: str, sequence: int) -> Path:
     return events_dir(ops_root, run_id) / f"event.{sequence}.json"
 
 
-def render(rec: EventRecord) -> bytes:
+def render_generic(rec: EventRecord) -> bytes:
+    """The export file's bytes, from the record's fields: compact JSON with sorted
+    keys (what `render` gives, by the long way; kept as the reference)."""
     return (json.dumps(rec.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
             ).encode("utf-8")
 
 
-def _write_new(path: Path, data: bytes) -> bool:
-    """Create `path` holding `data`; False (nothing written) when it exists already."""
+_encode_str = json.encoder.encode_basestring  # the C encoder's string form (ensure_ascii=False)
+_PAYLOAD_TYPE_JSON = _encode_str(PAYLOAD_TYPE)
+_PAYLOAD_KEY = b',"payload":'
+_PAYLOAD_DIGEST_KEY = b',"payload_digest":'
+
+
+class _Generic(Exception):
+    """This record's file needs the generic renderer."""
+
+
+def _scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    t = type(v)
+    if t is str:
+        return _encode_str(v)
+    if t is int:
+        return int.__repr__(v)
+    raise _Generic
+
+
+def _payload_text(rec: EventRecord) -> bytes:
+    """The payload's bytes as the generic renderer would write them, cut out of
+    the record's own bytes (no re-encoding), or _Generic.
+
+    The record bytes are RFC 8785 (compact, sorted keys); for the values
+    `stdlib_form_is_canonical` accepts, that is exactly the
+    stdlib encoder's output for the parsed payload, and only the escape of a
+    lone surrogate (\\udXXX) differs. The cut is the payload whose digest the
+    record carries: anything else (a record that is not what its fields say)
+    goes the generic way."""
+    rb = rec.record_bytes
+    i = rb.find(_PAYLOAD_KEY)  # the first: only scalars precede the payload, and `,"` is never inside a string
+    j = rb.rfind(_PAYLOAD_DIGEST_KEY)  # the last: only scalars follow it
+    if i < 0 or j <= i:
+        raise _Generic
+    body = rb[i + len(_PAYLOAD_KEY):j]
+    if body[:1] != b"{" or b"\\ud" in body or b"\\uD" in body:
+        raise _Generic
+    if "sha256:" + hashlib.sha256(body).hexdigest() != rec.payload_digest:
+        raise _Generic
+    if not stdlib_form_is_canonical(rec.payload):
+        raise _Generic  # say an integral float, which the stdlib writes as 2.0
+    return body
+
+
+def _render_spliced(rec: EventRecord) -> bytes:
+    body = _payload_text(rec)
+    kid, sig = rec.kid, rec.signature
+    sigs = f'[{{"keyid":{_scalar(kid)},"sig":{_scalar(sig)}}}]' if kid and sig else "[]"
+    head = (f'{{"canonicalization":{_scalar(rec.canonicalization)},"dsse":{{"payload":"'
+            f'{base64.b64encode(rec.record_bytes).decode("ascii")}","payloadType":{_PAYLOAD_TYPE_JSON},'
+            f'"signatures":{sigs}}},"event_id":{_scalar(rec.event_id)},"kid":{_scalar(kid)},'
+            f'"node_execution_id":{_scalar(rec.node_execution_id)},"node_id":{_scalar(rec.node_id)},"payload":')
+    tail = (f',"payload_digest":{_scalar(rec.payload_digest)},"prev_digest":{_scalar(rec.prev_digest)},'
+            f'"record_digest":{_scalar(rec.record_digest)},"run_id":{_scalar(rec.run_id)},'
+            f'"schema_version":{_scalar(rec.schema_version)},"sequence":{_scalar(rec.sequence)},'
+            f'"signature":{_scalar(sig)},"task_id":{_scalar(rec.task_id)},"topic":{_scalar(rec.topic)},'
+            f'"ts":{_scalar(rec.ts)},"wave_id":{_scalar(rec.wave_id)}}}\n')
+    return b"".join((head.encode("utf-8"), body, tail.encode("utf-8")))
+
+
+def render(rec: EventRecord) -> bytes:
+    """The bytes of the record's export file (the same bytes as `render_generic`):
+    the envelope's short fields are formatted directly and the payload, the
+    bulk of a record, is copied from the record's bytes instead of being
+    encoded again, when that gives the same bytes (see `_payload_text`)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
+        return _render_spliced(rec)
+    except _Generic:
+        return render_generic(rec)
+
+
+def _write_new(path: str, data: bytes) -> bool:
+    """Create `path` holding `data` (one open, one write); False when it exists already.
+    FileNotFoundError when its folder does not."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         view = memoryview(data)
         while view:
@@ -56,8 +134,8 @@ def _write_new(path: Path, data: bytes) -> bool:
     return True
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+def _write_atomic(path: Path | str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -67,14 +145,25 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def put_file(path: Path, data: bytes, *, absent: bool = False) -> bool:
-    """Make `path` hold exactly `data`; True when it was written. `absent`: the
-    caller listed the folder and the name was not there (one create, no read)."""
-    if absent and _write_new(path, data):
-        return True
+def put_file(path: Path | str, data: bytes, *, absent: bool = False) -> bool:
+    """Make `path` hold exactly `data`, creating its folder if need be; True when
+    it was written. A new file costs one exclusive create and one write (no
+    listing, no stat); an existing one is read and replaced only when its bytes
+    differ. (`absent` is accepted for older callers and changes nothing.)"""
     try:
-        if path.read_bytes() == data:
-            return False
+        return _write_new(path, data)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            return _write_new(path, data)
+        except FileExistsError:
+            pass
+    except FileExistsError:
+        pass
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() == data:
+                return False
     except FileNotFoundError:
         pass
     _write_atomic(path, data)
@@ -82,37 +171,39 @@ def put_file(path: Path, data: bytes, *, absent: bool = False) -> bool:
 
 
 class _FileWriter:
-    """Writes records' files, listing each events directory once; a file that
-    already holds the same bytes is left alone."""
+    """Writes records' files; a file that already holds the same bytes is left alone."""
 
     def __init__(self, ops_root: Path | str) -> None:
         self.ops_root = ops_root
-        self.present: dict[Path, set[str]] = {}  # per events directory: the names already there
+        self.prefix: dict[str, str] = {}  # run id -> "<events dir>/event."
 
-    def __call__(self, rec: EventRecord) -> Path | None:
+    def __call__(self, rec: EventRecord) -> str | None:
         """The path written, or None when the file already held these bytes."""
-        path = event_path(self.ops_root, rec.run_id, rec.sequence)
-        names = self.present.get(path.parent)
-        if names is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            names = self.present[path.parent] = set(os.listdir(path.parent))
-        return path if put_file(path, render(rec), absent=path.name not in names) else None
+        prefix = self.prefix.get(rec.run_id)
+        if prefix is None:
+            prefix = self.prefix[rec.run_id] = os.path.join(events_dir(self.ops_root, rec.run_id), "event.")
+        path = f"{prefix}{rec.sequence}.json"
+        return path if put_file(path, render(rec)) else None
 
 
 def export_records(records: Iterable[EventRecord], ops_root: Path | str) -> list[Path]:
     """Write these records' files (what the run loop calls after appending);
     a file that already holds the same bytes is left alone."""
     write = _FileWriter(ops_root)
-    return [p for p in map(write, records) if p is not None]
+    return [Path(p) for p in map(write, records) if p is not None]
 
 
 def _remove_strays(root: Path, run_id: str, keep: set[int]) -> None:
     d = events_dir(root, run_id)
-    if d.is_dir():
-        for stray in d.glob("event.*.json"):
-            middle = stray.name[len("event."):-len(".json")]
+    try:
+        names = os.listdir(d)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if name.startswith("event.") and name.endswith(".json"):
+            middle = name[len("event."):-len(".json")]
             if not (middle.isdigit() and str(int(middle)) == middle and int(middle) in keep):
-                stray.unlink()
+                os.unlink(os.path.join(d, name))
 
 
 def export_stream(records: Iterable[EventRecord], run_id: str, ops_root: Path | str,
@@ -128,7 +219,7 @@ def export_stream(records: Iterable[EventRecord], run_id: str, ops_root: Path | 
     for rec in records:
         path = write(rec)
         if path is not None and written is not None:
-            written.append(path)
+            written.append(Path(path))
         keep.add(rec.sequence)
         yield rec
     _remove_strays(root, run_id, keep)

@@ -70,6 +70,18 @@ def _fast_form(x: Any) -> Any:
     raise _Slow
 
 
+def stdlib_form_is_canonical(obj: Any) -> bool:
+    """True when the stdlib encoder's compact sorted output for `obj` (as
+    `canonical_json` configures it) is already its RFC 8785 bytes, with nothing
+    to convert first: a reader holding a value parsed from canonical bytes can
+    then reuse those bytes instead of encoding the value again (lone
+    surrogates aside, which RFC 8785 escapes and the stdlib does not)."""
+    try:
+        return _fast_form(obj) is obj
+    except _Slow:
+        return False
+
+
 def canonical_json(obj: Any) -> bytes:
     """RFC 8785 bytes of `obj`. Non-finite floats, out-of-range integers and
     non-JSON types raise CanonicalizationError.

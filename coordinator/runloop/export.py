@@ -29,20 +29,68 @@ from ..workgraph import Graph
 
 
 def render_json(obj: Any) -> bytes:
-    """The bytes an exported JSON file holds."""
-    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    """The bytes an exported JSON file holds: `json.dumps(obj, indent=2,
+    sort_keys=True)` and a newline (the stdlib writes indented JSON with its
+    pure-Python encoder; `_indented` gives the same text in one recursive pass)."""
+    try:
+        text = _indented(obj, "\n")
+    except _Generic:
+        text = json.dumps(obj, indent=2, sort_keys=True)
+    return (text + "\n").encode("utf-8")
+
+
+class _Generic(Exception):
+    """A value `_indented` leaves to the stdlib encoder."""
+
+
+_ascii_str = json.encoder.encode_basestring_ascii
+_INF = float("inf")
+
+
+def _indented(obj: Any, nl: str) -> str:
+    """`json.dumps(obj, indent=2, sort_keys=True)`, `nl` being a newline and the
+    current indent, for dicts with str keys, lists, str, int, float, bool and None."""
+    t = type(obj)
+    if t is str:
+        return _ascii_str(obj)
+    if t is dict:
+        if not obj:
+            return "{}"
+        inner = nl + "  "
+        parts = []
+        for k in sorted(obj):
+            if type(k) is not str:
+                raise _Generic
+            parts.append(f"{_ascii_str(k)}: {_indented(obj[k], inner)}")
+        return "{" + inner + ("," + inner).join(parts) + nl + "}"
+    if t is list:
+        if not obj:
+            return "[]"
+        inner = nl + "  "
+        return "[" + inner + ("," + inner).join([_indented(v, inner) for v in obj]) + nl + "]"
+    if obj is None:
+        return "null"
+    if obj is True:
+        return "true"
+    if obj is False:
+        return "false"
+    if t is int:
+        return int.__repr__(obj)
+    if t is float:  # the stdlib's floatstr with allow_nan
+        if obj != obj:
+            return "NaN"
+        if obj in (_INF, -_INF):
+            return "Infinity" if obj > 0 else "-Infinity"
+        return float.__repr__(obj)
+    raise _Generic  # tuples, subclasses and anything else: the stdlib's rules
 
 
 def _write_all(root: Path, files: Iterable[tuple[str, bytes]]) -> None:
-    """Write the files (relative path, bytes) under root, each folder listed once."""
-    listed: dict[Path, set[str]] = {}
+    """Write the files (relative path, bytes) under root: a new file is one
+    exclusive create and one write; folders are made when a create finds none."""
+    base = os.fspath(root)
     for rel, data in files:
-        path = root / rel
-        names = listed.get(path.parent)
-        if names is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            names = listed[path.parent] = set(os.listdir(path.parent))
-        put_file(path, data, absent=path.name not in names)
+        put_file(f"{base}/{rel}", data)
 
 
 HISTORY_TOPICS = frozenset({rs.TASK_DISPATCHED, *rs.TERMINAL_ATTEMPT_TOPICS, rs.PATCH_SUBMITTED, rs.TASK_ACK,
