@@ -192,6 +192,30 @@ def test_a_carried_call_that_fails_leaves_no_record_and_its_key_stays_free(env):
     assert writer.state.node("n-ne-digest").succeeded
 
 
+
+def test_a_carried_call_that_fails_after_its_writes_leaves_none_of_them(env):
+    """Adversarial: the carried put_artifact writes its artifact.put and idempotency record,
+    then fails: both roll back with its savepoint (its failed charge stays), the calls after
+    it are not made, and the same request replayed is a fresh call, not a duplicate."""
+    gw, writer, verifier, attempt, ledger = env
+    c, p, d, g = attempt("ne-putfault")
+    spec = gw.dispatcher.specs["put_artifact"]
+    ran = _fault_after(gw, "put_artifact")
+    request = _request(c, p, d)
+    with pytest.raises(DomeError) as ei:
+        _send(c, request)
+    assert ei.value.code == "INTERNAL_ERROR" and ran == ["put_artifact"]
+    mine = [e for e in ledger.events(RUN) if e.node_execution_id == "ne-putfault"]
+    assert [(e.topic, e.payload.get("outcome")) for e in mine if e.topic != "grant.issued"][1:] == [
+        ("grant.call", "failed")]
+    with ledger.transaction() as tx:
+        assert tx.idempotency_get(RUN, "put_artifact", request["carried"][0]["arguments"]["idempotency_key"]) is None
+    assert rs.fold(ledger.events(RUN)) == writer.state
+    _restore(gw, "put_artifact", spec)
+    done = _send(c, request)
+    assert [x["duplicate"] for x in done["carried"]] == [False, False]
+    assert writer.state.node("n-ne-putfault").succeeded
+
 # ---- crashes: kill the coordinator between a request's calls, before and after its commit -------
 
 @pytest.mark.parametrize("where,kept", [("between", 0), ("before_commit", 0), ("after_commit", 3)])
