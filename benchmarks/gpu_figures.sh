@@ -34,5 +34,5 @@ step ilt_batch 150 "$py" -u benchmarks/litho_ilt_batch.py --device cuda --batch 
 # the ten ICCAD 2013 cases, ILT seconds per clip beside the published (GPU) rows
 step iccad13 240 "$py" -u benchmarks/iccad13.py --device cuda --json "$out/iccad13.json"
 # streaming and whole-canvas evaluation of tiled layouts, tiles per second
-step tiled 300 "$py" -u benchmarks/litho_tiled.py --device cuda --threads 16 --sizes 4096 8192 16384
+step tiled 300 "$py" -u benchmarks/litho_tiled.py --device cuda --threads 16 --sizes 4096 8192
 cat "$out/summary.txt"

@@ -83,6 +83,7 @@ def main() -> int:
                                 "--device", args.device],
                                capture_output=True, text=True, check=True)
             pair[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+            print(json.dumps(pair[mode]), file=sys.stderr, flush=True)  # each as it ends: a cut-off run keeps them
         keys = ("l2", "pvb", "epe", "topology_defects")
         same = all(pair["whole"][k] == pair["streaming"][k] for k in keys)
         rows.append((size, pair, same))
