@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from registry import limits
 from registry.canonical import digest_json
-from registry.diffs import DiffError, canonicalize_diff, describe_diff
+from registry.diffs import DiffError, check_canonicalization, parse_diff, serialize_diff, sha_digest
 from registry.errors import DomeError
 from registry.schema_lite import validate as schema_validate
 
@@ -275,7 +275,7 @@ def put_artifact(backend: GatewayBackend, args: dict, call: CallContext) -> dict
 def check_proposal(backend: GatewayBackend, proposal: Mapping[str, Any], att: Mapping[str, Any],
                    neid: str) -> dict[str, Any]:
     """Verify a submitted PatchProposal against its attempt and its uploaded diff; return the
-    diff's description. Each refusal is a typed error."""
+    diff digest and touched files. Each refusal is a typed error."""
     schema_validate("patch_proposal", proposal)
     if proposal["base_ref"] != att["base_ref"]:
         raise BaseMismatch("proposal base_ref is not the wave base",
@@ -292,9 +292,10 @@ def check_proposal(backend: GatewayBackend, proposal: Mapping[str, Any], att: Ma
     if not diff_ref:
         raise ProposalRejected("proposal has no diff_ref (upload the canonical diff with put_artifact)")
     raw = backend.blobs.get(diff_ref)
-    try:
-        canonical = canonicalize_diff(raw, proposal["diff_canonicalization"])
-        desc = describe_diff(canonical, proposal["base_ref"])
+    try:  # parsed once: the digest is of its canonical form, as integration recomputes it
+        check_canonicalization(proposal["diff_canonicalization"])
+        parsed = parse_diff(raw)
+        desc = {"diff_digest": sha_digest(serialize_diff(parsed)), "touched_files": parsed.touched_files()}
     except DiffError as exc:
         raise ProposalRejected(f"diff does not parse: {exc.message}", details={"diff_ref": diff_ref}) from None
     if desc["diff_digest"] != proposal["diff_digest"]:

@@ -18,7 +18,7 @@ from registry.signing import Keyring
 from .evidence import (T_APPLY, T_CONSENT, T_CONSENT_REQ, T_PLAN, T_POLICY, T_PROPOSAL, T_REQUIREMENTS,
                        T_VALIDATION, ChainResult, GitFacts, Link, Record, evidence_ref, policy_from_record,
                        verify_artifact)
-from .policy import IntegrationPolicy, path_matches, risk_level
+from .policy import IntegrationPolicy, globs_matcher, risk_level
 
 
 @dataclass
@@ -253,8 +253,8 @@ def check_validations(st: GateState) -> None:
 
 def check_consent(st: GateState) -> None:
     pol = st.in_force
-    st.human = bool(st.risks & set(pol.human_gate_risk)) or any(
-        path_matches(p, g) for p in st.touched for g in pol.human_gate_paths) or bool(
+    gated = globs_matcher(tuple(pol.human_gate_paths))
+    st.human = bool(st.risks & set(pol.human_gate_risk)) or any(map(gated, st.touched)) or bool(
         pol.protected_touched(st.touched))  # protected paths need a person whatever the risk settings
     if not st.human:
         return

@@ -8,7 +8,6 @@ against the exact base commit) and calls the pure core.
 """
 from __future__ import annotations
 
-import fnmatch
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from registry.gitoid import is_git_oid
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
-from .policy import IntegrationPolicy, max_risk, risk_level
+from .policy import IntegrationPolicy, globs_matcher, max_risk, risk_level
 
 if TYPE_CHECKING:
     from .gitio import ObjectReader
@@ -224,8 +223,8 @@ def _mode_rejections(fp: FilePatch, policy: IntegrationPolicy,
 
 def is_dependency_file(path: str, policy: IntegrationPolicy) -> bool:
     base = posixpath.basename(path)
-    return any(fnmatch.fnmatchcase(base, g) or fnmatch.fnmatchcase(path, g)
-               for g in policy.dependency_globs)
+    hit = globs_matcher(tuple(policy.dependency_globs), double_star=False)
+    return hit(base) or hit(path)
 
 
 def check_policy(parsed: ParsedDiff, proposal: Mapping[str, Any], policy: IntegrationPolicy,
