@@ -102,12 +102,6 @@ def _doc_digest(doc: Any) -> str:
     return d
 
 
-# the ToolProfile fields that differ between attempts of one scope (the rest is checked once per scope)
-PROFILE_PER_ATTEMPT = frozenset({"object_id", "profile_id", "run_id", "wave_id", "node_id", "node_execution_id",
-                                 "created_at", "subject", "issued_at", "not_before", "expires_at", "jti",
-                                 "worker_id", "cnf", "determinism_seed", "inputs_hash"})
-
-
 def _epoch(now: float | datetime | None) -> float:
     if now is None:
         return time.time()
@@ -166,16 +160,13 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
         inputs_hash=inputs_hash)
     if egress:
         _apply_egress(payload, egress)
-    validate_varying("tool_profile", payload, PROFILE_PER_ATTEMPT)
-    body = canonical_json(payload)  # once: the signed bytes, the token and the profile's digest
-    envelope, token = tp.sign_body(body, key)
-    grant = SignedGrant(token=token, envelope=envelope, payload=payload, scope=scope,
-                        payload_digest=digest_bytes(body))
+    validate_varying("tool_profile", payload, tp.PER_ATTEMPT_FIELDS)
+    envelope, token = tp.sign_body(body := canonical_json(payload), key)  # serialised once: signature, token, digest
+    grant = SignedGrant(token=token, envelope=envelope, payload=payload, scope=scope, payload_digest=digest_bytes(body))
     if ledger is not None:
-        ledger.append(run_id, ISSUED_TOPIC, {
-            "profile": payload, "payload_digest": grant.payload_digest, "token_digest": tp.token_digest(grant.token),
-            "dropped_methods": dict(scope.dropped)},
-            wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id, signer=key)
+        ledger.append(run_id, ISSUED_TOPIC, {"profile": payload, "payload_digest": grant.payload_digest,
+                                             "token_digest": tp.token_digest(grant.token), "dropped_methods": dict(scope.dropped)},
+                      wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id, signer=key)
     return grant
 
 

@@ -51,6 +51,10 @@ CALL_PROOF_TYPE = "application/vnd.dome.callproof+json"
 PROOF_HEADER = "dome-call-proof"  # the HTTP header a worker sends its per-call proof in
 TOKEN_PREFIX = "dgt1."
 ARTIFACT_KIND = "dome.tool_profile/v1"
+# the payload fields that differ between the grants of one scope (ids, times, the worker's key, the seed)
+PER_ATTEMPT_FIELDS = frozenset({"object_id", "profile_id", "run_id", "wave_id", "node_id", "node_execution_id",
+                                "created_at", "subject", "issued_at", "not_before", "expires_at", "jti",
+                                "worker_id", "cnf", "determinism_seed", "inputs_hash"})
 SCHEMA_VERSION = "1.0.0"  # the ToolProfile `version` field
 MAX_LEEWAY_SECONDS = 60
 MAX_TOKEN_BYTES = 64 * 1024

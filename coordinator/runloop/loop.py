@@ -64,6 +64,7 @@ TICK_S = 0.1  # the loop also wakes on every ledger append but QUIET_TOPICS
 # A worker's calls before its result (a call's charge, an artifact, a proposal, a heartbeat) give the
 # loop nothing to act on: their records do not wake it (the result, an exit, a revocation do).
 QUIET_TOPICS = frozenset({CALL_TOPIC, rs.ARTIFACT_PUT, rs.PATCH_SUBMITTED, rs.TASK_PROGRESS})
+GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections while a run is driven (Python's default: 700)
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
 SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
 
@@ -376,12 +377,15 @@ class RunLoop(AttemptLifecycle):
     def _drive(self) -> RunOutcome:
         assert self.lease is not None
         self._prepare()
-        # what start-up made (modules, registry, graph, gateway) lives as long as the run: keep it out
-        # of the cyclic collector's full passes, which would otherwise walk it again and again
-        gc.freeze()
         old_handlers = install_cancel_signals(self.cancel)
         from .canvas_driver import driver_for
         self.canvas = driver_for(self)
+        # what start-up made (modules, registry, graph, gateway) lives as long as the run: keep it out
+        # of the cyclic collector's full passes, which would otherwise walk it again and again; and
+        # collect the young generation less often (most of a task's objects are gone by then)
+        gc.freeze()
+        thresholds = gc.get_threshold()
+        gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), max(thresholds[1], 20), thresholds[2])
         try:
             if self.resumed:
                 self.lease.check()
@@ -410,6 +414,7 @@ class RunLoop(AttemptLifecycle):
                     self.writer.wait(TICK_S)
         finally:
             gc.unfreeze()  # back to the collector: a process that runs again frees what this run left
+            gc.set_threshold(*thresholds)
             restore_signals(old_handlers)
             self.executor.shutdown()
             if self.canvas is not None:

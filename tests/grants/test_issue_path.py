@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.gateway import auth
-from coordinator.grants import PROFILE_PER_ATTEMPT
 from coordinator.runloop.attempts import ancestor_plan
 from coordinator.runloop.derived_base import plan_derived_base
 from coordinator.runstate import NodeState
@@ -64,10 +63,10 @@ def test_later_profiles_of_a_scope_are_checked_field_by_field_and_still_refused_
     assert checked == ["tool_profile"]  # the whole schema once per scope, then the per-attempt fields only
     bad = dict(good.payload, jti="not hex", node_execution_id="ne-3333333333333333")
     with pytest.raises(DomeError):
-        schema_lite.validate_varying("tool_profile", bad, PROFILE_PER_ATTEMPT)
+        schema_lite.validate_varying("tool_profile", bad, tp.PER_ATTEMPT_FIELDS)
     extra = dict(good.payload, surprise=1)  # a new key set is never taken from the memo
     with pytest.raises(DomeError):
-        schema_lite.validate_varying("tool_profile", extra, PROFILE_PER_ATTEMPT)
+        schema_lite.validate_varying("tool_profile", extra, tp.PER_ATTEMPT_FIELDS)
 
 
 def _verdict(name: str, inst: Any) -> bool:
