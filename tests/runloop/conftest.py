@@ -52,6 +52,43 @@ def start_gateway(ledger, keyring, signer, socket_path: Path, run_id: str, base_
     return gw, writer, verifier, attempts
 
 
+def open_attempt(started, signer, repo: Path, run_id: str, neid: str, *, path: str = "out/a.txt",
+                 caps=("write",)):
+    """One live attempt on a gateway from `start_gateway`: dispatched, granted and its call key
+    bound as the run loop does. Returns (client, proposal, diff, grant): the real SDK client of
+    the attempt and the proposal (with its diff) that writes `path` in `repo`'s checkout."""
+    from coordinator import runstate as rs
+    from coordinator.gateway import auth as grants_io
+    from registry.canonical import digest_bytes
+    from registry.signing import SigningKey
+    from tests.conftest import git
+    from worker_sdk.client import GatewayClient
+    from worker_sdk.proposal import build_proposal
+
+    gw, writer, verifier, attempts = started
+    base = git(repo, "rev-parse", "HEAD").strip()
+    tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
+    node = "n-" + neid
+    attempts[neid] = {"node_id": node, "wave_id": "w1", "base_ref": base, "base_tree_hash": tree,
+                      "task": {"node_id": node}}
+    writer.append(rs.TASK_DISPATCHED, {"node_execution_id": neid}, node_id=node, node_execution_id=neid)
+    key = SigningKey.generate()
+    g, issued = grants_io.issue(key=signer, run_id=run_id, wave_id="w1", node_id=node, node_execution_id=neid,
+                                capabilities=list(caps), ttl_s=60, policy_id="default", seed=1,
+                                inputs_hash="sha256:" + "0" * 64, worker_public_key=key.public.raw)
+    writer.append("grant.issued", issued, node_id=node, node_execution_id=neid)
+    verifier.bind_call_key(g.jti, key)
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(neid + "\n")
+    spawn = {"base_ref": base, "base_tree_hash": tree, "run_id": run_id, "wave_id": "w1", "node_id": node,
+             "node_execution_id": neid, "action_spec": {"intent": "command"}, "determinism_seed": 1,
+             "inputs_hash": "sha256:" + "0" * 64}
+    proposal, diff = build_proposal(repo, spawn=spawn, profile=dict(g.payload), upload=digest_bytes)
+    (repo / path).unlink()
+    c = GatewayClient(token=g.token, profile=dict(g.payload), socket=str(gw.socket_path), worker_key=key)
+    return c, proposal, diff, g
+
+
 @pytest.fixture
 def ledger_env(ops_root: Path):
     from coordinator.keys import load_keyring, load_or_create_signing_key

@@ -16,19 +16,13 @@ import os
 import sys
 from pathlib import Path
 
-from coordinator import runstate as rs
-from coordinator.gateway import auth as grants_io
 from coordinator.keys import load_keyring, load_or_create_signing_key
 from ledger import Ledger
 from ledger.crashpoint import EXIT_STATUS
-from registry.canonical import digest_bytes
-from registry.signing import SigningKey
 from tests.conftest import git, make_repo
-from tests.runloop.conftest import start_gateway
-from worker_sdk.client import GatewayClient
-from worker_sdk.proposal import build_proposal
+from tests.runloop.conftest import open_attempt, start_gateway
 
-RUN, NEID, NODE = "run-crash", "ne-crash", "n-crash"
+RUN, NEID = "run-crash", "ne-crash"
 
 
 def _kill_at(gw, tool: str, *, after: bool) -> None:
@@ -49,28 +43,13 @@ def main() -> None:
     ledger = Ledger.open(None, ops)
     signer, keyring = load_or_create_signing_key(ops), load_keyring(ops)
     repo = make_repo(work / "repo")
-    base, tree = git(repo, "rev-parse", "HEAD").strip(), git(repo, "rev-parse", "HEAD^{tree}").strip()
-    gw, writer, verifier, attempts = start_gateway(ledger, keyring, signer, work / "gw.sock", RUN, base)
-    attempts[NEID] = {"node_id": NODE, "wave_id": "w1", "base_ref": base, "base_tree_hash": tree,
-                      "task": {"node_id": NODE}}
-    writer.append(rs.TASK_DISPATCHED, {"node_execution_id": NEID}, node_id=NODE, node_execution_id=NEID)
-    key = SigningKey.generate()
-    g, issued = grants_io.issue(key=signer, run_id=RUN, wave_id="w1", node_id=NODE, node_execution_id=NEID,
-                                capabilities=["write"], ttl_s=60, policy_id="default", seed=1,
-                                inputs_hash="sha256:" + "0" * 64, worker_public_key=key.public.raw)
-    writer.append("grant.issued", issued, node_id=NODE, node_execution_id=NEID)
-    verifier.bind_call_key(g.jti, key)
-    (repo / "out").mkdir()
-    (repo / "out" / "a.txt").write_text("crash\n")
-    spawn = {"base_ref": base, "base_tree_hash": tree, "run_id": RUN, "wave_id": "w1", "node_id": NODE,
-             "node_execution_id": NEID, "action_spec": {"intent": "command"}, "determinism_seed": 1,
-             "inputs_hash": "sha256:" + "0" * 64}
-    proposal, diff = build_proposal(repo, spawn=spawn, profile=dict(g.payload), upload=digest_bytes)
+    started = start_gateway(ledger, keyring, signer, work / "gw.sock", RUN, git(repo, "rev-parse", "HEAD").strip())
+    gw = started[0]
+    c, proposal, diff, _ = open_attempt(started, signer, repo, RUN, NEID)
     if where == "between":
         _kill_at(gw, "submit_patch", after=False)
     elif where == "before_commit":
         _kill_at(gw, "complete_task", after=True)
-    c = GatewayClient(token=g.token, profile=dict(g.payload), socket=str(gw.socket_path), worker_key=key)
     c.put_artifact_carried(diff, "text/x-diff", "patch.diff")
     pid = c.submit_patch_carried(proposal)
     print("answered", c.complete_task("succeeded", summary={}, proposal_id=pid), flush=True)

@@ -14,14 +14,10 @@ from typing import Any
 import pytest
 
 from coordinator import runstate as rs
-from coordinator.gateway import auth as grants_io
-from registry.canonical import digest_bytes
 from registry.errors import DomeError
-from registry.signing import SigningKey
 from tests.conftest import git, make_repo
-from tests.runloop.conftest import start_gateway
+from tests.runloop.conftest import open_attempt, start_gateway
 from worker_sdk.client import GatewayClient
-from worker_sdk.proposal import build_proposal
 
 RUN = "run-carried"
 
@@ -31,29 +27,11 @@ def env(ledger_env, tmp_path: Path):
     ledger, signer, keyring = ledger_env
     repo = make_repo(tmp_path / "repo")
     base = git(repo, "rev-parse", "HEAD").strip()
-    tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
-    gw, writer, verifier, attempts = start_gateway(ledger, keyring, signer, tmp_path / "gw.sock", RUN, base)
+    started = start_gateway(ledger, keyring, signer, tmp_path / "gw.sock", RUN, base)
+    gw, writer, verifier, _ = started
 
     def attempt(neid: str, path: str = "out/a.txt", caps=("write",)) -> tuple[GatewayClient, dict, bytes, Any]:
-        node = "n-" + neid
-        attempts[neid] = {"node_id": node, "wave_id": "w1", "base_ref": base, "base_tree_hash": tree,
-                          "task": {"node_id": node}}
-        writer.append(rs.TASK_DISPATCHED, {"node_execution_id": neid}, node_id=node, node_execution_id=neid)
-        key = SigningKey.generate()
-        g, issued = grants_io.issue(key=signer, run_id=RUN, wave_id="w1", node_id=node, node_execution_id=neid,
-                                    capabilities=list(caps), ttl_s=60, policy_id="default", seed=1,
-                                    inputs_hash="sha256:" + "0" * 64, worker_public_key=key.public.raw)
-        writer.append("grant.issued", issued, node_id=node, node_execution_id=neid)
-        verifier.bind_call_key(g.jti, key)
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(neid + "\n")
-        spawn = {"base_ref": base, "base_tree_hash": tree, "run_id": RUN, "wave_id": "w1", "node_id": node,
-                 "node_execution_id": neid, "action_spec": {"intent": "command"}, "determinism_seed": 1,
-                 "inputs_hash": "sha256:" + "0" * 64}
-        proposal, diff = build_proposal(repo, spawn=spawn, profile=dict(g.payload), upload=digest_bytes)
-        (repo / path).unlink()
-        c = GatewayClient(token=g.token, profile=dict(g.payload), socket=str(gw.socket_path), worker_key=key)
-        return c, proposal, diff, g
+        return open_attempt(started, signer, repo, RUN, neid, path=path, caps=caps)
 
     yield gw, writer, verifier, attempt, ledger
     gw.stop()

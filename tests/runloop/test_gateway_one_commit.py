@@ -71,6 +71,19 @@ def _fault_after(gw, tool: str) -> list:
     return ran
 
 
+def _send_failing_at(gw, c, proposal: dict, diff: bytes, tool: str) -> tuple[dict, Any]:
+    """Send the attempt's whole request with `tool` failing after its writes: the request is
+    refused (INTERNAL_ERROR) with `tool` the last call run. Returns the request and the tool's
+    own spec, for `_restore`."""
+    spec = gw.dispatcher.specs[tool]
+    ran = _fault_after(gw, tool)
+    request = _request(c, proposal, diff)
+    with pytest.raises(DomeError) as ei:
+        _send(c, request)
+    assert ei.value.code == "INTERNAL_ERROR" and ran == [tool]
+    return request, spec
+
+
 def _restore(gw, tool: str, spec) -> None:
     gw.dispatcher.specs[tool] = spec
 
@@ -150,12 +163,7 @@ def test_a_final_call_that_fails_after_its_writes_leaves_no_spend_no_record_and_
     completes the task."""
     gw, writer, verifier, attempt, ledger = env
     c, p, d, g = attempt("ne-fault")
-    spec = gw.dispatcher.specs["complete_task"]
-    ran = _fault_after(gw, "complete_task")
-    request = _request(c, p, d)
-    with pytest.raises(DomeError) as ei:
-        _send(c, request)
-    assert ei.value.code == "INTERNAL_ERROR" and ran == ["complete_task"]
+    request, spec = _send_failing_at(gw, c, p, d, "complete_task")
     mine = [e for e in ledger.events(RUN) if e.node_execution_id == "ne-fault"]
     assert rs.TASK_COMPLETED not in [e.topic for e in mine]
     assert [e.payload["spent_jti"] for e in mine if e.topic == "grant.call"] == [False, False, False]
@@ -199,12 +207,7 @@ def test_a_carried_call_that_fails_after_its_writes_leaves_none_of_them(env):
     it are not made, and the same request replayed is a fresh call, not a duplicate."""
     gw, writer, verifier, attempt, ledger = env
     c, p, d, g = attempt("ne-putfault")
-    spec = gw.dispatcher.specs["put_artifact"]
-    ran = _fault_after(gw, "put_artifact")
-    request = _request(c, p, d)
-    with pytest.raises(DomeError) as ei:
-        _send(c, request)
-    assert ei.value.code == "INTERNAL_ERROR" and ran == ["put_artifact"]
+    request, spec = _send_failing_at(gw, c, p, d, "put_artifact")
     mine = [e for e in ledger.events(RUN) if e.node_execution_id == "ne-putfault"]
     assert [(e.topic, e.payload.get("outcome")) for e in mine if e.topic != "grant.issued"][1:] == [
         ("grant.call", "failed")]
