@@ -168,9 +168,12 @@ def sign_body(body: bytes, key: SigningKey, *, payload_type: str = PAYLOAD_TYPE)
     the token is what `envelope_to_token(envelope)` gives, made without decoding the envelope."""
     sig = key.sign_pae(payload_type, body)
     envelope = {"payloadType": payload_type, "payload": b64e(body), "signatures": [{"keyid": key.kid, "sig": b64e(sig)}]}
-    token = TOKEN_PREFIX + ".".join(b64u_encode(p) for p in (payload_type.encode("utf-8"), body,
-                                                              str(key.kid).encode("utf-8"), sig))
-    return envelope, token
+    return envelope, _compact_token(payload_type.encode("utf-8"), body, str(key.kid).encode("utf-8"), sig)
+
+
+def _compact_token(payload_type: bytes, body: bytes, kid: bytes, sig: bytes) -> str:
+    """The compact token form (what `parse_token` reads): the four parts, base64url, dot-joined."""
+    return TOKEN_PREFIX + ".".join(b64u_encode(p) for p in (payload_type, body, kid, sig))
 
 
 def envelope_to_token(envelope: Mapping[str, Any]) -> str:
@@ -182,7 +185,7 @@ def envelope_to_token(envelope: Mapping[str, Any]) -> str:
                  str(sigs[0]["keyid"]).encode("utf-8"), _b64d(sigs[0]["sig"], "signature")]
     except (KeyError, TypeError, AttributeError) as exc:
         raise GrantMalformed("not a DSSE envelope") from exc
-    return TOKEN_PREFIX + ".".join(b64u_encode(p) for p in parts)
+    return _compact_token(*parts)
 
 
 def parse_token(token: Any) -> tuple[str, bytes, str, bytes]:
