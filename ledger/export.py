@@ -121,9 +121,9 @@ def render(rec: EventRecord) -> bytes:
         return render_generic(rec)
 
 
-def _write_new(path: str, data: bytes) -> bool:
-    """Create `path` holding `data` (one open, one write); False when it exists already.
-    FileNotFoundError when its folder does not."""
+def _write_new(path: Path | str, data: bytes) -> None:
+    """Create `path` holding `data` (one open, one write). FileExistsError when it
+    exists already, FileNotFoundError when its folder does not."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         view = memoryview(data)
@@ -131,7 +131,6 @@ def _write_new(path: str, data: bytes) -> bool:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
-    return True
 
 
 def _write_atomic(path: Path | str, data: bytes) -> None:
@@ -145,19 +144,18 @@ def _write_atomic(path: Path | str, data: bytes) -> None:
         raise
 
 
-def put_file(path: Path | str, data: bytes, *, absent: bool = False) -> bool:
+def put_file(path: Path | str, data: bytes) -> bool:
     """Make `path` hold exactly `data`, creating its folder if need be; True when
     it was written. A new file costs one exclusive create and one write (no
     listing, no stat); an existing one is read and replaced only when its bytes
-    differ. (`absent` is accepted for older callers and changes nothing.)"""
+    differ."""
     try:
-        return _write_new(path, data)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
-            return _write_new(path, data)
-        except FileExistsError:
-            pass
+            _write_new(path, data)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _write_new(path, data)
+        return True
     except FileExistsError:
         pass
     try:

@@ -35,7 +35,7 @@ def test_a_torn_event_file_is_rewritten_from_the_ledger(ledger, ops_root: Path, 
 
 def test_put_file_writes_only_what_differs(tmp_path: Path) -> None:
     p = tmp_path / "a.json"
-    assert put_file(p, b"one\n", absent=True) and p.read_bytes() == b"one\n"
+    assert put_file(p, b"one\n") and p.read_bytes() == b"one\n"
     assert not put_file(p, b"one\n")  # same bytes: left alone
-    assert put_file(p, b"two\n", absent=True) and p.read_bytes() == b"two\n"  # 'absent' was wrong: still right
+    assert put_file(p, b"two\n") and p.read_bytes() == b"two\n"  # other bytes: replaced
     assert put_file(p, b"three\n") and p.read_bytes() == b"three\n"
