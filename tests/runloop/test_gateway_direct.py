@@ -350,3 +350,29 @@ def test_a_task_request_through_the_real_handlers(ledger_env, tmp_path: Path, di
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "str", "version": "str"}}}}
     finally:
         gw.stop()
+
+
+def test_an_idle_gateway_wakes_once_a_second_and_stops_at_once(echo_gateway):
+    """The server loop refreshes the Date header once a second and otherwise sleeps (uvicorn's
+    own loop wakes ten times a second); stop() does not wait for the next wake."""
+    import time
+    from email.utils import parsedate_to_datetime
+    gw = echo_gateway
+    server = gw._server
+    ticks = []
+    tick = server.on_tick
+
+    async def counted(counter):
+        ticks.append(counter)
+        return await tick(counter)
+    server.on_tick = counted
+    time.sleep(2.5)
+    assert 1 <= len(ticks) <= 4, ticks
+    conn = _UDS(str(gw.socket_path))
+    conn.request("GET", "/mcp", headers=dict(worker_headers()))
+    date = conn.getresponse().getheader("date")
+    conn.close()
+    assert abs(parsedate_to_datetime(date).timestamp() - time.time()) < 3
+    t0 = time.monotonic()
+    gw.stop()
+    assert time.monotonic() - t0 < 0.9 and not gw._thread.is_alive()
