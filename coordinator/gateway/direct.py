@@ -25,17 +25,17 @@ shaped by the SDK's own serializer instead of the fast one.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
-from concurrent.futures import Executor
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import mcp_types as types
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
 from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from .handoff import HandlerPool
 
 log = logging.getLogger("dome.gateway")
 
@@ -212,14 +212,14 @@ class DirectFront:
     """ASGI: a worker's tools/call answered directly (see the module docstring); the rest to `sdk_app`.
 
     `answer(authorization, proof, name, arguments) -> (payload, is_error)` is the gateway's call,
-    run in `executor`; `enabled()` is read per request (off: every request goes to the SDK)."""
+    run in `pool`'s threads; `enabled()` is read per request (off: every request goes to the SDK)."""
 
-    def __init__(self, sdk_app: Any, *, server: Any, answer: Answer, executor: Executor,
+    def __init__(self, sdk_app: Any, *, server: Any, answer: Answer, pool: HandlerPool,
                  enabled: Callable[[], bool], host: str, proof_header: str, max_bytes: int,
                  tool_schemas: Iterable[Mapping[str, Any]], on_call: Callable[[], None] = lambda: None) -> None:
         self.sdk_app = sdk_app
         self.answer = answer
-        self.executor = executor
+        self.pool = pool
         self.enabled = enabled
         self.host = host.encode("latin-1")
         self.proof_header = proof_header.lower().encode("latin-1")
@@ -274,7 +274,7 @@ class DirectFront:
             payload, error = self.answer(authorization, proof, name, args)
             return self.encoder.encode(rpc_id, version, payload, error)
 
-        status, body = await asyncio.get_running_loop().run_in_executor(self.executor, run)
+        status, body = await self.pool.run(run)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", JSON_TYPE)]})
         await send({"type": "http.response.body", "body": body})

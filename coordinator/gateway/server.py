@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from concurrent.futures import ThreadPoolExecutor
 import logging
 import os
 import threading
@@ -51,6 +50,7 @@ from registry.grant_errors import GrantError
 from .auth import GrantVerifier, gateway_audience, verify_for_listing
 from .direct import DirectFront
 from .dispatch import ToolDispatcher
+from .handoff import HandlerPool
 from .ratelimit import AGGREGATE, LIMITED_TOPIC, SUMMARY_TOPIC, RateLimited, RejectionLimiter, Verdict
 from .worker_tools import AttemptNotLive, CallContext
 
@@ -179,11 +179,11 @@ class WorkerGateway:
         self.sdk_app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
                                                     transport_security=security, host=HOST_HEADER,
                                                     max_request_body_size=limits.MAX_REQUEST_BYTES)
-        self._pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="dome-gateway-call")
+        self._pool = HandlerPool(HANDLER_THREADS, "dome-gateway-call")
 
         def on_call() -> None:
             self.calls += 1
-        self.app = DirectFront(self.sdk_app, server=self.mcp, answer=self._answer, executor=self._pool,
+        self.app = DirectFront(self.sdk_app, server=self.mcp, answer=self._answer, pool=self._pool,
                                enabled=lambda: self.direct, host=HOST_HEADER, proof_header=tp.PROOF_HEADER,
                                max_bytes=limits.MAX_REQUEST_BYTES, on_call=on_call,
                                tool_schemas=[s.input_schema for s in self.dispatcher.specs.values()])
@@ -336,6 +336,6 @@ class WorkerGateway:
             self._server.wake()
         if self._thread is not None:
             self._thread.join(5)
-        self._pool.shutdown(wait=False)
+        self._pool.shutdown()
         if self.socket_path.exists():
             self.socket_path.unlink()
