@@ -60,6 +60,7 @@ from registry.signing import Keyring, SigningKey
 from registry import toolprofile as tp
 
 from .group_commit import GroupCommitter, grouped_call
+from .shared_canonical import canonical as shared_canonical
 
 ISSUED_TOPIC = "grant.issued"
 CALL_TOPIC = "grant.call"
@@ -301,7 +302,7 @@ class GrantVerifier:
         proof_sig = args_canon = None
         if "cnf" in p:
             if tp.is_call_mac(proof):  # the warm form: one HMAC under the key registered at attempt start
-                args_canon = canonical_json({} if args is None else args)
+                args_canon = shared_canonical({} if args is None else args)  # canonical_json's bytes
                 proof_sig = tp.check_call_mac(p, proof, self._call_keys.get(p["jti"]), method=method,
                                               args_canonical=args_canon, idempotency_key=idempotency_key, now=t,
                                               leeway=self.leeway)
