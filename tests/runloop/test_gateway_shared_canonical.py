@@ -141,3 +141,27 @@ def test_the_records_of_a_request_hold_canonical_payload_bytes(env):
     for e in mine:
         assert canonical_json(e.payload) in e.record_bytes
     assert ledger.verify().ok
+
+
+def test_a_diff_stored_in_the_same_request_is_not_read_back_and_others_are(env, monkeypatch):
+    """submit_patch takes the diff its request's put_artifact just stored from memory (its digest
+    was computed from those bytes); a diff stored earlier is read from the blob store, which
+    checks its digest: a blob changed on disk is still refused."""
+    gw, _, _, attempt, ledger = env
+    backend = gw.dispatcher.specs["put_artifact"].handler.args[0]
+    reads: list[str] = []
+    real_get = backend.blobs.get
+    monkeypatch.setattr(backend.blobs, "get", lambda digest: reads.append(digest) or real_get(digest))
+    c, p, d, _ = attempt("ne-fresh")
+    c.put_artifact_carried(d, "text/x-diff", "patch.diff")
+    c.submit_patch(p)
+    assert reads == [] and p["diff_ref"] not in backend.fresh  # taken once
+    c2, p2, d2, _ = attempt("ne-stale", path="out/b.txt")
+    c2.put_artifact(d2, "text/x-diff", "patch.diff")
+    backend.fresh.clear()  # as after other requests
+    path = backend.blobs.path(p2["diff_ref"])
+    path.chmod(0o644)
+    path.write_bytes(d2 + b"tampered\n")
+    with pytest.raises(DomeError) as ei:
+        c2.submit_patch(p2)
+    assert reads == [p2["diff_ref"]] and ei.value.code == "BLOB_DIGEST_MISMATCH"
