@@ -60,7 +60,6 @@ from registry.signing import Keyring, SigningKey
 from registry import toolprofile as tp
 
 from .group_commit import GroupCommitter, grouped_call
-from .shared_canonical import canonical as shared_canonical
 
 ISSUED_TOPIC = "grant.issued"
 CALL_TOPIC = "grant.call"
@@ -302,7 +301,7 @@ class GrantVerifier:
         proof_sig = args_canon = None
         if "cnf" in p:
             if tp.is_call_mac(proof):  # the warm form: one HMAC under the key registered at attempt start
-                args_canon = shared_canonical({} if args is None else args)  # canonical_json's bytes
+                args_canon = canonical_json({} if args is None else args)
                 proof_sig = tp.check_call_mac(p, proof, self._call_keys.get(p["jti"]), method=method,
                                               args_canonical=args_canon, idempotency_key=idempotency_key, now=t,
                                               leeway=self.leeway)

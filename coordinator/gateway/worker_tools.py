@@ -39,13 +39,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from registry import limits
-from registry.canonical import digest_bytes
+from registry.canonical import digest_json
 from registry.diffs import DiffError, check_canonicalization, parse_diff, serialize_diff, sha_digest
 from registry.errors import DomeError
 from registry.schema_lite import validate as schema_validate
 
 from .. import runstate as rs
-from ..shared_canonical import canonical
 from ..integration.binding import ProposalBindingMismatch, check_binding
 from ..integration.proposals import path_rejections
 from .dispatch import ToolSpec
@@ -177,7 +176,7 @@ def _idempotent(backend: GatewayBackend, method: str, args: dict[str, Any], work
     a repeat returns the stored result (`duplicate: true`), other arguments under the same
     key are IDEMPOTENCY_CONFLICT."""
     key, run_id = args["idempotency_key"], backend.run_id
-    request_digest = (call.args_digest if call is not None else None) or digest_bytes(canonical(args))
+    request_digest = (call.args_digest if call is not None else None) or digest_json(args)
 
     def fn(tx: Any) -> tuple[dict, list]:
         prior = tx.idempotency_get(run_id, method, key)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from registry.signing import SigningKey
 
 from ..runstate import RunState, apply
-from ..shared_canonical import canonical, shared
 
 if TYPE_CHECKING:
     from ledger import Ledger
@@ -120,27 +119,14 @@ class _TxRecorder:
         """Store the deferred record now, if any."""
         held, self._held = self._held, None
         if held is not None:
-            self._records.extend(self._stored(held[0], [held[1]]))
-
-    def _stored(self, run_id: str, drafts: list) -> list:
-        """append_batch, with the payloads' canonical bytes made by shared_canonical (parts a
-        request already serialized, such as its proposal, are not encoded again)."""
-        from ledger.record import MAX_PAYLOAD_BYTES
-        payloads = [canonical(d.payload) if type(d.payload) is dict else b"" for d in drafts]
-        if all(0 < len(p) <= MAX_PAYLOAD_BYTES for p in payloads):
-            return self._tx.append_batch(run_id, drafts, _payloads=payloads)
-        return self._tx.append_batch(run_id, drafts)  # the ledger refuses it with its own error
+            self._records.extend(self._tx.append_batch(held[0], [held[1]]))
 
     def append(self, run_id: str, topic: str, payload: dict[str, Any], **k: Any) -> Any:
-        if k.keys() <= _DRAFT_KEYS and hasattr(self._tx, "append_batch"):
+        held = self._held
+        if held is not None and held[0] == run_id and k.keys() <= _DRAFT_KEYS:
             from ledger.record import EventDraft
-            held, self._held = self._held, None
-            drafts = [EventDraft(topic=topic, payload=payload, **k)]
-            if held is not None and held[0] != run_id:
-                self._records.extend(self._stored(held[0], [held[1]]))
-            elif held is not None:
-                drafts.insert(0, held[1])
-            recs = self._stored(run_id, drafts)
+            self._held = None
+            recs = self._tx.append_batch(run_id, [held[1], EventDraft(topic=topic, payload=payload, **k)])
             self._records.extend(recs)
             return recs[-1]
         self.flush()
@@ -231,7 +217,7 @@ class WriterLedger:
                 self._apply(pending)
 
             try:
-                with shared(), self._l.batch(on_commit=committed):  # the request's values, serialized once
+                with self._l.batch(on_commit=committed):
                     yield
             finally:
                 self._pending = None
