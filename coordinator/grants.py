@@ -75,6 +75,7 @@ class SignedGrant:
     payload: Mapping[str, Any]
     scope: GrantScope
     payload_digest: str = ""  # digest_json(payload), from the bytes that were signed (set by issue_profile)
+    payload_canonical: bytes = field(default=b"", repr=False)  # those bytes (canonical_json(payload))
 
     @property
     def profile_id(self) -> str:
@@ -162,12 +163,30 @@ def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, n
         _apply_egress(payload, egress)
     validate_varying("tool_profile", payload, tp.PER_ATTEMPT_FIELDS)
     envelope, token = tp.sign_body(body := canonical_json(payload), key)  # serialised once: signature, token, digest
-    grant = SignedGrant(token=token, envelope=envelope, payload=payload, scope=scope, payload_digest=digest_bytes(body))
+    grant = SignedGrant(token=token, envelope=envelope, payload=payload, scope=scope, payload_digest=digest_bytes(body),
+                        payload_canonical=body)
     if ledger is not None:
-        ledger.append(run_id, ISSUED_TOPIC, {"profile": payload, "payload_digest": grant.payload_digest,
-                                             "token_digest": tp.token_digest(grant.token), "dropped_methods": dict(scope.dropped)},
-                      wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id, signer=key)
+        issued, issued_bytes = issued_payload(grant)
+        ledger.append(run_id, ISSUED_TOPIC, issued, wave_id=wave_id, node_id=node_id,
+                      node_execution_id=node_execution_id, signer=key, payload_canonical=issued_bytes)
     return grant
+
+
+def issued_payload(grant: SignedGrant) -> tuple[dict[str, Any], bytes]:
+    """The `grant.issued` payload of a grant just issued, and its canonical bytes: the
+    profile's bytes are the ones that were signed, spliced in rather than encoded again
+    (keys in RFC 8785 order: dropped_methods, payload_digest, profile, token_digest)."""
+    token_digest = tp.token_digest(grant.token)
+    dropped = dict(grant.scope.dropped)
+    payload = {"profile": dict(grant.payload), "payload_digest": grant.payload_digest,
+               "token_digest": token_digest, "dropped_methods": dropped}
+    body = grant.payload_canonical
+    if not body:  # a grant made elsewhere: encoded the general way
+        return payload, canonical_json(payload)
+    data = b"".join((b'{"dropped_methods":', canonical_json(dropped), b',"payload_digest":',
+                     canonical_json(grant.payload_digest), b',"profile":', body, b',"token_digest":',
+                     canonical_json(token_digest), b"}"))
+    return payload, data
 
 
 def _apply_egress(payload: dict[str, Any], egress: Mapping[str, Any]) -> None:

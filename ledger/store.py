@@ -178,15 +178,21 @@ class LedgerTransaction:
                wave_id: str | None = None, node_id: str | None = None,
                node_execution_id: str | None = None, task_id: str | None = None,
                signer: SigningKey | None = None,
-               expected_sequence: int | None = None) -> EventRecord:
+               expected_sequence: int | None = None, payload_canonical: bytes | None = None) -> EventRecord:
+        """One event in this transaction. `payload_canonical`: the payload's RFC 8785 bytes
+        when the caller already holds them (they are stored as given, not encoded again)."""
         draft = EventDraft(topic=topic, payload=payload, wave_id=wave_id, node_id=node_id,
                            node_execution_id=node_execution_id, task_id=task_id)
-        return self.append_batch(run_id, [draft], signer=signer,
-                                 expected_sequence=expected_sequence)[0]
+        return self.append_batch(run_id, [draft], signer=signer, expected_sequence=expected_sequence,
+                                 _payloads=None if payload_canonical is None
+                                 else [payload_bytes(payload, payload_canonical)])[0]
 
     def append_batch(self, run_id: str, drafts: Sequence[EventDraft], *,
                      signer: SigningKey | None = None, expected_sequence: int | None = None,
-                     _payloads: Sequence[bytes] | None = None) -> list[EventRecord]:
+                     _payloads: Sequence[bytes] | None = None,
+                     signers: Sequence[SigningKey | None] | None = None) -> list[EventRecord]:
+        """Consecutive events of one run in this transaction, one time stamp for all.
+        `signers`: each draft's signer (or None), in place of one `signer` for all."""
         if not drafts:
             return []
         payloads = _payloads if _payloads is not None else [payload_bytes(d.payload) for d in drafts]
@@ -201,7 +207,8 @@ class LedgerTransaction:
         with _no_cyclic_gc():
             records, rows = build_batch(run_id=run_id, drafts=drafts, payloads=payloads,
                                         first_sequence=seq + 1, prev_digest=prev, ts=ts,
-                                        event_ids=self._ledger._new_ids(len(drafts)), signer=signer)
+                                        event_ids=self._ledger._new_ids(len(drafts)), signer=signer,
+                                        signers=signers)
         seq, prev = records[-1].sequence, records[-1].record_digest
         try:
             if self._raw is not None:
@@ -457,20 +464,24 @@ class Ledger:
                wave_id: str | None = None, node_id: str | None = None,
                node_execution_id: str | None = None, task_id: str | None = None,
                signer: SigningKey | None = None,
-               expected_sequence: int | None = None) -> EventRecord:
+               expected_sequence: int | None = None, payload_canonical: bytes | None = None) -> EventRecord:
         """Append one event durably. `expected_sequence` is the run's last
         sequence as the caller saw it (0 for a new run); if the run has moved
-        on, SequenceConflict is raised and nothing is written."""
+        on, SequenceConflict is raised and nothing is written. `payload_canonical`:
+        the payload's RFC 8785 bytes, when the caller already holds them."""
         draft = EventDraft(topic=topic, payload=payload, wave_id=wave_id, node_id=node_id,
                            node_execution_id=node_execution_id, task_id=task_id)
-        return self.append_batch(run_id, [draft], signer=signer,
-                                 expected_sequence=expected_sequence)[0]
+        return self.append_batch(run_id, [draft], signer=signer, expected_sequence=expected_sequence,
+                                 _payloads=None if payload_canonical is None
+                                 else [payload_bytes(payload, payload_canonical)])[0]
 
     def append_batch(self, run_id: str, drafts: Sequence[EventDraft],
                      signer: SigningKey | None = None, *,
-                     expected_sequence: int | None = None) -> list[EventRecord]:
+                     expected_sequence: int | None = None,
+                     _payloads: Sequence[bytes] | None = None) -> list[EventRecord]:
         """Append several events in one durable transaction (all or none)."""
-        payloads = [payload_bytes(d.payload) for d in drafts]  # outside the write lock
+        payloads = _payloads if _payloads is not None else \
+            [payload_bytes(d.payload) for d in drafts]  # outside the write lock
         attempts = 1 if expected_sequence is not None else 5
         for attempt in range(attempts):
             try:
