@@ -11,8 +11,8 @@ the worker image of ops/container/build.sh, or --image). Every task writes one
 file (`echo i > out/iNNNNN.txt`). Reported per configuration:
 
 - coordinator CPU per task: user + system CPU of the coordinator process
-  (every thread: run loop, gateway, integration) over the run, minus the
-  sampler thread's own CPU, divided by N; the workers are other processes
+  (every thread: run loop, gateway, integration) over the run, divided by
+  N; the workers are other processes
   and are not counted; and of it the kernel's part (`sys_cpu_ms_per_task`:
   creating files, syncing the ledger), which depends on the file system more
   than on dome;
@@ -24,7 +24,8 @@ file (`echo i > out/iNNNNN.txt`). Reported per configuration:
   thread instead, as before, for a side-by-side baseline;
 - peak RSS of the coordinator process (ru_maxrss);
 - peak scratch disk: the largest size of the run's work folder (attempt
-  folders and checkouts, the base mirror), sampled every 50 ms;
+  folders and checkouts, the base mirror), sampled every 100 ms by a
+  process of its own;
 - ledger bytes per task: the canonical JSON size of the run's ledger records
   divided by N, and the blob store's growth divided by N; and the largest
   integration record's payload (stack plan, reports, gate and promotion
@@ -51,7 +52,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -102,6 +102,32 @@ def tree_bytes(root: Path) -> int:
     return total
 
 
+SAMPLE_INTERVAL_S = 0.1
+
+
+def start_sampler(root: Path) -> subprocess.Popen:
+    """The peak-scratch sampler, in a process of its own: walking the work folder is not the
+    coordinator's work, so neither its CPU nor its hold on the interpreter lock lands in the figure."""
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--sample-dir", str(root)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def stop_sampler(proc: subprocess.Popen) -> int:
+    """Close the sampler's stdin (its signal to stop) and read the largest size it saw, in bytes."""
+    out, _ = proc.communicate(timeout=60)
+    return int(out.decode().strip() or 0)
+
+
+def sample_until_stdin_closes(root: Path) -> None:
+    import select
+    peak = 0
+    while True:
+        peak = max(peak, tree_bytes(root))
+        if select.select([sys.stdin], [], [], SAMPLE_INTERVAL_S)[0]:
+            break  # stdin closed (or written to): the run is over
+    print(peak, flush=True)
+
+
 def start_ray(max_parallel: int) -> None:
     """A local Ray cluster for the ray rows (the benchmark's own, stopped with its process)."""
     import ray
@@ -135,28 +161,14 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
             ctx.executor = LocalExecutor(sandbox=sandbox, max_concurrency=max_parallel, spawn_threads=spawn_threads)
         blobs0 = tree_bytes(ops / "blobs")
         loop = RunLoop.start(queue, ctx)
-        peak = {"bytes": 0, "cpu": 0.0, "sys": 0.0}
-        stop = threading.Event()
-
-        def sample() -> None:
-            c0 = resource.getrusage(resource.RUSAGE_THREAD)
-            while not stop.is_set():
-                peak["bytes"] = max(peak["bytes"], tree_bytes(loop.work))
-                stop.wait(0.05)
-            c1 = resource.getrusage(resource.RUSAGE_THREAD)
-            peak["sys"] = c1.ru_stime - c0.ru_stime
-            peak["cpu"] = c1.ru_utime - c0.ru_utime + peak["sys"]
-
-        th = threading.Thread(target=sample, daemon=True)
+        sampler = start_sampler(loop.work)
         r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        th.start()
         out = loop.run()
         wall = time.perf_counter() - t0
-        stop.set()
-        th.join()
         r1 = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) - peak["cpu"]
-        sys_cpu = r1.ru_stime - r0.ru_stime - peak["sys"]  # the kernel's share (file creation, fsync)
+        peak_bytes = stop_sampler(sampler)
+        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        sys_cpu = r1.ru_stime - r0.ru_stime  # the kernel's share (file creation, fsync)
         records = ledger.events(out.run_id)
         by_topic: dict[str, int] = {}
         largest = 0  # the largest integration record's payload: constant whatever N
@@ -183,7 +195,7 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
                 "spawner_cpu_ms_per_task": round(1000 * getattr(getattr(loop.executor, "spawner", None), "cpu_s", 0.0)
                                                  / n, 2),
                 "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
-                "peak_scratch_mb": round(peak["bytes"] / 2**20, 1), "events": len(records),
+                "peak_scratch_mb": round(peak_bytes / 2**20, 1), "events": len(records),
                 "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
                 "largest_integration_record_bytes": largest, "verified": verified,
                 "max_parallel": max_parallel,
@@ -295,9 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one run in this process
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--sample-dir", default=None, help=argparse.SUPPRESS)  # internal: the scratch sampler
     ap.add_argument("--spawn-threads", type=int, default=None,
                     help="local executor: threads that start workers (0: on the run loop's thread, as before)")
     a = ap.parse_args(argv)
+    if a.sample_dir:
+        sample_until_stdin_closes(Path(a.sample_dir))
+        return 0
     if a.one:
         print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.verify,
                              a.spawn_threads)))
