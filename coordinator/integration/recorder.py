@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ledger.blobs import BlobStore
+from ledger.record import EventDraft
 from ledger.paging import iter_events, sequence_of
 from ledger.protocols import EventLog, EventSource
 from registry.canonical import canonical_json
@@ -136,9 +137,10 @@ class Emitter:
             for topic, payload, raw in held:
                 self._append(self.ledger.append, topic, payload, raw)
             return
-        with transaction() as tx:
-            for topic, payload, raw in held:
-                self._append(tx.append, topic, payload, raw)
+        drafts = [EventDraft(topic=topic, payload=payload, wave_id=self.wave_id) for topic, payload, _ in held]
+        with transaction() as tx:  # one batch of records: one head read, one time stamp, one insert
+            tx.append_batch(self.run_id, drafts, signer=self.key,
+                            payloads=[canonical_json(p) if raw is None else raw for _, p, raw in held])
 
 
 ONE_PER_PASS = frozenset({T_GATE, T_PROMOTION})

@@ -67,14 +67,14 @@ class LedgerWriter:
         for t, p, k in drafts:
             if "payload_canonical" in k:
                 k = dict(k)
-                payloads.append(payload_bytes(p, k.pop("payload_canonical")))
+                payloads.append(k.pop("payload_canonical"))
             else:
                 payloads.append(payload_bytes(p))
             events.append(EventDraft(topic=t, payload=p, **k))
         with self.lock:
             self.guard()
             with self.ledger.transaction() as tx:
-                recs = tx.append_batch(self.run_id, events, signers=signers, _payloads=payloads)
+                recs = tx.append_batch(self.run_id, events, signers=signers, payloads=payloads)
             self._applied(recs)
             return recs
 

@@ -56,3 +56,25 @@ def test_issue_profile_records_grant_issued_with_those_bytes(ops_root) -> None:
     assert rec.topic == "grant.issued" and rec.payload == payload
     assert data in rec.record_bytes and canonical_json(rec.payload) == data
     ledger.close()
+
+
+def test_the_shipped_registrys_scope_is_derived_once_and_equals_a_fresh_derivation() -> None:
+    from coordinator import issuance
+    from registry.contracts import default_registry
+    from registry.grant_scope import derive_scope
+    from tests.grants.conftest import small_budget_registry
+
+    issuance._SCOPES.clear()
+    caps = ["write", "read:litho", "write:evidence"]
+    a = issue_profile(key=KEY, run_id="run-1", wave_id="w1", node_id="n1", node_execution_id="ne-1",
+                      required_capabilities=caps)
+    b = issue_profile(key=KEY, run_id="run-1", wave_id="w1", node_id="n2", node_execution_id="ne-2",
+                      required_capabilities=caps)
+    assert a.scope is b.scope and len(issuance._SCOPES) == 1
+    assert a.scope == derive_scope(default_registry(), policy_id="default", card_ref="agent_cli",
+                                   required_capabilities=caps)
+    reg = small_budget_registry()  # another registry is derived every time, never remembered
+    c = issue_profile(key=KEY, run_id="run-1", wave_id="w1", node_id="n3", node_execution_id="ne-3",
+                      required_capabilities=caps, registry=reg)
+    assert c.scope is not a.scope and len(issuance._SCOPES) == 1
+    assert c.scope.budgets != a.scope.budgets

@@ -62,3 +62,28 @@ def test_the_emitter_records_the_signed_artifacts_bytes(tmp_path) -> None:
         assert rec.payload == signed and canonical_json(signed) in rec.record_bytes
     finally:
         led.close()
+
+
+def test_a_flushed_batch_is_each_record_appended_alone_at_the_same_time(tmp_path) -> None:
+    import itertools
+
+    from coordinator.integration.recorder import Emitter
+    from ledger import Ledger
+
+    def fixed(root):
+        ids = (f"ev-{i:06d}" for i in itertools.count())
+        return Ledger(Ledger.open(None, root).engines, root, clock=lambda: "2026-11-26T09:00:00.000001Z",
+                      new_ids=lambda n: [next(ids) for _ in range(n)])
+
+    a, b = fixed(tmp_path / "a"), fixed(tmp_path / "b")
+    try:
+        emit = Emitter(a, "run-1", KEY, clock=lambda: "2026-11-26T09:00:00Z")
+        signed = [emit("integration.proposal_verified", {"proposal_id": f"p{i}", "outcome": "accepted",
+                                                         "risk": "low", "files": ["é", i]}) for i in range(3)]
+        emit.flush()
+        with b.transaction() as tx:
+            alone = [tx.append("run-1", "integration.proposal_verified", s, signer=KEY) for s in signed]
+        assert [r.record_bytes for r in a.events("run-1")] == [r.record_bytes for r in alone]
+    finally:
+        a.close()
+        b.close()
