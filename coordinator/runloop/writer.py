@@ -12,6 +12,7 @@ import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from ledger.record import EventDraft, payload_bytes
 from registry.signing import SigningKey
 
 from ..runstate import RunState, apply
@@ -55,16 +56,25 @@ class LedgerWriter:
 
     def append_many(self, drafts: list[tuple[str, dict[str, Any], dict[str, Any]]], *,
                     signed: bool | frozenset[str] = False) -> list[Any]:
-        """Append several (topic, payload, keys) in one transaction. `signed`: all, none,
-        or the set of topics to sign (decisions and grants)."""
-        def signer_for(topic: str) -> Any:
-            ok = signed if isinstance(signed, bool) else topic in signed
-            return self.signer if ok else None
-
+        """Append several (topic, payload, keys) in one transaction, as one batch of records
+        (one time stamp). `signed`: all, none, or the set of topics to sign (decisions and
+        grants). `keys` may hold `payload_canonical`, the payload's RFC 8785 bytes when the
+        caller already made them (a grant's profile): they are used as given."""
+        signer = self.signer
+        signers = [signer if (signed if isinstance(signed, bool) else t in signed) else None for t, _, _ in drafts]
+        events = []
+        payloads = []
+        for t, p, k in drafts:
+            if "payload_canonical" in k:
+                k = dict(k)
+                payloads.append(k.pop("payload_canonical"))
+            else:
+                payloads.append(payload_bytes(p))
+            events.append(EventDraft(topic=t, payload=p, **k))
         with self.lock:
             self.guard()
             with self.ledger.transaction() as tx:
-                recs = [tx.append(self.run_id, t, p, signer=signer_for(t), **k) for t, p, k in drafts]
+                recs = tx.append_batch(self.run_id, events, signers=signers, payloads=payloads)
             self._applied(recs)
             return recs
 
