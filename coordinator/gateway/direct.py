@@ -34,6 +34,9 @@ import mcp_types as types
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
 from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp.server.streamable_http import check_accept_headers
+from mcp.shared.inbound import decode_header_value
+from pydantic import ValidationError
 
 from .handoff import HandlerPool
 
@@ -72,7 +75,6 @@ def headers_pass(h: Mapping[bytes, bytes], *, host: bytes, max_bytes: int) -> bo
     """Whether the SDK's transport checks pass for these headers on a tools/call POST (JSON response
     mode): Content-Type, Host, no Origin, an Accept that takes JSON, a modern protocol version,
     the routing headers present, a declared length within the limit."""
-    from mcp.server.streamable_http import check_accept_headers
     ctype = h.get(b"content-type")
     if ctype is None or not ctype.decode("latin-1").lower().startswith("application/json"):
         return False
@@ -99,8 +101,6 @@ class _AcceptOnly:
 def parse_call(body: bytes, h: Mapping[bytes, bytes], params_type: Any) -> tuple[Any, Any] | None:
     """(JSON-RPC id, the call's typed params) when the body is one tools/call the SDK would dispatch
     with these headers; None for anything else (the SDK answers it)."""
-    from mcp.shared.inbound import decode_header_value
-    from pydantic import ValidationError
     try:
         decoded = json.loads(body)
     except (ValueError, RecursionError):
