@@ -96,7 +96,6 @@ class Handlers:
         sent: list[tuple[str, dict[str, Any], str | None]] = []
 
         def capture(method: str, params: Any, *, notify: bool = False) -> Any:
-            from registry.toolprofile import PROOF_HEADER  # noqa: F401 - the header the proof travels in
             for c in (params.get("arguments") or {}).get("carried") or ():
                 c["proof"] = client._proof(c["tool"], c["arguments"])
             proof = client._proof(params["name"], params.get("arguments") or {})

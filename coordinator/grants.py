@@ -36,7 +36,7 @@ wall-clock (UTC epoch) time since the grant's first charged call.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Mapping
@@ -138,13 +138,10 @@ class GrantVerifier:
 
     # ---- the cold path: signature and payload type, cached per token ------
     def _cold(self, token: str, *, signed_here: bool = False) -> _Verified:
-        """Checks 1 and 2 (signature, payload type) and the claims the warm path needs; with
-        `signed_here` (a token this process's issuance just returned) all but the signature."""
+        """Checks 1-2 and the warm path's claims; `signed_here` (a token this process issued): no signature check."""
         ptype, body, kid, _ = tp.parse_token(token) if signed_here else (None, b"", None, b"")
-        if signed_here and kid in self.keyring:
-            signed = tp.SignedEnvelope(payload_type=ptype, payload=body, kid=kid)
-        else:
-            signed = tp.verify_token_signature(token, self.keyring)
+        signed = tp.SignedEnvelope(payload_type=ptype, payload=body, kid=kid) if signed_here and kid in self.keyring \
+            else tp.verify_token_signature(token, self.keyring)
         payload = tp.check_payload_type(signed)
         try:
             v = _Verified(payload, signed.kid, tp.epoch(payload["not_before"]), tp.epoch(payload["expires_at"]),
@@ -189,9 +186,7 @@ class GrantVerifier:
             seen = self._proofs.get(proof_sig)
             if seen is not None and seen > t:
                 raise GrantProofReplayed("this call proof was already used", details={"method": method})
-        if t + self.leeway < v.nbf:
-            tp.check_time(p, t, self.leeway)
-        if t - self.leeway >= v.exp:
+        if t + self.leeway < v.nbf or t - self.leeway >= v.exp:
             tp.check_time(p, t, self.leeway)
         self._ensure_run(run_id)
         jti, profile_id = p["jti"], p["profile_id"]
@@ -213,20 +208,14 @@ class GrantVerifier:
 
     def bind_call_key(self, jti: str, worker_key: SigningKey, issued: SignedGrant | None = None) -> None:
         """At attempt start: the attempt's worker key (its public half is the grant's cnf)
-        keys the grant's MAC call proofs from now on. Signed proofs stay accepted.
-
-        `issued`: the grant as this coordinator's issuance returned it (never a token that
-        came from outside). Its token is entered as verified, read from the token's own
-        bytes, so the attempt's first call takes the warm path: the signature check
-        (Ed25519) is skipped only for the exact token this process signed, and every other
-        check runs on every call."""
+        keys the grant's MAC call proofs from now on. Signed proofs stay accepted. `issued` (the
+        grant this process's issuance returned, never an outside token): that exact token is
+        entered verified, so its first call skips only the Ed25519 check (docs/security.md)."""
         with self._lock:
             self._call_keys[jti] = tp.call_mac_key(worker_key.seed)
             if issued is not None and issued.jti == jti and issued.token not in self._cache:
-                try:
+                with suppress(GrantError):  # not entered: its first call is verified cold, refused there
                     self._cold(issued.token, signed_here=True)
-                except GrantError:
-                    pass  # not entered: its first call is verified cold, and refused there
 
     def drop_call_key(self, jti: str) -> None:
         """When the attempt ends: no MAC proof for its grant verifies any more, and its token
@@ -298,9 +287,7 @@ class GrantVerifier:
     def _check_budget(self, p: Mapping[str, Any], m: Method, t: float) -> None:
         b = p["budgets"]
         u = self._usage.get(p["profile_id"])
-        calls = u.calls_total if u else 0
-        fam_calls = u.by_family.get(m.family, 0) if u else 0
-        cost = u.cost_units if u else 0
+        calls, fam_calls, cost = (u.calls_total, u.by_family.get(m.family, 0), u.cost_units) if u else (0, 0, 0)
         fam_limit = (b.get("max_calls_by_family") or {}).get(m.family)
         over = None
         if "max_calls" in b and calls + 1 > b["max_calls"]:
@@ -312,9 +299,8 @@ class GrantVerifier:
         elif "max_wall_seconds" in b and u and u.first_call_at is not None and t - u.first_call_at > b["max_wall_seconds"]:
             over = ("max_wall_seconds", b["max_wall_seconds"], round(t - u.first_call_at, 3))
         if over:
-            raise GrantBudgetExhausted(f"budget {over[0]} exhausted ({over[2]} used of {over[1]})",
-                                       details={"budget": over[0], "limit": over[1], "used": over[2],
-                                                "profile_id": p["profile_id"]})
+            raise GrantBudgetExhausted(f"budget {over[0]} exhausted ({over[2]} used of {over[1]})", details={
+                "budget": over[0], "limit": over[1], "used": over[2], "profile_id": p["profile_id"]})
 
     # ---- state: loaded lazily per run from the ledger, kept current in memory ----
     def _ensure_run(self, run_id: str) -> None:
@@ -358,8 +344,7 @@ class GrantVerifier:
             self._followed.add(run_id)
 
     def observe(self, record: Any) -> None:
-        """A stored record of a followed run: a revocation takes effect here, before the
-        writer returns."""
+        """A stored record of a followed run: a revocation takes effect here, before the writer returns."""
         if getattr(record, "topic", None) == REVOKED_TOPIC:
             with self._lock:
                 self._apply_event(REVOKED_TOPIC, record.payload, 0.0)
@@ -438,10 +423,9 @@ class GrantVerifier:
                                                 details={"jti": g.jti}) from exc
                 except GrantError as err:
                     raise _Rejected(err) from err
-                # the charge; a transaction that can defer it stores it with the tool's first event
-                record = getattr(tx, "defer", None) or tx.append
-                record(run_id, CALL_TOPIC, self._charge_payload(g, t, spent=spend, outcome="ok",
-                                                                idempotency_key=idempotency_key, args=args),
+                record = getattr(tx, "defer", None) or tx.append  # deferred: stored with the tool's first event
+                record(run_id, CALL_TOPIC, self._charge_payload(g, t, spent=spend, outcome="ok", args=args,
+                                                                idempotency_key=idempotency_key),
                        wave_id=wave_id, node_execution_id=nex)
                 yield GatewayCall(tx=tx, grant=g)
         except _Rejected as rej:
@@ -461,7 +445,6 @@ class GrantVerifier:
         if len(self._proofs) > 100_000:
             with self._lock:
                 self._proofs = {s: e for s, e in self._proofs.items() if e > t}
-
 
     def _refund(self, g: VerifiedGrant, t: float, err: GrantError) -> None:
         """A call refused after it was charged in memory (revoked, replayed): not charged after all."""
@@ -488,9 +471,7 @@ def _event_ts(ev: Any) -> float:
     ts = getattr(ev, "ts", None)
     if isinstance(ts, (int, float)):
         return float(ts)
-    if isinstance(ts, str):
-        try:
-            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return 0.0
-    return 0.0
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() if isinstance(ts, str) else 0.0
+    except ValueError:
+        return 0.0
