@@ -215,6 +215,16 @@ def apply(state: RunState, event: Any) -> RunState:
     return work.freeze()
 
 
+def apply_many(state: RunState, events: Iterable[Any]) -> RunState:
+    """`apply` of each event in turn, with one copy of the state's fields and one freeze for
+    the lot (what the run loop does for a transaction's records): the same state, and
+    `state` unchanged."""
+    work = _Folding(state, persistent=True)
+    for e in events:
+        work.step(e)
+    return work.freeze()
+
+
 def fold(events: Iterable[Any], state: RunState | None = None) -> RunState:
     """The state after `events`, in ledger order, starting from `state` (or an empty run).
     The one fold of a run's events: the run loop, --resume, `dome status`, the run

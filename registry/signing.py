@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import nacl.exceptions
 import nacl.signing
+import nacl.utils
 
 from .canonical import canonical_json
 from .errors import SignatureError
@@ -79,7 +80,8 @@ class SigningKey:
 
     @classmethod
     def generate(cls) -> "SigningKey":
-        return cls(bytes(nacl.signing.SigningKey.generate()))
+        """A new key from 32 random bytes of libsodium's generator (the key pair derived once)."""
+        return cls(nacl.utils.random(32))
 
     @property
     def kid(self) -> str:

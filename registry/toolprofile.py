@@ -64,8 +64,18 @@ CHECK_ORDER = ("signature", "payload_type", "audience", "binding", "time", "jti"
 
 
 # ---- time ------------------------------------------------------------------
+_RFC3339: dict[datetime, str] = {}  # the last few instants formatted (a grant names three, most shared)
+
+
 def rfc3339(dt: datetime) -> str:
-    return dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The UTC second of `dt` as "YYYY-MM-DDTHH:MM:SSZ" (the same instant, the same text)."""
+    text = _RFC3339.get(dt)
+    if text is None:
+        text = dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if len(_RFC3339) >= 64:
+            _RFC3339.clear()
+        _RFC3339[dt] = text
+    return text
 
 
 def parse_rfc3339(text: str) -> datetime:

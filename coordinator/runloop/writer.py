@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from ledger.record import EventDraft, payload_bytes
 from registry.signing import SigningKey
 
-from ..runstate import RunState, apply
+from ..runstate import RunState, apply, apply_many
 
 if TYPE_CHECKING:
     from ledger import Ledger
@@ -37,12 +37,17 @@ class LedgerWriter:
         self.appends = 0
 
     def _applied(self, records: Iterable[Any]) -> None:
-        wake = False
-        for rec in records:
-            self.state = apply(self.state, rec)
-            self.appends += 1
-            wake = wake or rec.topic not in self.quiet
-            if self.on_record is not None:
+        """The stored records reach the run state (all of a transaction's in one step), then
+        `on_record` hears each, in order, with the state holding them all."""
+        records = list(records)
+        if not records:
+            return
+        self.state = apply(self.state, records[0]) if len(records) == 1 else apply_many(self.state, records)
+        self.appends += len(records)
+        quiet = self.quiet
+        wake = any(rec.topic not in quiet for rec in records)
+        if self.on_record is not None:
+            for rec in records:
                 self.on_record(rec)
         if wake:
             self.changed.notify_all()

@@ -78,3 +78,25 @@ def test_the_shipped_registrys_scope_is_derived_once_and_equals_a_fresh_derivati
                       required_capabilities=caps, registry=reg)
     assert c.scope is not a.scope and len(issuance._SCOPES) == 1
     assert c.scope.budgets != a.scope.budgets
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.datetimes(timezones=st.sampled_from([None, __import__("datetime").timezone.utc]) |
+                             st.builds(__import__("datetime").timezone,
+                                       st.timedeltas(min_value=__import__("datetime").timedelta(hours=-12),
+                                                     max_value=__import__("datetime").timedelta(hours=12)))),
+                min_size=1, max_size=6))
+def test_a_remembered_rfc3339_text_is_the_formatting_of_that_instant(dts) -> None:
+    from datetime import timezone
+
+    from registry import toolprofile as tp
+    for dt in dts + dts:
+        assert tp.rfc3339(dt) == dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_generated_keys_are_distinct_and_sign() -> None:
+    keys = [SigningKey.generate() for _ in range(20)]
+    assert len({k.kid for k in keys}) == 20
+    for k in keys[:3]:
+        k.public.verify_pae("t", b"x", k.sign_pae("t", b"x"))
+        assert SigningKey(k.seed).kid == k.kid

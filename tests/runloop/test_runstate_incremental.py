@@ -141,3 +141,23 @@ def test_one_event_costs_the_same_at_20000_nodes_as_at_200() -> None:
     assert len(large.nodes) == 20_000 and len(large.ended) == 20_000
     ratio = _apply_cost(large) / _apply_cost(small)
     assert ratio < 4, ratio
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_topics, st.sampled_from([f"n{i}" for i in range(6)]),
+                          st.sampled_from([f"x{i}" for i in range(12)]), st.sampled_from(["succeeded", "failed"])),
+                max_size=60), st.lists(st.integers(1, 9), max_size=20))
+def test_a_transactions_records_applied_in_one_step_equal_applying_each(items, sizes) -> None:
+    """`apply_many` (the writer applies a transaction's records at once): the same state as
+    one `apply` per event, from any state, and no state handed out before changes."""
+    events = [_ev(i, *it) for i, it in enumerate(items, start=1)]
+    one, many, k, seen = RunState(), RunState(), 0, []
+    for size in sizes + [len(events)]:
+        chunk, k = events[k:k + size], k + size
+        for e in chunk:
+            one = apply(one, e)
+        many = rs.apply_many(many, chunk)
+        assert many == one
+        seen.append((many, json.dumps(_plain(many), sort_keys=True, default=str)))
+    for state, snap in seen:
+        assert json.dumps(_plain(state), sort_keys=True, default=str) == snap
