@@ -14,6 +14,11 @@ see the same machine load (thread CPU time, `time.thread_time`):
 - the base of a dependent attempt (`attempts.ancestor_plan`) in a run of N
   succeeded tasks, beside the whole-run read it replaces (every proposal, every
   node's state and dependency list, per attempt): O(ancestors) against O(N);
+- a wave's records (`LedgerWriter.append_many`: the decision, the wave start, each
+  attempt's `grant.issued` and `task.dispatched`, the acks) on a real SQLite ledger:
+  one batch with a signer per record and the grant's payload bytes spliced from its
+  signed profile, beside the records appended one by one in the same transaction with
+  every payload encoded again (per attempt of a wave of `--wave` attempts);
 - one full pass of the cyclic garbage collector over what start-up leaves
   (the coordinator's modules, the registry, a graph of N nodes), with that
   heap frozen (`gc.freeze()`, as the run loop does once it has started) and
@@ -35,7 +40,7 @@ from typing import Any, Callable, Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coordinator import grants  # noqa: E402
+from coordinator import issuance as grants  # noqa: E402  - where issue_profile looks up its steps
 from coordinator.gateway import auth  # noqa: E402
 from coordinator.runloop.attempts import ancestor_plan  # noqa: E402
 from coordinator.runloop.derived_base import plan_derived_base  # noqa: E402
@@ -127,6 +132,70 @@ def plan_row(n: int, rounds: int, reps: int = 20) -> dict[str, Any]:
     return {"nodes": n, **{k: round(statistics.median(v), 1) for k, v in res.items()}}
 
 
+def _wave_drafts(key: SigningKey, w: int, size: int) -> list[tuple[str, dict, dict]]:
+    from coordinator import runstate as rs
+    wid = f"w{w:05d}"
+    drafts: list[tuple[str, dict, dict]] = [
+        (rs.SCHEDULING_DECISION, {"wave_id": wid, "selected": [{"node_id": f"t{w}-{i}", "attempt": 1, "kind": "first"}
+                                                              for i in range(size)]}, {"wave_id": wid}),
+        (rs.WAVE_STARTED, {"wave_id": wid, "nodes": [f"t{w}-{i}" for i in range(size)]}, {"wave_id": wid})]
+    for i in range(size):
+        nid, neid = f"t{w}-{i}", f"ne-{w:08x}{i:08x}"
+        g = auth.issue_grant(key=key, run_id="run-bench", wave_id=wid, node_id=nid, node_execution_id=neid,
+                             capabilities=["write:patch"], ttl_s=600, policy_id="default", seed=i,
+                             inputs_hash="sha256:" + "0" * 64, worker_public_key=SigningKey.generate().public.raw)
+        issued, data = auth.issued_payload(g)
+        keys = {"node_id": nid, "node_execution_id": neid, "wave_id": wid, "task_id": nid}
+        drafts.append((auth.ISSUED_TOPIC, issued, {**keys, "payload_canonical": data}))
+        drafts.append((rs.TASK_DISPATCHED, {"node_execution_id": neid, "attempt": 1, "kind": "first", "wave_id": wid,
+                                            "spawn_spec_digest": "sha256:" + "1" * 64, "jti": g.jti}, dict(keys)))
+        drafts.append((rs.TASK_ACK, {"node_execution_id": f"ne-prev-{i}", "accepted": True, "proposal_id": f"p-{i}"},
+                       {"node_id": f"prev-{i}", "node_execution_id": f"ne-prev-{i}", "task_id": f"prev-{i}"}))
+    return drafts
+
+
+def _one_by_one(writer: Any, drafts: list, signed: frozenset[str]) -> None:
+    """append_many as it was: each record its own append in the transaction, every payload encoded."""
+    with writer.lock:
+        with writer.ledger.transaction() as tx:
+            recs = [tx.append(writer.run_id, t, p, signer=writer.signer if t in signed else None,
+                              **{k: v for k, v in keys.items() if k != "payload_canonical"})
+                    for t, p, keys in drafts]
+        writer._applied(recs)
+
+
+def wave_row(waves: int, size: int, rounds: int) -> dict[str, Any]:
+    import tempfile
+
+    from coordinator.runloop.loop import SIGNED_TOPICS
+    from coordinator.runloop.writer import LedgerWriter
+    from coordinator.runstate import RunState
+    from ledger import Ledger
+
+    key = SigningKey.generate()
+    res: dict[str, list[float]] = {"now": [], "before": []}
+    with tempfile.TemporaryDirectory(prefix="dome-wave-") as tmp:
+        ledger = Ledger.open(None, Path(tmp))
+        try:
+            writer = LedgerWriter(ledger, "run-bench", key, RunState())
+            writer.append("run.started", {"run_id": "run-bench"})
+            w = 0
+            for r in range(rounds):
+                for name in ("before", "now") if r % 2 else ("now", "before"):
+                    batch = [_wave_drafts(key, w + k, size) for k in range(waves)]
+                    w += waves
+                    c0 = time.thread_time()
+                    for drafts in batch:
+                        if name == "now":
+                            writer.append_many(drafts, signed=SIGNED_TOPICS)
+                        else:
+                            _one_by_one(writer, drafts, SIGNED_TOPICS)
+                    res[name].append(1e6 * (time.thread_time() - c0) / (waves * size))
+        finally:
+            ledger.close()
+    return {"wave": size, **{k: round(statistics.median(v), 1) for k, v in res.items()}}
+
+
 def gc_row(n: int, rounds: int) -> dict[str, Any]:
     import coordinator.runloop.loop  # noqa: F401  - what a run imports
     from coordinator.workqueue import parse_work_queue
@@ -155,9 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attempts", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--nodes", default="1000,10000")
+    ap.add_argument("--wave", type=int, default=4, help="attempts per wave (the wave-records row)")
+    ap.add_argument("--waves", type=int, default=40, help="waves per round (the wave-records row)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     out: dict[str, Any] = {"grant_issue_us": grant_row(a.attempts, a.rounds)}
+    out["wave_records_us"] = wave_row(a.waves, a.wave, a.rounds)
     sizes = [int(x) for x in a.nodes.split(",") if x]
     out["dependent_base_us"] = [plan_row(n, a.rounds) for n in sizes]
     out["full_gc_ms"] = [gc_row(n, a.rounds) for n in sizes]
@@ -167,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     g = out["grant_issue_us"]
     print(f"grant issuance per attempt      {g['now']:9.1f} us   before {g['before']:9.1f} us   "
           f"ratio {g['before'] / g['now']:.2f}")
+    w = out["wave_records_us"]
+    print(f"a wave's records per attempt    {w['now']:9.1f} us   before {w['before']:9.1f} us   "
+          f"ratio {w['before'] / w['now']:.2f}   (one batch of {w['wave']} attempts' records)")
     for r in out["dependent_base_us"]:
         print(f"dependent base, {r['nodes']:>6} nodes   {r['now']:9.1f} us   before {r['before']:9.1f} us   "
               f"ratio {r['before'] / r['now']:.0f}")

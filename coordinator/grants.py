@@ -1,11 +1,9 @@
 """Grant issuance and verification (the I/O shell around registry/grant_scope
 and registry/toolprofile).
 
-Issuance: `issue_profile(...)` derives the scope (policy ∩ resolver ∩
-contracts ∩ card, admin never), binds it to run/wave/node attempt (and
-optionally a worker id and worker public key), signs it and records a
-`grant.issued` event (the payload, never the signature: the ledger must not
-hold usable bearer tokens).
+Issuance: `issue_profile(...)` (coordinator/issuance.py, re-exported here)
+derives the scope, binds it to run/wave/node attempt, signs it and records a
+`grant.issued` event.
 
 Verification: `GrantVerifier.verify(...)` runs the checks in CHECK_ORDER,
 each failure its own GrantError code; it writes nothing. The signature
@@ -37,16 +35,13 @@ wall-clock (UTC epoch) time since the grant's first charged call.
 """
 from __future__ import annotations
 
-import hashlib
-import secrets
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterator, Mapping
 
-from ledger.protocols import EventLog, GrantLedger
+from ledger.protocols import GrantLedger
 from registry.canonical import canonical_json, digest_bytes, digest_json
 from registry.contracts import Method, Registry, UnknownMethod, default_registry
 from registry.errors import DomeError
@@ -54,135 +49,18 @@ from registry.grant_errors import (
     GrantAdminMethodDenied, GrantBudgetExhausted, GrantError, GrantMalformed, GrantMethodNotGranted,
     GrantPayloadInvalid, GrantProofReplayed, GrantReplayed, GrantRevoked,
 )
-from registry.grant_scope import GrantScope, derive_scope
-from registry.schema_lite import validate_varying
 from registry.signing import Keyring, SigningKey
 from registry import toolprofile as tp
 
 from .group_commit import GroupCommitter, grouped_call
+from .issuance import ISSUED_TOPIC, SignedGrant, _epoch, issue_profile, issued_payload  # noqa: F401 - re-exported
 
-ISSUED_TOPIC = "grant.issued"
 CALL_TOPIC = "grant.call"
 REJECTED_TOPIC = "grant.rejected"
 REVOKED_TOPIC = "grant.revoked"
 EGRESS_METHOD = "egress"  # what a call proof names for a request through the egress gate
 
 
-@dataclass(frozen=True)
-class SignedGrant:
-    token: str  # the bearer token: compact DSSE "dgt1.<type>.<payload>.<kid>.<sig>"
-    envelope: Mapping[str, Any]
-    payload: Mapping[str, Any]
-    scope: GrantScope
-    payload_digest: str = ""  # digest_json(payload), from the bytes that were signed (set by issue_profile)
-
-    @property
-    def profile_id(self) -> str:
-        return self.payload["profile_id"]
-
-    @property
-    def jti(self) -> str:
-        return self.payload["jti"]
-
-    def artifact(self) -> dict[str, Any]:
-        """The stored ToolProfile artifact (payload + payload_digest, kid, signature)."""
-        return tp.signed_artifact(self.payload, self.envelope)
-
-
-_DOC_DIGESTS: dict[int, tuple[Any, str]] = {}
-
-
-def _doc_digest(doc: Any) -> str:
-    """digest_json of a registry document, memoized per object (registry data is read-only once loaded)."""
-    hit = _DOC_DIGESTS.get(id(doc))
-    if hit is not None and hit[0] is doc:
-        return hit[1]
-    d = digest_json(doc)
-    _DOC_DIGESTS[id(doc)] = (doc, d)
-    return d
-
-
-def _epoch(now: float | datetime | None) -> float:
-    if now is None:
-        return time.time()
-    if isinstance(now, datetime):
-        return now.timestamp()
-    return float(now)
-
-
-def issue_profile(*, key: SigningKey, run_id: str, wave_id: str, node_id: str, node_execution_id: str,
-                  required_capabilities: list[str] | tuple[str, ...], policy_id: str = "default",
-                  card: str = "agent_cli", registry: Registry | None = None, ledger: EventLog | None = None,
-                  worker_id: str | None = None, worker_public_key: bytes | None = None,
-                  audience: str | None = None, ttl_seconds: int | None = None,
-                  now: float | datetime | None = None, contract_pins: Mapping[str, str] | None = None,
-                  determinism_seed: int | None = None, inputs_hash: str | None = None,
-                  jti: str | None = None, egress: Mapping[str, Any] | None = None) -> SignedGrant:
-    """Derive, bind, sign and (with a ledger) record a worker's ToolProfile.
-
-    `ttl_seconds` may only shorten the policy TTL. `contract_pins` maps
-    tool_id -> "tool_id@<40-hex sha>" when the run pinned registry refs.
-    `egress` ({allow_hosts, allow_models, budgets} from an agent's runtime
-    card, registry.agent_card.grant_terms) opens the egress gate to those
-    hosts and models and adds the token and cost budgets it charges.
-    """
-    reg = registry or default_registry()
-    scope = derive_scope(reg, policy_id=policy_id, card_ref=card, required_capabilities=required_capabilities)
-    ttl = scope.ttl_seconds if ttl_seconds is None else max(1, min(int(ttl_seconds), scope.ttl_seconds))
-    issued = datetime.fromtimestamp(int(_epoch(now)), tz=timezone.utc)
-    pins = dict(contract_pins or {})
-    contracts = []
-    for t in scope.tool_ids:
-        c = {"contract": reg.contracts[t].ref, "tool_id": t, "digest": reg.contracts[t].digest}
-        if pins.get(t):
-            c["ref"] = pins[t]
-        contracts.append(c)
-    rank = {"write": 0, "read": 1}
-    primary = min(scope.tool_ids, key=lambda t: (rank.get(reg.contracts[t].capability_class, 2), t))
-    policy_doc = reg.policy["policies"][policy_id]
-    card_doc = reg.card(card)
-    issuer = f"coordinator:{key.kid}"
-    identity = {"run_id": run_id, "wave_id": wave_id, "node_id": node_id, "node_execution_id": node_execution_id,
-                "worker_id": worker_id, "methods": list(scope.allowed_methods), "policy": _doc_digest(policy_doc),
-                "contracts": [c["digest"] for c in contracts]}
-    profile_id = "tp_" + hashlib.sha256(digest_json(identity).encode()).hexdigest()[:32]
-    payload = tp.build_payload(
-        profile_id=profile_id, contracts=contracts, primary_contract=reg.contracts[primary].ref,
-        policy_version=f"{policy_id}@{reg.policy.get('version', '0.0.0')}",
-        policy_ref=f"{policy_id}@{_doc_digest(policy_doc)}",
-        card_ref=f"{card_doc['kind']}/{card_doc['card_id']}@{_doc_digest(card_doc)}",
-        resolver_ref=f"resolver_spec@{_doc_digest(reg.resolver)}",
-        issued_at=issued, ttl_seconds=ttl, jti=jti or secrets.token_hex(16), audience=audience or scope.audience,
-        run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id,
-        worker_id=worker_id, single_use=scope.single_use, capabilities=list(scope.capabilities),
-        allowed_methods=list(scope.allowed_methods), constraints=scope.constraints, budgets=scope.budgets,
-        issuer=issuer, cnf_public_key=worker_public_key, determinism_seed=determinism_seed,
-        inputs_hash=inputs_hash)
-    if egress:
-        _apply_egress(payload, egress)
-    validate_varying("tool_profile", payload, tp.PER_ATTEMPT_FIELDS)
-    envelope, token = tp.sign_body(body := canonical_json(payload), key)  # serialised once: signature, token, digest
-    grant = SignedGrant(token=token, envelope=envelope, payload=payload, scope=scope, payload_digest=digest_bytes(body))
-    if ledger is not None:
-        ledger.append(run_id, ISSUED_TOPIC, {"profile": payload, "payload_digest": grant.payload_digest,
-                                             "token_digest": tp.token_digest(grant.token), "dropped_methods": dict(scope.dropped)},
-                      wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id, signer=key)
-    return grant
-
-
-def _apply_egress(payload: dict[str, Any], egress: Mapping[str, Any]) -> None:
-    net = dict(payload["constraints"].get("network") or {})
-    net.update(allow_hosts=sorted(set(egress.get("allow_hosts") or ())),
-               allow_models=sorted(set(egress.get("allow_models") or ())), deny_by_default=True)
-    payload["constraints"] = {**payload["constraints"], "network": net}
-    budgets = dict(payload["budgets"])
-    for k in ("max_tokens", "max_model_cost_micros"):
-        if k in (egress.get("budgets") or {}):
-            budgets[k] = int(egress["budgets"][k])
-    payload["budgets"] = budgets
-
-
-# ---------------------------------------------------------------- verification
 _REQUIRED_CLAIMS = frozenset({"jti", "profile_id", "run_id", "wave_id", "audience", "budgets", "single_use"})
 
 
@@ -259,8 +137,14 @@ class GrantVerifier:
         self.stats = {"cold": 0, "warm": 0}
 
     # ---- the cold path: signature and payload type, cached per token ------
-    def _cold(self, token: str) -> _Verified:
-        signed = tp.verify_token_signature(token, self.keyring)
+    def _cold(self, token: str, *, signed_here: bool = False) -> _Verified:
+        """Checks 1 and 2 (signature, payload type) and the claims the warm path needs; with
+        `signed_here` (a token this process's issuance just returned) all but the signature."""
+        ptype, body, kid, _ = tp.parse_token(token) if signed_here else (None, b"", None, b"")
+        if signed_here and kid in self.keyring:
+            signed = tp.SignedEnvelope(payload_type=ptype, payload=body, kid=kid)
+        else:
+            signed = tp.verify_token_signature(token, self.keyring)
         payload = tp.check_payload_type(signed)
         try:
             v = _Verified(payload, signed.kid, tp.epoch(payload["not_before"]), tp.epoch(payload["expires_at"]),
@@ -327,11 +211,22 @@ class GrantVerifier:
         return VerifiedGrant(payload=p, profile_id=profile_id, jti=jti, kid=v.kid, method=m,
                              token=token, warm=warm, proof_sig=proof_sig, args_canonical=args_canon)
 
-    def bind_call_key(self, jti: str, worker_key: SigningKey) -> None:
+    def bind_call_key(self, jti: str, worker_key: SigningKey, issued: SignedGrant | None = None) -> None:
         """At attempt start: the attempt's worker key (its public half is the grant's cnf)
-        keys the grant's MAC call proofs from now on. Signed proofs stay accepted."""
+        keys the grant's MAC call proofs from now on. Signed proofs stay accepted.
+
+        `issued`: the grant as this coordinator's issuance returned it (never a token that
+        came from outside). Its token is entered as verified, read from the token's own
+        bytes, so the attempt's first call takes the warm path: the signature check
+        (Ed25519) is skipped only for the exact token this process signed, and every other
+        check runs on every call."""
         with self._lock:
             self._call_keys[jti] = tp.call_mac_key(worker_key.seed)
+            if issued is not None and issued.jti == jti and issued.token not in self._cache:
+                try:
+                    self._cold(issued.token, signed_here=True)
+                except GrantError:
+                    pass  # not entered: its first call is verified cold, and refused there
 
     def drop_call_key(self, jti: str) -> None:
         """When the attempt ends: no MAC proof for its grant verifies any more, and its token
@@ -543,9 +438,11 @@ class GrantVerifier:
                                                 details={"jti": g.jti}) from exc
                 except GrantError as err:
                     raise _Rejected(err) from err
-                tx.append(run_id, CALL_TOPIC, self._charge_payload(g, t, spent=spend, outcome="ok",
-                                                                   idempotency_key=idempotency_key, args=args),
-                          wave_id=wave_id, node_execution_id=nex)
+                # the charge; a transaction that can defer it stores it with the tool's first event
+                record = getattr(tx, "defer", None) or tx.append
+                record(run_id, CALL_TOPIC, self._charge_payload(g, t, spent=spend, outcome="ok",
+                                                                idempotency_key=idempotency_key, args=args),
+                       wave_id=wave_id, node_execution_id=nex)
                 yield GatewayCall(tx=tx, grant=g)
         except _Rejected as rej:
             self._refund(g, t, rej.err)

@@ -98,12 +98,14 @@ class EventRecord:
         return out
 
 
-def payload_bytes(payload: Any) -> bytes:
-    """Canonical payload bytes, refusing non-objects and oversize payloads."""
+def payload_bytes(payload: Any, canonical: bytes | None = None) -> bytes:
+    """Canonical payload bytes, refusing non-objects and oversize payloads.
+    `canonical`: the payload's RFC 8785 bytes, when the caller has just made
+    them (a signed artifact, a grant): used as they are, not encoded again."""
     if type(payload) is not dict:
         raise InvalidEvent("an event payload is a JSON object",
                            details={"type": type(payload).__name__})
-    data = canonical_json(payload)
+    data = canonical_json(payload) if canonical is None else canonical
     if len(data) > MAX_PAYLOAD_BYTES:
         raise PayloadTooLarge(
             f"event payload is {len(data)} bytes; the ledger takes at most {MAX_PAYLOAD_BYTES}",
@@ -244,22 +246,31 @@ def make_record(**fields: Any) -> EventRecord:
 
 def build_batch(*, run_id: str, drafts: Sequence[EventDraft], payloads: Sequence[bytes],
                 first_sequence: int, prev_digest: str | None, ts: str, event_ids: Sequence[str],
-                signer: SigningKey | None) -> tuple[list[EventRecord], list[tuple]]:
+                signer: SigningKey | None,
+                signers: Sequence[SigningKey | None] | None = None) -> tuple[list[EventRecord], list[tuple]]:
     """Records for consecutive drafts (the append hot path) and their storage
     rows (ROW_COLUMNS order). Same bytes as `build` for each event; the fields
-    shared by the batch (run_id, ts, kid) are checked once."""
+    shared by the batch (run_id, ts, kid) are checked once. `signers`, when
+    given, names each draft's signer (None: unsigned) in place of `signer`."""
     if run_id is None:
         raise InvalidEvent("run_id is required")
     _check_id("run_id", run_id)
     _check("ts", ts, _TIMESTAMP)
     if prev_digest is not None:
         _check("prev_digest", prev_digest, _DIGEST)
-    kid = signer.kid if signer is not None else None
-    if kid is not None:
-        _check("kid", kid, _KID)
+    if signers is None:
+        signers = (signer,) * len(drafts)
+    elif len(signers) != len(drafts):
+        raise ValueError("build_batch: one signer (or None) per draft")
     q = lambda v: "null" if v is None else f'"{v}"'  # noqa: E731 - values are checked ASCII
+    kid_parts: dict[Any, tuple[str | None, str]] = {}  # signer -> (kid, its part of the envelope)
+    for sg in signers:
+        if sg not in kid_parts:
+            kid = sg.kid if sg is not None else None
+            if kid is not None:
+                _check("kid", kid, _KID)
+            kid_parts[sg] = (kid, f'","kid":{q(kid)},"node_execution_id":')
     head0 = f'{{"canonicalization":"{CANONICALIZATION}","event_id":"'
-    kid_part = f'","kid":{q(kid)},"node_execution_id":'
     tail_mid = f'","prev_digest":'
     tail_run = f',"run_id":"{run_id}","schema_version":"{SCHEMA_VERSION}","sequence":'
     ts_part = f',"ts":"{ts}","wave_id":'
@@ -268,8 +279,9 @@ def build_batch(*, run_id: str, drafts: Sequence[EventDraft], payloads: Sequence
     records: list[EventRecord] = []
     rows: list[tuple] = []
     seq = first_sequence - 1
-    for d, pc, event_id in zip(drafts, payloads, event_ids):
+    for d, pc, event_id, signer in zip(drafts, payloads, event_ids, signers):
         seq += 1
+        kid, kid_part = kid_parts[signer]
         topic, wave_id, node_id, neid, task_id = d.topic, d.wave_id, d.node_id, d.node_execution_id, d.task_id
         if valid_topics.get(topic) is not True:
             seal_check_topic(topic)

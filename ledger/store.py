@@ -40,9 +40,24 @@ from .verify import VERIFY_COLUMNS, LedgerVerifyReport, verify_run
 
 Clock = Callable[[], str]
 
+_SECOND: tuple[int, str] = (-1, "")  # (Unix second, its "YYYY-MM-DDTHH:MM:SS"), replaced whole
+
+
 def utc_now() -> str:
-    """RFC 3339 UTC timestamp with microseconds, e.g. 2026-01-02T03:04:05.000006Z."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """RFC 3339 UTC timestamp with microseconds, e.g. 2026-01-02T03:04:05.000006Z: what
+    `datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")` gives (microseconds
+    rounded down), with the date and time of day formatted once per second."""
+    global _SECOND
+    seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    known = _SECOND
+    if known[0] != seconds:
+        known = _SECOND = (seconds, utc_second(seconds))
+    return f"{known[1]}.{micros:06d}Z"
+
+
+def utc_second(seconds: int) -> str:
+    """"YYYY-MM-DDTHH:MM:SS" of a Unix second, in UTC."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 _UUID7_LAST = [0, 0]  # (ms, counter) of the last id handed out by this process
@@ -178,18 +193,31 @@ class LedgerTransaction:
                wave_id: str | None = None, node_id: str | None = None,
                node_execution_id: str | None = None, task_id: str | None = None,
                signer: SigningKey | None = None,
-               expected_sequence: int | None = None) -> EventRecord:
+               expected_sequence: int | None = None, payload_canonical: bytes | None = None) -> EventRecord:
+        """One event in this transaction. `payload_canonical`: the payload's RFC 8785 bytes
+        when the caller already holds them (they are stored as given, not encoded again)."""
         draft = EventDraft(topic=topic, payload=payload, wave_id=wave_id, node_id=node_id,
                            node_execution_id=node_execution_id, task_id=task_id)
-        return self.append_batch(run_id, [draft], signer=signer,
-                                 expected_sequence=expected_sequence)[0]
+        return self.append_batch(run_id, [draft], signer=signer, expected_sequence=expected_sequence,
+                                 payloads=None if payload_canonical is None
+                                 else [payload_bytes(payload, payload_canonical)])[0]
 
     def append_batch(self, run_id: str, drafts: Sequence[EventDraft], *,
                      signer: SigningKey | None = None, expected_sequence: int | None = None,
-                     _payloads: Sequence[bytes] | None = None) -> list[EventRecord]:
+                     payloads: Sequence[bytes] | None = None,
+                     signers: Sequence[SigningKey | None] | None = None) -> list[EventRecord]:
+        """Consecutive events of one run in this transaction, one time stamp for all.
+        `signers`: each draft's signer (or None), in place of one `signer` for all.
+        `payloads`: each draft's RFC 8785 payload bytes, when the caller already made them
+        (stored as given; their type and size are checked as for any payload)."""
         if not drafts:
             return []
-        payloads = _payloads if _payloads is not None else [payload_bytes(d.payload) for d in drafts]
+        if payloads is None:
+            payloads = [payload_bytes(d.payload) for d in drafts]
+        elif len(payloads) != len(drafts):
+            raise ValueError("append_batch: one payload's bytes per draft")
+        else:
+            payloads = [payload_bytes(d.payload, pc) for d, pc in zip(drafts, payloads)]
         seq, prev = self.head(run_id)
         if expected_sequence is not None and expected_sequence != seq:
             raise SequenceConflict(
@@ -201,7 +229,8 @@ class LedgerTransaction:
         with _no_cyclic_gc():
             records, rows = build_batch(run_id=run_id, drafts=drafts, payloads=payloads,
                                         first_sequence=seq + 1, prev_digest=prev, ts=ts,
-                                        event_ids=self._ledger._new_ids(len(drafts)), signer=signer)
+                                        event_ids=self._ledger._new_ids(len(drafts)), signer=signer,
+                                        signers=signers)
         seq, prev = records[-1].sequence, records[-1].record_digest
         try:
             if self._raw is not None:
@@ -457,27 +486,31 @@ class Ledger:
                wave_id: str | None = None, node_id: str | None = None,
                node_execution_id: str | None = None, task_id: str | None = None,
                signer: SigningKey | None = None,
-               expected_sequence: int | None = None) -> EventRecord:
+               expected_sequence: int | None = None, payload_canonical: bytes | None = None) -> EventRecord:
         """Append one event durably. `expected_sequence` is the run's last
         sequence as the caller saw it (0 for a new run); if the run has moved
-        on, SequenceConflict is raised and nothing is written."""
+        on, SequenceConflict is raised and nothing is written. `payload_canonical`:
+        the payload's RFC 8785 bytes, when the caller already holds them."""
         draft = EventDraft(topic=topic, payload=payload, wave_id=wave_id, node_id=node_id,
                            node_execution_id=node_execution_id, task_id=task_id)
-        return self.append_batch(run_id, [draft], signer=signer,
-                                 expected_sequence=expected_sequence)[0]
+        return self.append_batch(run_id, [draft], signer=signer, expected_sequence=expected_sequence,
+                                 payloads=None if payload_canonical is None
+                                 else [payload_bytes(payload, payload_canonical)])[0]
 
     def append_batch(self, run_id: str, drafts: Sequence[EventDraft],
                      signer: SigningKey | None = None, *,
-                     expected_sequence: int | None = None) -> list[EventRecord]:
+                     expected_sequence: int | None = None,
+                     payloads: Sequence[bytes] | None = None) -> list[EventRecord]:
         """Append several events in one durable transaction (all or none)."""
-        payloads = [payload_bytes(d.payload) for d in drafts]  # outside the write lock
+        payloads = payloads if payloads is not None else \
+            [payload_bytes(d.payload) for d in drafts]  # outside the write lock
         attempts = 1 if expected_sequence is not None else 5
         for attempt in range(attempts):
             try:
                 with self.transaction() as tx:
                     return tx.append_batch(run_id, drafts, signer=signer,
                                            expected_sequence=expected_sequence,
-                                           _payloads=payloads)
+                                           payloads=payloads)
             except SequenceConflict:
                 if attempt + 1 >= attempts:
                     raise

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from registry import toolprofile as tp
 from registry.canonical import digest_json
 from registry.contracts import default_registry
 from registry.grant_errors import GrantError
 
-from ..grants import ISSUED_TOPIC, GrantVerifier, SignedGrant, issue_profile
+from ..grants import ISSUED_TOPIC, GrantVerifier, SignedGrant, issue_profile, issued_payload
 
 EVIDENCE_CAPABILITY = "write:evidence"  # every attempt may store evidence (logs); the policy adds the lifecycle
 CARD = "agent_cli"
@@ -40,16 +39,23 @@ def issue(*, key: Any, run_id: str, wave_id: str, node_id: str, node_execution_i
           ttl_s: float, policy_id: str, seed: int, inputs_hash: str,
           worker_public_key: bytes | None = None,
           egress: Mapping[str, Any] | None = None) -> tuple[SignedGrant, dict[str, Any]]:
-    """(grant, grant.issued payload) for one attempt. With `worker_public_key`
-    the grant is sender-constrained (`cnf`): every call must carry a proof
-    signed by the matching private key (PROOF_HEADER)."""
-    g = issue_profile(key=key, run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id,
-                      required_capabilities=grant_capabilities(capabilities), policy_id=policy_id, card=CARD,
-                      ttl_seconds=int(ttl_s), determinism_seed=seed, inputs_hash=inputs_hash,
-                      worker_public_key=worker_public_key, egress=egress)
-    issued = {"profile": dict(g.payload), "payload_digest": g.payload_digest,
-              "token_digest": tp.token_digest(g.token), "dropped_methods": dict(g.scope.dropped)}
-    return g, issued
+    """(grant, grant.issued payload) for one attempt (see `issue_grant`)."""
+    g = issue_grant(key=key, run_id=run_id, wave_id=wave_id, node_id=node_id, node_execution_id=node_execution_id,
+                    capabilities=capabilities, ttl_s=ttl_s, policy_id=policy_id, seed=seed, inputs_hash=inputs_hash,
+                    worker_public_key=worker_public_key, egress=egress)
+    return g, issued_payload(g)[0]
+
+
+def issue_grant(*, key: Any, run_id: str, wave_id: str, node_id: str, node_execution_id: str,
+                capabilities: list[str], ttl_s: float, policy_id: str, seed: int, inputs_hash: str,
+                worker_public_key: bytes | None = None, egress: Mapping[str, Any] | None = None) -> SignedGrant:
+    """One attempt's grant; its `grant.issued` payload and that payload's bytes are
+    `issued_payload(grant)`. With `worker_public_key` the grant is sender-constrained
+    (`cnf`): every call must carry a proof signed by the matching private key (PROOF_HEADER)."""
+    return issue_profile(key=key, run_id=run_id, wave_id=wave_id, node_id=node_id,
+                         node_execution_id=node_execution_id, required_capabilities=grant_capabilities(capabilities),
+                         policy_id=policy_id, card=CARD, ttl_seconds=int(ttl_s), determinism_seed=seed,
+                         inputs_hash=inputs_hash, worker_public_key=worker_public_key, egress=egress)
 
 
 def profile_ref(g: SignedGrant) -> str:
@@ -62,5 +68,5 @@ def verify_for_listing(verifier: GrantVerifier, token: str, *, run_id: str, audi
     return verifier.verify_listing(token, run_id=run_id, audience=audience, now=now)
 
 
-__all__ = ["GrantError", "GrantVerifier", "ISSUED_TOPIC", "issue", "profile_ref", "verify_for_listing",
+__all__ = ["GrantError", "GrantVerifier", "ISSUED_TOPIC", "issue", "issue_grant", "issued_payload", "profile_ref", "verify_for_listing",
            "gateway_audience", "grant_capabilities"]

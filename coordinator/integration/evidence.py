@@ -12,6 +12,7 @@ The gate that reads these records lives in `coordinator.integration.gate`.
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -47,12 +48,54 @@ def body_of(artifact: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def sign_artifact(artifact: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:
+    return sign_artifact_canonical(artifact, key)[0]
+
+
+def sign_artifact_canonical(artifact: Mapping[str, Any], key: SigningKey) -> tuple[dict[str, Any], bytes]:
+    """(signed artifact, its canonical bytes) from one encoding: the body is encoded with
+    the four signature fields holding one-off placeholder strings; the signed body's
+    bytes are those bytes with the four members cut out, and the artifact's bytes are
+    them with the real values put in. Each placeholder member must occur exactly once in
+    the encoding (so the one found is the top-level member); else the general way."""
     body = body_of(artifact)
-    raw = canonical_json(body)
+    marks = {f: "placeholder-" + secrets.token_hex(12) for f in SIG_FIELDS}
+    try:
+        template = canonical_json({**body, **marks})
+        members = [(f, b'"' + f.encode() + b'":' + canonical_json(marks[f])) for f in SIG_FIELDS]
+        raw = template
+        for _, m in members:
+            raw = _cut_member(raw, m)
+    except _Placeholder:
+        raw = template = b""
+    if not raw:
+        raw = canonical_json(body)
     digest, signature = digest_bytes(raw), b64e(key.sign_pae(PAYLOAD_TYPE, raw))
     _SIGNED_HERE.note(key.public.raw, digest, signature)
-    return {**body, "payload_digest": digest, "canonicalization": CANONICALIZATION,
-            "kid": key.kid, "signature": signature}
+    signed = {**body, "payload_digest": digest, "canonicalization": CANONICALIZATION,
+              "kid": key.kid, "signature": signature}
+    if not template:
+        return signed, canonical_json(signed)
+    data = template
+    for f, m in members:
+        data = data.replace(m, b'"' + f.encode() + b'":' + canonical_json(signed[f]), 1)
+    return signed, data
+
+
+class _Placeholder(Exception):
+    """A placeholder member is not found exactly once: encode the general way."""
+
+
+def _cut_member(data: bytes, member: bytes) -> bytes:
+    """`data` (a canonical object) without its top-level `member` and the comma beside it."""
+    i = data.find(member)
+    if i < 1 or data.count(member) != 1:
+        raise _Placeholder
+    j = i + len(member)
+    if data[i - 1:i] == b",":
+        return data[:i - 1] + data[j:]
+    if data[j:j + 1] == b",":
+        return data[:i] + data[j + 1:]
+    return data[:i] + data[j:]
 
 
 def verify_artifact(artifact: Mapping[str, Any], keyring: Keyring) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ledger.paging import iter_events
 from ledger.protocols import EventLog
+from ledger.store import utc_now as ledger_utc_now
 from registry import diffs
 from registry.canonical import canonical_json
 from registry.errors import DomeError
@@ -46,8 +47,7 @@ class PromotionError(DomeError):
     code = "PROMOTION_REF_UPDATE_FAILED"
 
 
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+utc_now = ledger_utc_now  # RFC 3339 UTC with microseconds, the ledger's clock
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ledger.blobs import BlobStore
+from ledger.record import EventDraft
 from ledger.paging import iter_events, sequence_of
 from ledger.protocols import EventLog, EventSource
 from registry.canonical import canonical_json
@@ -19,7 +20,7 @@ from registry.signing import SigningKey
 
 from . import gitio
 from .listchain import ListChainBroken, has_refs, is_ref, load_lists, store_lists
-from .evidence import T_GATE, T_PLAN, T_PROMOTION, T_SELECTION, T_VALIDATION, GitFacts, Record, sign_artifact
+from .evidence import T_GATE, T_PLAN, T_PROMOTION, T_SELECTION, T_VALIDATION, GitFacts, Record, sign_artifact_canonical
 
 PRODUCER = "dome-coordinator"
 EXTERNALIZE_BYTES = 128 * 1024
@@ -56,7 +57,7 @@ class Emitter:
         self.count = 0
         self._replay = list(replay)
         self._cursor = 0
-        self._held: list[tuple[str, dict[str, Any]]] = []
+        self._held: list[tuple[str, dict[str, Any], bytes | None]] = []  # topic, payload, its bytes
 
     def recorded(self, topic: str, same: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
         """For a caller that can skip a step's work (a validation suite): the
@@ -89,14 +90,16 @@ class Emitter:
             got = self._adopt(topic, lambda rec: same_step(topic, rec, a))
             if got is not None:
                 return got
-        signed = sign_artifact(a, self.key)
+        signed, signed_raw = sign_artifact_canonical(a, self.key)  # one encoding: signature and record
         payload: dict[str, Any] = signed
+        raw: bytes | None = signed_raw
         blobs = blobs_of(self.ledger)
         if blobs is not None:
             # lists that grow with the run go to a chain of fixed-size chunks: the record stays
             # the same size whatever N (the signature covers the full lists; readers rebuild them)
-            payload = store_lists(signed, blobs.put) if topic in CHAINED_TOPICS else signed
-            raw = canonical_json(payload)
+            if topic in CHAINED_TOPICS:
+                payload = store_lists(signed, blobs.put)
+                raw = canonical_json(payload)
             if len(raw) > EXTERNALIZE_BYTES:
                 # too big for one ledger record: the signed artifact goes to the
                 # blob store, the record carries its digest and the signature
@@ -104,15 +107,25 @@ class Emitter:
                                                   "created_at", "producer", "payload_digest",
                                                   "canonicalization", "kid", "signature")
                            if k in signed}
-                payload["artifact_ref"] = blobs.put(canonical_json(signed))
+                payload["artifact_ref"] = blobs.put(signed_raw)
+                raw = None
+        elif payload is not signed:
+            raw = None
         if topic in BUFFERED:
-            self._held.append((topic, payload))
+            self._held.append((topic, payload, raw))
             if len(self._held) >= FLUSH_AT:
                 self.flush()
         else:
             self.flush()
-            self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
+            self._append(self.ledger.append, topic, payload, raw)
         return signed
+
+    def _append(self, append: Callable[..., Any], topic: str, payload: dict[str, Any], raw: bytes | None) -> None:
+        """One record; `raw`, when known, is the payload's canonical bytes (not encoded again)."""
+        if raw is None:
+            append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
+        else:
+            append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key, payload_canonical=raw)
 
     def flush(self) -> None:
         """Write the held records, in order, in one ledger transaction."""
@@ -121,12 +134,13 @@ class Emitter:
             return
         transaction = getattr(self.ledger, "transaction", None)
         if transaction is None or len(held) == 1:
-            for topic, payload in held:
-                self.ledger.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
+            for topic, payload, raw in held:
+                self._append(self.ledger.append, topic, payload, raw)
             return
-        with transaction() as tx:
-            for topic, payload in held:
-                tx.append(self.run_id, topic, payload, wave_id=self.wave_id, signer=self.key)
+        drafts = [EventDraft(topic=topic, payload=payload, wave_id=self.wave_id) for topic, payload, _ in held]
+        with transaction() as tx:  # one batch of records: one head read, one time stamp, one insert
+            tx.append_batch(self.run_id, drafts, signer=self.key,
+                            payloads=[canonical_json(p) if raw is None else raw for _, p, raw in held])
 
 
 ONE_PER_PASS = frozenset({T_GATE, T_PROMOTION})

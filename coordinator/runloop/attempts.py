@@ -136,11 +136,12 @@ class AttemptLifecycle:
         neid = f"ne-{secrets.token_hex(8)}"
         nseed, inputs_hash = self._inputs(nid, base_sha)
         worker_key = SigningKey.generate()  # per attempt; only its public half is in the grant (cnf)
-        grant, issued = grants_io.issue(
+        grant = grants_io.issue_grant(
             key=self.ctx.signer, run_id=self.run_id, wave_id=wave_id, node_id=nid, node_execution_id=neid,
             capabilities=list(node.task.get("required_capabilities", [])), ttl_s=node.timeout_s + 120,
             policy_id=self.wq.policy, seed=nseed, inputs_hash=inputs_hash,
             worker_public_key=worker_key.public.raw, egress=egress_terms(node.action_spec))
+        issued, issued_bytes = grants_io.issued_payload(grant)  # the profile's signed bytes spliced in
         pref = issued["payload_digest"]  # the grant's profile digest (grants_io.profile_ref), computed once
         spec = self._spawn_spec(nid, neid, wave_id, attempt, grant, (base_sha, base_tree), (nseed, inputs_hash),
                                 pref)
@@ -149,7 +150,7 @@ class AttemptLifecycle:
         drafts: list[tuple[str, dict, dict]] = []
         if derivation is not None:
             drafts.append((TASK_BASE_DERIVED, {**derivation, "node_execution_id": neid}, keys))
-        drafts.append((grants_io.ISSUED_TOPIC, issued, keys))
+        drafts.append((grants_io.ISSUED_TOPIC, issued, {**keys, "payload_canonical": issued_bytes}))
         drafts.append((rs.TASK_DISPATCHED, {
             "node_execution_id": neid, "attempt": attempt, "kind": kind, "wave_id": wave_id,
             "spawn_spec_digest": digest_json(spec), "tool_profile_ref": pref,
@@ -161,7 +162,7 @@ class AttemptLifecycle:
     def launch(self, launches: list[tuple]) -> None:
         now, c0 = time.monotonic(), time.thread_time()
         for nid, neid, spec, grant, worker_key in launches:
-            self.verifier.bind_call_key(grant.jti, worker_key)  # the worker's keyed-MAC call proofs
+            self.verifier.bind_call_key(grant.jti, worker_key, issued=grant)  # MAC proofs; the token enters warm
             node = self.node(nid)
             write = functools.partial(write_attempt, self.work, spec, worker_key, node.task, self.limits,
                                       egress_socket=self.egress_gate.socket_path if self.egress_gate else None)
