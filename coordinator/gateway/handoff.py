@@ -18,6 +18,7 @@ import threading
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
+_Item = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -35,8 +36,7 @@ class HandlerPool:
             raise ValueError("a handler pool needs at least one thread")
         self.size = size
         self.name = name
-        self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]] | None] \
-            = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._idle = 0  # threads that finished a call and wait for the next

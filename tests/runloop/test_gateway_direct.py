@@ -190,15 +190,16 @@ MATRIX: dict[str, tuple] = {
     "other path": ("POST", "/other", H, call_body()),
     "query string": ("POST", "/mcp?x=1", H, call_body()),
     # answered by the direct path, with the SDK's bytes
-    "base64 name header": ("POST", "/mcp", _with(H, "mcp-name", "=?base64?" + base64.b64encode(b"echo").decode() + "?="),
-                           call_body()),
+    "base64 name header": ("POST", "/mcp", _with(H, "mcp-name", "=?base64?" + base64.b64encode(b"echo").decode()
+                                                  + "?="), call_body()),
     "string id": ("POST", "/mcp", H, call_body(rid="abc\u00e9")),
     "big id": ("POST", "/mcp", H, call_body(rid=2 ** 70)),
     "no arguments": ("POST", "/mcp", H, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                                      "params": {"name": "echo", "_meta": META}}).encode()),
-    "client info": ("POST", "/mcp", H, call_body().replace(b'"io.modelcontextprotocol/clientCapabilities"',
-                                                           b'"io.modelcontextprotocol/clientInfo": {"name": "w", '
-                                                           b'"version": "1"}, "io.modelcontextprotocol/clientCapabilities"')),
+    "client info": ("POST", "/mcp", H, call_body().replace(
+        b'"io.modelcontextprotocol/clientCapabilities"',
+        b'"io.modelcontextprotocol/clientInfo": {"name": "w", "version": "1"}, '
+        b'"io.modelcontextprotocol/clientCapabilities"')),
     "no grant": ("POST", "/mcp", _without(H, "Authorization"), call_body()),
     "no proof": ("POST", "/mcp", _without(H, tp.PROOF_HEADER), call_body()),
     "unknown tool": ("POST", "/mcp", _with(H, "mcp-name", "nope"), call_body(name="nope")),
