@@ -21,7 +21,13 @@ hits both alike:
   the worker runtime sends them, committed in one durable ledger transaction (each call a
   savepoint of it);
 - `per_call_tx`: `after`, but each of the request's calls commits its own durable
-  transaction (the gateway before one commit per request): the baseline of that change.
+  transaction (the gateway before one commit per request): the baseline of that change;
+- `sdk_path`: `after` with the gateway's direct path off (`WorkerGateway(direct=False)`):
+  the request goes through Starlette, the SDK's transport checks and its ServerRunner, and
+  the handlers run through AnyIO's thread hop, as before the direct path: its baseline.
+
+Besides the coordinator's CPU, the CPU of each gateway's event-loop thread (uvicorn and
+whatever answers the request on it) is measured on its own, from the thread's CPU clock.
 
 The ledger lives under $TMPDIR (or --dir): run it once with TMPDIR=/dev/shm (tmpfs: no fsync
 cost) and once on disk to see what the saved WAL fsyncs are worth there.
@@ -100,13 +106,14 @@ class Bench:
         backend = GatewayBackend(run_id=self.run, writer=self.writer, blobs=self.ledger.blobs,
                                  attempt=self.attempts.get)
         self.gateways = {}
-        for name, telemetry in (("before", True), ("after", None), ("per_call_tx", None)):
+        for name, telemetry in (("before", True), ("after", None), ("per_call_tx", None), ("sdk_path", None)):
             dispatcher = ToolDispatcher(build_tools(backend))
             if name == "before":  # jsonschema's is_valid for every call's arguments, as before
                 for spec in dispatcher.specs.values():
                     spec.schema.passes = spec.schema.validator.is_valid
             gw = WorkerGateway(run_id=self.run, verifier=self.verifier, dispatcher=dispatcher,
-                               socket_path=work / f"gw-{name}.sock", attempt=self.attempts.get, telemetry=telemetry)
+                               socket_path=work / f"gw-{name}.sock", attempt=self.attempts.get, telemetry=telemetry,
+                               direct=name not in ("before", "sdk_path"))
             gw.one_commit = name != "per_call_tx"
             gw.start()
             self.gateways[name] = gw
@@ -176,15 +183,19 @@ class Bench:
 
 
 def measure(bench: Bench, name: str, tasks: int) -> dict[str, float]:
-    """Coordinator CPU (every thread but this one) over `tasks` attempts' calls."""
+    """Coordinator CPU (every thread but this one) over `tasks` attempts' calls, and the
+    gateway's event-loop thread's own."""
     ready = [bench.attempt(name) for _ in range(tasks)]
+    loop_clock = time.pthread_getcpuclockid(bench.gateways[name]._thread.ident)
     with configuration(name):
         c0 = bench.commits
         p0, t0, w0 = time.process_time(), time.thread_time(), time.perf_counter()
+        e0 = time.clock_gettime(loop_clock)
         requests = sum(calls() for calls in ready)
+        e1 = time.clock_gettime(loop_clock)
         p1, t1, w1 = time.process_time(), time.thread_time(), time.perf_counter()
-    return {"cpu_s": (p1 - p0) - (t1 - t0), "wall_s": w1 - w0, "tasks": tasks, "calls": 3 * tasks,
-            "requests": requests, "commits": bench.commits - c0}
+    return {"cpu_s": (p1 - p0) - (t1 - t0), "loop_s": e1 - e0, "wall_s": w1 - w0, "tasks": tasks,
+            "calls": 3 * tasks, "requests": requests, "commits": bench.commits - c0}
 
 
 def main() -> None:
@@ -196,8 +207,9 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dome-gwcpu-bench-", dir=args.dir))
     bench = Bench(work)
-    names = ("before", "per_call_tx", "after")
-    totals = {name: {"cpu_s": 0.0, "wall_s": 0.0, "tasks": 0, "calls": 0, "requests": 0, "commits": 0}
+    names = ("before", "per_call_tx", "sdk_path", "after")
+    totals = {name: {"cpu_s": 0.0, "loop_s": 0.0, "wall_s": 0.0, "tasks": 0, "calls": 0, "requests": 0,
+                     "commits": 0}
               for name in names}
     try:
         for name in names:
@@ -214,11 +226,14 @@ def main() -> None:
     for name, t in totals.items():
         res[name] = {"cpu_ms_per_call": round(1000 * t["cpu_s"] / t["calls"], 3),
                      "cpu_ms_per_task": round(1000 * t["cpu_s"] / t["tasks"], 3),
+                     "loop_ms_per_task": round(1000 * t["loop_s"] / t["tasks"], 3),
                      "calls_per_task": t["calls"] / t["tasks"], "requests_per_task": t["requests"] / t["tasks"],
                      "commits_per_task": t["commits"] / t["tasks"], "tasks": t["tasks"],
                      "wall_ms_per_task": round(1000 * t["wall_s"] / t["tasks"], 3)}
     res["ratio"] = round(res["after"]["cpu_ms_per_task"] / res["before"]["cpu_ms_per_task"], 3)
     res["one_tx_ratio"] = round(res["after"]["cpu_ms_per_task"] / res["per_call_tx"]["cpu_ms_per_task"], 3)
+    res["direct_ratio"] = round(res["after"]["cpu_ms_per_task"] / res["sdk_path"]["cpu_ms_per_task"], 3)
+    res["direct_loop_ratio"] = round(res["after"]["loop_ms_per_task"] / res["sdk_path"]["loop_ms_per_task"], 3)
     res["dir"] = str(work.parent)
     res["load"] = os.getloadavg()[0]
     if args.json:
@@ -234,6 +249,10 @@ def main() -> None:
               f"({a['commits_per_task']:g} commits, {a['wall_ms_per_task']} ms wall) beside one per call "
               f"{o['cpu_ms_per_task']} ms ({o['commits_per_task']:g} commits, {o['wall_ms_per_task']} ms wall); "
               f"ratio {res['one_tx_ratio']} (ledger under {res['dir']})")
+        d = res["sdk_path"]
+        print(f"direct path: event-loop thread {a['loop_ms_per_task']} ms per task beside {d['loop_ms_per_task']} ms "
+              f"through the SDK (ratio {res['direct_loop_ratio']}); coordinator {a['cpu_ms_per_task']} ms beside "
+              f"{d['cpu_ms_per_task']} ms (ratio {res['direct_ratio']})")
 
 
 if __name__ == "__main__":

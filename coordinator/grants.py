@@ -137,8 +137,14 @@ class GrantVerifier:
         self.stats = {"cold": 0, "warm": 0}
 
     # ---- the cold path: signature and payload type, cached per token ------
-    def _cold(self, token: str) -> _Verified:
-        signed = tp.verify_token_signature(token, self.keyring)
+    def _cold(self, token: str, *, signed_here: bool = False) -> _Verified:
+        """Checks 1 and 2 (signature, payload type) and the claims the warm path needs; with
+        `signed_here` (a token this process's issuance just returned) all but the signature."""
+        ptype, body, kid, _ = tp.parse_token(token) if signed_here else (None, b"", None, b"")
+        if signed_here and kid in self.keyring:
+            signed = tp.SignedEnvelope(payload_type=ptype, payload=body, kid=kid)
+        else:
+            signed = tp.verify_token_signature(token, self.keyring)
         payload = tp.check_payload_type(signed)
         try:
             v = _Verified(payload, signed.kid, tp.epoch(payload["not_before"]), tp.epoch(payload["expires_at"]),
@@ -205,11 +211,22 @@ class GrantVerifier:
         return VerifiedGrant(payload=p, profile_id=profile_id, jti=jti, kid=v.kid, method=m,
                              token=token, warm=warm, proof_sig=proof_sig, args_canonical=args_canon)
 
-    def bind_call_key(self, jti: str, worker_key: SigningKey) -> None:
+    def bind_call_key(self, jti: str, worker_key: SigningKey, issued: SignedGrant | None = None) -> None:
         """At attempt start: the attempt's worker key (its public half is the grant's cnf)
-        keys the grant's MAC call proofs from now on. Signed proofs stay accepted."""
+        keys the grant's MAC call proofs from now on. Signed proofs stay accepted.
+
+        `issued`: the grant as this coordinator's issuance returned it (never a token that
+        came from outside). Its token is entered as verified, read from the token's own
+        bytes, so the attempt's first call takes the warm path: the signature check
+        (Ed25519) is skipped only for the exact token this process signed, and every other
+        check runs on every call."""
         with self._lock:
             self._call_keys[jti] = tp.call_mac_key(worker_key.seed)
+            if issued is not None and issued.jti == jti and issued.token not in self._cache:
+                try:
+                    self._cold(issued.token, signed_here=True)
+                except GrantError:
+                    pass  # not entered: its first call is verified cold, and refused there
 
     def drop_call_key(self, jti: str) -> None:
         """When the attempt ends: no MAC proof for its grant verifies any more, and its token
@@ -421,9 +438,11 @@ class GrantVerifier:
                                                 details={"jti": g.jti}) from exc
                 except GrantError as err:
                     raise _Rejected(err) from err
-                tx.append(run_id, CALL_TOPIC, self._charge_payload(g, t, spent=spend, outcome="ok",
-                                                                   idempotency_key=idempotency_key, args=args),
-                          wave_id=wave_id, node_execution_id=nex)
+                # the charge; a transaction that can defer it stores it with the tool's first event
+                record = getattr(tx, "defer", None) or tx.append
+                record(run_id, CALL_TOPIC, self._charge_payload(g, t, spent=spend, outcome="ok",
+                                                                idempotency_key=idempotency_key, args=args),
+                       wave_id=wave_id, node_execution_id=nex)
                 yield GatewayCall(tx=tx, grant=g)
         except _Rejected as rej:
             self._refund(g, t, rej.err)

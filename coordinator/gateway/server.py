@@ -16,10 +16,15 @@ process; only the socket is bound into worker sandboxes. The SDK runs in its
 cheapest conforming mode: stateless, JSON responses (no SSE), tool schemas
 looked up directly for the Mcp-Param header check, and no OpenTelemetry span
 per request unless the process has a tracer provider set (`telemetry=True`
-keeps them regardless).
+keeps them regardless). In front of the SDK's app, the direct path
+(direct.DirectFront) answers a worker's tools/call in the sessionless
+revision itself, after the same checks and with the SDK's bytes, its call in
+a pool of handler threads as many as AnyIO's limiter allows the SDK path;
+everything else is the SDK's (`direct=False` sends every request there).
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -43,7 +48,9 @@ from registry.errors import DomeError
 from registry.grant_errors import GrantError
 
 from .auth import GrantVerifier, gateway_audience, verify_for_listing
+from .direct import DirectFront
 from .dispatch import ToolDispatcher
+from .handoff import HandlerPool
 from .ratelimit import AGGREGATE, LIMITED_TOPIC, SUMMARY_TOPIC, RateLimited, RejectionLimiter, Verdict
 from .worker_tools import AttemptNotLive, CallContext
 
@@ -61,9 +68,15 @@ class CarriedRefused(DomeError):
     retry = "none"
 
 
+HANDLER_THREADS = 40  # as many as AnyIO's default thread limiter lets the SDK path run
+
+
 def _bearer(ctx: Any) -> str:
     req = getattr(ctx, "request", None)
-    header = req.headers.get("authorization", "") if req is not None else ""
+    return bearer_token(req.headers.get("authorization", "") if req is not None else "")
+
+
+def bearer_token(header: str) -> str:
     if not header.lower().startswith("bearer "):
         raise GrantMissing("no bearer grant on the request")
     return header[7:].strip()
@@ -85,11 +98,34 @@ def _result(payload: dict[str, Any], *, error: bool) -> types.CallToolResult:
                                 structured_content=payload, is_error=error)
 
 
+class _QuietServer(uvicorn.Server):
+    """uvicorn's server, waking once a second (when it refreshes the Date header) rather than
+    ten times a second: an idle gateway's thread spends a tenth of the CPU. stop() wakes it."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _wake: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        counter = 0  # on_tick refreshes the Date header when counter % 10 == 0: every tick here
+        while not await self.on_tick(counter):
+            counter = (counter + 10) % 864000
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 1.0)
+
+    def wake(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has already closed
+                loop.call_soon_threadsafe(wake.set)
+
+
 class WorkerGateway:
     def __init__(self, *, run_id: str, verifier: GrantVerifier, dispatcher: ToolDispatcher,
                  socket_path: Path, attempt: Any, audience: str | None = None,
                  limiter: RejectionLimiter | None = None,
-                 clock: Callable[[], float] = time.time, telemetry: bool | None = None) -> None:
+                 clock: Callable[[], float] = time.time, telemetry: bool | None = None,
+                 direct: bool = True) -> None:
         self.run_id = run_id
         self.verifier = verifier
         self.attempt = attempt
@@ -98,11 +134,12 @@ class WorkerGateway:
         self.socket_path = Path(socket_path)
         self.calls = 0
         self.one_commit = True  # a request's calls in one durable transaction (False: one per call)
+        self.direct = direct  # a worker's tools/call answered by the direct path (False: all through the SDK)
         self.rejections: list[dict[str, Any]] = []  # the last few, for the run loop's view
         self.limiter = limiter or RejectionLimiter()
         self._clock = clock
         self._limit_lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
+        self._server: _QuietServer | None = None
         self._thread: threading.Thread | None = None
 
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
@@ -123,9 +160,8 @@ class WorkerGateway:
             except DomeError as exc:
                 return _result(exc.to_object(), error=True)
             proof = _proof(ctx)
-            outcome = await anyio.to_thread.run_sync(
-                lambda: self.dispatcher.guard(lambda: self._invoke(token, name, args, proof), tool=name))
-            return _result(outcome.result, error=not outcome.ok)
+            payload, error = await anyio.to_thread.run_sync(lambda: self._call(token, proof, name, args))
+            return _result(payload, error=error)
 
         def input_schema(name: str) -> Any:
             # the SDK checks Mcp-Param headers against this; without it, it would list the
@@ -140,9 +176,30 @@ class WorkerGateway:
             self.mcp.middleware = [m for m in self.mcp.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
         security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                              allowed_hosts=[HOST_HEADER], allowed_origins=[])
-        self.app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
-                                                transport_security=security, host=HOST_HEADER,
-                                                max_request_body_size=limits.MAX_REQUEST_BYTES)
+        self.sdk_app = self.mcp.streamable_http_app(stateless_http=True, json_response=True,
+                                                    transport_security=security, host=HOST_HEADER,
+                                                    max_request_body_size=limits.MAX_REQUEST_BYTES)
+        self._pool = HandlerPool(HANDLER_THREADS, "dome-gateway-call")
+
+        def on_call() -> None:
+            self.calls += 1
+        self.app = DirectFront(self.sdk_app, server=self.mcp, answer=self._answer, pool=self._pool,
+                               enabled=lambda: self.direct, host=HOST_HEADER, proof_header=tp.PROOF_HEADER,
+                               max_bytes=limits.MAX_REQUEST_BYTES, on_call=on_call,
+                               tool_schemas=[s.input_schema for s in self.dispatcher.specs.values()])
+
+    def _answer(self, authorization: str, proof: str | None, name: str,
+                args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """A tools/call as the direct path receives it: (payload, is_error), what call_tool answers."""
+        try:
+            token = bearer_token(authorization)
+        except DomeError as exc:
+            return exc.to_object(), True
+        return self._call(token, proof, name, args)
+
+    def _call(self, token: str, proof: str | None, name: str, args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        outcome = self.dispatcher.guard(lambda: self._invoke(token, name, args, proof), tool=name)
+        return outcome.result, not outcome.ok
 
     def _invoke(self, token: str, name: str, args: dict[str, Any], proof: str | None = None) -> dict[str, Any]:
         """Validate the arguments; run the carried calls, each as the call it is; then run the tool
@@ -261,7 +318,7 @@ class WorkerGateway:
             self.socket_path.unlink()
         config = uvicorn.Config(self.app, uds=str(self.socket_path), log_level="warning", lifespan="on",
                                 access_log=False)
-        self._server = uvicorn.Server(config)
+        self._server = _QuietServer(config)
         self._server.install_signal_handlers = lambda: None  # the run loop owns signals
         self._thread = threading.Thread(target=self._server.run, name="dome-gateway", daemon=True)
         self._thread.start()
@@ -276,7 +333,9 @@ class WorkerGateway:
         self.flush_rejections()
         if self._server is not None:
             self._server.should_exit = True
+            self._server.wake()
         if self._thread is not None:
             self._thread.join(5)
+        self._pool.shutdown()
         if self.socket_path.exists():
             self.socket_path.unlink()

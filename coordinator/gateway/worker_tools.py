@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = "1.0.0"
 MAX_ARTIFACT_BYTES = limits.MAX_ARTIFACT_BYTES
+FRESH_MAX, FRESH_MAX_BYTES = 16, 256 * 1024  # artifacts kept for the same request's submit_patch
 
 
 class AttemptNotLive(DomeError):
@@ -96,6 +97,21 @@ class GatewayBackend:
     attempt: Callable[[str], Mapping[str, Any] | None]  # neid -> {node_id, wave_id, base_ref, base_tree_hash, task}
     max_artifact_bytes: int = MAX_ARTIFACT_BYTES
     calls: dict[str, int] = field(default_factory=dict)
+    # small artifacts just stored, by digest, for a submit_patch that reads its diff in the same
+    # request (taken once; the blob store has them all)
+    fresh: dict[str, bytes] = field(default_factory=dict)
+
+    def keep(self, digest: str, data: bytes) -> None:
+        if len(data) <= FRESH_MAX_BYTES:
+            while len(self.fresh) >= FRESH_MAX:
+                self.fresh.pop(next(iter(self.fresh)), None)
+            self.fresh[digest] = data
+
+    def artifact(self, digest: str) -> bytes:
+        """An artifact's bytes: one this gateway just stored (their digest is the one asked
+        for: it was computed from them), else the blob store's (which checks the digest)."""
+        data = self.fresh.pop(digest, None)
+        return self.blobs.get(digest) if data is None else data
 
 
 def _key_schema() -> dict[str, Any]:
@@ -264,6 +280,7 @@ def put_artifact(backend: GatewayBackend, args: dict, call: CallContext) -> dict
         if args.get("expected_digest") and args["expected_digest"] != digest:
             raise DomeError("content does not match expected_digest", code="DIGEST_MISMATCH",
                             details={"expected": args["expected_digest"], "actual": digest})
+        backend.keep(digest, data)
         rec = _append(backend, tx, rs.ARTIFACT_PUT, att, neid, "put_artifact", args,
                       {"digest": digest, "size": len(data), "media_type": args["media_type"],
                        "name": args.get("name")})
@@ -291,7 +308,7 @@ def check_proposal(backend: GatewayBackend, proposal: Mapping[str, Any], att: Ma
     diff_ref = proposal.get("diff_ref")
     if not diff_ref:
         raise ProposalRejected("proposal has no diff_ref (upload the canonical diff with put_artifact)")
-    raw = backend.blobs.get(diff_ref)
+    raw = backend.artifact(diff_ref)
     try:  # parsed once: the digest is of its canonical form, as integration recomputes it
         check_canonicalization(proposal["diff_canonicalization"])
         parsed = parse_diff(raw)

@@ -162,7 +162,7 @@ class AttemptLifecycle:
     def launch(self, launches: list[tuple]) -> None:
         now, c0 = time.monotonic(), time.thread_time()
         for nid, neid, spec, grant, worker_key in launches:
-            self.verifier.bind_call_key(grant.jti, worker_key)  # the worker's keyed-MAC call proofs
+            self.verifier.bind_call_key(grant.jti, worker_key, issued=grant)  # MAC proofs; the token enters warm
             node = self.node(nid)
             write = functools.partial(write_attempt, self.work, spec, worker_key, node.task, self.limits,
                                       egress_socket=self.egress_gate.socket_path if self.egress_gate else None)

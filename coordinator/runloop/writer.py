@@ -103,29 +103,67 @@ class LedgerWriter:
             self.changed.wait(timeout)
 
 
+_DRAFT_KEYS = frozenset({"wave_id", "node_id", "node_execution_id", "task_id"})
+# what a deferred record may be stored after: statements that read or write no events
+_NO_EVENTS = frozenset({"idempotency_get", "idempotency_put", "spend_jti", "is_spent", "is_revoked"})
+
+
 class _TxRecorder:
-    """A ledger transaction that remembers the records appended through it."""
+    """A ledger transaction that remembers the records appended through it.
+
+    `defer` holds one unsigned record back to be stored with the next one appended (one
+    `append_batch`: the same records, sequences and chain as two appends, one insert): the
+    grants verifier defers each call's charge so that it goes in with the tool's event. It
+    is stored before anything that reads or writes the run's events, and at the latest when
+    the transaction's body returns; a body that raises rolls back with it either way."""
 
     def __init__(self, tx: Any, records: list) -> None:
         self._tx = tx
         self._records = records
+        self._held: tuple[str, Any] | None = None  # (run_id, EventDraft) deferred
 
-    def append(self, *a: Any, **k: Any) -> Any:
-        rec = self._tx.append(*a, **k)
+    def defer(self, run_id: str, topic: str, payload: dict[str, Any], **keys: Any) -> None:
+        from ledger.record import EventDraft
+        self.flush()
+        if not set(keys) <= _DRAFT_KEYS or not hasattr(self._tx, "append_batch"):
+            self.append(run_id, topic, payload, **keys)
+            return
+        self._held = (run_id, EventDraft(topic=topic, payload=payload, **keys))
+
+    def flush(self) -> None:
+        """Store the deferred record now, if any."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._records.extend(self._tx.append_batch(held[0], [held[1]]))
+
+    def append(self, run_id: str, topic: str, payload: dict[str, Any], **k: Any) -> Any:
+        held = self._held
+        if held is not None and held[0] == run_id and k.keys() <= _DRAFT_KEYS:
+            from ledger.record import EventDraft
+            self._held = None
+            recs = self._tx.append_batch(run_id, [held[1], EventDraft(topic=topic, payload=payload, **k)])
+            self._records.extend(recs)
+            return recs[-1]
+        self.flush()
+        rec = self._tx.append(run_id, topic, payload, **k)
         self._records.append(rec)
         return rec
 
     def append_batch(self, *a: Any, **k: Any) -> list:
+        self.flush()
         recs = self._tx.append_batch(*a, **k)
         self._records.extend(recs)
         return recs
 
     def revoke(self, *a: Any, **k: Any) -> Any:
+        self.flush()
         rec = self._tx.revoke(*a, **k)
         self._records.append(rec)
         return rec
 
     def __getattr__(self, name: str) -> Any:
+        if name not in _NO_EVENTS:
+            self.flush()
         return getattr(self._tx, name)
 
 
@@ -172,7 +210,9 @@ class WriterLedger:
             self._w.guard()
             records: list = []
             with self._l.transaction() as tx:
-                yield _TxRecorder(tx, records)
+                recorder = _TxRecorder(tx, records)
+                yield recorder
+                recorder.flush()
             self._apply(records)
 
     @contextmanager
