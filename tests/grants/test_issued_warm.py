@@ -10,6 +10,7 @@ import pytest
 from registry import toolprofile as tp
 from registry.grant_errors import GrantError
 from registry.signing import SigningKey
+from tests.attacks import attack
 from tests.grants.conftest import World
 from tests.grants.test_call_mac import ARGS, IDEM, _call, _mac
 from tests.grants.test_verify import _payload_edit
@@ -50,6 +51,7 @@ def test_the_entered_payload_is_the_tokens_own(world: World) -> None:
     assert world.verifier._cache[g.token].payload == cold.verifier._cold(g.token).payload == dict(g.payload)
 
 
+@attack("forged-grant")
 def test_a_changed_token_string_is_still_verified_and_refused(world: World) -> None:
     worker, g = _issued(world)
     forged = _payload_edit(g.token, lambda p: p.update(budgets={**p["budgets"], "max_calls": 10_000}))  # old signature
@@ -62,6 +64,7 @@ def test_a_changed_token_string_is_still_verified_and_refused(world: World) -> N
     assert err.value.code == "GRANT_SIGNATURE_INVALID"
 
 
+@attack("forged-grant")
 def test_an_issued_grant_whose_key_left_the_keyring_is_refused(world: World) -> None:
     worker, g = _issued(world)
     world.verifier.keyring = type(world.keyring)({})  # the key was retired
@@ -81,6 +84,7 @@ def test_entering_checks_nothing_away_from_the_call(world: World) -> None:
                  method="admin_revoke") in ("GRANT_ADMIN_METHOD_DENIED", "GRANT_METHOD_NOT_GRANTED")
 
 
+@attack("forged-grant")
 def test_another_grants_token_is_not_entered_under_this_jti(world: World) -> None:
     worker, g = _issued(world, prime=False)
     other = world.issue(worker_public_key=SigningKey.generate().public.raw, node_execution_id="n1.2")

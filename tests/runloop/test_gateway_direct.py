@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from registry import limits
 from registry import toolprofile as tp
+from tests.attacks import attack
 from tests.runloop.conftest import open_attempt, start_gateway
 
 RUN = "run-gw-direct"
@@ -220,6 +221,7 @@ def test_same_answer_with_and_without_the_direct_path(echo_gateway, case):
     assert taken == (1 if case in DIRECT else 0), case
 
 
+@attack("gateway-dns-rebinding")
 def test_a_dns_rebinding_request_is_refused_as_before_and_runs_nothing(echo_gateway):
     """Adversarial: a page in a browser that resolves its own name to the gateway's address sends
     the worker's request with its own Host (or Origin). The direct path does not take it; the

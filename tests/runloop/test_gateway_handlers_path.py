@@ -11,9 +11,11 @@ import pytest
 from coordinator import runstate as rs
 from registry.canonical import canonical_json
 from registry.errors import DomeError
+from tests.attacks import attack
 from tests.runloop.test_gateway_carried import RUN, env  # noqa: F401 - the carried-call fixture
 
 
+@attack("call-proof-forgery")
 def test_a_carriers_proof_over_other_carried_arguments_is_refused(env):
     """The worker's proof for complete_task was made over one proposal; the request carries
     another, with a fresh proof of its own for the carried call. The carried call passes its own
