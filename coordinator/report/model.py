@@ -101,7 +101,7 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
         elif topic == "task.dispatched":
             neid = p.get("node_execution_id") or ev.get("node_execution_id")
             open_attempts[neid] = {"node": ev.get("node_id"), "start": rel, "wave": m.waves,
-                                   "kind": p.get("kind", "first")}
+                                   "kind": p.get("kind", "first"), "order": int(ev.get("sequence") or 0)}
         elif topic in ATTEMPT_END:
             neid = p.get("node_execution_id") or ev.get("node_execution_id")
             a = open_attempts.pop(neid, None)
@@ -109,7 +109,8 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
                 status = ATTEMPT_END[topic] or ("completed" if p.get("outcome", "succeeded") == "succeeded"
                                                 else "failed")
                 m.attempts.append(Attempt(lane=str(a["node"]), label=f"{neid} ({a['kind']})",
-                                          start=a["start"], end=rel, status=status, wave=a["wave"]))
+                                          start=a["start"], end=rel, status=status, wave=a["wave"],
+                                          order=a["order"]))
             summary = p.get("summary") if isinstance(p.get("summary"), Mapping) else {}
             if topic == "task.completed" and "rule_counts" in summary:  # a drc.run task's result
                 viol = [i for i in p.get("evidence") or [] if isinstance(i, Mapping)
@@ -134,7 +135,8 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
     # attempts still open at the end of the ledger are shown as running
     for neid, a in open_attempts.items():
         m.attempts.append(Attempt(lane=str(a["node"]), label=f"{neid} ({a['kind']})", start=a["start"],
-                                  end=(last_ts - (t0 or last_ts)), status="running", wave=a["wave"]))
+                                  end=(last_ts - (t0 or last_ts)), status="running", wave=a["wave"],
+                                  order=a["order"]))
     ex = m.explanation = explainer.explanation()
     node_of = {f.proposal_id: f.node_id for f in ex.proposals}
 

@@ -26,6 +26,8 @@ class Attempt:
     end: float
     status: str
     wave: int
+    order: int = 0  # its dispatch's place in the ledger: breaks ties between equal starts (records
+    # written in one transaction share one time stamp)
 
 
 def _pack(attempts: list[Attempt]) -> dict[int, int]:
@@ -67,9 +69,9 @@ def timeline_svg(attempts: list[Attempt], *, width: int = 960, bar_h: int = 12,
     start; the axis spans the run's whole duration."""
     if not attempts:
         return '<svg xmlns="http://www.w3.org/2000/svg" width="300" height="30"><text x="4" y="20">no attempts</text></svg>'
-    first: dict[str, float] = {}
+    first: dict[str, tuple[float, int]] = {}
     for a in attempts:
-        first[a.lane] = min(first.get(a.lane, a.start), a.start)
+        first[a.lane] = min(first.get(a.lane, (a.start, a.order)), (a.start, a.order))
     lanes = sorted(first, key=lambda lane: (first[lane], lane))
     slot = _pack(attempts)
     depth = {lane: 1 + max(slot[i] for i, a in enumerate(attempts) if a.lane == lane) for lane in lanes}

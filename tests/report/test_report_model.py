@@ -58,3 +58,12 @@ def test_overlapping_attempts_get_their_own_rows() -> None:
     slots = _pack(a)
     assert slots[0] != slots[1] and slots[2] == 0
     assert timeline_svg(a).count("<rect") >= 3
+
+
+def test_tasks_started_at_one_instant_keep_their_dispatch_order() -> None:
+    """A wave's dispatches are one transaction and share one time stamp: the timeline's rows
+    follow the ledger's order then, not the node ids' alphabet."""
+    a = [Attempt("zeta", "z1", 0.5, 2, "completed", 1, order=7), Attempt("alpha", "a1", 0.5, 1, "completed", 1, order=9),
+         Attempt("mid", "m1", 0.2, 3, "completed", 1, order=12)]
+    svg = timeline_svg(a)
+    assert svg.index(">mid<") < svg.index(">zeta<") < svg.index(">alpha<")
