@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ledger.paging import iter_events
 from ledger.protocols import EventLog
-from ledger.store import utc_now as ledger_utc_now
+from ledger.clock import utc_now as ledger_utc_now
 from registry import diffs
 from registry.canonical import canonical_json
 from registry.errors import DomeError

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from ledger.store import utc_now
+from ledger.clock import utc_now
 from registry.canonical import digest_bytes, digest_json
 from registry.errors import DomeError
 
@@ -26,7 +26,7 @@ class RunNotFound(RunError):
     code = "RUN_NOT_FOUND"
 
 
-utc_stamp = utc_now  # RFC 3339 UTC with microseconds (ledger.store.utc_now)
+utc_stamp = utc_now  # RFC 3339 UTC with microseconds (ledger.clock.utc_now)
 
 
 def new_run_id() -> str:
