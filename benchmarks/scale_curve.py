@@ -2,13 +2,18 @@
 
     python benchmarks/scale_curve.py [--sizes 10,100,1000] [--db sqlite,postgres] [--sandbox none]
                                      [--executor local,ray,container] [--max-parallel 4] [--verify] [--json]
+                                     [--project-dir DIR|tmp]
 
 Each (N, database, executor) runs in a fresh Python process (so peak RSS is that run's):
 `dome run`'s own path (RunLoop.start + run, the executor, integration,
 promotion, export) on a fresh copy of the repository. Executors: local (the
 default), ray (a local Ray cluster the run starts) and container (podman,
 the worker image of ops/container/build.sh, or --image). Every task writes one
-file (`echo i > out/iNNNNN.txt`). Reported per configuration:
+file (`echo i > out/iNNNNN.txt`). Files go where `dome run` puts them: the
+repository and its ops/ (ledger, event files, blobs) in a fresh folder under
+--project-dir (default: the current directory, as in a user's project; `tmp`:
+the temp dir), the attempts' scratch in $DOME_SCRATCH_DIR or the temp dir.
+Reported per configuration:
 
 - coordinator CPU per task: user + system CPU of the coordinator process
   (every thread: run loop, gateway, integration) over the run, divided by
@@ -136,15 +141,18 @@ def start_ray(max_parallel: int) -> None:
 
 
 def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
-        image: str | None = None, verify: bool = False, spawn_threads: int | None = None) -> dict:
-    """One run in this process; the figures as a dict."""
+        image: str | None = None, verify: bool = False, spawn_threads: int | None = None,
+        project_dir: str | None = None) -> dict:
+    """One run in this process; the figures as a dict. The repository and its ops/ go in a
+    fresh folder under `project_dir` (None: the temp dir); the attempts' scratch is where a
+    run puts it ($DOME_SCRATCH_DIR, else the temp dir)."""
     from coordinator.keys import load_keyring, load_or_create_signing_key
     from coordinator.runloop.finish import integration_finish
     from coordinator.runloop.loop import RunContext, RunLoop
     from ledger import Ledger
     from registry.canonical import canonical_json
 
-    root = Path(tempfile.mkdtemp(prefix="dome-scale-"))
+    root = Path(tempfile.mkdtemp(prefix="dome-scale-", dir=project_dir))
     try:
         repo = make_repo(root)
         queue = write_queue(root, repo, n, max_parallel)
@@ -302,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image", default=os.environ.get("DOME_WORKER_IMAGE"),
                     help="the container rows' worker image (built with ops/container/build.sh when not given)")
     ap.add_argument("--verify", action="store_true", help="run dome verify's checks on each run afterwards")
+    ap.add_argument("--project-dir", default=".",
+                    help="where each run's repository and ops/ go (a fresh folder in it, removed after), as a "
+                         "user's project folder holds them; 'tmp' puts them in the temp dir beside the scratch")
     ap.add_argument("--records", default=None,
                     help="comma-separated N: build only the integration records and run.finished of N proposals")
     ap.add_argument("--json", action="store_true")
@@ -316,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.one:
         print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.verify,
-                             a.spawn_threads)))
+                             a.spawn_threads, None if a.project_dir == "tmp" else a.project_dir)))
         return 0
     if a.records:
         for n in (int(x) for x in a.records.split(",")):
@@ -336,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in (int(x) for x in a.sizes.split(",")):
                 cmd = [sys.executable, __file__, "--one", str(n), "--sandbox", a.sandbox, "--executor", kind,
                        "--max-parallel", str(a.max_parallel), *(["--url", url] if url else []),
-                       *(["--image", image] if image else []), *(["--verify"] if a.verify else [])]
+                       *(["--image", image] if image else []), *(["--verify"] if a.verify else []),
+                       "--project-dir", a.project_dir]
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     print(proc.stderr[-3000:], file=sys.stderr)

@@ -18,6 +18,8 @@ from typing import Iterable, Mapping
 
 from registry.errors import DomeError
 
+from . import packdelta
+
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "dome", "GIT_AUTHOR_EMAIL": "dome@localhost",
                 "GIT_COMMITTER_NAME": "dome", "GIT_COMMITTER_EMAIL": "dome@localhost"}
 
@@ -270,6 +272,20 @@ def worktree_holding(repo: "Path | str", ref: str) -> str | None:
 
 
 _TYPE_CODE = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
+_OFS_DELTA = 6
+
+
+def _entry_head(code: int, size: int) -> bytes:
+    """A pack entry's header: its type code and the size of its (uncompressed) data."""
+    byte = (code << 4) | (size & 0x0F)
+    size >>= 4
+    head = bytearray()
+    while size:
+        head.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    head.append(byte)
+    return bytes(head)
 
 
 class ObjectStore:
@@ -278,22 +294,32 @@ class ObjectStore:
     re-hashes every object); reads see pending objects first. A persisting
     store also flushes by itself once FLUSH_BYTES are pending: a stack of N
     checkpoints writes N trees of its directories, as large as the directory
-    each, so what a whole stack leaves pending grows as N squared."""
+    each, so what a whole stack leaves pending grows as N squared. An object
+    written with `base=` (the directory's previous tree) goes into the pack as
+    a delta against that base when the base is in the same pack and the delta
+    is less than half the object: compressing each tree whole cost O(N) per
+    proposal (4.6 ms for a 10,000-entry directory)."""
 
     FLUSH_BYTES = 32 * 2**20
+    MAX_DELTA_DEPTH = 50  # as git's pack.depth: reading an object applies at most this many deltas
 
     def __init__(self, repo: Path | str, reader: ObjectReader, *, persist: bool = True) -> None:
         self.repo = repo
         self.reader = reader
         self.persist = persist
         self._pending: dict[str, tuple[str, bytes]] = {}
+        self._bases: dict[str, str] = {}  # pending oid -> the object it is likely a small edit of
         self._pending_bytes = 0
         self._flushed: set[str] = set()
 
-    def write(self, typ: str, data: bytes) -> str:
+    def write(self, typ: str, data: bytes, *, base: str | None = None) -> str:
+        """Store an object; `base`: an object this one is likely a small edit of (a
+        directory's previous tree), which the pack may store it as a delta against."""
         oid = ObjectWriter.hash(typ, data)
         if oid not in self._flushed and oid not in self._pending:
             self._pending[oid] = (typ, data)
+            if base is not None and base != oid:  # (a tree written again unchanged is its own base)
+                self._bases[oid] = base
             self._pending_bytes += len(data)
             if self.persist and self._pending_bytes >= self.FLUSH_BYTES:
                 self.flush()
@@ -313,19 +339,24 @@ class ObjectStore:
         if not self.persist:
             return
         body = bytearray(b"PACK" + (2).to_bytes(4, "big") + len(self._pending).to_bytes(4, "big"))
+        at: dict[str, int] = {}  # oid -> its entry's offset in this pack
+        depth: dict[str, int] = {}  # oid -> deltas a reader applies to get it (0: stored whole)
         for oid, (typ, data) in self._pending.items():
-            size = len(data)
-            byte = (_TYPE_CODE[typ] << 4) | (size & 0x0F)
-            size >>= 4
-            head = bytearray()
-            while size:
-                head.append(byte | 0x80)
-                byte = size & 0x7F
-                size >>= 7
-            head.append(byte)
-            body += head + zlib.compress(data, 1)
+            at[oid] = len(body)
+            base = self._bases.get(oid)
+            where = at.get(base) if base is not None else None
+            if where is not None and self._pending[base][0] == typ and depth[base] < self.MAX_DELTA_DEPTH:
+                instructions = packdelta.delta(self._pending[base][1], data)
+                if len(instructions) < len(data) // 2:
+                    body += _entry_head(_OFS_DELTA, len(instructions))
+                    body += packdelta.ofs_distance(at[oid] - where) + zlib.compress(instructions, 1)
+                    depth[oid] = depth[base] + 1
+                    continue
+            body += _entry_head(_TYPE_CODE[typ], len(data)) + zlib.compress(data, 1)
+            depth[oid] = 0
         body += hashlib.sha1(body).digest()
         git(self.repo, "index-pack", "--stdin", input=bytes(body))
         self._flushed.update(self._pending)
         self._pending.clear()
+        self._bases.clear()
         self._pending_bytes = 0

@@ -146,7 +146,7 @@ class TreeState:
             assert pe is not None
             self._touched.setdefault(parent, set()).add(name)
             if entries:
-                oid = self._writer.write("tree", self._tree_bytes(d, entries))
+                oid = self._writer.write("tree", self._tree_bytes(d, entries), base=self._clean.get(d))
                 pe[name] = ("040000", oid)
                 self._clean[d] = oid
             else:
@@ -154,7 +154,8 @@ class TreeState:
                 self._dirs.pop(d, None)
                 self._clean.pop(d, None)
                 self._listings.pop(d, None)
-        self.root = self._writer.write("tree", self._tree_bytes("", self._entries("") or {}))
+        self.root = self._writer.write("tree", self._tree_bytes("", self._entries("") or {}),
+                                       base=self._clean.get(""))
         self._clean[""] = self.root
         self._dirty.clear()
         return self.root

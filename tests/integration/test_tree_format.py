@@ -67,8 +67,9 @@ class MemoryObjects:
     def __init__(self) -> None:
         self.objects: dict[str, tuple[str, bytes]] = {}
 
-    def write(self, typ: str, data: bytes) -> str:
+    def write(self, typ: str, data: bytes, *, base: str | None = None) -> str:
         import hashlib
+        assert base is None or base in self.objects  # a delta base is an object written before
         oid = hashlib.sha1(f"{typ} {len(data)}\0".encode() + data).hexdigest()
         self.objects[oid] = (typ, data)
         return oid
