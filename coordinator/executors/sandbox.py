@@ -79,10 +79,15 @@ def _dome_source_roots() -> tuple[Path, ...]:  # located once per process, not o
 
 
 def python_roots() -> list[Path]:
-    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
-    exe = Path(sys.executable).resolve()
+    return list(_python_roots(sys.base_prefix, sys.prefix, sys.executable))
+
+
+@functools.lru_cache(maxsize=4)  # resolved once per installation, not once per attempt (80 us)
+def _python_roots(base_prefix: str, prefix: str, executable: str) -> tuple[Path, ...]:
+    roots = {Path(base_prefix).resolve(), Path(prefix).resolve()}
+    exe = Path(executable).resolve()
     roots.add(exe.parent.parent)
-    return sorted(r for r in roots if not any(str(r).startswith(s + "/") or str(r) == s for s in SYSTEM_DIRS))
+    return tuple(sorted(r for r in roots if not any(str(r).startswith(s + "/") or str(r) == s for s in SYSTEM_DIRS)))
 
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -96,7 +101,12 @@ def sandbox_path() -> str:
     `bin` first makes `python3` in a command or a suite (`python3 -m pytest`)
     the interpreter with the project's packages (a virtualenv's, pyenv's), not
     a bare system Python that happens to be first on the system PATH."""
-    bindir = Path(sys.prefix).resolve() / "bin"
+    return _sandbox_path(sys.prefix)
+
+
+@functools.lru_cache(maxsize=4)  # once per installation, not once per attempt
+def _sandbox_path(prefix: str) -> str:
+    bindir = Path(prefix).resolve() / "bin"
     if not (bindir / "python3").exists() and not (bindir / "python").exists():
         return SYSTEM_PATH
     if str(bindir) in SYSTEM_PATH.split(":"):
