@@ -142,10 +142,14 @@ def start_ray(max_parallel: int) -> None:
 
 def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
         image: str | None = None, verify: bool = False, spawn_threads: int | None = None,
-        project_dir: str | None = None) -> dict:
+        project_dir: str | None = None, keep: bool = False) -> dict:
     """One run in this process; the figures as a dict. The repository and its ops/ go in a
     fresh folder under `project_dir` (None: the temp dir); the attempts' scratch is where a
-    run puts it ($DOME_SCRATCH_DIR, else the temp dir)."""
+    run puts it ($DOME_SCRATCH_DIR, else the temp dir). With `keep` the folder stays (its
+    path is `root` in the dict) for the caller to remove after its last run: on an ext4
+    without a journal, files created among inodes deleted in the minutes before cost several
+    times the CPU, so removing one run's 14,000 event files just before the next run starts
+    would be measured as the next run's cost."""
     from coordinator.keys import load_keyring, load_or_create_signing_key
     from coordinator.runloop.finish import integration_finish
     from coordinator.runloop.loop import RunContext, RunLoop
@@ -195,6 +199,7 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
             verified = {"valid": rep.valid, "status": str(rep.status.value), "seconds": round(time.perf_counter() - t1, 1)}
         ledger.close()
         return {"n": n, "db": "postgres" if db else "sqlite", "executor": executor, "sandbox": sandbox, "status": out.status,
+                **({"root": str(root)} if keep else {}),
                 "succeeded": out.counts.get("succeeded"), "wall_s": round(wall, 1),
                 "cpu_ms_per_task": round(1000 * cpu / n, 1),
                 "sys_cpu_ms_per_task": round(1000 * sys_cpu / n, 1),
@@ -210,7 +215,8 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
                 "bytes_per_task_by_topic": {t: round(b / n) for t, b in
                                             sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def records_only(n: int) -> dict:
@@ -317,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated N: build only the integration records and run.finished of N proposals")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one run in this process
+    ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)  # internal: the caller removes the folder
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--sample-dir", default=None, help=argparse.SUPPRESS)  # internal: the scratch sampler
     ap.add_argument("--spawn-threads", type=int, default=None,
@@ -327,13 +334,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.one:
         print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.verify,
-                             a.spawn_threads, None if a.project_dir == "tmp" else a.project_dir)))
+                             a.spawn_threads, None if a.project_dir == "tmp" else a.project_dir, a.keep)))
         return 0
     if a.records:
         for n in (int(x) for x in a.records.split(",")):
             print(json.dumps(records_only(n)), flush=True)
         return 0
-    rows = []
+    rows: list[dict] = []
+    kept: list[str] = []
+    try:
+        return _configurations(a, rows, kept)
+    finally:
+        for root in kept:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[str]) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     kinds = [k for k in a.executor.split(",") if k]
     image = a.image
@@ -348,12 +364,13 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [sys.executable, __file__, "--one", str(n), "--sandbox", a.sandbox, "--executor", kind,
                        "--max-parallel", str(a.max_parallel), *(["--url", url] if url else []),
                        *(["--image", image] if image else []), *(["--verify"] if a.verify else []),
-                       "--project-dir", a.project_dir]
+                       "--project-dir", a.project_dir, "--keep"]
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     print(proc.stderr[-3000:], file=sys.stderr)
                     return 1
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
+                kept.append(row.pop("root"))  # removed after the last configuration (see `one`)
                 rows.append(row)
                 if not a.json:
                     print(json.dumps(row), flush=True)
