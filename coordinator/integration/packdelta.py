@@ -15,51 +15,43 @@ tree costs tens of microseconds, not a byte-by-byte scan.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 _FIRST_BLOCK = 4096
 _MAX_COPY = 0xFFFFFF  # a copy instruction's size has three bytes
 _MAX_INSERT = 0x7F
 
 
-def common_prefix(a: bytes, b: bytes) -> int:
-    """The length of the longest common prefix of a and b."""
-    n = min(len(a), len(b))
-    lo, step = 0, _FIRST_BLOCK  # a[:lo] == b[:lo]
+def _longest(limit: int, same: Callable[[int, int], bool]) -> int:
+    """The largest k <= limit such that positions [0, k) agree, where same(lo, hi) says
+    whether [lo, hi) does: blocks that double while they agree, then halving."""
+    lo, step = 0, _FIRST_BLOCK  # [0, lo) agrees
     while True:
-        end = min(lo + step, n)
-        if a[lo:end] != b[lo:end]:
-            hi = end  # a[:hi] != b[:hi]
+        end = min(lo + step, limit)
+        if not same(lo, end):
+            hi = end  # [lo, hi) does not
             break
-        if end == n:
-            return n
+        if end == limit:
+            return limit
         lo, step = end, step * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
+        if same(lo, mid):
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """The length of the longest common prefix of a and b."""
+    return _longest(min(len(a), len(b)), lambda lo, hi: a[lo:hi] == b[lo:hi])
 
 
 def common_suffix(a: bytes, b: bytes, limit: int) -> int:
     """The length of the longest common suffix of a and b, at most `limit`."""
     la, lb = len(a), len(b)
-    lo, step = 0, _FIRST_BLOCK  # a[la-lo:] == b[lb-lo:]
-    while True:
-        m = min(lo + step, limit)
-        if a[la - m:la - lo] != b[lb - m:lb - lo]:
-            hi = m
-            break
-        if m == limit:
-            return limit
-        lo, step = m, step * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[la - mid:la - lo] == b[lb - mid:lb - lo]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _longest(limit, lambda lo, hi: a[la - hi:la - lo] == b[lb - hi:lb - lo])
 
 
 def varint(n: int) -> bytes:
