@@ -107,52 +107,6 @@ def delta(base: bytes, target: bytes) -> bytes:
     return bytes(out)
 
 
-def apply(base: bytes, instructions: bytes) -> bytes:
-    """`target` from `base` and a delta (what git does when it reads the pack; for tests
-    and for checking a delta before it is written)."""
-    pos = 0
-
-    def size() -> int:
-        nonlocal pos
-        n = shift = 0
-        while True:
-            byte = instructions[pos]
-            pos += 1
-            n |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return n
-    if size() != len(base):
-        raise ValueError("delta: base size differs")
-    want = size()
-    out = bytearray()
-    while pos < len(instructions):
-        cmd = instructions[pos]
-        pos += 1
-        if cmd & 0x80:
-            offset = n = 0
-            for i in range(4):
-                if cmd & (1 << i):
-                    offset |= instructions[pos] << (8 * i)
-                    pos += 1
-            for i in range(3):
-                if cmd & (0x10 << i):
-                    n |= instructions[pos] << (8 * i)
-                    pos += 1
-            n = n or 0x10000
-            if offset + n > len(base):
-                raise ValueError("delta: copy past the base's end")
-            out += base[offset:offset + n]
-        elif cmd:
-            out += instructions[pos:pos + cmd]
-            pos += cmd
-        else:
-            raise ValueError("delta: reserved instruction 0")
-    if len(out) != want:
-        raise ValueError("delta: result size differs")
-    return bytes(out)
-
-
 def ofs_distance(distance: int) -> bytes:
     """An OFS_DELTA entry's distance back to its base: big-endian base 128 where each
     byte after the first stands for one more than its bits (git's encoding)."""
