@@ -54,12 +54,14 @@ def violations(budget: dict[str, Any], *, cgroup_root: Path = IN_CGROUP, tmp: st
     """The limits an attempt ran into, from its cgroups' counters and its tmpfs mounts."""
     out: list[dict[str, Any]] = []
     cgroup_root = Path(budget.get("cgroup_root") or cgroup_root)  # a container reads its own at /sys/fs/cgroup
-    forks = _counter(_cgroup_file(cgroup_root, "pids", "pids.events"), "max")
-    if forks:
+    # a reused cgroup's counters hold its earlier attempts' too: only what this attempt added counts
+    before = budget.get("counted") or {}
+    forks = _counter(_cgroup_file(cgroup_root, "pids", "pids.events"), "max") - int(before.get("refused_forks", 0))
+    if forks > 0:
         out.append({"kind": "process_limit", "limit": budget.get("max_processes"), "refused_forks": forks})
     kills = max(_counter(_cgroup_file(cgroup_root, "memory", name), "oom_kill")
-                for name in ("memory.events", "memory.oom_control"))
-    if kills:
+                for name in ("memory.events", "memory.oom_control")) - int(before.get("oom_kills", 0))
+    if kills > 0:
         out.append({"kind": "memory_limit", "limit_mb": budget.get("memory_mb"), "oom_kills": kills})
     for kind, path, key in (("tmp_limit", tmp, "tmp_mb"), ("disk_limit", scratch, "disk_mb")):
         free = _free_bytes(path)

@@ -6,13 +6,15 @@ cgroup, and bwrap's PID namespace takes the rest down with it. With
 `sandbox="none"` (explicit opt-in) the same worker runs unconfined.
 
 `dispatch` only queues the start: a spawner thread (`spawner.py`) writes the
-attempt's files (SpawnSpec, key, task facts), makes its cgroups and starts
-the process, so the run loop's thread neither writes them nor waits on a
+attempt's files (SpawnSpec, key, task facts), takes its cgroups from the
+executor's slots (emptied groups an earlier attempt used, see `_Slot`) and
+starts the process, so the run loop's thread neither writes them nor waits on a
 fork. A kill of an attempt still queued cancels it (it never
 starts); a start that fails comes back from `poll` with its typed error.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -25,7 +27,7 @@ from typing import Any, Callable, Mapping
 from .attempts import close_fds, fd_of, log_file, log_tail
 from .base import AttemptFiles, ExitInfo, Limits, dispatch_error
 from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, launch_argv, memory_cgroup_parent,
-                      oom_kills, pids_cgroup_parent, refused_forks, require_bwrap)
+                      oom_kills, pids_cgroup_parent, read_cgroup_file, refused_forks, require_bwrap)
 from .spawner import Spawner
 
 STDERR_TAIL = 4096
@@ -49,7 +51,7 @@ class _Proc:
     """One attempt: queued until a spawner thread starts it, then its process."""
     files: AttemptFiles | None  # None until `prepare` has written them (on the spawner thread)
     prepare: Callable[[], AttemptFiles] | None = None
-    cgroups: dict[str, Path] = field(default_factory=dict)
+    slot: _Slot | None = None  # its cgroups, from the executor's slots
     popen: subprocess.Popen | None = None
     state: str = "queued"  # queued -> started | failed (the spawn raised) | cancelled (killed before it started)
     killed: str | None = None
@@ -58,7 +60,67 @@ class _Proc:
 
 
 SPAWN_THREADS = 1  # one is enough: a vfork + exec is a few ms; more only contend for the GIL
-STALE_CGROUP_S = 120  # an empty attempt cgroup older than this has no coordinator
+STALE_CGROUP_S = 120  # an empty per-attempt cgroup (`ne-*`, before slots) older than this has no coordinator
+SLOT_PREFIX = "slot-"  # slot-<coordinator pid>-<n>: an executor's reusable cgroups
+RMDIR_WAIT_S = 1.0  # at shutdown, how long a group whose last process is still being released may take
+_SLOT_NAMES = itertools.count()  # one count per process: two executors of one coordinator never share a name
+
+
+@dataclass
+class _Slot:
+    """An attempt's cgroups (controller -> directory), handed to the next attempt once empty:
+    making, limiting and removing two groups per attempt cost more coordinator CPU than the
+    rest of a start. The limit counters only grow, so each attempt is judged on what it
+    added: `counted` holds them as the slot's previous attempt left them."""
+    groups: dict[str, Path]
+    counted: dict[str, int] = field(default_factory=lambda: {"refused_forks": 0, "oom_kills": 0})
+
+
+def _owner_gone(name: str) -> bool:
+    """Whether the coordinator that named this slot (slot-<pid>-<n>) no longer runs."""
+    pid = name[len(SLOT_PREFIX):].partition("-")[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _kill_members(cg: Path) -> bool:
+    """SIGKILL every process in the group until none is listed; True when it is empty."""
+    for _ in range(50):
+        try:
+            left = [int(x) for x in read_cgroup_file(cg / "cgroup.procs").split()]
+        except (OSError, ValueError):
+            return False
+        if not left:
+            return True
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return False
+
+
+def _rmdir(cg: Path, wait_s: float = 0.0) -> bool:
+    """Remove an empty cgroup; a group whose last process the kernel is still releasing refuses
+    (EBUSY) for a moment, so try again for up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            cg.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
 
 
 class LocalExecutor:
@@ -80,18 +142,36 @@ class LocalExecutor:
         for parent in (self.cgroup_parent, self.memory_parent):  # left by a killed coordinator (empty ones only)
             for child in (parent.iterdir() if parent is not None else ()):
                 try:
-                    # not one another coordinator on this host made a moment ago and has not filled yet
-                    if child.is_dir() and child.name.startswith("ne-") \
-                            and time.time() - child.stat().st_mtime > STALE_CGROUP_S:
+                    # not one another coordinator on this host made a moment ago and has not filled yet,
+                    # nor the slots of a coordinator still running
+                    if child.is_dir() and (
+                            (child.name.startswith("ne-") and time.time() - child.stat().st_mtime > STALE_CGROUP_S)
+                            or (child.name.startswith(SLOT_PREFIX) and _owner_gone(child.name))):
                         child.rmdir()
                 except OSError:
                     pass
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.Lock()
+        self._free: list[_Slot] = []  # empty slots, ready for the next attempt
+        self._slots: list[_Slot] = []  # every slot this executor made and has not removed
         self.spawner = Spawner(spawn_threads)  # Popen off the run loop's thread (0: on the caller's)
 
-    def _cgroups_for(self, neid: str) -> dict[str, Path]:
-        """The attempt's pids and memory cgroups (those the host lets dome create)."""
+    def _take_slot(self) -> _Slot | None:
+        """An empty slot for an attempt: a free one, else a new one (None where the host lets
+        dome create no cgroup)."""
+        if self.cgroup_parent is None and self.memory_parent is None:
+            return None
+        with self._lock:
+            while self._free:
+                slot = self._free.pop()
+                if all(cg.is_dir() for cg in slot.groups.values()):
+                    return slot
+                self._slots.remove(slot)  # removed under us: its attempt must not run unconfined
+        return self._make_slot()
+
+    def _make_slot(self) -> _Slot | None:
+        """A new slot: the pids and memory cgroups the host lets dome create, with their limits."""
+        name = f"{SLOT_PREFIX}{os.getpid()}-{next(_SLOT_NAMES)}"
         out: dict[str, Path] = {}
         mem_file = "memory.limit_in_bytes" if self.memory_version == "v1" else "memory.max"
         for controller, parent, limit_file, value in (
@@ -99,16 +179,13 @@ class LocalExecutor:
                 ("memory", self.memory_parent, mem_file, self.limits.memory_mb * 1024 * 1024)):
             if parent is None:
                 continue
-            cg = parent / neid
+            cg = parent / name
             try:
                 cg.mkdir(exist_ok=True)
                 (cg / limit_file).write_text(str(value))
                 out[controller] = cg
             except OSError:
-                try:
-                    cg.rmdir()
-                except OSError:
-                    pass
+                _rmdir(cg)
                 continue
             if controller == "memory":  # no escape into swap: the limit is on memory + swap where it can be
                 for swap_file, swap in (("memory.memsw.limit_in_bytes", value), ("memory.swap.max", 0)):
@@ -116,7 +193,19 @@ class LocalExecutor:
                         (cg / swap_file).write_text(str(swap))
                     except OSError:
                         pass
-        return out
+        if not out:
+            return None
+        slot = _Slot(out)
+        with self._lock:
+            self._slots.append(slot)
+        return slot
+
+    def _release_slot(self, slot: _Slot, empty: bool) -> None:
+        """Back to the free slots when no process is left in it; one that still holds a process
+        is never handed out again (shutdown kills what is left and removes it)."""
+        if empty:
+            with self._lock:
+                self._free.append(slot)
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles | Callable[[], AttemptFiles]) -> None:
         """Queue the attempt's start and return: a spawner thread writes its files (when `files` is the
@@ -150,7 +239,8 @@ class LocalExecutor:
     def _popen(self, neid: str, proc: _Proc) -> subprocess.Popen:
         files = proc.files
         assert files is not None
-        cgs = proc.cgroups = self._cgroups_for(neid)
+        slot = proc.slot = self._take_slot()
+        cgs = slot.groups if slot is not None else {}
         key_fd = None  # a pipe holding the key of a key file, for bwrap to copy
         cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
         try:
@@ -159,7 +249,8 @@ class LocalExecutor:
                 key_fd = _key_pipe(files.worker_key) if mem_key is None else None
                 argv, env = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
                                        worker_key_fd=key_fd if mem_key is None else mem_key, cpus=cpus,
-                                       spawn_fd=fd_of(files.spawn_json), task_fd=fd_of(files.task_json)), {}
+                                       spawn_fd=fd_of(files.spawn_json), task_fd=fd_of(files.task_json),
+                                       counted=slot.counted if slot is not None else None), {}
             else:
                 argv, env = direct_argv(files), direct_env(files, cpus=cpus)
             # limits and cgroups set by the launcher: no preexec_fn, so vfork rather than a full fork
@@ -185,32 +276,25 @@ class LocalExecutor:
             return sorted(self._procs)
 
     def _sweep(self, proc: _Proc) -> list[dict[str, Any]]:
-        """Limits the attempt hit (read from its cgroups), then kill what is left and remove the groups."""
+        """Kill what is left of the attempt in its cgroups, read the limits it hit (what the
+        counters added since the slot's previous attempt), and free the slot for the next one."""
+        slot, proc.slot = proc.slot, None
+        if slot is None:
+            return []
+        # killed first: once a group is empty nothing in it can fork or fault, so its counters are final
+        empty = all([_kill_members(cg) for cg in slot.groups.values()])
+        pids, mem = slot.groups.get("pids"), slot.groups.get("memory")
+        forks = refused_forks(pids) if pids is not None else 0
+        kills = oom_kills(mem, self.memory_version) if mem is not None else 0
         violations: list[dict[str, Any]] = []
-        pids, mem = proc.cgroups.get("pids"), proc.cgroups.get("memory")
-        if pids is not None and refused_forks(pids) > 0:
+        if forks > slot.counted["refused_forks"]:
             violations.append({"kind": "process_limit", "limit": self.limits.max_processes,
-                               "refused_forks": refused_forks(pids)})
-        if mem is not None and oom_kills(mem) > 0:
+                               "refused_forks": forks - slot.counted["refused_forks"]})
+        if kills > slot.counted["oom_kills"]:
             violations.append({"kind": "memory_limit", "limit_mb": self.limits.memory_mb,
-                               "oom_kills": oom_kills(mem)})
-        for cg in proc.cgroups.values():
-            for _ in range(50):
-                try:
-                    left = [int(x) for x in (cg / "cgroup.procs").read_text().split()]
-                except OSError:
-                    break
-                if not left:
-                    break
-                for pid in left:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            try:
-                cg.rmdir()
-            except OSError:
-                pass
+                               "oom_kills": kills - slot.counted["oom_kills"]})
+        slot.counted = {"refused_forks": forks, "oom_kills": kills}
+        self._release_slot(slot, empty)
         return violations
 
     def poll(self) -> list[ExitInfo]:
@@ -248,7 +332,8 @@ class LocalExecutor:
             os.killpg(proc.popen.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        for cg in proc.cgroups.values():
+        slot = proc.slot
+        for cg in (slot.groups.values() if slot is not None else ()):
             try:
                 for pid in (cg / "cgroup.procs").read_text().split():
                     try:
@@ -272,3 +357,9 @@ class LocalExecutor:
                 pass
         self.poll()
         self.spawner.close()  # only now: a worker dies with the thread that started it
+        with self._lock:
+            slots, self._slots, self._free = self._slots, [], []
+        for slot in slots:  # nothing of the executor's is left in the host's cgroups
+            for cg in slot.groups.values():
+                _kill_members(cg)
+                _rmdir(cg, RMDIR_WAIT_S)

@@ -156,7 +156,8 @@ def cpus_per_worker(max_concurrency: int) -> int:
 def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None = None,
                extra_ro: Iterable[Path] = (), limits: Limits | None = None,
                cgroups: Mapping[str, Path] | None = None, worker_key_fd: int | None = None,
-               cpus: int | None = None, spawn_fd: int | None = None, task_fd: int | None = None) -> list[str]:
+               cpus: int | None = None, spawn_fd: int | None = None, task_fd: int | None = None,
+               counted: Mapping[str, int] | None = None) -> list[str]:
     """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`.
 
     The scratch is a tmpfs of `disk_mb` (the checkout is private to the attempt and
@@ -166,13 +167,16 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
     sandbox, so the host file can go as soon as the sandbox starts. `cpus` is the
     worker's CPU grant ($DOME_WORKER_CPUS), from which it sizes its thread pools. `spawn_fd`
     and `task_fd` (descriptors holding the spawn spec and task facts, read from their start) are
-    copied into the sandbox the same way instead of binding the host files."""
+    copied into the sandbox the same way instead of binding the host files. `counted`: the
+    cgroups' limit counters before this attempt (`refused_forks`, `oom_kills`), where the groups
+    served earlier attempts: the worker reports only what its own action ran into."""
     lim = limits or Limits()
     a, src = host_view(bwrap, extra_ro=extra_ro, tmp_mb=lim.tmp_mb)
     for controller, path in sorted((cgroups or {}).items()):
         a += ["--ro-bind", str(path), f"{IN_CGROUP}/{controller}"]
     budget = {"tmp_mb": lim.tmp_mb, "disk_mb": lim.disk_mb, "memory_mb": lim.memory_mb,
-              "max_processes": lim.max_processes, "cgroups": sorted(cgroups or {})}
+              "max_processes": lim.max_processes, "cgroups": sorted(cgroups or {}),
+              **({"counted": dict(counted)} if counted else {})}
     a += ["--size", str(lim.disk_mb * MIB), "--tmpfs", IN_SCRATCH,
           "--ro-bind", str(files.base_git), IN_BASE,
           *(["--ro-bind-data", str(spawn_fd), IN_SPAWN] if spawn_fd is not None
@@ -311,11 +315,23 @@ def memory_cgroup_parent() -> tuple[Path, str] | None:
     return None
 
 
-def oom_kills(cgroup: Path) -> int:
-    """How many processes the kernel killed in this memory cgroup for exceeding it."""
-    for name in ("memory.events", "memory.oom_control"):
+def read_cgroup_file(path: Path | str) -> str:
+    """A cgroup file's text, in one open and one read (they are small; this runs per attempt)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 65536).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def oom_kills(cgroup: Path, version: str | None = None) -> int:
+    """How many processes the kernel killed in this memory cgroup for exceeding it
+    (`version` "v1" or "v2" names the one file to read; None tries both)."""
+    names = {"v1": ("memory.oom_control",), "v2": ("memory.events",)}.get(version or "",
+                                                                        ("memory.events", "memory.oom_control"))
+    for name in names:
         try:
-            for line in (cgroup / name).read_text().splitlines():
+            for line in read_cgroup_file(cgroup / name).splitlines():
                 key, _, val = line.partition(" ")
                 if key == "oom_kill":
                     return int(val)
@@ -327,7 +343,7 @@ def oom_kills(cgroup: Path) -> int:
 def refused_forks(cgroup: Path) -> int:
     """How many forks the pids cgroup refused at its limit."""
     try:
-        key, _, val = (cgroup / "pids.events").read_text().strip().partition(" ")
+        key, _, val = read_cgroup_file(cgroup / "pids.events").strip().partition(" ")
         return int(val) if key == "max" else 0
     except (OSError, ValueError):
         return 0

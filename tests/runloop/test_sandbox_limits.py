@@ -192,3 +192,67 @@ def test_attempt_dirs_and_worker_keys_do_not_outlive_attempts(git_repo, ops_root
     removed = sweep_attempt_dirs(run_id)
     assert removed and not attempt_roots(run_id) and not slow.exists()
     assert sweep_attempt_dirs(run_id) == []  # idempotent
+
+
+@attack("sandbox-exhaustion")
+def test_a_reused_cgroup_judges_each_attempt_on_what_it_did(git_repo, ops_root, ledger_env, tmp_path):
+    """The executor hands an attempt's emptied cgroups to the next attempt. A fork bomb held by the
+    pids limit, then two honest attempts in the same groups (one at a time): the bomb is a
+    SANDBOX_VIOLATION, and the honest ones succeed, though the groups' counters still hold the bomb's
+    refused forks (neither the worker nor the executor counts them against a later attempt)."""
+    _needs_cgroup("pids")
+    ledger, _, _ = ledger_env
+    bomb = "i=0; while [ $i -lt 200 ]; do (sleep 5 &) 2>/dev/null; i=$((i+1)); done; echo done"
+    tasks = [cmd_task("a-bomb", bomb, outputs=(), max_attempts=1, timeout_s=60),
+             cmd_task("b-honest", "echo b > b.txt", max_attempts=1),
+             cmd_task("c-honest", "echo c > c.txt", max_attempts=1)]
+    q = write_queue(tmp_path, git_repo, tasks, limits={"memory_mb": 512, "tmp_mb": 32, "disk_mb": 32,
+                                                       "max_processes": 48},
+                    scheduling={"max_parallel": 1, "endgame_max_duplicates": 0})
+    _, out = run_queue(q, ops_root, ledger_env, sandbox="bwrap")
+    ev = ledger.events(out.run_id)
+    order = [e.node_id for e in ev if e.topic == rs.TASK_DISPATCHED]
+    assert order[0] == "a-bomb", order  # the honest attempts ran after it, in its groups
+    assert "process_limit" in _violation(ev, "a-bomb")
+    for node in ("b-honest", "c-honest"):
+        end = _ended(ev, node)
+        assert end.topic == rs.TASK_COMPLETED and end.payload["outcome"] == "succeeded", end.payload
+        assert not [e for e in ev if e.node_id == node and e.topic == rs.SANDBOX_VIOLATION]
+
+
+def test_a_run_leaves_none_of_its_cgroups_behind(git_repo, ops_root, ledger_env, tmp_path):
+    """After a run of several attempts, at most two at a time, no cgroup of the executor is left
+    on the host: the slots are removed at shutdown, waiting out the moment in which the kernel
+    still holds a group whose last process has just exited."""
+    from coordinator.executors.local import SLOT_PREFIX
+    from coordinator.executors.sandbox import memory_cgroup_parent, pids_cgroup_parent
+
+    _needs_cgroup("pids")
+    parents = [p for p in (pids_cgroup_parent(), (memory_cgroup_parent() or (None,))[0]) if p is not None]
+    mine = f"{SLOT_PREFIX}{os.getpid()}-"
+    tasks = [cmd_task(f"t{i}", f"echo {i} > f{i}.txt", max_attempts=1) for i in range(6)]
+    q = write_queue(tmp_path, git_repo, tasks, scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
+    _, out = run_queue(q, ops_root, ledger_env, sandbox="bwrap")
+    assert out.counts.get("succeeded") == 6, out
+    left = [c.name for p in parents for c in p.iterdir() if c.name.startswith(mine)]
+    assert left == []
+
+
+def test_the_worker_counts_only_what_its_own_attempt_added(tmp_path):
+    """In a reused cgroup the counters hold earlier attempts' events: the budget's `counted` is
+    subtracted, so equal counters are no violation and a larger one is, by the difference."""
+    from worker_sdk.sandbox_limits import violations
+
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "pids" / "pids.events").write_text("max 7\n")
+    (tmp_path / "memory" / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n")
+    budget = {"max_processes": 48, "memory_mb": 512, "cgroup_root": str(tmp_path)}
+    kinds = {v["kind"]: v for v in violations({**budget, "counted": {"refused_forks": 7, "oom_kills": 2}},
+                                              tmp=str(tmp_path), scratch=str(tmp_path))}
+    assert "process_limit" not in kinds and "memory_limit" not in kinds
+    kinds = {v["kind"]: v for v in violations({**budget, "counted": {"refused_forks": 4, "oom_kills": 2}},
+                                              tmp=str(tmp_path), scratch=str(tmp_path))}
+    assert kinds["process_limit"]["refused_forks"] == 3 and "memory_limit" not in kinds
+    kinds = {v["kind"]: v for v in violations(budget, tmp=str(tmp_path), scratch=str(tmp_path))}
+    assert kinds["process_limit"]["refused_forks"] == 7 and kinds["memory_limit"]["oom_kills"] == 2
