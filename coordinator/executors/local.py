@@ -14,6 +14,7 @@ starts); a start that fails comes back from `poll` with its typed error.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -61,7 +62,7 @@ class _Proc:
 
 SPAWN_THREADS = 1  # one is enough: a vfork + exec is a few ms; more only contend for the GIL
 STALE_CGROUP_S = 120  # an empty per-attempt cgroup (`ne-*`, before slots) older than this has no coordinator
-SLOT_PREFIX = "slot-"  # slot-<coordinator pid>-<n>: an executor's reusable cgroups
+SLOT_PREFIX = "slot-"  # slot-<pid namespace>-<coordinator pid>-<n>: an executor's reusable cgroups
 RMDIR_WAIT_S = 1.0  # at shutdown, how long a group whose last process is still being released may take
 _SLOT_NAMES = itertools.count()  # one count per process: two executors of one coordinator never share a name
 
@@ -76,10 +77,25 @@ class _Slot:
     counted: dict[str, int] = field(default_factory=lambda: {"refused_forks": 0, "oom_kills": 0})
 
 
+@functools.lru_cache(maxsize=1)
+def _pid_namespace() -> str:
+    """This process's PID namespace (its inode): a pid names a coordinator only within it."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+def _slot_prefix(pid: int) -> str:
+    return f"{SLOT_PREFIX}{_pid_namespace()}-{pid}-"
+
+
 def _owner_gone(name: str) -> bool:
-    """Whether the coordinator that named this slot (slot-<pid>-<n>) no longer runs."""
-    pid = name[len(SLOT_PREFIX):].partition("-")[0]
-    if not pid.isdigit():
+    """Whether the coordinator that named this slot no longer runs: one of this PID namespace
+    (another's pids mean nothing here) whose pid is gone."""
+    ns, _, rest = name[len(SLOT_PREFIX):].partition("-")
+    pid = rest.partition("-")[0]
+    if ns != _pid_namespace() or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)
@@ -139,14 +155,15 @@ class LocalExecutor:
         self.cgroup_parent = pids_cgroup_parent() if sandbox == "bwrap" else None
         memory = memory_cgroup_parent() if sandbox == "bwrap" else None
         self.memory_parent, self.memory_version = memory if memory else (None, None)
-        for parent in (self.cgroup_parent, self.memory_parent):  # left by a killed coordinator (empty ones only)
+        for parent in (self.cgroup_parent, self.memory_parent):  # left by a coordinator that was killed
             for child in (parent.iterdir() if parent is not None else ()):
                 try:
-                    # not one another coordinator on this host made a moment ago and has not filled yet,
-                    # nor the slots of a coordinator still running
-                    if child.is_dir() and (
-                            (child.name.startswith("ne-") and time.time() - child.stat().st_mtime > STALE_CGROUP_S)
-                            or (child.name.startswith(SLOT_PREFIX) and _owner_gone(child.name))):
+                    if child.name.startswith(SLOT_PREFIX) and _owner_gone(child.name) and child.is_dir():
+                        _kill_members(child)  # what its attempts left running (a sandbox's outer bwrap)
+                        _rmdir(child, RMDIR_WAIT_S)
+                    # not one another coordinator on this host made a moment ago and has not filled yet
+                    elif child.name.startswith("ne-") and child.is_dir() \
+                            and time.time() - child.stat().st_mtime > STALE_CGROUP_S:
                         child.rmdir()
                 except OSError:
                     pass
@@ -171,7 +188,7 @@ class LocalExecutor:
 
     def _make_slot(self) -> _Slot | None:
         """A new slot: the pids and memory cgroups the host lets dome create, with their limits."""
-        name = f"{SLOT_PREFIX}{os.getpid()}-{next(_SLOT_NAMES)}"
+        name = f"{_slot_prefix(os.getpid())}{next(_SLOT_NAMES)}"
         out: dict[str, Path] = {}
         mem_file = "memory.limit_in_bytes" if self.memory_version == "v1" else "memory.max"
         for controller, parent, limit_file, value in (

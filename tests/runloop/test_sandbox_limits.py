@@ -192,6 +192,24 @@ def test_attempt_dirs_and_worker_keys_do_not_outlive_attempts(git_repo, ops_root
     removed = sweep_attempt_dirs(run_id)
     assert removed and not attempt_roots(run_id) and not slow.exists()
     assert sweep_attempt_dirs(run_id) == []  # idempotent
+    # the killed coordinator's cgroups: the next executor kills what is left in them and removes them
+    from coordinator.executors.local import LocalExecutor, _slot_prefix
+    from coordinator.executors.sandbox import memory_cgroup_parent, pids_cgroup_parent
+
+    parents = [p for p in (pids_cgroup_parent(), (memory_cgroup_parent() or (None,))[0]) if p is not None]
+    theirs = _slot_prefix(proc.pid)
+    slots = [c for p in parents for c in p.iterdir() if c.name.startswith(theirs)]
+    assert slots  # the run had cgroups
+    # what an attempt may leave running when its coordinator dies (a sandbox's outer process, say)
+    stray = subprocess.Popen(["sleep", "300"])
+    try:
+        for cg in slots:
+            (cg / "cgroup.procs").write_text(str(stray.pid))
+        LocalExecutor(sandbox="bwrap").shutdown()
+        assert stray.wait(10) == -signal.SIGKILL
+    finally:
+        stray.kill()
+    assert [c.name for p in parents for c in p.iterdir() if c.name.startswith(theirs)] == []
 
 
 @attack("sandbox-exhaustion")
@@ -224,12 +242,12 @@ def test_a_run_leaves_none_of_its_cgroups_behind(git_repo, ops_root, ledger_env,
     """After a run of several attempts, at most two at a time, no cgroup of the executor is left
     on the host: the slots are removed at shutdown, waiting out the moment in which the kernel
     still holds a group whose last process has just exited."""
-    from coordinator.executors.local import SLOT_PREFIX
+    from coordinator.executors.local import _slot_prefix
     from coordinator.executors.sandbox import memory_cgroup_parent, pids_cgroup_parent
 
     _needs_cgroup("pids")
     parents = [p for p in (pids_cgroup_parent(), (memory_cgroup_parent() or (None,))[0]) if p is not None]
-    mine = f"{SLOT_PREFIX}{os.getpid()}-"
+    mine = _slot_prefix(os.getpid())
     tasks = [cmd_task(f"t{i}", f"echo {i} > f{i}.txt", max_attempts=1) for i in range(6)]
     q = write_queue(tmp_path, git_repo, tasks, scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
     _, out = run_queue(q, ops_root, ledger_env, sandbox="bwrap")
