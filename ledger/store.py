@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from sqlalchemy import Connection, func, or_, select, text
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from registry.canonical import canonical_json
 from registry.signing import Keyring, SigningKey
@@ -77,6 +78,43 @@ _SQL_IDEM_GET = ("SELECT result, request_digest FROM idempotency_records "
 _SQL_IDEM_PUT = ("INSERT INTO idempotency_records (run_id, method, idempotency_key, request_digest, result, "
                  "created_at) VALUES (:run_id, :method, :key, :request_digest, :result, :created_at)")
 _TEXT: dict[str, Any] = {}
+# PostgreSQL hot path: the same statements in the driver's parameter style (psycopg and psycopg2
+# take %(name)s), executed on the transaction's own driver connection
+_PG_TEXT: dict[str, str] = {}
+_PG_INSERT = (f"INSERT INTO events ({', '.join(ROW_COLUMNS)}) "
+              f"VALUES ({', '.join(['%s'] * len(ROW_COLUMNS))})")
+_PG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_PG_HEAD = "SELECT sequence, record_digest FROM events WHERE run_id = %s ORDER BY sequence DESC LIMIT 1"
+
+
+def _pg_text(sql: str) -> str:
+    out = _PG_TEXT.get(sql)
+    if out is None:
+        out = _PG_TEXT[sql] = re.sub(r"(?<!:):([a-z_]+)", r"%(\1)s", sql)
+    return out
+
+
+class _PgDriver:
+    """Fixed statements on the driver connection inside SQLAlchemy's transaction: through
+    SQLAlchemy each costs several times the driver's own work. Driver errors come out as
+    SQLAlchemy's (IntegrityError, OperationalError), as they would through SQLAlchemy."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.dbapi = conn.dialect.dbapi
+        self.cur = conn.connection.driver_connection.cursor()
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        try:
+            self.cur.execute(sql, params)
+        except self.dbapi.Error as exc:
+            raise DBAPIError.instance(sql, params, exc, self.dbapi.Error) from exc
+        return self.cur
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        try:
+            self.cur.executemany(sql, rows)
+        except self.dbapi.Error as exc:
+            raise DBAPIError.instance(sql, rows, exc, self.dbapi.Error) from exc
 
 
 def _record_from_row(run_id: str, r: Sequence[Any]) -> EventRecord:
@@ -99,13 +137,19 @@ class LedgerTransaction:
         self._memo: dict[tuple[str | None, str | None], bool] = {} if memo is None else memo  # is_revoked answers
         self.topics: list[str] = []  # appended in this transaction (for the crash-test hook)
         self._depth = 0  # savepoints open in this transaction (SQLite names them by depth)
-        # SQLite hot path: the driver connection inside SQLAlchemy's transaction
-        self._raw = conn.connection.driver_connection if ledger.engines.dialect == "sqlite" else None
+        self._absent: set[tuple[str, str, str]] = set()  # idempotency keys read absent and not written since
+        # SQLite hot path: the driver connection inside SQLAlchemy's transaction; PostgreSQL's: a cursor on it
+        dialect = ledger.engines.dialect
+        self._raw = conn.connection.driver_connection if dialect == "sqlite" else None
+        self._pg = _PgDriver(conn) if dialect == "postgresql" and conn.dialect.dbapi.paramstyle == "pyformat" \
+            else None
 
     def _row(self, sql: str, params: dict[str, Any]) -> Sequence[Any] | None:
         """One row of a fixed statement (the SQLite driver directly, else SQLAlchemy)."""
         if self._raw is not None:
             return self._raw.execute(sql, params).fetchone()
+        if self._pg is not None:
+            return self._pg.execute(_pg_text(sql), params).fetchone()
         stmt = _TEXT.get(sql)
         if stmt is None:
             stmt = _TEXT[sql] = text(sql)
@@ -115,6 +159,9 @@ class LedgerTransaction:
         """Run a fixed statement that returns no rows."""
         if self._raw is not None:
             self._raw.execute(sql, params)
+            return
+        if self._pg is not None:
+            self._pg.execute(_pg_text(sql), params)
             return
         stmt = _TEXT.get(sql)
         if stmt is None:
@@ -129,6 +176,9 @@ class LedgerTransaction:
             return cached
         if self._raw is not None:
             row = self._raw.execute(_SQLITE_HEAD, (run_id,)).fetchone()
+        elif self._pg is not None:  # the lock first, then the head: a statement of its own sees the last commit
+            self._pg.execute(_PG_LOCK, ("dome.ledger:" + run_id,))
+            row = self._pg.execute(_PG_HEAD, (run_id,)).fetchone()
         else:
             if self._conn.dialect.name == "postgresql":
                 # serialize writers of one run (released at commit/rollback)
@@ -188,6 +238,8 @@ class LedgerTransaction:
         try:
             if self._raw is not None:
                 self._raw.executemany(_SQLITE_INSERT, rows)
+            elif self._pg is not None:
+                self._pg.executemany(_PG_INSERT, rows)
             else:
                 self._conn.execute(events.insert(), [dict(zip(ROW_COLUMNS, r)) for r in rows])
         except (IntegrityError, sqlite3.IntegrityError) as exc:
@@ -254,15 +306,22 @@ class LedgerTransaction:
     # -- idempotency ----------------------------------------------------
     def idempotency_get(self, run_id: str, method: str, key: str) -> dict[str, Any] | None:
         row = self._row(_SQL_IDEM_GET, {"run_id": run_id, "method": method, "key": key})
-        return None if row is None else json.loads(row[0])
+        if row is None:
+            self._absent.add((run_id, method, key))
+            return None
+        return json.loads(row[0])
 
     def idempotency_put(self, run_id: str, method: str, key: str, result: dict[str, Any], *,
                         request_digest: str | None = None) -> dict[str, Any]:
         """Record the first result of (run_id, method, key) and return it. A
         duplicate returns the first result unchanged; with `request_digest`
         given on both calls, a different request under the same key raises
-        IdempotencyKeyReused."""
-        row = self._row(_SQL_IDEM_GET, {"run_id": run_id, "method": method, "key": key})
+        IdempotencyKeyReused. A key this transaction has just read absent is not read again:
+        a writer that got in between fails the insert on the table's primary key."""
+        ident = (run_id, method, key)
+        row = None if ident in self._absent else self._row(_SQL_IDEM_GET, {"run_id": run_id, "method": method,
+                                                                             "key": key})
+        self._absent.discard(ident)
         if row is not None:
             if request_digest and row[1] and row[1] != request_digest:
                 raise IdempotencyKeyReused(
@@ -280,9 +339,9 @@ class LedgerTransaction:
 @contextmanager
 def _nested(outer: LedgerTransaction) -> Iterator[None]:
     """A savepoint in `outer`: released when the body returns, rolled back to when it raises.
-    SQLite takes the statements on its driver connection (SQLAlchemy's begin_nested costs
-    more than the savepoint itself); other dialects get SQLAlchemy's."""
-    raw = outer._raw
+    SQLite and PostgreSQL take the statements on the driver connection (SQLAlchemy's
+    begin_nested costs more than the savepoint itself); other dialects get SQLAlchemy's."""
+    raw = outer._raw if outer._raw is not None else outer._pg
     if raw is None:
         with outer._conn.begin_nested():
             yield

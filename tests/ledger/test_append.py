@@ -172,3 +172,33 @@ def test_batch_builder_writes_the_same_bytes_as_the_reference_builder(items, sig
         assert rec == ref and rec.record_bytes == ref.record_bytes
         assert row[-1] == ref.record_bytes and row[9] == canonical_json(draft.payload).decode()
         prev = ref.record_digest
+
+
+def test_a_key_read_absent_is_written_without_a_second_read(ledger) -> None:
+    """The gateway reads a call's idempotency key, runs the call, then records its result: the key
+    it has just read absent is inserted without reading it again, and a second put of the same key
+    in that transaction still answers with the first result (the row is read once more)."""
+    from sqlalchemy import event
+
+    reads: list[str] = []
+    raw_reads: list[str] = []
+
+    def count(conn, cursor, statement, *rest) -> None:
+        if "FROM idempotency_records" in statement:
+            reads.append(statement)
+
+    event.listen(ledger.engines.write, "before_cursor_execute", count)
+    try:
+        with ledger.transaction() as tx:
+            if tx._raw is not None:  # SQLite's statements go to the driver: trace them there
+                tx._raw.set_trace_callback(lambda sql: raw_reads.append(sql) if "FROM idempotency_records" in sql
+                                           else None)
+            assert tx.idempotency_get("r", "put_artifact", "k1") is None
+            first = tx.idempotency_put("r", "put_artifact", "k1", {"d": 1})
+            again = tx.idempotency_put("r", "put_artifact", "k1", {"d": 2})
+            if tx._raw is not None:
+                tx._raw.set_trace_callback(None)
+    finally:
+        event.remove(ledger.engines.write, "before_cursor_execute", count)
+    assert first == again == {"d": 1}
+    assert len(reads) + len(raw_reads) == 2  # the get, and the second put's; not the first put's

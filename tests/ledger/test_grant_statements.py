@@ -49,3 +49,29 @@ def test_spend_revoke_and_idempotency_statements(db, ops_root: Path) -> None:
             assert tx.idempotency_put("run-1", "m", "k", {"a": 2}, request_digest="sha256:" + "1" * 64) == {"a": 1}
             with pytest.raises(IdempotencyKeyReused):
                 tx.idempotency_put("run-1", "m", "k", {"a": 2}, request_digest="sha256:" + "2" * 64)
+
+
+def test_a_writer_that_gets_in_between_fails_the_insert(pg_url, ops_root: Path) -> None:
+    """PostgreSQL: the gateway reads a call's idempotency key absent, and records the result
+    without reading it again. Another writer that commits the same key in between makes the
+    insert fail on the table's primary key, with SQLAlchemy's IntegrityError (the driver's
+    error, mapped as SQLAlchemy maps it), and the transaction leaves nothing."""
+    from sqlalchemy.exc import IntegrityError
+
+    engines = make_engines(pg_url)
+    migrate.downgrade(engines.write, "base") if migrate.current_revision(engines.write) else None
+    engines.dispose()
+    with Ledger.open(pg_url, ops_root) as led, Ledger.open(pg_url, ops_root) as other:
+        with pytest.raises(IntegrityError):
+            with led.transaction() as tx:
+                assert tx._pg is not None  # the driver path
+                assert tx.idempotency_get("run-1", "m", "k") is None
+                tx.append("run-1", "artifact.put", {"n": 1})
+                with other.transaction() as otx:
+                    otx.idempotency_put("run-1", "m", "k", {"a": "theirs"})
+                tx.idempotency_put("run-1", "m", "k", {"a": "mine"})
+        assert led.idempotency_get("run-1", "m", "k") == {"a": "theirs"}
+        assert led.events("run-1") == []
+        with led.transaction() as tx:  # the connection is usable again
+            tx.append("run-1", "artifact.put", {"n": 2})
+        assert [e.payload["n"] for e in led.events("run-1")] == [2]
