@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import json
-import re
 import sqlite3
 import threading
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from sqlalchemy import Connection, func, or_, select, text
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from registry.canonical import canonical_json
 from registry.signing import Keyring, SigningKey
@@ -29,6 +28,7 @@ from registry.signing import Keyring, SigningKey
 
 from . import crashpoint, lease
 from .clock import new_event_ids, utc_now
+from .driver_path import ROW_COLUMNS, driver_path
 from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerNotFound, LedgerUnavailable,
@@ -54,21 +54,13 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-# Insert column order (everything but the autoincrement id).
-ROW_COLUMNS = ("run_id", "sequence", "event_id", "ts", "topic", "wave_id", "node_id",
-               "node_execution_id", "task_id", "payload", "payload_digest", "canonicalization",
-               "schema_version", "prev_digest", "record_digest", "kid", "signature", "record_bytes")
-_SQLITE_INSERT = (f"INSERT INTO events ({', '.join(ROW_COLUMNS)}) "
-                  f"VALUES ({', '.join('?' * len(ROW_COLUMNS))})")
-_SQLITE_HEAD = ("SELECT sequence, record_digest FROM events WHERE run_id = ? "
-                "ORDER BY sequence DESC LIMIT 1")
 _READ_COLUMNS = ("sequence", "event_id", "ts", "topic", "wave_id", "node_id", "node_execution_id",
                  "task_id", "payload", "payload_digest", "prev_digest", "canonicalization", "kid",
                  "signature", "record_bytes", "record_digest", "schema_version")
 _SQLITE_READ = (f"SELECT {', '.join(_READ_COLUMNS)} FROM events WHERE run_id = ? AND sequence > ? "
                 "ORDER BY sequence")
-# The gateway's per-call statements, written once (named parameters: the same text for the
-# SQLite driver and for SQLAlchemy's text() on PostgreSQL).
+# The gateway's per-call statements, written once (named parameters: the driver paths take them,
+# and so does SQLAlchemy's text() for other dialects).
 _SQL_SPENT = "SELECT 1 FROM spent_grants WHERE jti = :jti LIMIT 1"
 _SQL_SPEND = ("INSERT INTO spent_grants (jti, run_id, profile_id, spent_at) "
               "VALUES (:jti, :run_id, :profile_id, :spent_at)")
@@ -78,43 +70,6 @@ _SQL_IDEM_GET = ("SELECT result, request_digest FROM idempotency_records "
 _SQL_IDEM_PUT = ("INSERT INTO idempotency_records (run_id, method, idempotency_key, request_digest, result, "
                  "created_at) VALUES (:run_id, :method, :key, :request_digest, :result, :created_at)")
 _TEXT: dict[str, Any] = {}
-# PostgreSQL hot path: the same statements in the driver's parameter style (psycopg and psycopg2
-# take %(name)s), executed on the transaction's own driver connection
-_PG_TEXT: dict[str, str] = {}
-_PG_INSERT = (f"INSERT INTO events ({', '.join(ROW_COLUMNS)}) "
-              f"VALUES ({', '.join(['%s'] * len(ROW_COLUMNS))})")
-_PG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
-_PG_HEAD = "SELECT sequence, record_digest FROM events WHERE run_id = %s ORDER BY sequence DESC LIMIT 1"
-
-
-def _pg_text(sql: str) -> str:
-    out = _PG_TEXT.get(sql)
-    if out is None:
-        out = _PG_TEXT[sql] = re.sub(r"(?<!:):([a-z_]+)", r"%(\1)s", sql)
-    return out
-
-
-class _PgDriver:
-    """Fixed statements on the driver connection inside SQLAlchemy's transaction: through
-    SQLAlchemy each costs several times the driver's own work. Driver errors come out as
-    SQLAlchemy's (IntegrityError, OperationalError), as they would through SQLAlchemy."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.dbapi = conn.dialect.dbapi
-        self.cur = conn.connection.driver_connection.cursor()
-
-    def execute(self, sql: str, params: Any = None) -> Any:
-        try:
-            self.cur.execute(sql, params)
-        except self.dbapi.Error as exc:
-            raise DBAPIError.instance(sql, params, exc, self.dbapi.Error) from exc
-        return self.cur
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        try:
-            self.cur.executemany(sql, rows)
-        except self.dbapi.Error as exc:
-            raise DBAPIError.instance(sql, rows, exc, self.dbapi.Error) from exc
 
 
 def _record_from_row(run_id: str, r: Sequence[Any]) -> EventRecord:
@@ -138,18 +93,12 @@ class LedgerTransaction:
         self.topics: list[str] = []  # appended in this transaction (for the crash-test hook)
         self._depth = 0  # savepoints open in this transaction (SQLite names them by depth)
         self._absent: set[tuple[str, str, str]] = set()  # idempotency keys read absent and not written since
-        # SQLite hot path: the driver connection inside SQLAlchemy's transaction; PostgreSQL's: a cursor on it
-        dialect = ledger.engines.dialect
-        self._raw = conn.connection.driver_connection if dialect == "sqlite" else None
-        self._pg = _PgDriver(conn) if dialect == "postgresql" and conn.dialect.dbapi.paramstyle == "pyformat" \
-            else None
+        self._fast = driver_path(conn)  # the hot statements on the driver (SQLite, psycopg), else None
 
     def _row(self, sql: str, params: dict[str, Any]) -> Sequence[Any] | None:
-        """One row of a fixed statement (the SQLite driver directly, else SQLAlchemy)."""
-        if self._raw is not None:
-            return self._raw.execute(sql, params).fetchone()
-        if self._pg is not None:
-            return self._pg.execute(_pg_text(sql), params).fetchone()
+        """One row of a fixed statement (on the driver path, else through SQLAlchemy)."""
+        if self._fast is not None:
+            return self._fast.row(sql, params)
         stmt = _TEXT.get(sql)
         if stmt is None:
             stmt = _TEXT[sql] = text(sql)
@@ -157,11 +106,8 @@ class LedgerTransaction:
 
     def _exec(self, sql: str, params: dict[str, Any]) -> None:
         """Run a fixed statement that returns no rows."""
-        if self._raw is not None:
-            self._raw.execute(sql, params)
-            return
-        if self._pg is not None:
-            self._pg.execute(_pg_text(sql), params)
+        if self._fast is not None:
+            self._fast.execute(sql, params)
             return
         stmt = _TEXT.get(sql)
         if stmt is None:
@@ -174,11 +120,8 @@ class LedgerTransaction:
         cached = self._heads.get(run_id)
         if cached is not None:
             return cached
-        if self._raw is not None:
-            row = self._raw.execute(_SQLITE_HEAD, (run_id,)).fetchone()
-        elif self._pg is not None:  # the lock first, then the head: a statement of its own sees the last commit
-            self._pg.execute(_PG_LOCK, ("dome.ledger:" + run_id,))
-            row = self._pg.execute(_PG_HEAD, (run_id,)).fetchone()
+        if self._fast is not None:
+            row = self._fast.head(run_id)
         else:
             if self._conn.dialect.name == "postgresql":
                 # serialize writers of one run (released at commit/rollback)
@@ -236,10 +179,8 @@ class LedgerTransaction:
                                         signers=signers)
         seq, prev = records[-1].sequence, records[-1].record_digest
         try:
-            if self._raw is not None:
-                self._raw.executemany(_SQLITE_INSERT, rows)
-            elif self._pg is not None:
-                self._pg.executemany(_PG_INSERT, rows)
+            if self._fast is not None:
+                self._fast.insert_events(rows)
             else:
                 self._conn.execute(events.insert(), [dict(zip(ROW_COLUMNS, r)) for r in rows])
         except (IntegrityError, sqlite3.IntegrityError) as exc:
@@ -341,7 +282,7 @@ def _nested(outer: LedgerTransaction) -> Iterator[None]:
     """A savepoint in `outer`: released when the body returns, rolled back to when it raises.
     SQLite and PostgreSQL take the statements on the driver connection (SQLAlchemy's
     begin_nested costs more than the savepoint itself); other dialects get SQLAlchemy's."""
-    raw = outer._raw if outer._raw is not None else outer._pg
+    raw = outer._fast
     if raw is None:
         with outer._conn.begin_nested():
             yield

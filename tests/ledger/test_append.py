@@ -190,14 +190,15 @@ def test_a_key_read_absent_is_written_without_a_second_read(ledger) -> None:
     event.listen(ledger.engines.write, "before_cursor_execute", count)
     try:
         with ledger.transaction() as tx:
-            if tx._raw is not None:  # SQLite's statements go to the driver: trace them there
-                tx._raw.set_trace_callback(lambda sql: raw_reads.append(sql) if "FROM idempotency_records" in sql
-                                           else None)
+            raw = getattr(tx._fast, "raw", None)
+            if raw is not None:  # SQLite's statements go to the driver: trace them there
+                raw.set_trace_callback(lambda sql: raw_reads.append(sql) if "FROM idempotency_records" in sql
+                                       else None)
             assert tx.idempotency_get("r", "put_artifact", "k1") is None
             first = tx.idempotency_put("r", "put_artifact", "k1", {"d": 1})
             again = tx.idempotency_put("r", "put_artifact", "k1", {"d": 2})
-            if tx._raw is not None:
-                tx._raw.set_trace_callback(None)
+            if raw is not None:
+                raw.set_trace_callback(None)
     finally:
         event.remove(ledger.engines.write, "before_cursor_execute", count)
     assert first == again == {"d": 1}

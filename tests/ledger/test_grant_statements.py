@@ -58,13 +58,15 @@ def test_a_writer_that_gets_in_between_fails_the_insert(pg_url, ops_root: Path) 
     error, mapped as SQLAlchemy maps it), and the transaction leaves nothing."""
     from sqlalchemy.exc import IntegrityError
 
+    from ledger.driver_path import PgPath
+
     engines = make_engines(pg_url)
     migrate.downgrade(engines.write, "base") if migrate.current_revision(engines.write) else None
     engines.dispose()
     with Ledger.open(pg_url, ops_root) as led, Ledger.open(pg_url, ops_root) as other:
         with pytest.raises(IntegrityError):
             with led.transaction() as tx:
-                assert tx._pg is not None  # the driver path
+                assert isinstance(tx._fast, PgPath)  # the driver path
                 assert tx.idempotency_get("run-1", "m", "k") is None
                 tx.append("run-1", "artifact.put", {"n": 1})
                 with other.transaction() as otx:
