@@ -217,13 +217,6 @@ class LocalExecutor:
             self._slots.append(slot)
         return slot
 
-    def _release_slot(self, slot: _Slot, empty: bool) -> None:
-        """Back to the free slots when no process is left in it; one that still holds a process
-        is never handed out again (shutdown kills what is left and removes it)."""
-        if empty:
-            with self._lock:
-                self._free.append(slot)
-
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles | Callable[[], AttemptFiles]) -> None:
         """Queue the attempt's start and return: a spawner thread writes its files (when `files` is the
         function that writes them; it is called with `in_memory=True`, see `write_attempt`), makes its
@@ -311,7 +304,9 @@ class LocalExecutor:
             violations.append({"kind": "memory_limit", "limit_mb": self.limits.memory_mb,
                                "oom_kills": kills - slot.counted["oom_kills"]})
         slot.counted = {"refused_forks": forks, "oom_kills": kills}
-        self._release_slot(slot, empty)
+        if empty:  # one that still holds a process is never handed out again (shutdown removes it)
+            with self._lock:
+                self._free.append(slot)
         return violations
 
     def poll(self) -> list[ExitInfo]:
@@ -351,14 +346,7 @@ class LocalExecutor:
             pass
         slot = proc.slot
         for cg in (slot.groups.values() if slot is not None else ()):
-            try:
-                for pid in (cg / "cgroup.procs").read_text().split():
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            except OSError:
-                pass
+            _kill_members(cg)
 
     def shutdown(self) -> None:
         for neid in self.running():
