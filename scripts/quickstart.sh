@@ -5,8 +5,8 @@
 #   DOME_FULL=1 bash scripts/quickstart.sh   runs all ten clips with the full ILT schedule
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# the litho job needs no agent CLI: skip their installs (minutes, and 144 MB from npm)
-DOME_SKIP_AGENT_CLIS=1 bash scripts/setup.sh
+# the litho job needs no agent CLI and none of the test-only tools: skip their installs (minutes)
+DOME_SKIP_AGENT_CLIS=1 DOME_SKIP_TEST_TOOLS=1 bash scripts/setup.sh
 
 queue=examples/iccad13/work.quick.json
 [ -n "${DOME_FULL:-}" ] && queue=examples/iccad13/work.queue.json

@@ -1,6 +1,6 @@
 """External conformance: the MCP Inspector CLI (npm @modelcontextprotocol/inspector) lists and calls tools over stdio.
 
-CI installs it (see .ci/run). Locally the test skips when neither `mcp-inspector` nor a cached
+scripts/setup.sh installs it (pinned). Elsewhere the test skips when neither `mcp-inspector` nor a cached
 npx copy is available; under CI=true a missing Inspector is a failure, never a skip.
 """
 from __future__ import annotations

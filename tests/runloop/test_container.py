@@ -2,8 +2,8 @@
 
 The pure parts (the pinned-ref decision, the `podman run` command line) are
 checked here without podman; the slow tests build the worker image with
-ops/container/build.sh (cached; `$DOME_WORKER_IMAGE` names an image built
-beforehand, as CI does) and run real queues in it.
+ops/container/build.sh (cached: scripts/setup.sh built it, so this call only
+prints its ref; `$DOME_WORKER_IMAGE` names another image) and run real queues in it.
 """
 from __future__ import annotations
 
