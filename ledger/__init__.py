@@ -7,7 +7,7 @@
 """
 from .errors import (BlobCorrupt, BlobNotFound, GrantReplayed, IdempotencyKeyReused,
                      InvalidEvent, LedgerError, LedgerNotFound, LedgerUnavailable, PayloadTooLarge,
-                     SequenceConflict)
+                     RecordUnreadable, SequenceConflict)
 from .lease import Lease, RunLeaseHeld, RunLeaseLost
 from .record import MAX_PAYLOAD_BYTES, PAYLOAD_TYPE, SCHEMA_VERSION, EventDraft, EventRecord
 from .store import Ledger, LedgerTransaction
@@ -17,5 +17,6 @@ __all__ = [
     "Ledger", "LedgerTransaction", "EventDraft", "EventRecord", "LedgerVerifyReport", "Problem",
     "LedgerError", "SequenceConflict", "PayloadTooLarge", "InvalidEvent", "GrantReplayed",
     "IdempotencyKeyReused", "LedgerNotFound", "LedgerUnavailable", "BlobNotFound", "BlobCorrupt",
+    "RecordUnreadable",
     "Lease", "RunLeaseHeld", "RunLeaseLost", "MAX_PAYLOAD_BYTES", "PAYLOAD_TYPE", "SCHEMA_VERSION",
 ]

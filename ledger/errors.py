@@ -45,6 +45,13 @@ class LedgerUnavailable(LedgerError):
     retry = "heavy"
 
 
+class RecordUnreadable(LedgerError):
+    """A stored event cannot be read back as a record (its bytes are not bytes): the ledger was
+    changed outside dome. Names the record; `dome ledger verify` lists every such one."""
+
+    code = "LEDGER_RECORD_UNREADABLE"
+
+
 class BlobNotFound(LedgerError):
     code = "BLOB_NOT_FOUND"
 

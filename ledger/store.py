@@ -32,7 +32,7 @@ from .driver_path import ROW_COLUMNS, driver_path
 from .blobs import BlobStore
 from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerNotFound, LedgerUnavailable,
-                     SequenceConflict)
+                     RecordUnreadable, SequenceConflict)
 from .models import events, revocations
 from .record import (EventDraft, EventRecord, build_batch, loads_record, make_record,
                      payload_bytes)
@@ -73,6 +73,11 @@ _TEXT: dict[str, Any] = {}
 
 
 def _record_from_row(run_id: str, r: Sequence[Any]) -> EventRecord:
+    if not isinstance(r[14], (bytes, memoryview)):  # rewritten outside dome (as TEXT, say)
+        raise RecordUnreadable(f"run {run_id} sequence {r[0]}: the stored record bytes are "
+                               f"{type(r[14]).__name__}, not bytes",
+                               details={"run_id": run_id, "sequence": r[0], "event_id": r[1]},
+                               hints=["dome ledger verify names every bad record"])
     return make_record(
         schema_version=r[16], sequence=r[0], event_id=r[1], ts=r[2], topic=r[3], run_id=run_id,
         wave_id=r[4], node_id=r[5], node_execution_id=r[6], task_id=r[7],

@@ -90,9 +90,8 @@ class _Bad(Exception):
 def _as_bytes(value: Any) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    if isinstance(value, str):  # a tamperer may store text in a blob column
-        return value.encode("utf-8", "surrogatepass")
-    raise _Bad("RECORD_MALFORMED", "record bytes missing or not bytes")
+    # text in the blob column (a tamperer's rewrite) is not the record: the readers refuse it too
+    raise _Bad("RECORD_MALFORMED", f"record bytes stored as {type(value).__name__}, not bytes")
 
 
 def _check_signature(data: bytes, kid: Any, signature: Any, keyring: Keyring) -> None:

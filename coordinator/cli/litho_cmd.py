@@ -18,10 +18,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(dome litho eval --help)")
 
 
+def engine_argv(rest: list[str], *, as_json: bool) -> list[str]:
+    """The engine's arguments from what followed `dome litho`. Pure. The options every dome
+    command takes are accepted here too: `--ops-root` and `--db` name nothing the engine reads
+    (it keeps no ledger) and are dropped; `--json` given before the command is passed on after
+    the engine's sub-command."""
+    out: list[str] = []
+    it = iter(rest)
+    for arg in it:
+        if arg in ("--ops-root", "--db"):
+            next(it, None)
+        elif not arg.startswith(("--ops-root=", "--db=")):
+            out.append(arg)
+    if as_json and out and not out[0].startswith("-") and "--json" not in out:
+        out.insert(1, "--json")
+    return out or ["--help"]
+
+
 def run(args: argparse.Namespace) -> int:
-    rest = list(args.rest or [])
-    if not rest:
-        rest = ["--help"]
+    from . import GLOBAL_OPTIONS
+    rest = engine_argv(list(args.rest or []), as_json=bool(GLOBAL_OPTIONS.get("json")))
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

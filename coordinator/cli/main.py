@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+from coordinator.cli import GLOBAL_OPTIONS
+
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("coordinator.cli.run_cmd", "run a work queue (or --resume a run)"),
@@ -36,24 +38,48 @@ EXIT_USAGE = 2  # bad arguments or input
 EXIT_INTERNAL = 3  # an unexpected failure inside dome
 
 
+_VALUED = {"--ops-root": "ops_root", "--db": "db"}
+
+
+def split_global_options(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """The options before the command name, and the rest (command first). Pure. Raises ValueError
+    naming an option that is not one of `--ops-root DIR`, `--db URL`, `--json` or lacks its value."""
+    opts: dict[str, Any] = {}
+    rest = list(argv)
+    while rest and rest[0].startswith("--") and rest[0] not in ("--help", "--version"):
+        flag, eq, value = rest.pop(0).partition("=")
+        if flag == "--json" and not eq:
+            opts["json"] = True
+        elif flag in _VALUED:
+            if not eq:
+                if not rest:
+                    raise ValueError(f"{flag} needs a value")
+                value = rest.pop(0)
+            opts[_VALUED[flag]] = value
+        else:
+            raise ValueError(f"unknown option {flag!r} before the command")
+    return opts, rest
+
+
 def default_ops_root() -> str:
-    return os.environ.get("DOME_OPS_ROOT", "./ops")
+    return GLOBAL_OPTIONS.get("ops_root") or os.environ.get("DOME_OPS_ROOT", "./ops")
 
 
 def default_db() -> str | None:
-    """The ledger URL a command uses when --db is not given: $DOME_DB, else None
-    (which `ledger.Ledger.open` reads as sqlite:///OPS_ROOT/dome.db). The one place
-    that reads DOME_DB."""
-    return os.environ.get("DOME_DB") or None
+    """The ledger URL a command uses when --db is not given: a --db before the command, else
+    $DOME_DB, else None (which `ledger.Ledger.open` reads as sqlite:///OPS_ROOT/dome.db). The
+    one place that reads DOME_DB."""
+    return GLOBAL_OPTIONS.get("db") or os.environ.get("DOME_DB") or None
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options every command takes."""
+    """Options every command takes (after the command; before it, `split_global_options`)."""
     parser.add_argument("--ops-root", default=default_ops_root(),
                         help="run artifacts, keys and the default ledger (default: ./ops or $DOME_OPS_ROOT)")
     parser.add_argument("--db", default=default_db(),
                         help="SQLAlchemy URL of the ledger (default: $DOME_DB, else sqlite:///OPS_ROOT/dome.db)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--json", action="store_true", default=bool(GLOBAL_OPTIONS.get("json")),
+                        help="machine-readable output")
 
 
 def open_ledger(args: argparse.Namespace, *, migrate: bool = False) -> Any:
@@ -90,15 +116,16 @@ def error_object(code: str, message: str, *, hints: Sequence[str] = (), details:
     return DomeError(message, code=code, hints=list(hints), details=details or {})
 
 
-def report_error(command: str, err: Any, *, as_json: bool, extra: dict | None = None) -> None:
+def report_error(command: str, err: Any, *, as_json: bool, extra: dict | None = None,
+                 prog: str | None = None) -> None:
     """Print an error the one way every command does: with --json one object
     `{"error": {code, message, details, hints, retry}}` on stdout, otherwise
-    `dome COMMAND: CODE: message` and its hints on stderr."""
+    `dome COMMAND: CODE: message` (or `PROG: CODE: message`) and its hints on stderr."""
     obj = err.to_object()
     if as_json:
         print(json.dumps({**(extra or {}), "error": obj}, sort_keys=True))
         return
-    print(f"dome {command}: {obj.get('code')}: {obj.get('message')}", file=sys.stderr)
+    print(f"{prog or f'dome {command}'}: {obj.get('code')}: {obj.get('message')}", file=sys.stderr)
     for h in obj.get("hints") or []:
         print(f"  hint: {h}", file=sys.stderr)
 
@@ -120,11 +147,17 @@ class _Parser(argparse.ArgumentParser):
     json_errors = False  # set per invocation; sub-command parsers share it
 
     def error(self, message: str) -> NoReturn:
-        if self.json_errors:
-            report_error(self.prog.removeprefix("dome "), error_object("USAGE", message, hints=[
-                f"{self.prog} --help lists the options"]), as_json=True)
-            sys.exit(EXIT_USAGE)
-        super().error(message)
+        if not self.json_errors:
+            self.print_usage(sys.stderr)
+        report_error("", error_object("USAGE", message, hints=[f"{self.prog} --help lists the options"]),
+                     as_json=self.json_errors, prog=self.prog)
+        sys.exit(EXIT_USAGE)
+
+
+def _usage_error(message: str, as_json: bool) -> int:
+    report_error("", error_object("USAGE", message, hints=["dome --help lists the commands and options"]),
+                 as_json=as_json, prog="dome")
+    return EXIT_USAGE
 
 
 def _top_help() -> str:
@@ -151,6 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     as_json = "--json" in argv
+    try:
+        opts, argv = split_global_options(argv)
+    except ValueError as exc:
+        return _usage_error(str(exc), as_json)
+    GLOBAL_OPTIONS.clear()
+    GLOBAL_OPTIONS.update(opts)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_top_help())
         return EXIT_OK
@@ -160,11 +199,10 @@ def _main(argv: list[str]) -> int:
         return EXIT_OK
     name = argv[0]
     if name not in COMMANDS:
-        if as_json:
-            report_error(name, error_object("UNKNOWN_COMMAND", f"unknown command {name!r}",
-                                            hints=["dome --help lists the commands"]), as_json=True)
-        else:
-            print(f"dome: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
+        err = error_object("UNKNOWN_COMMAND", f"unknown command {name!r}", hints=["dome --help lists the commands"])
+        report_error(name, err, as_json=as_json, prog="dome")
+        if not as_json:
+            print(f"\n{_top_help()}", file=sys.stderr)
         return EXIT_USAGE
     module_name, text = COMMANDS[name]
     module = importlib.import_module(module_name)

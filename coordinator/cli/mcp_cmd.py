@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
                     rollout_signal=args.action == "serve", allow=_allow(args))
     if args.action == "consent":
         if not args.scope:
-            print("dome mcp consent: --scope RUN_ID is required", file=sys.stderr)
-            return 2
+            return _usage(args, "--scope RUN_ID is required", "dome mcp consent TOOL --scope RUN_ID")
         token = host.consent.mint(args.tool, args.scope, ttl_s=args.ttl)
         print(json.dumps({"consent_token": token, "tool": args.tool, "scope": args.scope}) if args.json else token)
         return 0
@@ -72,13 +70,20 @@ def run(args: argparse.Namespace) -> int:
         try:
             serve_http(host, args.http, stateless=args.stateless, auth=not args.no_auth)
         except ValueError as exc:
-            print(f"dome mcp: {exc}", file=sys.stderr)
-            return 2
+            return _usage(args, str(exc), "dome mcp --http 127.0.0.1:PORT --no-auth, or drop --no-auth")
         return 0
     from coordinator.mcp.server import run_stdio
 
     run_stdio(host)
     return 0
+
+
+def _usage(args: argparse.Namespace, message: str, hint: str) -> int:
+    """Bad input to `dome mcp`: a typed USAGE error (JSON on stdout under --json), exit 2."""
+    from coordinator.cli.main import EXIT_USAGE, error_object, report_error
+
+    report_error("mcp", error_object("USAGE", message, hints=[hint]), as_json=bool(args.json))
+    return EXIT_USAGE
 
 
 def _allow(args: argparse.Namespace) -> list[str] | None:
@@ -90,14 +95,12 @@ def _call(host, args: argparse.Namespace) -> int:
     import anyio
 
     if not args.rest:
-        print("dome mcp call: TOOL [JSON_ARGS]", file=sys.stderr)
-        return 2
+        return _usage(args, "give a TOOL", "dome mcp call TOOL [JSON_ARGS]")
     name = args.rest[0]
     try:
         arguments = json.loads(args.rest[1]) if len(args.rest) > 1 else {}
     except json.JSONDecodeError as exc:
-        print(f"dome mcp call: arguments are not JSON: {exc}", file=sys.stderr)
-        return 2
+        return _usage(args, f"arguments are not JSON: {exc}", "dome mcp call TOOL '{\"n\": 1}'")
 
     async def go():
         async with host.running():

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                                          hints=["dome run examples/hello.queue.json"]), as_json=args.json)
         return 2
     ops_root = Path(args.ops_root)
-    view = None
+    view = executor = loop = None
     try:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
@@ -100,18 +100,26 @@ def run(args: argparse.Namespace) -> int:
             raise DomeError("the work queue has agent nodes but the run has no egress configuration",
                             code="EGRESS_NOT_CONFIGURED", details={"nodes": sorted(agents)},
                             hints=["pass --egress CONFIG or put it at OPS_ROOT/egress.json (docs/agent-swarm.md)"])
+        if prepared is not None:  # can this host run the attempts? Refused before anything is written
+            from coordinator.runloop.contracts import make_run_executor
+            executor = make_run_executor(prepared.wq, kind=args.executor, sandbox=args.sandbox,
+                                         max_parallel=args.max_parallel, image=args.image,
+                                         gateway_bind=args.gateway_bind)
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
-                         lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind)
+                         lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind,
+                         executor=executor)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:
         if view is not None:
             view.close()
+        if executor is not None and loop is None:  # built, never run: nothing of it stays behind
+            executor.shutdown()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
             "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR"))

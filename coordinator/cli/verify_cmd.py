@@ -3,7 +3,7 @@
 Exit 0 when every check passes, whatever the run's outcome (promoted,
 blocked, awaiting consent, failed, completed): the record is intact and says
 what happened. 1 when a check fails (the run is invalid; each failed check
-named), 2 on bad input (no ledger there), 3 when the ledger cannot be opened
+named), 2 on bad input (no ledger there, no such run), 3 when the ledger cannot be opened
 or read.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from coordinator.cli.main import add_common_arguments, ledger_exit_code, open_ledger
+from coordinator.cli.main import EXIT_USAGE, add_common_arguments, ledger_exit_code, open_ledger, run_not_found
 from registry.errors import DomeError
 
 
@@ -25,9 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def exit_code(exc: DomeError) -> int:
-    """The exit code for an error that stopped verification, by its type: no ledger there 2,
-    a ledger that cannot be opened or read 3, anything else 1."""
+    """The exit code for an error that stopped verification, by its type: no ledger there or no
+    such run 2, a ledger that cannot be opened or read 3, anything else 1."""
     from ledger import LedgerError
+    if exc.code == "RUN_NOT_FOUND":
+        return EXIT_USAGE
     return ledger_exit_code(exc) if isinstance(exc, LedgerError) else 1
 
 
@@ -75,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         ledger = open_ledger(args)
         try:
+            if args.run_id not in ledger.run_ids():
+                raise run_not_found(args.run_id)
             keyring = load_keyring(args.ops_root)
             rep = verify_run(ledger, args.run_id, keyring,
                              repo=Path(args.repo) if args.repo else None, ops_root=Path(args.ops_root))

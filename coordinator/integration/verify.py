@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ledger import EventRecord, Ledger
+from ledger import EventRecord, Ledger, RecordUnreadable
 from registry import diffs
 from registry.canonical import digest_bytes, digest_json
 from registry.errors import DomeError, SignatureError
@@ -53,7 +53,11 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
     """Every check of one run; never raises for what it finds (only for a ledger it cannot read)."""
     rep = VerifyReport(run_id)
     rep.add(_ledger_chain(ledger, keyring))
-    events: list[EventRecord] = ledger.events(run_id)
+    try:
+        events: list[EventRecord] = ledger.events(run_id)
+    except RecordUnreadable as exc:  # changed outside dome: a finding, named like the others
+        rep.add(failed(K.LEDGER_CHAIN, f"{exc.code}: {exc.message}"))
+        return rep
     chain_faults: list = []
     records = records_of(ledger, run_id, chain_faults)
     if not events:

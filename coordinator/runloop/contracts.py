@@ -36,6 +36,17 @@ class RunContext:
     egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
 
 
+def make_run_executor(wq: WorkQueue, *, kind: str, sandbox: str, max_parallel: int | None,
+                      image: str | None, gateway_bind: str | None) -> Any:
+    """The executor a run of `wq` uses. Built before anything of the run is written, so a host
+    that cannot run its attempts (SANDBOX_UNAVAILABLE, CONTAINER_UNAVAILABLE) leaves nothing."""
+    from ..executors import make_executor  # only the kind asked for is imported (Ray is heavy)
+    from ..executors.base import Limits
+
+    return make_executor(kind, sandbox=sandbox, max_concurrency=max_parallel or int(wq.scheduling.get("max_parallel", 4)),
+                         limits=Limits.from_work_queue(wq.limits), image=image, gateway_bind=gateway_bind)
+
+
 @dataclass
 class FinishedRun:
     """What the run loop hands its finish stage: the run, its graph state and accepted proposals."""

@@ -48,7 +48,7 @@ from ..scheduler import RETRY_BUDGET_EXHAUSTED, SchedulerPolicy, decide, statuse
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase
-from .contracts import FinishedRun, RunContext, RunOutcome, default_finish
+from .contracts import FinishedRun, RunContext, RunOutcome, default_finish, make_run_executor
 from .manifest import (RunError, RunNotFound, environment, host_container_ref,
                        new_run_id, node_seed, registry_ref, utc_stamp)
 from .lease import LeaseKeeper
@@ -98,11 +98,9 @@ class RunLoop(AttemptLifecycle):
         self.graph = wq.graph
         self.limits = Limits.from_work_queue(wq.limits)
         if ctx.executor is None:
-            from ..executors import make_executor
-            max_c = ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4))
-            ctx.executor = make_executor(ctx.executor_kind, sandbox=ctx.sandbox, max_concurrency=max_c,
-                                         limits=self.limits, image=ctx.image,
-                                         gateway_bind=ctx.gateway_bind)
+            ctx.executor = make_run_executor(wq, kind=ctx.executor_kind, sandbox=ctx.sandbox,
+                                             max_parallel=ctx.max_parallel, image=ctx.image,
+                                             gateway_bind=ctx.gateway_bind)
         self.executor = ctx.executor
         par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
         retries = wq.budgets.get("max_retries")

@@ -154,3 +154,23 @@ def test_records_cut_off_the_end_are_caught_through_the_exported_copies(ops_root
     assert bad.returncode == 1
     first = json.loads(bad.stdout)["first_bad"]
     assert first["code"] == "LEDGER_TRUNCATED" and first["sequence"] == 3
+
+
+def test_record_bytes_rewritten_as_text_is_a_named_bad_record(ops_root: Path, signer) -> None:
+    """The same bytes stored as TEXT are not the record: `dome ledger verify` names it and
+    `dome verify` reports the run invalid (exit 1) with a typed finding, not an internal error."""
+    _populate(ops_root, signer)
+    db = sqlite3.connect(ops_root / "dome.db")
+    _drop_triggers(db)
+    db.execute("UPDATE events SET record_bytes = CAST(record_bytes AS TEXT) "
+               f"WHERE run_id='run-main' AND sequence={TARGET_SEQ}")
+    db.commit()
+    db.close()
+    whole = dome_cli("ledger", "verify", "--ops-root", str(ops_root), "--json")
+    assert whole.returncode == 1, whole.stdout + whole.stderr
+    first = json.loads(whole.stdout)["first_bad"]
+    assert (first["run_id"], first["sequence"], first["code"]) == ("run-main", TARGET_SEQ, "RECORD_MALFORMED")
+    run = dome_cli("verify", "run-main", "--ops-root", str(ops_root), "--json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    details = " ".join(c["detail"] for c in json.loads(run.stdout)["failures"])
+    assert "LEDGER_RECORD_UNREADABLE" in details and f"sequence {TARGET_SEQ}" in details, details

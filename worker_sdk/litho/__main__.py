@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from .presets import PRESETS
 
@@ -64,8 +64,30 @@ class _Stdout:
         os.write(self.fd, (text + "\n").encode())
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments exit 2 with a typed USAGE error: under --json one JSON object on stdout, as
+    every other failure of the engine."""
+
+    json_errors = False  # set per invocation by main(); the sub-command parsers share it
+
+    def error(self, message: str) -> NoReturn:
+        from registry.errors import DomeError
+
+        err = DomeError(message, code="USAGE", hints=[f"{self.prog} --help lists the options"]).to_object()
+        if self.json_errors:
+            import json
+
+            from .violations import SCHEMA_VERSION
+
+            print(json.dumps({"schema_version": SCHEMA_VERSION, "status": "failed", "error": err}, sort_keys=True))
+        else:
+            self.print_usage(sys.stderr)
+            print(f"{self.prog}: USAGE: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dome litho", description="lithography engine (SOCS, ILT, metrics)")
+    p = _Parser(prog="dome litho", description="lithography engine (SOCS, ILT, metrics)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
@@ -181,6 +203,7 @@ def _human(resp: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     out = _Stdout()
     from registry.errors import DomeError
