@@ -51,7 +51,8 @@ def main() -> int:
     from worker_sdk.litho.api import kernels_dir
     from worker_sdk.litho.engine import evaluate
     from worker_sdk.litho.forward import get_model
-    from worker_sdk.litho.ilt import ILTConfig, optimize_mask
+    from worker_sdk.litho.ilt import ILTConfig
+    from worker_sdk.litho.iltbatch import optimize_mask
     from worker_sdk.litho.layout import load_layout, placement, rasterize, save_mask_png, write_mask_layout
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from registry.datasets import iccad13_data
     from worker_sdk.litho.forward import get_model
-    from worker_sdk.litho.ilt import ILTConfig, optimize_mask
+    from worker_sdk.litho.ilt import ILTConfig
+    from worker_sdk.litho.iltbatch import optimize_mask
     from worker_sdk.litho.iltbatch import ilt_masks_per_batch, optimize_masks
     from worker_sdk.litho.layout import load_layout, rasterize
 

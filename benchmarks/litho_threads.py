@@ -40,7 +40,8 @@ def main() -> int:
     from worker_sdk.litho.api import kernels_dir
     from worker_sdk.litho.engine import evaluate
     from worker_sdk.litho.forward import get_model
-    from worker_sdk.litho.ilt import ILTConfig, optimize_mask
+    from worker_sdk.litho.ilt import ILTConfig
+    from worker_sdk.litho.iltbatch import optimize_mask
     from worker_sdk.litho.layout import load_layout, placement, rasterize
 
     data = kernels_dir({"kernels": args.kernels} if args.kernels else {})

@@ -52,7 +52,7 @@ from registry.grant_errors import (
 from registry.signing import Keyring, SigningKey
 from registry import toolprofile as tp
 
-from .group_commit import GroupCommitter, grouped_call
+from .group_commit import GroupCommitter
 from .issuance import ISSUED_TOPIC, SignedGrant, _epoch, issue_profile, issued_payload  # noqa: F401 - re-exported
 
 CALL_TOPIC = "grant.call"
@@ -385,6 +385,36 @@ class GrantVerifier:
                    "jti": cached.payload.get("jti") if cached else None}
         self.ledger.append(run_id, REJECTED_TOPIC, payload, wave_id=wave_id, node_execution_id=node_execution_id)
 
+    def _grouped_call(self, g: Any, t: float, *, run_id: str, wave_id: str, nex: Any, method: str,
+                      token: str, idempotency_key: str | None, args: Any, record_rejections: bool) -> Iterator[Any]:
+        """The body of `authorize` for a read-only call (already verified and charged in
+        memory): its action runs outside any transaction (it writes nothing); its charge, after a
+        revocation check against the ledger, joins the verifier's next group commit, and the call
+        returns, so it is answered, only once that commit is durable."""
+
+        def charge(outcome: str, check_revoked: bool) -> None:
+            payload = self._charge_payload(g, t, spent=False, outcome=outcome, idempotency_key=idempotency_key,
+                                           args=args)
+
+            def write(tx: Any) -> Any:
+                if check_revoked and (getattr(tx, "is_revoked", None) or self.ledger.is_revoked)(g.jti, g.profile_id):
+                    raise GrantRevoked("grant was revoked", details={"jti": g.jti, "profile_id": g.profile_id})
+                return tx.append(run_id, CALL_TOPIC, payload, wave_id=wave_id, node_execution_id=nex)
+            self.group.submit(write)
+
+        try:
+            yield GatewayCall(tx=None, grant=g)
+        except BaseException:
+            charge("failed", False)  # the action failed: the call is still charged, as with a transaction
+            raise
+        try:
+            charge("ok", True)
+        except GrantRevoked as err:
+            self._refund(g, t, err)
+            if record_rejections:
+                self.record_rejection(err, run_id=run_id, method=method, token=token, wave_id=wave_id)
+            raise
+
     @contextmanager
     def authorize(self, token: str, *, method: str, run_id: str, wave_id: str, audience: str,
                   now: float | datetime | None = None, worker_id: str | None = None, args: Any = None,
@@ -406,8 +436,9 @@ class GrantVerifier:
         spend = g.single_use and g.method.spends_single_use
         nex = g.payload.get("node_execution_id")
         if self.group is not None and not g.method.is_write and not spend:
-            yield from grouped_call(self, g, t, run_id=run_id, wave_id=wave_id, nex=nex, method=method, token=token,
-                                    idempotency_key=idempotency_key, args=args, record_rejections=record_rejections)
+            yield from self._grouped_call(g, t, run_id=run_id, wave_id=wave_id, nex=nex, method=method,
+                                          token=token, idempotency_key=idempotency_key, args=args,
+                                          record_rejections=record_rejections)
             return
         try:
             with self.ledger.transaction() as tx:

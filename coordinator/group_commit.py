@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from registry.errors import DomeError
-from registry.grant_errors import GrantRevoked
 
 MAX_BATCH = 256
 
@@ -109,34 +108,3 @@ class GroupCommitter:
         for p in batch:
             p.done.set()
 
-
-def grouped_call(verifier: Any, g: Any, t: float, *, run_id: str, wave_id: str, nex: Any, method: str,
-                 token: str, idempotency_key: str | None, args: Any, record_rejections: bool) -> Iterator[Any]:
-    """The body of `GrantVerifier.authorize` for a read-only call (already verified and charged in
-    memory): its action runs outside any transaction (it writes nothing); its charge, after a
-    revocation check against the ledger, joins the verifier's next group commit, and the call
-    returns, so it is answered, only once that commit is durable."""
-    from .grants import CALL_TOPIC, GatewayCall  # grants imports this module
-
-    def charge(outcome: str, check_revoked: bool) -> None:
-        payload = verifier._charge_payload(g, t, spent=False, outcome=outcome, idempotency_key=idempotency_key,
-                                           args=args)
-
-        def write(tx: Any) -> Any:
-            if check_revoked and (getattr(tx, "is_revoked", None) or verifier.ledger.is_revoked)(g.jti, g.profile_id):
-                raise GrantRevoked("grant was revoked", details={"jti": g.jti, "profile_id": g.profile_id})
-            return tx.append(run_id, CALL_TOPIC, payload, wave_id=wave_id, node_execution_id=nex)
-        verifier.group.submit(write)
-
-    try:
-        yield GatewayCall(tx=None, grant=g)
-    except BaseException:
-        charge("failed", False)  # the action failed: the call is still charged, as with a transaction
-        raise
-    try:
-        charge("ok", True)
-    except GrantRevoked as err:
-        verifier._refund(g, t, err)
-        if record_rejections:
-            verifier.record_rejection(err, run_id=run_id, method=method, token=token, wave_id=wave_id)
-        raise

@@ -111,3 +111,100 @@ def test_no_cycle_between_the_units_of_coordinator() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# -- module cycles, through every import (in a function and under TYPE_CHECKING too) --------------
+
+# Until the branch that untangles the MCP front door's dispatch is merged, its one cycle is known;
+# the exemption goes with that merge. No other cycle is allowed.
+KNOWN_CYCLES = [{"coordinator.mcp.conformance", "coordinator.mcp.dispatch", "coordinator.mcp.orchestration"}]
+
+
+def module_graph(root: Path = REPO_ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports anywhere in its source: at load time, inside
+    a function or only for type checking. A name resolves to the deepest module that exists
+    (`from .jobs import Job` -> the jobs module; `from . import api` -> api)."""
+    paths = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for package in packages for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else str(node.module)
+                names = [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = resolve(name)
+                if target is not None and target != module:
+                    graph.setdefault(module, set()).add(target)
+    return graph
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Every set of modules that import one another round a cycle (the strongly connected
+    components of more than one module; Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[set[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def test_no_module_cycle_even_through_imports_inside_functions() -> None:
+    cycles = [c for c in module_cycles(module_graph()) if c not in KNOWN_CYCLES]
+    assert not cycles, "\n".join(" <-> ".join(sorted(c)) for c in cycles)
+
+
+def test_the_module_cycle_check_sees_imports_inside_functions(tmp_path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .b import thing\n")
+    (pkg / "b.py").write_text("def thing():\n    from . import c\n    return c\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import thing\n")
+    (pkg / "d.py").write_text("import pkg.a\n")
+    assert module_cycles(module_graph(tmp_path, ("pkg",))) == [{"pkg.a", "pkg.b", "pkg.c"}]

@@ -32,6 +32,8 @@ from coordinator.integration.validation import SuiteRunner, suite_name
 from registry.signing import Keyring
 
 from . import resolver as rv
+from .contracts import SIGNED_TOPICS
+from .finish import AnnouncedValidator, bind_proposals, outcome_of, repo_policy_for, task_meta_of
 from .baseline import T_BATCH, CanvasFacts, CanvasPolicy, advance_to, batch_due, fold_canvas, fold_events
 
 
@@ -49,7 +51,6 @@ class CanvasDriver:
     """One run's canvas during the run (the run loop owns it; one thread)."""
 
     def __init__(self, loop: Any, policy: CanvasPolicy) -> None:
-        from .finish import repo_policy_for, task_meta_of
 
         self.loop = loop
         self.policy = policy
@@ -132,7 +133,6 @@ class CanvasDriver:
     # -- batches -----------------------------------------------------------------
     def _accepted(self) -> list[dict[str, Any]]:
         """The winners' proposals and those of resolver attempts that succeeded (with their provenance)."""
-        from .finish import bind_proposals
         st = self.loop.writer.state
         done = {n: a for n, a in self.rfacts.attempts.items() if a.ended == "succeeded"}
         extra = [p for p in st.proposals if p.get("node_execution_id") in done]
@@ -198,7 +198,6 @@ class CanvasDriver:
 
     def _spawn_resolver(self, origin_id: str, req: Mapping[str, Any], try_no: int) -> None:
         """A resolver attempt on the current integration head, recorded with its grant and dispatch."""
-        from .loop import SIGNED_TOPICS
         assert self.canvas is not None
         src = self.checked.get(str(req["proposal_id"]).split(":split-")[0]) or self.checked.get(origin_id)
         node_id = rv.original_node(str((src.proposal if src else {}).get("node_id") or ""))
@@ -293,7 +292,6 @@ class CanvasDriver:
             return
         if self.validator is None:
             if self.loop.ctx.view is not None:
-                from .finish import AnnouncedValidator
                 self.validator = AnnouncedValidator(lambda: SuiteRunner(
                     self.repo, sandbox=self.loop.ctx.sandbox, put_artifact=self.loop.ctx.ledger.blobs.put),
                     self.loop.ctx.view)
@@ -316,7 +314,6 @@ class CanvasDriver:
     # -- the finish stage --------------------------------------------------------
     def finish(self, fc: Any) -> dict[str, Any]:
         """Integrate what is left, record the final plan, gate and promote."""
-        from .finish import outcome_of
         done = recorded_result(self.loop.ctx.ledger, self.run_id)
         if done is not None:
             if done.promotion is not None:

@@ -7,10 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .. import runstate as rs
 from ..runstate import RunState
 from ..workqueue import WorkQueue
 from .partial import PartialDecision
 from .writer import LedgerWriter
+
+# the run loop's own records that carry the coordinator's signature
+SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
 
 
 @dataclass

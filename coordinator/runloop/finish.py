@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from .loop import FinishedRun
+from .contracts import FinishedRun, default_finish
 
 
 def bound_proposals(fc: FinishedRun) -> list[dict[str, Any]]:
@@ -62,7 +62,6 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
     from coordinator.integration.finish import FinishContext
     from coordinator.integration.finish import finish_run
     if not fc.proposals:  # every task succeeded without a patch: nothing to integrate or promote
-        from .loop import default_finish
         return default_finish(fc)
     if fc.canvas is not None:  # integrated during the run: the driver completes what is left
         return fc.canvas.finish(fc)

@@ -48,7 +48,7 @@ from ..scheduler import RETRY_BUDGET_EXHAUSTED, SchedulerPolicy, decide, statuse
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase
-from .contracts import FinishedRun, RunContext, RunOutcome, default_finish, make_run_executor
+from .contracts import SIGNED_TOPICS, FinishedRun, RunContext, RunOutcome, default_finish, make_run_executor
 from .manifest import (RunError, RunNotFound, environment, host_container_ref,
                        new_run_id, node_seed, registry_ref, utc_stamp)
 from .lease import LeaseKeeper
@@ -66,7 +66,6 @@ TICK_S = 0.1  # the loop also wakes on every ledger append but QUIET_TOPICS
 QUIET_TOPICS = frozenset({CALL_TOPIC, rs.ARTIFACT_PUT, rs.PATCH_SUBMITTED, rs.TASK_PROGRESS})
 GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections while a run is driven (Python's default: 700)
 FINAL_STATUSES = ("promoted", "blocked", "failed", "cancelled", "completed")
-SIGNED_TOPICS = frozenset({rs.SCHEDULING_DECISION, "grant.issued", rs.RUN_STARTED, rs.RUN_RESUMED, rs.RUN_FINISHED})
 
 
 
@@ -376,7 +375,7 @@ class RunLoop(AttemptLifecycle):
         assert self.lease is not None
         self._prepare()
         old_handlers = install_cancel_signals(self.cancel)
-        from .canvas_driver import driver_for
+        from .canvas_driver import driver_for  # integration's modules: loaded once the run is under way
         self.canvas = driver_for(self)
         # what start-up made (modules, registry, graph, gateway) lives as long as the run: keep it out
         # of the cyclic collector's full passes, which would otherwise walk it again and again; and

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from worker_sdk.litho.ilt import ILTConfig, Stage, optimize_mask
+from worker_sdk.litho.ilt import ILTConfig, Stage
+from worker_sdk.litho.iltbatch import optimize_mask
 from worker_sdk.litho.iltbatch import ILT_MEMORY_FACTOR, ilt_masks_per_batch, optimize_masks
 from worker_sdk.litho.engine import bytes_per_clip
 from worker_sdk.litho.layout import load_layout, rasterize

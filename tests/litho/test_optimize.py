@@ -13,7 +13,9 @@ from tests.conftest import dome_cli
 from worker_sdk.litho import api, pins
 from worker_sdk.litho.engine import evaluate
 from worker_sdk.litho.errors import CacheEvicted, LayoutNotPinned
-from worker_sdk.litho.ilt import ILTConfig, Stage, cleanup, optimize_mask
+from worker_sdk.litho.ilt import ILTConfig, Stage, cleanup
+from worker_sdk.litho.iltbatch import optimize_mask
+from worker_sdk.litho.jobs import start_job
 from worker_sdk.litho.layout import load_layout, rasterize
 from worker_sdk.litho.violations import encode_violation_id
 
@@ -111,7 +113,7 @@ def _big_tensors() -> int:
 
 def test_cancel_running_optimize_stops_within_one_second(iccad13, tmp_path, litho_env, model64, model32):
     baseline = _big_tensors()
-    job = api.start_job("optimize", {"layout": str(glp(1, iccad13)), "iterations": 100000,
+    job = start_job("optimize", {"layout": str(glp(1, iccad13)), "iterations": 100000,
                                      "out": str(tmp_path / "never.oas")})
     deadline = time.monotonic() + 600
     while job.progress.get("iteration", 0) < 3:

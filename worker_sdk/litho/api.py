@@ -10,101 +10,31 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from registry.canonical import digest_bytes
-from registry.datasets import iccad13_data
 from registry.schema_store import validate
 from worker_sdk.cancel import NEVER, CancellationToken
 
 from . import pins
 from .capabilities import LAYOUT_AREA_NM2_MAX, MAX_VIOLATIONS_PER_RESPONSE, VIOLATION_COUNT_MAX, capabilities
 from .errors import BadRequest, CacheEvicted, LayoutFormatError, ViolationNotFound
-from .layout import FILLS, Layout, load_layout, load_mask_png, rasterize
+from .layout import FILLS, rasterize
+from .inputs import ENGINE, ENGINE_VERSION, kernels_dir, load_model  # noqa: F401 - kernels_dir: part of the api
+from .inputs import Inputs as _Inputs, load_inputs as _load_inputs, window as _window
 from .provenance import stamp_result
 from .violations import (RULE_DECK_NAME, RULES, SCHEMA_VERSION, TOPOLOGY_RULES, RawRecord, decode_violation_id,
                          dedup, encode_violation_id, rule_deck, rule_deck_hash)
 
-ENGINE = "dome.litho"
-ENGINE_VERSION = "0.1.0"
 MODEL = "socs-bandlimited-v1"
 
 
 def dumps(response: dict[str, Any]) -> str:
     """The one serialisation of a response (sorted keys, compact, ASCII): what the CLI prints."""
     return json.dumps(response, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def kernels_dir(request: dict[str, Any]) -> Path:
-    """The ICCAD 2013 data folder for a request: its `kernels`, else the one resolver's answer."""
-    d = iccad13_data(request.get("kernels"))
-    if d is None:
-        raise BadRequest("no ICCAD 2013 data folder", code="LITHO_KERNELS_NOT_FOUND",
-                         hints=["pass kernels=<dir> or set DOME_ICCAD13_DATA"])
-    return d
-
-
-def load_model(request: dict[str, Any], dtype: str = "float64"):
-    """The SOCS model for a request (its kernels folder, kernel source and device), cached per process."""
-    import torch
-
-    from . import fftsafe
-    from .forward import get_model
-    from .threads import apply_threads
-
-    apply_threads(request.get("threads"))
-
-    d = kernels_dir(request)
-    if not (d / "kernels_bin").is_dir() and not (d / "kernels_pt").is_dir():
-        raise BadRequest(f"no ICCAD 2013 kernels under {d}", code="LITHO_KERNELS_NOT_FOUND",
-                         hints=["pass kernels=<dir> or set DOME_ICCAD13_DATA"])
-    source = request.get("kernel_source", "bin")
-    device = request.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = get_model(d, 2048, device=device, dtype=getattr(torch, dtype), kernel_source=source)
-    fftsafe.self_test(model.size, model.device, (model.dtype,))  # again if the thread count changed
-    return model
-
-
-def _window(request: dict[str, Any], model):
-    from .process import process_window
-
-    return process_window(request.get("corners"), request.get("pvb_grid"), model.kernel_names)
-
-
-@dataclass
-class _Inputs:
-    layout: Layout
-    layout_path: str
-    mask: np.ndarray | None
-    mask_layout: Layout | None
-    mask_desc: dict[str, Any]
-    fill: str
-
-
-def _load_inputs(request: dict[str, Any]) -> _Inputs:
-    fill = request.get("fill", "lithobench")
-    if fill not in FILLS:
-        raise BadRequest(f"unknown fill {fill!r}", hints=["lithobench or exact"])
-    lpath = request["layout"]
-    layout = load_layout(lpath, request.get("layer"))
-    mask = None
-    mask_layout = None
-    desc: dict[str, Any] = {"kind": "target"}
-    mp = request.get("mask")
-    if mp:
-        p = Path(mp)
-        if p.suffix.lower() == ".png":
-            mask = load_mask_png(p)
-            desc = {"kind": "png", "path": str(mp), "digest": digest_bytes(p.read_bytes()), "threshold": 127}
-        else:
-            mask_layout = load_layout(p, request.get("mask_layer"))
-            desc = {"kind": "layout", "path": str(mp), "digest": digest_bytes(p.read_bytes()),
-                    "layer": mask_layout.layer, "mask_fill": "exact"}
-    return _Inputs(layout, str(lpath), mask, mask_layout, desc, fill)
 
 
 def _provenance(inp: _Inputs, ev, model, deck_hash: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -436,7 +366,8 @@ def optimize(request: dict[str, Any], token: CancellationToken | None = None,
     `journal`: a tiled request's tilejournal.TileJournal (a tile task's durable finished tiles)."""
     from .engine import evaluate as run_eval
     from .engine import needs_tiling
-    from .ilt import ILTConfig, optimize_mask
+    from .ilt import ILTConfig
+    from .iltbatch import optimize_mask
     from .layout import placement, save_mask_png, write_mask_layout
 
     validate("litho/optimize_request", request)
@@ -566,6 +497,3 @@ def describe() -> dict[str, Any]:
         t: {"request_schema": f"litho/{t}_request", "response_schema": f"litho/{t}_response"}
         for t in ("evaluate", "optimize", "simulate")}}
 
-
-# jobs (job_id + poll, RFC 0006 §1 G2 path B) live in jobs.py
-from .jobs import JOBS, Job, release_memory, start_job  # noqa: E402,F401

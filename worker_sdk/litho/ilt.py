@@ -15,15 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-from worker_sdk.cancel import NEVER, CancellationToken
-
-from .forward import CORNERS, Corner, SOCSModel
 
 
 @dataclass(frozen=True)
@@ -80,30 +75,6 @@ def setup_determinism(seed: int) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
     except Exception:  # pragma: no cover - older torch
         pass
-
-
-def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTConfig(), *,
-                  token: CancellationToken = NEVER, progress: Callable[[int, int, float], None] | None = None,
-                  init: np.ndarray | None = None, corners: Sequence[Corner] = CORNERS,
-                  free: np.ndarray | None = None, fixed: np.ndarray | None = None,
-                  weight: np.ndarray | None = None, clean: bool = True) -> ILTResult:
-    """Optimise a mask for `target` (uint8 [N, N]) and return the cleaned binary mask.
-
-    A tile of a larger layout passes `free` (bool [N, N], the pixels optimised, aligned to the
-    coarsest stage), `fixed` (the mask elsewhere: neighbours' finished cores or the target) and
-    `weight` (where the print counts in the loss); `clean=False` returns the raw binary mask.
-
-    corners: the process window; the nominal corner has weight 1, the others `pvb_weight`, and
-    the band term is the squared spread (max - min) of the other corners' soft prints (for the
-    ICCAD pair: (Z_max - Z_min)^2)."""
-    from .iltbatch import optimize_masks  # the one stage loop, run here on a stack of one
-
-    def one(a: np.ndarray | None) -> list[np.ndarray] | None:
-        return None if a is None else [a]
-
-    return optimize_masks(model, [target], config, token=token, progress=progress, inits=one(init),
-                          corners=corners, frees=one(free), fixeds=one(fixed), weights=one(weight),
-                          clean=clean)[0]
 
 
 def bridge_gaps(target: np.ndarray, gap: int) -> np.ndarray:

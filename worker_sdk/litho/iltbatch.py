@@ -1,6 +1,6 @@
 """Batched ILT: B masks (tiles of one wave, or clips) optimised as one [B, N, N] tensor.
 
-`optimize_masks` is the one home of ILT's stage loop; `ilt.optimize_mask`
+`optimize_masks` is the one home of ILT's stage loop; `optimize_mask`
 runs it on a stack of one. A stack shares one parameter tensor [B, Ns, Ns],
 one mask spectrum, one synthesis per kernel set and one backward pass per
 iteration. The loss is the sum of the per-mask losses, so each mask's
@@ -57,13 +57,36 @@ def _stack(arrays: Sequence[np.ndarray | None] | None, b: int, dt, dev) -> torch
     return torch.as_tensor(np.stack([np.asarray(a) for a in arrays]), dtype=dt, device=dev)
 
 
+def optimize_mask(model: SOCSModel, target: np.ndarray, config: ILTConfig = ILTConfig(), *,
+                  token: CancellationToken = NEVER, progress: Callable[[int, int, float], None] | None = None,
+                  init: np.ndarray | None = None, corners: Sequence[Corner] = CORNERS,
+                  free: np.ndarray | None = None, fixed: np.ndarray | None = None,
+                  weight: np.ndarray | None = None, clean: bool = True) -> ILTResult:
+    """Optimise a mask for `target` (uint8 [N, N]) and return the cleaned binary mask.
+
+    A tile of a larger layout passes `free` (bool [N, N], the pixels optimised, aligned to the
+    coarsest stage), `fixed` (the mask elsewhere: neighbours' finished cores or the target) and
+    `weight` (where the print counts in the loss); `clean=False` returns the raw binary mask.
+
+    corners: the process window; the nominal corner has weight 1, the others `pvb_weight`, and
+    the band term is the squared spread (max - min) of the other corners' soft prints (for the
+    ICCAD pair: (Z_max - Z_min)^2)."""
+    # the one stage loop, run here on a stack of one
+    def one(a: np.ndarray | None) -> list[np.ndarray] | None:
+        return None if a is None else [a]
+
+    return optimize_masks(model, [target], config, token=token, progress=progress, inits=one(init),
+                          corners=corners, frees=one(free), fixeds=one(fixed), weights=one(weight),
+                          clean=clean)[0]
+
+
 def optimize_masks(model: SOCSModel, targets: Sequence[np.ndarray], config: ILTConfig = ILTConfig(), *,
                    token: CancellationToken = NEVER,
                    progress: Callable[[int, int, float], None] | None = None,
                    inits: Sequence[np.ndarray] | None = None, corners: Sequence[Corner] = CORNERS,
                    frees: Sequence[np.ndarray] | None = None, fixeds: Sequence[np.ndarray] | None = None,
                    weights: Sequence[np.ndarray] | None = None, clean: bool = True) -> list[ILTResult]:
-    """`ilt.optimize_mask` for each target, run as one [B, N, N] stack. `frees`, `fixeds`,
+    """`optimize_mask` for each target, run as one [B, N, N] stack. `frees`, `fixeds`,
     `weights` and `inits` are per target (all given or none). Returns one ILTResult per target
     (its own loss history; `seconds` is the batch's wall time)."""
     b = len(targets)

@@ -16,13 +16,13 @@ from typing import Any, Mapping
 
 from registry.provenance import complete
 
+from .inputs import ENGINE, ENGINE_VERSION
+
 
 @lru_cache(maxsize=1)
 def engine_versions() -> dict[str, str]:
     import numpy
     import torch  # the forward model's engine: every litho result was computed with it
-
-    from .api import ENGINE, ENGINE_VERSION
 
     return {ENGINE: ENGINE_VERSION, "numpy": numpy.__version__, "python": ".".join(map(str, sys.version_info[:3])),
             "torch": str(torch.__version__)}

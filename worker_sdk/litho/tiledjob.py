@@ -138,16 +138,15 @@ def prepare(request: dict[str, Any]):
     what a work queue's repository commits before its tile tasks run. Returns the TilePlan."""
     from registry.schema_store import validate
 
-    from . import api
     from .ilt import ILTConfig
-
+    from .inputs import load_inputs, load_model, window as process_window
     from .presets import apply_preset
 
     validate("litho/optimize_request", request)
     request = apply_preset(request)  # the same settings optimize pins the folder to
-    inp = api._load_inputs({k: request[k] for k in ("layout", "layer", "fill") if k in request})
-    model32 = api.load_model(request, "float32")
-    window = api._window(request, model32)
+    inp = load_inputs({k: request[k] for k in ("layout", "layer", "fill") if k in request})
+    model32 = load_model(request, "float32")
+    window = process_window(request, model32)
     cfg = ILTConfig.from_request(request)
     plan = tiled.plan_layout(inp.layout, model32, inp.fill, (request.get("tiling") or {}).get("halo_nm"))
     tiled.TileStore(tile_dir(request), tiled.store_pin(plan, inp.layout, cfg, request.get("mrc"), window))
