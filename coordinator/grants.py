@@ -161,18 +161,9 @@ class GrantVerifier:
                idempotency_key: str | None = None, proof: str | None = None) -> VerifiedGrant:
         """Every check, in order; raises the first failing check's GrantError. Writes nothing."""
         t = _epoch(now)
-        v = self._cache.get(token) if isinstance(token, str) else None
-        warm = v is not None and v.kid in self.keyring
-        if not warm:
-            if not isinstance(token, str):
-                raise GrantMalformed("a grant token is a string")
-            v = self._cold(token)
-            self.stats["cold"] += 1
-        else:
-            self.stats["warm"] += 1
+        v, warm = self._token(token)
         p = v.payload
-        tp.check_audience(p, audience)
-        tp.check_binding(p, run_id=run_id, wave_id=wave_id, worker_id=worker_id)
+        self._check_audience_and_binding(p, audience=audience, run_id=run_id, wave_id=wave_id, worker_id=worker_id)
         proof_sig = args_canon = None
         if "cnf" in p:
             if tp.is_call_mac(proof):  # the warm form: one HMAC under the key registered at attempt start
@@ -186,15 +177,8 @@ class GrantVerifier:
             seen = self._proofs.get(proof_sig)
             if seen is not None and seen > t:
                 raise GrantProofReplayed("this call proof was already used", details={"method": method})
-        if t + self.leeway < v.nbf or t - self.leeway >= v.exp:
-            tp.check_time(p, t, self.leeway)
-        self._ensure_run(run_id)
+        self._check_time_and_state(v, t, run_id=run_id, ask_ledger=False)
         jti, profile_id = p["jti"], p["profile_id"]
-        if jti in self._spent:
-            raise GrantReplayed("this single-use grant was already spent by a write", details={"jti": jti},
-                                hints=["each node attempt gets a fresh grant"])
-        if jti in self._revoked_jti or profile_id in self._revoked_profiles:
-            raise GrantRevoked("grant was revoked", details={"jti": jti, "profile_id": profile_id})
         m = self._method(method)
         if m.is_admin:
             raise GrantAdminMethodDenied(f"{method!r} is an admin method: coordinator-only, never a worker's",
@@ -230,23 +214,50 @@ class GrantVerifier:
         payload type, audience, run (and wave/worker when given) binding, time, jti
         and revocation, the latter also against the ledger. Returns the payload."""
         t = _epoch(now)
-        v = self._cache.get(token) if isinstance(token, str) else None
-        if v is None or v.kid not in self.keyring:
-            v = self._cold(token)
+        v, _ = self._token(token)
         p = v.payload
+        self._check_audience_and_binding(p, audience=audience, run_id=run_id,
+                                         wave_id=p["wave_id"] if wave_id is None else wave_id,
+                                         worker_id=p.get("worker_id") if worker_id is None else worker_id)
+        self._check_time_and_state(v, t, run_id=run_id, ask_ledger=True)
+        return p
+
+    # ---- the checks every verification makes, written once ------------------------
+    def _token(self, token: Any) -> tuple[_Verified, bool]:
+        """Checks 1-2 (signature, payload type), from the cache when this token passed them
+        before under a key still in the keyring. Returns the claims and whether it was cached."""
+        v = self._cache.get(token) if isinstance(token, str) else None
+        if v is not None and v.kid in self.keyring:
+            self.stats["warm"] += 1
+            return v, True
+        if not isinstance(token, str):
+            raise GrantMalformed("a grant token is a string")
+        self.stats["cold"] += 1
+        return self._cold(token), False
+
+    @staticmethod
+    def _check_audience_and_binding(p: Mapping[str, Any], *, audience: str, run_id: str, wave_id: str | None,
+                                    worker_id: str | None) -> None:
+        """Checks 3-4: the grant is for this audience and bound to this run (wave, worker)."""
         tp.check_audience(p, audience)
-        tp.check_binding(p, run_id=run_id, wave_id=p["wave_id"] if wave_id is None else wave_id,
-                         worker_id=p.get("worker_id") if worker_id is None else worker_id)
+        tp.check_binding(p, run_id=run_id, wave_id=wave_id, worker_id=worker_id)
+
+    def _check_time_and_state(self, v: _Verified, t: float, *, run_id: str, ask_ledger: bool) -> None:
+        """Checks 5-7: inside its validity window (with the leeway), not spent by a write, not
+        revoked. Revocations this verifier has seen are in memory; `ask_ledger` also asks the
+        ledger for a run this verifier does not follow (a listing outside the run loop)."""
+        p = v.payload
         if t + self.leeway < v.nbf or t - self.leeway >= v.exp:
             tp.check_time(p, t, self.leeway)
         self._ensure_run(run_id)
-        if p["jti"] in self._spent:
-            raise GrantReplayed("this single-use grant was already spent by a write", details={"jti": p["jti"]})
-        if (p["jti"] in self._revoked_jti or p["profile_id"] in self._revoked_profiles
-                or (self.ledger is not None and run_id not in self._followed
-                    and self.ledger.is_revoked(p["jti"], p["profile_id"]))):
-            raise GrantRevoked("grant was revoked", details={"jti": p["jti"], "profile_id": p["profile_id"]})
-        return p
+        jti, profile_id = p["jti"], p["profile_id"]
+        if jti in self._spent:
+            raise GrantReplayed("this single-use grant was already spent by a write", details={"jti": jti},
+                                hints=["each node attempt gets a fresh grant"])
+        if (jti in self._revoked_jti or profile_id in self._revoked_profiles
+                or (ask_ledger and self.ledger is not None and run_id not in self._followed
+                    and self.ledger.is_revoked(jti, profile_id))):
+            raise GrantRevoked("grant was revoked", details={"jti": jti, "profile_id": profile_id})
 
     def verify_egress(self, token: str, *, run_id: str, audience: str, proof: str | None,
                       request: Mapping[str, Any], now: float | datetime | None = None) -> Mapping[str, Any]:

@@ -67,15 +67,18 @@ class IdempotencyConflict(DomeError):
     code = "IDEMPOTENCY_CONFLICT"
 
 
-class ProposalRejected(DomeError):
+class ProposalInvalid(DomeError):
+    """A submit_patch the gateway refuses before recording it (integration's later verdict on a
+    recorded proposal is `integration.proposals.ProposalRejected`)."""
+
     code = "PROPOSAL_INVALID"
 
 
-class BaseMismatch(ProposalRejected):
+class BaseMismatch(ProposalInvalid):
     code = "BASE_MISMATCH"
 
 
-class PathDenied(ProposalRejected):
+class PathDenied(ProposalInvalid):
     code = "PATH_DENIED"
 
 
@@ -289,9 +292,10 @@ def put_artifact(backend: GatewayBackend, args: dict, call: CallContext) -> dict
     return _idempotent(backend, "put_artifact", args, work, call)
 
 
-def check_proposal(backend: GatewayBackend, proposal: Mapping[str, Any], att: Mapping[str, Any],
+def check_submission(backend: GatewayBackend, proposal: Mapping[str, Any], att: Mapping[str, Any],
                    neid: str) -> dict[str, Any]:
-    """Verify a submitted PatchProposal against its attempt and its uploaded diff; return the
+    """The gateway's check of a submit_patch (integration's verdict is `integration.proposals.check_proposal`):
+    verify a submitted PatchProposal against its attempt and its uploaded diff; return the
     diff digest and touched files. Each refusal is a typed error."""
     schema_validate("patch_proposal", proposal)
     if proposal["base_ref"] != att["base_ref"]:
@@ -307,19 +311,19 @@ def check_proposal(backend: GatewayBackend, proposal: Mapping[str, Any], att: Ma
     check_binding(proposal, grant_of(att, neid))
     diff_ref = proposal.get("diff_ref")
     if not diff_ref:
-        raise ProposalRejected("proposal has no diff_ref (upload the canonical diff with put_artifact)")
+        raise ProposalInvalid("proposal has no diff_ref (upload the canonical diff with put_artifact)")
     raw = backend.artifact(diff_ref)
     try:  # parsed once: the digest is of its canonical form, as integration recomputes it
         check_canonicalization(proposal["diff_canonicalization"])
         parsed = parse_diff(raw)
         desc = {"diff_digest": sha_digest(serialize_diff(parsed)), "touched_files": parsed.touched_files()}
     except DiffError as exc:
-        raise ProposalRejected(f"diff does not parse: {exc.message}", details={"diff_ref": diff_ref}) from None
+        raise ProposalInvalid(f"diff does not parse: {exc.message}", details={"diff_ref": diff_ref}) from None
     if desc["diff_digest"] != proposal["diff_digest"]:
-        raise ProposalRejected("recomputed diff_digest differs", code="DIFF_DIGEST_MISMATCH",
+        raise ProposalInvalid("recomputed diff_digest differs", code="DIFF_DIGEST_MISMATCH",
                                details={"claimed": proposal["diff_digest"], "recomputed": desc["diff_digest"]})
     if sorted(desc["touched_files"]) != sorted(proposal["touched_files"]):
-        raise ProposalRejected("touched_files do not match the diff")
+        raise ProposalInvalid("touched_files do not match the diff")
     bad = path_policy(desc["touched_files"])
     if bad:
         raise PathDenied("proposal touches denied paths", details={"paths": bad})
@@ -331,7 +335,7 @@ def submit_patch(backend: GatewayBackend, args: dict, call: CallContext) -> dict
     att = _live(backend, neid, call)
     _refuse_ended(backend, neid)
     proposal = args["proposal"]
-    desc = check_proposal(backend, proposal, att, neid)
+    desc = check_submission(backend, proposal, att, neid)
 
     def work(tx: Any) -> tuple[dict, list]:
         rec = _append(backend, tx, rs.PATCH_SUBMITTED, att, neid, "submit_patch", args,
