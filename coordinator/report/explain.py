@@ -15,7 +15,7 @@ before integration).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 STDERR_TAIL_LINES = 6
 DETAIL_CHARS = 160
@@ -143,6 +143,9 @@ def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
     return "\n".join(r[:200] for r in rows[-lines:])
 
 
+_Obj = Mapping[str, Any]  # an event, a payload
+
+
 class Explainer:
     """The fold, one event at a time: `feed(event)` returns the integration
     decisions that event adds (the live view prints them as they happen);
@@ -175,175 +178,217 @@ class Explainer:
                 if o.split(":split-")[0] != root and path in self.files_of.get(o.split(":split-")[0], set())]
 
     def feed(self, ev: Mapping[str, Any]) -> list[Decision]:
-        ex, fates, node_of, files_of = self.ex, self.fates, self.node_of, self.files_of
-        on_stack, attempts, last_failure, succeeded = self.on_stack, self.attempts, self.last_failure, self.succeeded
-        fate, holders = self.fate, self.holders
-        n0 = len(ex.decisions)
-        topic = ev.get("topic")
+        """The decisions this event adds: its topic's handler folds it in (topics without one add nothing)."""
+        handler = _HANDLERS.get(ev.get("topic"))
+        if handler is None:
+            return []
+        n0 = len(self.ex.decisions)
         p: Mapping[str, Any] = ev.get("payload") or {}
-        seq = int(ev.get("sequence") or 0)
-        node = ev.get("node_id") or p.get("node_id")
-        pid = str(p.get("proposal_id") or "")
-        if topic == "run.started":
-            ex.target_ref = p.get("promote_to")
-        elif topic == "task.dispatched" and node:
-            attempts[node] = attempts.get(node, 0) + 1
-        elif topic == "task.completed" and node and p.get("outcome") == "succeeded":
-            succeeded.add(node)
+        handler(self, ev, p, int(ev.get("sequence") or 0), ev.get("node_id") or p.get("node_id"),
+                str(p.get("proposal_id") or ""))
+        return self.ex.decisions[n0:]
+
+    # -- one handler per topic ---------------------------------------------------------------
+    def _on_run_started(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        self.ex.target_ref = p.get("promote_to")
+
+    def _on_task_dispatched(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not node:
+            return
+        self.attempts[node] = self.attempts.get(node, 0) + 1
+
+    def _on_task_end(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        """A task attempt ended: a success (maybe a resolver with nothing left to do) or why it did not."""
+        if not node:
+            return
+        if ev.get("topic") == "task.completed" and p.get("outcome") == "succeeded":
+            self.succeeded.add(node)
             resolves = self.resolver_of.get(str(ev.get("node_execution_id") or p.get("node_execution_id")))
             if resolves and NODE_SEP in node and not p.get("proposal_id"):
-                o = fate(resolves)
+                o = self.fate(resolves)
                 o.status, o.decision, o.sequence = "resolved", "resolver", seq
                 o.reason = f"resolver {node} found nothing left to do on the integration head"
-                ex.decisions.append(Decision(seq, "resolved", f"{o.node_id or _short(o.proposal_id)}: {o.reason}",
-                                             o.proposal_id))
-        elif topic in ("task.completed", "task.failed", "task.timeout", "task.lost") and node:
-            err = p.get("error") if isinstance(p.get("error"), Mapping) else {}
-            details = err.get("details") if isinstance(err.get("details"), Mapping) else {}
-            code = str(err.get("code") or {"task.timeout": "TIMEOUT", "task.lost": "LOST"}.get(topic, "FAILED"))
-            message = str(err.get("message") or p.get("reason") or "")
-            last_failure[node] = (code, message, str(details.get("stderr_tail") or p.get("stderr_tail") or ""))
-        elif topic == "patch.submitted" and pid:
-            node_of[pid] = str(node or "")
-            files_of[pid] = set(p.get("touched_files") or [])
-            fate(pid)
-        elif topic == "integration.proposal_verified" and pid:
-            node_of.setdefault(pid, str(p.get("node_id") or node or ""))
-            files_of[pid] = set(p.get("touched_files") or files_of.get(pid, ()))
-            f = fate(pid)
-            f.node_id, f.files = node_of[pid], sorted(files_of[pid])
-            res = p.get("resolves") if isinstance(p.get("resolves"), Mapping) else {}
-            f.resolves = str(res.get("origin_proposal_id") or "") or None
-            what = (f" (resolver of {fate(f.resolves).node_id or _short(f.resolves)}, conflict decision "
-                    f"{res.get('conflict_decision')})" if f.resolves else "")
-            ex.decisions.append(Decision(seq, "verify", f"{f.node_id}: proposal verified{what}", pid))
-        elif topic == "wave.started" and p.get("base_source") == "integration_head":
-            ex.decisions.append(Decision(seq, "wave", f"wave {p.get('wave_id')} starts from the integration head "
-                                         f"{str(p.get('base_ref'))[:12]}: {', '.join(p.get('nodes') or [])}"))
-        elif topic == "resolver.spawned":
-            self.resolver_of[str(p.get("node_execution_id"))] = str(p.get("origin") or pid)
-            o = fate(str(p.get("origin") or pid))
-            ex.decisions.append(Decision(seq, "resolver", f"resolver {p.get('node_id')} (try {p.get('try')}) "
-                                         f"starts on the integration head {str(p.get('base_ref'))[:12]} for "
-                                         f"{o.node_id or _short(o.proposal_id)}", o.proposal_id))
-        elif topic == "integration.resolver_exhausted" and pid:
-            f = fate(pid)
-            f.status, f.decision, f.sequence, f.reason = "dropped", "drop", seq, f"dropped: {p.get('reason')}"
-            ex.decisions.append(Decision(seq, "drop", f"drop {f.node_id or _short(pid)}: {p.get('reason')}", pid))
-        elif topic == "integration.proposal_rejected" and pid:
-            f = fate(pid)
-            rej = [r for r in p.get("rejections") or [] if isinstance(r, Mapping)]
-            f.status, f.decision, f.sequence = "rejected", "reject", seq
-            f.reason = "rejected at verification: " + "; ".join(
-                f"{r.get('code')}: {_clip(r.get('message', ''), 100)}" for r in rej)
-            ex.decisions.append(Decision(seq, "reject", f"{f.node_id or _short(pid)}: {f.reason}", pid))
-        elif topic == "integration.stack_plan":
-            layers = _count(p.get("ordered_proposals"))
-            # a plan that supersedes another is the one the gate judges (after validation and any ejection)
-            what = f"stack plan revision {p.get('revision')}" if p.get("supersedes") else "stack plan"
-            ex.decisions.append(Decision(seq, "plan", f"{what} with {layers} layer(s)" if layers else what))
-        elif topic == "integration.apply_result" and pid:
-            f = fate(pid)
-            if p.get("applied"):
-                if pid not in on_stack:
-                    on_stack.append(pid)
-                f.status, f.reason, f.sequence = "applied", "applied", seq
-                part = f" (part {pid.rsplit(':split-', 1)[1]})" if ":split-" in pid else ""
-                ex.decisions.append(Decision(seq, "apply", f"applied {f.node_id or _short(pid)}{part}", pid))
-                if f.resolves:
-                    o = fate(f.resolves)
-                    f.reason = f"applied; resolves {o.node_id or _short(o.proposal_id)}'s conflict"
-                    o.status, o.decision, o.sequence, o.resolved_by = "resolved", "resolver", seq, pid
-                    o.reason = f"resolved onto the integration head by {f.node_id or _short(pid)}"
-                    ex.decisions.append(Decision(seq, "resolved", f"{o.node_id or _short(o.proposal_id)} resolved "
-                                                 f"by {f.node_id or _short(pid)}", o.proposal_id))
-        elif topic == "integration.conflict_decision" and pid:
-            f = fate(pid)
-            action = str(p.get("action", ""))
-            conflicts = [c for c in p.get("conflicts") or [] if isinstance(c, Mapping)]
-            hunks = [_hunk_text(c) for c in conflicts]
-            with_ = sorted({h for c in conflicts for h in holders(str(c.get("path")), pid)})
-            where = ", ".join(hunks) or "the stack"
-            who = f", already changed by {', '.join(with_)}" if with_ else ""
-            reason = str(p.get("reason", ""))
-            text = f"{action} {f.node_id or _short(pid)}: {where}{who}; {reason}"
-            ex.decisions.append(Decision(seq, action or "conflict", text, pid))
-            if action in ("drop", "resolver"):
-                f.status = "dropped" if action == "drop" else "awaiting_resolver"
-                f.decision, f.decision_id, f.sequence = action, p.get("decision_id"), seq
-                f.hunks, f.conflicts_with = hunks, with_
-                f.reason = f"{'dropped' if action == 'drop' else 'sent to a resolver'}: conflict at {where}{who}"
-                root = pid.split(":split-")[0]
-                if ":split-" in pid and root in fates and fates[root].status == "split":
-                    fates[root].reason += f"; the rest ({where}{who}) dropped"
-                    fates[root].hunks, fates[root].conflicts_with = hunks, with_
-            elif action == "reorder":
-                f.decision, f.hunks, f.conflicts_with = "reorder", hunks, with_
-        elif topic == "integration.split_result" and pid:
-            f = fate(pid)
-            a, b = str(p.get("proposal_id_A")), str(p.get("proposal_id_B"))
-            f.status, f.decision, f.sequence, f.parts = "split", "split", seq, [a, b]
-            f.reason = f"split {str(p.get('partitioning', '')).replace('_', ' ')}: the part that applies landed"
-            fate(a).node_id = fate(b).node_id = f.node_id
-            ex.decisions.append(Decision(seq, "split", f"split {f.node_id or _short(pid)} into "
-                                         f"{_short(a)} and {_short(b)}", pid))
-        elif topic == "integration.validation_report":
-            suite = str(p.get("suite") or (p.get("environment") or {}).get("suite", {}).get("suite", "?"))
-            passed = bool(p.get("passed", p.get("result") in ("pass", "passed")))
-            v = ValidationRun(seq, suite, str(p.get("phase") or "final"), passed, str(p.get("head_ref") or ""),
-                              str(p.get("checkpoint_id") or ""),
-                              _items(p.get("included_proposals") or p.get("proposal_ids")),
-                              p.get("duration_s"))
-            ex.validations.append(v)
-            ex.decisions.append(Decision(seq, "validation", f"{v.phase} validation {suite} on "
-                                         f"{_count(p.get('included_proposals') or p.get('proposal_ids'))} proposal(s): "
-                                         f"{'passed' if passed else 'FAILED'}"))
-        elif topic == "integration.bisect":
-            self.bisect_suites = [str(x) for x in p.get("failing_suites") or []]
-            culprits = [node_of.get(c.split(":split-")[0], c) for c in p.get("culprit_proposal_ids") or []]
-            ex.decisions.append(Decision(seq, "bisect", f"bisect over {len(p.get('steps') or [])} step(s): "
-                                         f"{', '.join(p.get('failing_suites') or [])} fails first with "
-                                         f"{', '.join(culprits) or '?'}"))
-        elif topic == "integration.ejected":
-            suites = self.bisect_suites
-            for e_pid in p.get("proposal_ids") or []:
-                f = fate(str(e_pid))
-                f.status, f.decision, f.sequence = "ejected", "bisect", seq
-                f.failing_suites = [s for s in suites if s]
-                f.reason = (f"ejected by bisect: suite {', '.join(f.failing_suites) or '?'} fails with it "
-                            f"(checkpoint {p.get('checkpoint_id')})")
-                if e_pid in on_stack:
-                    on_stack.remove(e_pid)
-            for r_pid in p.get("reapplied") or []:
-                if r_pid in on_stack:
-                    on_stack.remove(r_pid)  # re-applied below, in order
-            ex.decisions.append(Decision(seq, "eject", "ejected " + ", ".join(
-                fate(str(x)).node_id or _short(str(x)) for x in p.get("proposal_ids") or [])))
-        elif topic == "gate.computed":
-            ex.gate_passed = bool(p.get("passed"))
-            ex.gate_problems = [GateProblem(str(l.get("link")), str(l.get("status")), _clip(l.get("detail", "")))
-                                for l in _items(p.get("links")) if isinstance(l, Mapping) and l.get("status") != "ok"]
-            ex.decisions.append(Decision(seq, "gate", "gate passed" if ex.gate_passed else
-                                         f"gate not passed: {len(ex.gate_problems)} link(s) missing or failing"))
-        elif topic == "promotion.computed":
-            outcome = str(p.get("outcome"))
-            known = {f"{g.link}: {g.status}" for g in ex.gate_problems}
-            for m in p.get("missing") or []:
-                link, _, rest = str(m).partition(": ")
-                status, _, detail = rest.partition(" (")
-                if f"{link}: {status}" not in known:
-                    ex.gate_problems.append(GateProblem(link, status, _clip(detail.rstrip(")"))))
-            ex.decisions.append(Decision(seq, "promotion", f"promotion {outcome} to {p.get('to_ref')}"))
-        elif topic == "run.finished":
-            ex.status = str(p.get("status", "finished"))
-            ex.reason, ex.head, ex.promoted_ref = p.get("reason"), p.get("head"), p.get("promoted_ref")
-            ex.awaiting_consent = bool(p.get("awaiting_consent"))
-            ex.consent_token_file = p.get("consent_token_file")
-            ex.blocked_tasks = int((p.get("counts") or {}).get("blocked") or 0)
-            ex.partial = bool(p.get("partial"))
-            rows = p.get("tasks_not_landed") if ex.partial else None
-            ex.tasks_not_landed = [dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
-        return ex.decisions[n0:]
+                self.ex.decisions.append(Decision(seq, "resolved", f"{o.node_id or _short(o.proposal_id)}: {o.reason}",
+                                                  o.proposal_id))
+            return
+        err = p.get("error") if isinstance(p.get("error"), Mapping) else {}
+        details = err.get("details") if isinstance(err.get("details"), Mapping) else {}
+        code = str(err.get("code") or {"task.timeout": "TIMEOUT", "task.lost": "LOST"}.get(ev.get("topic"), "FAILED"))
+        message = str(err.get("message") or p.get("reason") or "")
+        self.last_failure[node] = (code, message, str(details.get("stderr_tail") or p.get("stderr_tail") or ""))
+
+    def _on_patch_submitted(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not pid:
+            return
+        self.node_of[pid] = str(node or "")
+        self.files_of[pid] = set(p.get("touched_files") or [])
+        self.fate(pid)
+
+    def _on_integration_proposal_verified(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not pid:
+            return
+        self.node_of.setdefault(pid, str(p.get("node_id") or node or ""))
+        self.files_of[pid] = set(p.get("touched_files") or self.files_of.get(pid, ()))
+        f = self.fate(pid)
+        f.node_id, f.files = self.node_of[pid], sorted(self.files_of[pid])
+        res = p.get("resolves") if isinstance(p.get("resolves"), Mapping) else {}
+        f.resolves = str(res.get("origin_proposal_id") or "") or None
+        what = (f" (resolver of {self.fate(f.resolves).node_id or _short(f.resolves)}, conflict decision "
+                f"{res.get('conflict_decision')})" if f.resolves else "")
+        self.ex.decisions.append(Decision(seq, "verify", f"{f.node_id}: proposal verified{what}", pid))
+
+    def _on_wave_started(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not (p.get("base_source") == "integration_head"):
+            return
+        self.ex.decisions.append(Decision(seq, "wave", f"wave {p.get('wave_id')} starts from the integration head "
+                                          f"{str(p.get('base_ref'))[:12]}: {', '.join(p.get('nodes') or [])}"))
+
+    def _on_resolver_spawned(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        self.resolver_of[str(p.get("node_execution_id"))] = str(p.get("origin") or pid)
+        o = self.fate(str(p.get("origin") or pid))
+        self.ex.decisions.append(Decision(seq, "resolver", f"resolver {p.get('node_id')} (try {p.get('try')}) "
+                                          f"starts on the integration head {str(p.get('base_ref'))[:12]} for "
+                                          f"{o.node_id or _short(o.proposal_id)}", o.proposal_id))
+
+    def _on_integration_resolver_exhausted(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not pid:
+            return
+        f = self.fate(pid)
+        f.status, f.decision, f.sequence, f.reason = "dropped", "drop", seq, f"dropped: {p.get('reason')}"
+        self.ex.decisions.append(Decision(seq, "drop", f"drop {f.node_id or _short(pid)}: {p.get('reason')}", pid))
+
+    def _on_integration_proposal_rejected(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not pid:
+            return
+        f = self.fate(pid)
+        rej = [r for r in p.get("rejections") or [] if isinstance(r, Mapping)]
+        f.status, f.decision, f.sequence = "rejected", "reject", seq
+        f.reason = "rejected at verification: " + "; ".join(
+            f"{r.get('code')}: {_clip(r.get('message', ''), 100)}" for r in rej)
+        self.ex.decisions.append(Decision(seq, "reject", f"{f.node_id or _short(pid)}: {f.reason}", pid))
+
+    def _on_integration_stack_plan(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        layers = _count(p.get("ordered_proposals"))
+        # a plan that supersedes another is the one the gate judges (after validation and any ejection)
+        what = f"stack plan revision {p.get('revision')}" if p.get("supersedes") else "stack plan"
+        self.ex.decisions.append(Decision(seq, "plan", f"{what} with {layers} layer(s)" if layers else what))
+
+    def _on_integration_apply_result(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not pid:
+            return
+        f = self.fate(pid)
+        if p.get("applied"):
+            if pid not in self.on_stack:
+                self.on_stack.append(pid)
+            f.status, f.reason, f.sequence = "applied", "applied", seq
+            part = f" (part {pid.rsplit(':split-', 1)[1]})" if ":split-" in pid else ""
+            self.ex.decisions.append(Decision(seq, "apply", f"applied {f.node_id or _short(pid)}{part}", pid))
+            if f.resolves:
+                o = self.fate(f.resolves)
+                f.reason = f"applied; resolves {o.node_id or _short(o.proposal_id)}'s conflict"
+                o.status, o.decision, o.sequence, o.resolved_by = "resolved", "resolver", seq, pid
+                o.reason = f"resolved onto the integration head by {f.node_id or _short(pid)}"
+                self.ex.decisions.append(Decision(seq, "resolved", f"{o.node_id or _short(o.proposal_id)} resolved "
+                                                  f"by {f.node_id or _short(pid)}", o.proposal_id))
+
+    def _on_integration_conflict_decision(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not pid:
+            return
+        f = self.fate(pid)
+        action = str(p.get("action", ""))
+        conflicts = [c for c in p.get("conflicts") or [] if isinstance(c, Mapping)]
+        hunks = [_hunk_text(c) for c in conflicts]
+        with_ = sorted({h for c in conflicts for h in self.holders(str(c.get("path")), pid)})
+        where = ", ".join(hunks) or "the stack"
+        who = f", already changed by {', '.join(with_)}" if with_ else ""
+        reason = str(p.get("reason", ""))
+        text = f"{action} {f.node_id or _short(pid)}: {where}{who}; {reason}"
+        self.ex.decisions.append(Decision(seq, action or "conflict", text, pid))
+        if action in ("drop", "resolver"):
+            f.status = "dropped" if action == "drop" else "awaiting_resolver"
+            f.decision, f.decision_id, f.sequence = action, p.get("decision_id"), seq
+            f.hunks, f.conflicts_with = hunks, with_
+            f.reason = f"{'dropped' if action == 'drop' else 'sent to a resolver'}: conflict at {where}{who}"
+            root = pid.split(":split-")[0]
+            if ":split-" in pid and root in self.fates and self.fates[root].status == "split":
+                self.fates[root].reason += f"; the rest ({where}{who}) dropped"
+                self.fates[root].hunks, self.fates[root].conflicts_with = hunks, with_
+        elif action == "reorder":
+            f.decision, f.hunks, f.conflicts_with = "reorder", hunks, with_
+
+    def _on_integration_split_result(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        if not pid:
+            return
+        f = self.fate(pid)
+        a, b = str(p.get("proposal_id_A")), str(p.get("proposal_id_B"))
+        f.status, f.decision, f.sequence, f.parts = "split", "split", seq, [a, b]
+        f.reason = f"split {str(p.get('partitioning', '')).replace('_', ' ')}: the part that applies landed"
+        self.fate(a).node_id = self.fate(b).node_id = f.node_id
+        self.ex.decisions.append(Decision(seq, "split", f"split {f.node_id or _short(pid)} into "
+                                          f"{_short(a)} and {_short(b)}", pid))
+
+    def _on_integration_validation_report(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        suite = str(p.get("suite") or (p.get("environment") or {}).get("suite", {}).get("suite", "?"))
+        passed = bool(p.get("passed", p.get("result") in ("pass", "passed")))
+        v = ValidationRun(seq, suite, str(p.get("phase") or "final"), passed, str(p.get("head_ref") or ""),
+                          str(p.get("checkpoint_id") or ""),
+                          _items(p.get("included_proposals") or p.get("proposal_ids")),
+                          p.get("duration_s"))
+        self.ex.validations.append(v)
+        covered = _count(p.get("included_proposals") or p.get("proposal_ids"))
+        self.ex.decisions.append(Decision(seq, "validation", f"{v.phase} validation {suite} on "
+                                          f"{covered} proposal(s): "
+                                          f"{'passed' if passed else 'FAILED'}"))
+
+    def _on_integration_bisect(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        self.bisect_suites = [str(x) for x in p.get("failing_suites") or []]
+        culprits = [self.node_of.get(c.split(":split-")[0], c) for c in p.get("culprit_proposal_ids") or []]
+        self.ex.decisions.append(Decision(seq, "bisect", f"bisect over {len(p.get('steps') or [])} step(s): "
+                                          f"{', '.join(p.get('failing_suites') or [])} fails first with "
+                                          f"{', '.join(culprits) or '?'}"))
+
+    def _on_integration_ejected(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        suites = self.bisect_suites
+        for e_pid in p.get("proposal_ids") or []:
+            f = self.fate(str(e_pid))
+            f.status, f.decision, f.sequence = "ejected", "bisect", seq
+            f.failing_suites = [s for s in suites if s]
+            f.reason = (f"ejected by bisect: suite {', '.join(f.failing_suites) or '?'} fails with it "
+                        f"(checkpoint {p.get('checkpoint_id')})")
+            if e_pid in self.on_stack:
+                self.on_stack.remove(e_pid)
+        for r_pid in p.get("reapplied") or []:
+            if r_pid in self.on_stack:
+                self.on_stack.remove(r_pid)  # re-applied below, in order
+        self.ex.decisions.append(Decision(seq, "eject", "ejected " + ", ".join(
+                 self.fate(str(x)).node_id or _short(str(x)) for x in p.get("proposal_ids") or [])))
+
+    def _on_gate_computed(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        self.ex.gate_passed = bool(p.get("passed"))
+        self.ex.gate_problems = [GateProblem(str(l.get("link")), str(l.get("status")), _clip(l.get("detail", "")))
+                                 for l in _items(p.get("links")) if isinstance(l, Mapping) and l.get("status") != "ok"]
+        self.ex.decisions.append(Decision(seq, "gate", "gate passed" if self.ex.gate_passed else
+                                          f"gate not passed: {len(self.ex.gate_problems)} link(s) missing or failing"))
+
+    def _on_promotion_computed(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        outcome = str(p.get("outcome"))
+        known = {f"{g.link}: {g.status}" for g in self.ex.gate_problems}
+        for m in p.get("missing") or []:
+            link, _, rest = str(m).partition(": ")
+            status, _, detail = rest.partition(" (")
+            if f"{link}: {status}" not in known:
+                self.ex.gate_problems.append(GateProblem(link, status, _clip(detail.rstrip(")"))))
+        self.ex.decisions.append(Decision(seq, "promotion", f"promotion {outcome} to {p.get('to_ref')}"))
+
+    def _on_run_finished(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        self.ex.status = str(p.get("status", "finished"))
+        self.ex.reason, self.ex.head, self.ex.promoted_ref = p.get("reason"), p.get("head"), p.get("promoted_ref")
+        self.ex.awaiting_consent = bool(p.get("awaiting_consent"))
+        self.ex.consent_token_file = p.get("consent_token_file")
+        self.ex.blocked_tasks = int((p.get("counts") or {}).get("blocked") or 0)
+        self.ex.partial = bool(p.get("partial"))
+        rows = p.get("tasks_not_landed") if self.ex.partial else None
+        self.ex.tasks_not_landed = [dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
 
     def explanation(self) -> Explanation:
         ex, fates, attempts, last_failure, succeeded = (self.ex, self.fates, self.attempts, self.last_failure,
@@ -358,6 +403,33 @@ class Explainer:
                 if f.status == "submitted" and ":split-" not in f.proposal_id:
                     f.status, f.reason = "not_integrated", "not part of the integration (no decision recorded)"
         return ex
+
+
+# topic -> the Explainer method that folds it in
+_HANDLERS: dict[Any, Callable[..., None]] = {
+    "run.started": Explainer._on_run_started,
+    "task.dispatched": Explainer._on_task_dispatched,
+    "task.completed": Explainer._on_task_end,
+    "task.failed": Explainer._on_task_end,
+    "task.timeout": Explainer._on_task_end,
+    "task.lost": Explainer._on_task_end,
+    "patch.submitted": Explainer._on_patch_submitted,
+    "integration.proposal_verified": Explainer._on_integration_proposal_verified,
+    "wave.started": Explainer._on_wave_started,
+    "resolver.spawned": Explainer._on_resolver_spawned,
+    "integration.resolver_exhausted": Explainer._on_integration_resolver_exhausted,
+    "integration.proposal_rejected": Explainer._on_integration_proposal_rejected,
+    "integration.stack_plan": Explainer._on_integration_stack_plan,
+    "integration.apply_result": Explainer._on_integration_apply_result,
+    "integration.conflict_decision": Explainer._on_integration_conflict_decision,
+    "integration.split_result": Explainer._on_integration_split_result,
+    "integration.validation_report": Explainer._on_integration_validation_report,
+    "integration.bisect": Explainer._on_integration_bisect,
+    "integration.ejected": Explainer._on_integration_ejected,
+    "gate.computed": Explainer._on_gate_computed,
+    "promotion.computed": Explainer._on_promotion_computed,
+    "run.finished": Explainer._on_run_finished,
+}
 
 
 def explain(run_id: str, events: Iterable[Mapping[str, Any]]) -> Explanation:
