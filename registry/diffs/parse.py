@@ -43,59 +43,93 @@ def parse_diff(diff: bytes | str) -> ParsedDiff:
 
 
 def _parse_file(lines: list[bytes], i: int) -> tuple[FilePatch, int]:
-    n = len(lines)
+    """One file section: its `diff --git` line, extended headers, then hunks or a binary patch."""
     a_path, b_path = parse_git_line(lines[i][len(b"diff --git "):])
-    i += 1
+    hdr, i = _parse_headers(lines, i + 1)
+    old_path, new_path = _file_paths(a_path, b_path, hdr)
+    hunks, binary, i = _parse_body(lines, i, b_path)
+    if (hunks or binary) and "old_oid" not in hdr:
+        raise DiffError("file section has content but no index line",
+                        code="DIFF_NOT_FULL_INDEX",
+                        hints=["produce the diff with git diff --binary --full-index"])
+    if hunks and ("old_name" not in hdr or "new_name" not in hdr):
+        raise DiffError("text hunks without ---/+++ lines")
+    return FilePatch(
+        old_path=old_path, new_path=new_path,
+        old_mode=hdr.get("old_mode"), new_mode=hdr.get("new_mode"),
+        old_oid=hdr.get("old_oid", ""), new_oid=hdr.get("new_oid", ""),
+        similarity=hdr.get("similarity"), copy=bool(hdr.get("copy")),
+        hunks=tuple(hunks), binary=binary, binary_no_data=False,
+    ), i
+
+
+def _parse_headers(lines: list[bytes], i: int) -> tuple[dict[str, Any], int]:
+    """The extended header lines up to the first hunk, binary patch or next file. `old_name` and
+    `new_name` (the ---/+++ names) are present only when those lines were given."""
     hdr: dict[str, Any] = {}
-    old_name: str | None | bool = False  # False = not given
-    new_name: str | None | bool = False
+    n = len(lines)
     while i < n:
         ln = lines[i]
         if ln.startswith(b"diff --git ") or ln.startswith(b"@@ ") or ln == b"GIT binary patch" \
                 or ln.startswith(b"Binary files "):
             break
-        if ln.startswith(b"--- "):
-            old_name = parse_name(ln[4:], b"a/")
-        elif ln.startswith(b"+++ "):
-            new_name = parse_name(ln[4:], b"b/")
-        elif ln.startswith(b"old mode "):
-            hdr["old_mode"] = ln[9:].decode("ascii", "replace")
-        elif ln.startswith(b"new mode "):
-            hdr["new_mode"] = ln[9:].decode("ascii", "replace")
-        elif ln.startswith(b"deleted file mode "):
-            hdr["deleted"] = True
-            hdr["old_mode"] = ln[18:].decode("ascii", "replace")
-        elif ln.startswith(b"new file mode "):
-            hdr["created"] = True
-            hdr["new_mode"] = ln[14:].decode("ascii", "replace")
-        elif ln.startswith(b"similarity index ") or ln.startswith(b"dissimilarity index "):
-            pct = ln.split(b" ")[-1].rstrip(b"%")
-            if not pct.isdigit():
-                raise DiffError("bad similarity index")
-            hdr["similarity"] = int(pct)
-        elif ln.startswith(b"rename from ") or ln.startswith(b"copy from "):
-            hdr["src"] = parse_name(ln.split(b" ", 2)[2], b"")
-            hdr["copy"] = ln.startswith(b"copy")
-        elif ln.startswith(b"rename to ") or ln.startswith(b"copy to "):
-            hdr["dst"] = parse_name(ln.split(b" ", 2)[2], b"")
-        elif ln.startswith(b"index "):
-            spec = ln[6:].split(b" ")
-            oids = spec[0].split(b"..")
-            if len(oids) != 2 or not all(OID_RE.match(o) for o in oids):
-                raise DiffError("index line without full object ids",
-                                code="DIFF_NOT_FULL_INDEX",
-                                details={"line": ln[:120].decode("latin-1")},
-                                hints=["produce the diff with git diff --binary --full-index"])
-            hdr["old_oid"], hdr["new_oid"] = oids[0].decode(), oids[1].decode()
-            if len(spec) == 2:
-                hdr["old_mode"] = hdr["new_mode"] = spec[1].decode("ascii", "replace")
-            elif len(spec) > 2:
-                raise DiffError("bad index line")
-        else:
-            raise DiffError("unknown extended header line",
-                            details={"line": ln[:120].decode("utf-8", "replace")})
+        _header_line(ln, hdr)
         i += 1
+    return hdr, i
 
+
+def _header_line(ln: bytes, hdr: dict[str, Any]) -> None:
+    """What one extended header line says, into `hdr`; an unknown or malformed one is a DiffError."""
+    if ln.startswith(b"--- "):
+        hdr["old_name"] = parse_name(ln[4:], b"a/")
+    elif ln.startswith(b"+++ "):
+        hdr["new_name"] = parse_name(ln[4:], b"b/")
+    elif ln.startswith(b"old mode "):
+        hdr["old_mode"] = ln[9:].decode("ascii", "replace")
+    elif ln.startswith(b"new mode "):
+        hdr["new_mode"] = ln[9:].decode("ascii", "replace")
+    elif ln.startswith(b"deleted file mode "):
+        hdr["deleted"] = True
+        hdr["old_mode"] = ln[18:].decode("ascii", "replace")
+    elif ln.startswith(b"new file mode "):
+        hdr["created"] = True
+        hdr["new_mode"] = ln[14:].decode("ascii", "replace")
+    elif ln.startswith(b"similarity index ") or ln.startswith(b"dissimilarity index "):
+        pct = ln.split(b" ")[-1].rstrip(b"%")
+        if not pct.isdigit():
+            raise DiffError("bad similarity index")
+        hdr["similarity"] = int(pct)
+    elif ln.startswith(b"rename from ") or ln.startswith(b"copy from "):
+        hdr["src"] = parse_name(ln.split(b" ", 2)[2], b"")
+        hdr["copy"] = ln.startswith(b"copy")
+    elif ln.startswith(b"rename to ") or ln.startswith(b"copy to "):
+        hdr["dst"] = parse_name(ln.split(b" ", 2)[2], b"")
+    elif ln.startswith(b"index "):
+        _index_line(ln, hdr)
+    else:
+        raise DiffError("unknown extended header line",
+                        details={"line": ln[:120].decode("utf-8", "replace")})
+
+
+def _index_line(ln: bytes, hdr: dict[str, Any]) -> None:
+    """`index OLD..NEW [MODE]`: both object ids in full, or the diff is refused."""
+    spec = ln[6:].split(b" ")
+    oids = spec[0].split(b"..")
+    if len(oids) != 2 or not all(OID_RE.match(o) for o in oids):
+        raise DiffError("index line without full object ids",
+                        code="DIFF_NOT_FULL_INDEX",
+                        details={"line": ln[:120].decode("latin-1")},
+                        hints=["produce the diff with git diff --binary --full-index"])
+    hdr["old_oid"], hdr["new_oid"] = oids[0].decode(), oids[1].decode()
+    if len(spec) == 2:
+        hdr["old_mode"] = hdr["new_mode"] = spec[1].decode("ascii", "replace")
+    elif len(spec) > 2:
+        raise DiffError("bad index line")
+
+
+def _file_paths(a_path: str, b_path: str, hdr: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The file's old and new path (None for a created or deleted file); the ---/+++ names and
+    the modes must agree with the headers."""
     old_path: str | None = a_path
     new_path: str | None = b_path
     if "src" in hdr or "dst" in hdr:
@@ -104,20 +138,21 @@ def _parse_file(lines: list[bytes], i: int) -> tuple[FilePatch, int]:
         old_path = None
     if hdr.get("deleted"):
         new_path = None
-    if old_name is not False and old_name != old_path:
+    if "old_name" in hdr and hdr["old_name"] != old_path:
         raise DiffError("--- name disagrees with the diff --git line", details={"path": a_path})
-    if new_name is not False and new_name != new_path:
+    if "new_name" in hdr and hdr["new_name"] != new_path:
         raise DiffError("+++ name disagrees with the diff --git line", details={"path": b_path})
     for key in ("old_mode", "new_mode"):
         if key in hdr and not MODE_RE.match(hdr[key]):
             raise DiffError(f"bad file mode {hdr[key]!r}", details={"mode": hdr[key]})
+    return old_path, new_path
 
-    hunks: list[Hunk] = []
-    binary: BinaryPatch | None = None
-    no_data = False
+
+def _parse_body(lines: list[bytes], i: int, b_path: str) -> tuple[list[Hunk], BinaryPatch | None, int]:
+    """The section's content: a binary patch (with its data), or text hunks, or nothing."""
+    n = len(lines)
     if i < n and lines[i] == b"GIT binary patch":
-        i += 1
-        start = i
+        start = i = i + 1
         while i < n and not lines[i].startswith(b"diff --git "):
             i += 1
         body = tuple(lines[start:i])
@@ -125,30 +160,19 @@ def _parse_file(lines: list[bytes], i: int) -> tuple[FilePatch, int]:
             body = body[:-1]
         binary = BinaryPatch(body)
         binary.parts()  # validates headers
-    elif i < n and lines[i].startswith(b"Binary files "):
+        return [], binary, i
+    if i < n and lines[i].startswith(b"Binary files "):
         raise DiffError("binary change without data", code="DIFF_BINARY_WITHOUT_DATA",
                         details={"path": b_path},
                         hints=["produce the diff with git diff --binary --full-index"])
-    else:
-        while i < n and lines[i].startswith(b"@@ "):
-            hunk, i = _parse_hunk(lines, i)
-            hunks.append(hunk)
-        if i < n and not lines[i].startswith(b"diff --git "):
-            raise DiffError("unexpected line after hunks",
-                            details={"line": lines[i][:120].decode("utf-8", "replace")})
-    if (hunks or binary) and "old_oid" not in hdr:
-        raise DiffError("file section has content but no index line",
-                        code="DIFF_NOT_FULL_INDEX",
-                        hints=["produce the diff with git diff --binary --full-index"])
-    if hunks and (old_name is False or new_name is False):
-        raise DiffError("text hunks without ---/+++ lines")
-    return FilePatch(
-        old_path=old_path, new_path=new_path,
-        old_mode=hdr.get("old_mode"), new_mode=hdr.get("new_mode"),
-        old_oid=hdr.get("old_oid", ""), new_oid=hdr.get("new_oid", ""),
-        similarity=hdr.get("similarity"), copy=bool(hdr.get("copy")),
-        hunks=tuple(hunks), binary=binary, binary_no_data=no_data,
-    ), i
+    hunks: list[Hunk] = []
+    while i < n and lines[i].startswith(b"@@ "):
+        hunk, i = _parse_hunk(lines, i)
+        hunks.append(hunk)
+    if i < n and not lines[i].startswith(b"diff --git "):
+        raise DiffError("unexpected line after hunks",
+                        details={"line": lines[i][:120].decode("utf-8", "replace")})
+    return hunks, None, i
 
 
 def _parse_hunk(lines: list[bytes], i: int) -> tuple[Hunk, int]:
