@@ -3,10 +3,11 @@
 # and mask-rule DRC on ICCAD 2013 clips, promoted with a signed evidence chain,
 # verified offline, and reported as HTML.
 #   DOME_FULL=1 bash scripts/quickstart.sh   runs all ten clips with the full ILT schedule
+#   DOME_SKIP_SETUP=1 ...                    on a machine already set up (the docs' example test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the litho job needs no agent CLI and none of the test-only tools: skip their installs (minutes)
-DOME_SKIP_AGENT_CLIS=1 DOME_SKIP_TEST_TOOLS=1 bash scripts/setup.sh
+[ -n "${DOME_SKIP_SETUP:-}" ] || DOME_SKIP_AGENT_CLIS=1 DOME_SKIP_TEST_TOOLS=1 bash scripts/setup.sh
 
 queue=examples/iccad13/work.quick.json
 [ -n "${DOME_FULL:-}" ] && queue=examples/iccad13/work.queue.json
