@@ -209,17 +209,8 @@ def build_server():  # -> mcp.server.lowlevel.Server
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         name, args = params.name, dict(params.arguments or {})
-        if name == "dome_job_state":
-            ev = running.get(str(args.get("job_id")))
-            if ev is None:
-                return ok_result({"state": "unknown"})
-            stopped = await anyio.to_thread.run_sync(ev.wait, float(args.get("wait_s", 0.0)))
-            return ok_result({"state": "stopped" if stopped else "running"})
-        if name == "dome_probe":
-            ref = PROBES.get(str(args.get("tool")))
-            if ref is None:
-                return ok_result({"effect": "unknown"})
-            return ok_result(_resolve(ref)(dict(args.get("arguments") or {})))
+        if name in ("dome_job_state", "dome_probe"):
+            return ok_result(await _host_call(name, args, running))
         ref = tools.get(name)
         if ref is None:
             return error_result({"code": "UNKNOWN_TOOL", "message": f"worker has no tool {name}", "details": {},
@@ -231,65 +222,94 @@ def build_server():  # -> mcp.server.lowlevel.Server
         meta = params.meta or {}
         job_id = str(meta.get("dome/job_id") or f"anon-{id(params)}")
         token = CancellationToken()
-        progress = _Progress()
-        stopped = threading.Event()
-        running[job_id] = stopped
-        kwargs: dict[str, Any] = {}
-        if "token" in sig:
-            kwargs["token"] = token
-        if "progress" in sig:
-            kwargs["progress"] = progress
-
-        def run() -> tuple[bool, Any]:
-            try:
-                return True, fn(args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - re-raised on the event loop, outside the task group
-                return False, exc
-            finally:
-                stopped.set()
-
-        sent = [0]
-
-        async def flush() -> None:
-            if progress.seq != sent[0]:
-                sent[0] = progress.seq
-                await ctx.session.report_progress(progress.value, 1.0, progress.message or None)
-
-        async def forward() -> None:
-            while True:  # the latest update every 50 ms: a fast loop cannot flood the pipe
-                await anyio.sleep(0.05)
-                await flush()
-
         try:
-            if name in INLINE:
-                # short KLayout readers: a thread hop would only add a context switch per call (they
-                # hold the GIL either way); long or cancellable tools keep the loop free
-                ok, result = run()
-            else:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(forward)
-                    try:
-                        ok, result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-                    finally:
-                        tg.cancel_scope.cancel()
-                if ok:
-                    await flush()  # the last phase's update, before the result
-            if not ok:
-                raise result
+            result = await _run_tool(ctx, name, fn, sig, args, token=token, running=running, job_id=job_id)
         except anyio.get_cancelled_exc_class():
             token.cancel("cancelled by the host")
             raise
         except Exception as exc:  # noqa: BLE001 - shaped into an ErrorObject
             return error_result(_failure(name, exc))
-        finally:
-            if stopped.is_set():
-                running.pop(job_id, None)
         ok, obj = _finish(name, args, result)
         return ok_result(obj) if ok else error_result(obj)
 
     server = Server("dome-worker", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
     server.dome_tools = tools  # type: ignore[attr-defined]  # the direct lane serves the same table
     return server
+
+
+async def _host_call(name: str, args: dict[str, Any], running: dict[str, threading.Event]) -> dict[str, Any]:
+    """The host's own calls: `dome_job_state` (has a job's thread stopped, waiting up to wait_s) and
+    `dome_probe` (a tool's side effect for these arguments)."""
+    import anyio
+
+    if name == "dome_job_state":
+        ev = running.get(str(args.get("job_id")))
+        if ev is None:
+            return {"state": "unknown"}
+        stopped = await anyio.to_thread.run_sync(ev.wait, float(args.get("wait_s", 0.0)))
+        return {"state": "stopped" if stopped else "running"}
+    ref = PROBES.get(str(args.get("tool")))
+    if ref is None:
+        return {"effect": "unknown"}
+    return _resolve(ref)(dict(args.get("arguments") or {}))
+
+
+async def _run_tool(ctx: Any, name: str, fn: Callable[..., Any], sig: Any, args: dict[str, Any], *,
+                    token: Any, running: dict[str, threading.Event], job_id: str) -> Any:
+    """One tool call: on a worker thread (inline for the short INLINE readers), its progress
+    forwarded to the host while it runs; returns its result or raises what it raised. `running`
+    holds the job until its thread has stopped."""
+    import anyio
+
+    progress = _Progress()
+    stopped = threading.Event()
+    running[job_id] = stopped
+    kwargs: dict[str, Any] = {}
+    if "token" in sig:
+        kwargs["token"] = token
+    if "progress" in sig:
+        kwargs["progress"] = progress
+
+    def run() -> tuple[bool, Any]:
+        try:
+            return True, fn(args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the event loop, outside the task group
+            return False, exc
+        finally:
+            stopped.set()
+
+    sent = [0]
+
+    async def flush() -> None:
+        if progress.seq != sent[0]:
+            sent[0] = progress.seq
+            await ctx.session.report_progress(progress.value, 1.0, progress.message or None)
+
+    async def forward() -> None:
+        while True:  # the latest update every 50 ms: a fast loop cannot flood the pipe
+            await anyio.sleep(0.05)
+            await flush()
+
+    try:
+        if name in INLINE:
+            # short KLayout readers: a thread hop would only add a context switch per call (they
+            # hold the GIL either way); long or cancellable tools keep the loop free
+            ok, result = run()
+        else:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(forward)
+                try:
+                    ok, result = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+                finally:
+                    tg.cancel_scope.cancel()
+            if ok:
+                await flush()  # the last phase's update, before the result
+        if not ok:
+            raise result
+        return result
+    finally:
+        if stopped.is_set():
+            running.pop(job_id, None)
 
 
 async def _serve() -> None:
