@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from coordinator.workgraph import _sccs
 from tests.conftest import REPO_ROOT
 
 PACKAGES = ("registry", "ledger", "coordinator", "worker_sdk")
@@ -152,46 +153,10 @@ def module_graph(root: Path = REPO_ROOT, packages: tuple[str, ...] = PACKAGES) -
 
 
 def module_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
-    """Every set of modules that import one another round a cycle (the strongly connected
-    components of more than one module; Tarjan's algorithm, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    found: list[set[str]] = []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph.get(start, ()))))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.get(child, ())))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.add(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(component)
-    return found
+    """Every set of modules that import one another round a cycle: the strongly connected
+    components of more than one module (the work graph's Tarjan, `coordinator.workgraph._sccs`)."""
+    ids = sorted(set(graph) | {m for targets in graph.values() for m in targets})
+    return [set(c) for c in _sccs(ids, {i: sorted(graph.get(i, ())) for i in ids}) if len(c) > 1]
 
 
 def test_no_module_cycle_even_through_imports_inside_functions() -> None:
