@@ -15,7 +15,7 @@ Every new file or directory is a syscall, an inode and later a deletion. On
 an ext4 file system without a journal each new inode also scans the inodes
 of its block group deleted in the last minute, so while workers delete their
 checkouts every file the coordinator creates costs a fraction of a
-millisecond of kernel time (see docs/benchmarks.md).
+millisecond of kernel time (see docs/benchmarks-history.md, "File creations per task").
 
 `--baseline REF` measures the same run on the tree of a git commit (extracted
 with `git archive` into a temporary folder, run in a fresh interpreter) and

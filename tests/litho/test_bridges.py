@@ -27,7 +27,8 @@ def test_bridge_gaps_mark_only_narrow_gaps_between_two_shapes():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_bridge_term_keeps_clip_3_free_of_bridges_with_mask_rules(iccad13, litho_env, tmp_path):
-    # without the term, this mask prints one bridge at nominal and two at max dose (docs/benchmarks.md)
+    # without the term, this mask prints one bridge at nominal and two at max dose
+    # (docs/benchmarks-history.md, "ILT bridge term")
     r = api.optimize({"layout": str(glp(3, iccad13)), "out": str(tmp_path / "m3.png"), "threads": 1,
                       "mrc": {"min_feature_nm": 9, "min_area_nm2": 400}, "bridge_weight": 4.0})
     topo = r["metrics"]["topology"]

@@ -6,7 +6,7 @@ inside the clip canvas except a frame along its edge (`halo_nm` 2048). The
 assist material the ILT places 256-768 nm from the pattern sharpens the print;
 clearing it (the old 256 nm halo) cost about 10% of L2 on the ICCAD 2013
 clips. Its loss weights spend some of the PV band on nominal L2 (see
-docs/benchmarks.md, "Mask-rule-clean ILT").
+docs/benchmarks-history.md, "Mask-rule-clean ILT").
 
 Keys the request gives win over the preset's; `mrc` is merged key by key.
 """
