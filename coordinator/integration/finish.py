@@ -266,7 +266,10 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
                           "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                           "atomicity": p.get("atomicity", "atomic_proposal"),
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
-                          "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
+                          "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected),
+                          **({"risk_rises": [r.to_dict() for r in cp.rises]} if cp.rises else {}),
+                          **({"declared_risk": risk_level(p.get("risk"))}
+                             if risk_level(p.get("risk")) != "low" else {})})
         checked[pid] = cp
     emit.flush()  # the verdicts, in one commit
     return checked, rejected

@@ -34,6 +34,7 @@ class RunContext:
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
     lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
     egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
+    tool_dirs: tuple[str, ...] = ()  # `dome run --tool-dir`: shown read-only to workers and validations
 
 
 @dataclass
@@ -57,6 +58,7 @@ class FinishedRun:
     seed: int = 0
     view: Any = None  # the live view: integration reports its steps to it
     canvas: Any = None  # the in-run canvas driver (canvas_driver.CanvasDriver) when it integrated during the run
+    tool_dirs: tuple[str, ...] = ()  # the queue's and the command line's tool folders
 
 
 @dataclass
