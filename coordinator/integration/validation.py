@@ -219,7 +219,7 @@ def failing_tests(output: str) -> list[dict[str, Any]]:
         if m:
             current = m.group(1).strip()
             sections[current] = []
-        elif current is not None and ln.startswith("E ") and len(sections[current]) < FIRST_LINES:
+        elif current is not None and ln.startswith("E ") and ln[1:].strip() and len(sections[current]) < FIRST_LINES:
             sections[current].append(ln[1:].strip())
     out: list[dict[str, Any]] = []
     for ln in lines:
