@@ -33,6 +33,7 @@ class ProposalFate:
     decision: str | None = None  # the decision that settled it: reorder|split|drop|bisect|reject|...
     decision_id: str | None = None
     parts: list[str] = field(default_factory=list)  # split: [applied part, dropped remainder]
+    landed_files: list[str] = field(default_factory=list)  # split: the files (or file hunks) that landed
     conflicts_with: list[str] = field(default_factory=list)  # node ids of proposals already on the stack
     hunks: list[str] = field(default_factory=list)  # "path hunk N" / "path"
     failing_suites: list[str] = field(default_factory=list)
@@ -298,7 +299,10 @@ class Explainer:
             f = fate(pid)
             a, b = str(p.get("proposal_id_A")), str(p.get("proposal_id_B"))
             f.status, f.decision, f.sequence, f.parts = "split", "split", seq, [a, b]
-            f.reason = f"split {str(p.get('partitioning', '')).replace('_', ' ')}: the part that applies landed"
+            f.landed_files = sorted({str(k[0]) for k in _items(p.get("keep_A")) if isinstance(k, list) and k})
+            total = len(set(f.landed_files) | {str(k[0]) for k in _items(p.get("keep_B")) if isinstance(k, list) and k})
+            f.reason = (f"split {str(p.get('partitioning', '')).replace('_', ' ')}: the part that applies landed"
+                        + (f" ({len(f.landed_files)} of {total} files)" if f.landed_files else ""))
             fate(a).node_id = fate(b).node_id = f.node_id
             ex.decisions.append(Decision(seq, "split", f"split {f.node_id or _short(pid)} into "
                                          f"{_short(a)} and {_short(b)}", pid))
