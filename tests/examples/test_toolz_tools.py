@@ -10,12 +10,11 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT, dome_cli, git
-from tests.report.test_report_page import Page, _chromium
+from tests.report.test_report_page import Page, rendered
 
 EXAMPLE = REPO_ROOT / "examples" / "toolz-tools"
 BAD_TEST = "toolz/tests/test_itertoolz.py::test_frequencies"
@@ -102,16 +101,6 @@ PROBE = """<script>
 </script></body>"""
 
 
-def _rendered(html_file: Path, width: int, tmp: Path) -> str:
-    probe = tmp / f"toolz-probe-{width}.html"
-    probe.write_text(html_file.read_text().replace("</body>", PROBE, 1))
-    res = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                          "--disable-quic", f"--user-data-dir={tmp / 'chromium'}", f"--window-size={width},1200",
-                          "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and "<body" in res.stdout, res.stderr[-2000:]
-    return res.stdout
-
-
 def _attr(dom: str, name: str) -> str:
     i = dom.index(f'{name}="') + len(name) + 2
     return dom[i:dom.index('"', i)]
@@ -125,7 +114,7 @@ def test_the_report_of_that_run_in_chromium(toolz_run) -> None:
     rep = dome_cli("report", toolz_run["run_id"], "--ops-root", str(toolz_run["ops"]), "--html", str(html))
     assert rep.returncode == 0, rep.stderr
     for width in (760,):  # SVG text scales with its picture: overlaps do not depend on the width
-        dom = _rendered(html, width, toolz_run["tmp"])
+        dom = rendered(html, width, toolz_run["tmp"], PROBE)
         assert _attr(dom, "data-overlaps") == "0", f"overlapping labels at {width} px"
         closed, opened, lines = (float(x) for x in _attr(dom, "data-diff").split(","))
         assert closed < 30 and opened > closed + 40 and lines > 3, "a folded diff opens and shows its lines"
