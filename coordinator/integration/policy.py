@@ -313,9 +313,22 @@ def risk_sources(verified: Any) -> list[dict[str, Any]]:
             continue
         rises = [dict(r) for r in a.get("risk_rises", [])]
         declared = a.get("declared_risk")
+        deps = list(a.get("dependency_files") or [])
         out.append({"proposal_id": a.get("proposal_id"), "node_id": a.get("node_id"), "risk": risk,
-                    "rises": rises, **({"declared": declared} if declared else {})})
+                    "rises": rises, **({"declared": declared} if declared else {}),
+                    **({"dependency_files": deps} if deps else {})})
     return sorted(out, key=lambda x: (-RISK_LEVELS.index(x["risk"]), str(x["proposal_id"])))
+
+
+def describe_source(src: Mapping[str, Any]) -> str:
+    """Why one proposal of `risk_sources` is above low, in words."""
+    why = [describe_rise(x) for x in src.get("rises") or []]
+    if src.get("dependency_files"):
+        why.append(f"touches dependency files {', '.join(src['dependency_files'])} (its worker marks it "
+                   f"{src.get('declared', 'medium')})")
+    elif src.get("declared") and not why:
+        why.append(f"declared {src['declared']} by its task or worker")
+    return "; ".join(why) or "declared by its worker"
 
 
 def describe_rise(r: Mapping[str, Any]) -> str:

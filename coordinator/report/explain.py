@@ -450,11 +450,10 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
 
 def risk_lines(ex: Explanation, width: int = 100) -> list[str]:
     """Which proposal raised the run's risk above low, by which rule, with its figures."""
-    from coordinator.integration.policy import describe_rise
+    from coordinator.integration.policy import describe_source
     out = []
     for r in ex.risk_sources:
-        why = "; ".join(describe_rise(x) for x in r.get("rises") or []) or \
-            (f"declared by its task ({r.get('declared')})" if r.get("declared") else "declared by the worker")
+        why = describe_source(r)
         out.append(_fit(f"  risk {r['risk']}: raised by {r.get('node_id') or _short(str(r['proposal_id']))} "
                         f"({_short(str(r['proposal_id']))}): {why}", max(40, width)))
     if out and ex.domain:

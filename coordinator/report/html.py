@@ -112,9 +112,8 @@ def _why_html(m: ReportModel) -> str:
 
 
 def _risk_text(r: Mapping[str, Any]) -> str:
-    from coordinator.integration.policy import describe_rise
-    why = "; ".join(describe_rise(x) for x in r.get("rises") or []) or (
-        f"declared by its task ({r.get('declared')})" if r.get("declared") else "declared by the worker")
+    from coordinator.integration.policy import describe_source
+    why = describe_source(r)
     return f"risk {r.get('risk')}: raised by {r.get('node_id') or r.get('proposal_id')} ({r.get('proposal_id')}): {why}"
 
 

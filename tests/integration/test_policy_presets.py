@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.integration.policy import (IntegrationPolicy, describe_rise, domain_of, risk_sources,
-                                            size_rise)
+from coordinator.integration.policy import (IntegrationPolicy, describe_rise, describe_source, domain_of,
+                                            risk_sources, size_rise)
 from coordinator.integration.proposals import changed_lines, check_policy
 from coordinator.workqueue import load_work_queue
 from registry.diffs import parse_diff
@@ -88,6 +88,10 @@ def test_the_size_rule_raises_a_large_proposal_with_its_figures_and_is_configura
                         {"proposal_id": "pp-small", "node_id": "x", "risk": "low"}])
     assert [s["proposal_id"] for s in src] == ["pp-big"]
     assert "size rule: 21 files, 42 changed lines" in describe_rise(src[0]["rises"][0])
+    # a worker's rise for dependency files names them
+    deps = risk_sources([{"proposal_id": "pp-fmt", "node_id": "ruff-i", "risk": "medium", "declared_risk": "medium",
+                          "dependency_files": ["setup.py"]}])
+    assert "touches dependency files setup.py" in describe_source(deps[0])
 
 
 def test_a_dependency_file_refusal_names_the_file_and_how_to_allow_it(tmp_path: Path) -> None:
