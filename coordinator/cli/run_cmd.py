@@ -84,8 +84,10 @@ def run(args: argparse.Namespace) -> int:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
         tool_dirs = tuple(args.tool_dir or ())
+        # a container worker sees its image, not the host: only bubblewrap's view is resolved up front
+        seen_as = args.sandbox if args.executor != "container" else "container"
         prepared = None if args.resume else prepare(args.work_queue, integrate=True, tool_dirs=tool_dirs,
-                                                    sandbox=args.sandbox, ops_root=ops_root)
+                                                    sandbox=seen_as, ops_root=ops_root)
         _check_executor_options(args)  # before the ledger or ops/ exist
         from coordinator.keys import load_keyring, load_or_create_signing_key
         from coordinator.runloop.finish import integration_finish

@@ -150,7 +150,8 @@ class RunLoop(AttemptLifecycle):
               prepared: Prepared | None = None) -> "RunLoop":
         # pre-flight before anything is written (the CLI runs it before it opens the ledger)
         prep = prepared or prepare(queue_path, integrate=ctx.finish is not None, tool_dirs=ctx.tool_dirs,
-                                   sandbox=ctx.sandbox, ops_root=Path(ctx.ops_root))
+                                   sandbox=ctx.sandbox if ctx.executor_kind != "container" else "container",
+                                   ops_root=Path(ctx.ops_root))
         queue_path, wq, repo, sha, tree = prep.queue_path, prep.wq, prep.repo, prep.base_sha, prep.base_tree
         run_id = run_id or new_run_id()
         seed = wq.seed if ctx.seed is None else int(ctx.seed)
