@@ -291,7 +291,7 @@ def check_policy(parsed: ParsedDiff, proposal: Mapping[str, Any], policy: Integr
         declared = _declared(proposal.get("declared_constraints"))
         if "no_deps" in declared or "no_dependencies" in declared:
             out.append(Rejection("POLICY_CONSTRAINT_NO_DEPS",
-                                 "declared no_deps but touches dependency files",
+                                 f"declared no_deps but touches dependency files {', '.join(deps)}",
                                  details={"paths": deps}))
         if risk not in policy.dependency_risk_allowed:
             out.append(Rejection("POLICY_DEPENDENCY_FILE",
@@ -305,10 +305,15 @@ def check_policy(parsed: ParsedDiff, proposal: Mapping[str, Any], policy: Integr
                                                   f"{', '.join(deps)}" if policy.dependency_risk_allowed
                                           else "this policy allows no dependency-file change"}))
     declared = _declared(proposal.get("declared_constraints"))
-    if "no_binary" in declared and any(fp.binary is not None for fp in parsed.files):
-        out.append(Rejection("POLICY_CONSTRAINT_NO_BINARY", "declared no_binary but has binary changes"))
-    if "no_delete" in declared and any(fp.is_deleted for fp in parsed.files):
-        out.append(Rejection("POLICY_CONSTRAINT_NO_DELETE", "declared no_delete but deletes files"))
+    binary = [fp.path for fp in parsed.files if fp.binary is not None]
+    if "no_binary" in declared and binary:
+        out.append(Rejection("POLICY_CONSTRAINT_NO_BINARY",
+                             f"declared no_binary but has binary changes: {', '.join(binary)}",
+                             details={"paths": binary}))
+    deleted = [fp.path for fp in parsed.files if fp.is_deleted]
+    if "no_delete" in declared and deleted:
+        out.append(Rejection("POLICY_CONSTRAINT_NO_DELETE", f"declared no_delete but deletes {', '.join(deleted)}",
+                             details={"paths": deleted}))
     atom = proposal.get("atomicity", "atomic_proposal")
     if atom not in policy.allowed_atomicity:
         out.append(Rejection("POLICY_ATOMICITY", f"atomicity {atom!r} not allowed by policy",

@@ -15,8 +15,8 @@ from registry.diffs import parse_diff
 from tests.conftest import REPO_ROOT, git, make_repo
 
 
-def _diff(tmp: Path, files: dict[str, str]) -> bytes:
-    """A real `git diff --full-index` changing `files` (path -> new text) in a fresh repository."""
+def _diff(tmp: Path, files: dict[str, str | None]) -> bytes:
+    """A real `git diff --full-index` changing `files` (path -> new text, None: deleted) in a fresh repository."""
     repo = make_repo(tmp / "r")
     for rel in files:
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -24,7 +24,10 @@ def _diff(tmp: Path, files: dict[str, str]) -> bytes:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     for rel, text in files.items():
-        (repo / rel).write_text(text)
+        if text is None:
+            (repo / rel).unlink()
+        else:
+            (repo / rel).write_text(text)
     return git(repo, "diff", "--binary", "--full-index").encode() + b"\n"
 
 
@@ -105,6 +108,16 @@ def test_a_dependency_file_refusal_names_the_file_and_how_to_allow_it(tmp_path: 
     assert '"risk": "medium"' in rej[0].details["hint"]
     assert not [r for r in check_policy(parsed, {"risk": {"class": "medium"}}, IntegrationPolicy())
                 if r.code == "POLICY_DEPENDENCY_FILE"]
+
+
+def test_declared_constraint_refusals_name_the_paths(tmp_path: Path) -> None:
+    parsed = parse_diff(_diff(tmp_path, {"docs/old.md": None, "setup.cfg": "new\n", "pkg/a.py": "new\n"}))
+    got = {r.code: r for r in check_policy(parsed, {"risk": {"class": "medium"},
+                                                    "declared_constraints": {"no_delete": True, "no_deps": True}},
+                                           IntegrationPolicy())}
+    assert "docs/old.md" in got["POLICY_CONSTRAINT_NO_DELETE"].message
+    assert got["POLICY_CONSTRAINT_NO_DELETE"].details["paths"] == ["docs/old.md"]
+    assert "setup.cfg" in got["POLICY_CONSTRAINT_NO_DEPS"].message
 
 
 def test_the_worker_leaves_the_size_rule_to_the_coordinator_and_marks_setup_py() -> None:
