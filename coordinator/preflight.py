@@ -16,7 +16,11 @@ Checked, in order, each failure a WorkQueueError (exit 2) naming the problem:
 - when the run will be integrated, every suite the policy requires for the
   tasks' declared risk classes is defined in `validations`;
 - the script a root task runs (`argv[0]` as a relative path, or the script
-  an interpreter is given) exists in the base commit.
+  an interpreter is given) exists in the base commit;
+- the tool folders (`tool_dirs`, `--tool-dir`) are absolute directories that
+  hold neither the repository nor OPS_ROOT, and every command task's program
+  (`argv[0]` as a bare name or an absolute path) is one the worker sandbox
+  will show: a missing one is refused naming the folder to add.
 
 Git is only read (rev-parse, merge-base, cat-file, check-ref-format).
 """
@@ -76,14 +80,17 @@ def repo_path(queue_path: Path, wq: WorkQueue) -> Path:
     return Path(wq.repo) if Path(wq.repo).is_absolute() else (queue_path.parent / wq.repo).resolve()
 
 
-def prepare(queue_path: Path | str, *, integrate: bool = True) -> Prepared:
-    """Load the work queue at `queue_path` and run every pre-flight check."""
+def prepare(queue_path: Path | str, *, integrate: bool = True, tool_dirs: tuple[str, ...] = (),
+            sandbox: str = "bwrap", ops_root: Path | None = None) -> Prepared:
+    """Load the work queue at `queue_path` and run every pre-flight check.
+    `tool_dirs`: the command line's tool folders (beside the queue's)."""
     path = Path(queue_path).resolve()
     wq = load_work_queue(path)
-    return check(wq, path, integrate=integrate)
+    return check(wq, path, integrate=integrate, tool_dirs=tool_dirs, sandbox=sandbox, ops_root=ops_root)
 
 
-def check(wq: WorkQueue, queue_path: Path, *, integrate: bool = True) -> Prepared:
+def check(wq: WorkQueue, queue_path: Path, *, integrate: bool = True, tool_dirs: tuple[str, ...] = (),
+          sandbox: str = "bwrap", ops_root: Path | None = None) -> Prepared:
     repo = repo_path(queue_path, wq)
     if not repo.is_dir():
         raise PreflightError(f"repository not found: {repo}", code="REPO_NOT_FOUND",
@@ -125,6 +132,10 @@ def check(wq: WorkQueue, queue_path: Path, *, integrate: bool = True) -> Prepare
     if integrate:
         _check_suites(wq)
     _check_scripts(wq, repo, base)
+    dirs = (*wq.tool_dirs, *tool_dirs)
+    check_tool_dirs(dirs, repo, ops_root)
+    if sandbox == "bwrap":
+        check_programs(wq, dirs)
     scratch_root()  # $DOME_SCRATCH_DIR, when set, names a usable directory
     return Prepared(queue_path, wq, repo, base, tree, base_source, target)
 
@@ -157,7 +168,7 @@ def _check_suites(wq: WorkQueue) -> None:
     from .integration.policy import IntegrationPolicy
     from .integration.validation import suite_name
 
-    policy = IntegrationPolicy.load(wq.policy)
+    policy = IntegrationPolicy.load(wq.policy, domain=wq.domain)
     risks = sorted({n.risk_level for n in wq.graph.nodes.values()})
     defined = {suite_name(v) for v in wq.validations}
     missing = [s for s in policy.required_suites(risks) if s not in defined and s not in SUITES_WITHOUT_CONFIG]
@@ -213,3 +224,95 @@ def _check_scripts(wq: WorkQueue, repo: Path, base: str) -> None:
                              f"commit {base[:12]}", code="SCRIPT_NOT_FOUND",
                              details={"missing": missing, "base": base},
                              hints=["commit the script, or fix the path (it is relative to the checkout)"])
+
+
+
+# ---------------------------------------------------------------------------
+# Tools in the sandbox: what a command task's argv[0] will be inside it.
+
+
+class ToolDirRefused(PreflightError):
+    code = "TOOL_DIR_REFUSED"
+
+
+class ToolNotVisible(PreflightError):
+    code = "TOOL_NOT_VISIBLE"
+
+
+def _under(path: str, root: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return path == root or path.startswith(root + "/") or root == "/"
+
+
+def check_tool_dirs(dirs: Any, repo: Path, ops_root: Path | None) -> None:
+    """Each tool folder is an absolute existing directory that neither holds nor lies
+    inside the repository or OPS_ROOT (keys, ledger): a worker may read it whole."""
+    private = [("the repository", str(repo.resolve()))]
+    if ops_root is not None:
+        private.append(("OPS_ROOT", str(Path(ops_root).resolve())))
+    for d in dirs:
+        if not str(d).startswith("/"):
+            raise ToolDirRefused(f"tool folder {d!r} is not an absolute path", details={"tool_dir": d})
+        real = os.path.realpath(d)
+        if not os.path.isdir(real):
+            raise ToolDirRefused(f"tool folder {d} is not a directory on this host", details={"tool_dir": d})
+        for what, root in private:
+            if _under(root, real) or _under(real, root):
+                raise ToolDirRefused(f"tool folder {d} would show {what} ({root}) to workers",
+                                     details={"tool_dir": d, "refused_because": what, "path": root},
+                                     hints=["name the tool's own folder (its virtualenv, node_modules, toolchain)"])
+
+
+def sandbox_roots(tool_dirs: Any) -> list[str]:
+    """The host folders a worker sandbox shows at their own paths (coordinator.executors.sandbox)."""
+    from .executors.sandbox import SYSTEM_DIRS, python_roots
+    return [*SYSTEM_DIRS, *(str(r) for r in python_roots()), *(os.path.realpath(d) for d in tool_dirs)]
+
+
+def resolve_in_sandbox(argv0: str, path_var: str, roots: list[str]) -> tuple[str | None, str | None]:
+    """(what argv[0] runs inside the sandbox, or None; the host file it would be when
+    the sandbox hides it). A bare name is looked up on the sandbox's PATH, an absolute
+    path as it is; either must lie, symlinks followed, under a folder the sandbox shows."""
+    def shown(p: str) -> bool:
+        return any(_under(p, r) for r in roots) and any(_under(os.path.realpath(p), r) for r in roots)
+
+    if argv0.startswith("/"):
+        cands = [argv0]
+    else:
+        cands = [os.path.join(d, argv0) for d in path_var.split(":") if d]
+    hidden = None
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            if shown(c):
+                return c, None
+            hidden = hidden or c
+    return None, hidden
+
+
+def check_programs(wq: WorkQueue, tool_dirs: Any) -> None:
+    """A command task's program that exists on this host resolves inside the worker sandbox
+    too: a bare name on the sandbox's PATH, an absolute path under a folder it shows. One the
+    sandbox would hide is refused naming the folder to add."""
+    from .executors.sandbox import sandbox_path
+    roots, path_var = sandbox_roots(tool_dirs), sandbox_path()
+    for node in wq.graph.nodes.values():
+        action = node.action_spec
+        if action.get("intent") != "command" or not action.get("argv"):
+            continue
+        argv0 = str(action["argv"][0])
+        if "/" in argv0 and not argv0.startswith("/"):
+            continue  # a path in the checkout: _check_scripts
+        found, hidden = resolve_in_sandbox(argv0, path_var, roots)
+        if found is not None or hidden is None:
+            continue  # shown; or found nowhere: the worker's COMMAND_NOT_FOUND says what the sandbox shows
+        # the program is on this host, hidden from the sandbox
+        real = os.path.realpath(hidden)
+        parent = Path(hidden).parent
+        folder = str(parent.parent if parent.name == "bin" else parent)
+        raise ToolNotVisible(
+            f"task {node.source_id!r} runs {argv0}, which exists on this host ({real}) but the worker "
+            f"sandbox does not show it: add its folder with \"tool_dirs\": [\"{folder}\"] or "
+            f"dome run --tool-dir {folder}",
+            details={"node_id": node.source_id, "argv0": argv0, "host_path": real, "tool_dir": folder,
+                     "sandbox_path": path_var, "tool_dirs": list(tool_dirs)},
+            hints=[f"dome run --tool-dir {folder} ...", f"\"tool_dirs\": [\"{folder}\"] in the work queue"])

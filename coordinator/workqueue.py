@@ -40,6 +40,14 @@ class WorkQueue:
     validations: tuple[Mapping[str, Any], ...] = ()
     if_target_moved: str = "refuse"
     if_tasks_fail: str = "promote_nothing"  # or promote_rest: coordinator/runloop/partial.py
+    tool_dirs: tuple[str, ...] = ()  # host folders shown read-only to workers and validations
+
+    @property
+    def domain(self) -> str:
+        """The policy preset this queue gets (`integration.policy.domain_of`)."""
+        from .integration.policy import domain_of
+        return domain_of([t["action_spec"]["intent"] for t in self.raw.get("tasks", [])],
+                         [v.get("suite") for v in self.validations], self.raw.get("domain"))
 
 
 MAX_BYTES = 16 * 1024 * 1024  # a work queue is a plan, not data
@@ -252,6 +260,7 @@ def parse_work_queue(obj: Any) -> WorkQueue:
         validations=tuple(obj.get("validations", [])),
         if_target_moved=str(obj.get("if_target_moved", "refuse")),
         if_tasks_fail=str(obj.get("if_tasks_fail", "promote_nothing")),
+        tool_dirs=tuple(obj.get("tool_dirs", [])),
     )
 
 

@@ -112,9 +112,10 @@ GATED_REF = "refs/heads/dome/gated"
 
 def gated_queue(tmp_path: Path, repo: Path, *, drc: bool = True) -> Path:
     """A one-task work queue whose task is in a risk class the default policy holds at the
-    human gate (`human_gate.required_for_risk`). That class's policy suites include `drc`,
-    which needs a deck and layouts: with drc=True the queue defines it (builtin deck, a
-    layout glob that matches nothing in a plain repo, so it passes vacuously)."""
+    human gate (`human_gate.required_for_risk`). The queue is an EDA one (`domain: eda`), so
+    that class's policy suites include `drc`, which needs a deck and layouts: with drc=True
+    the queue defines it (builtin deck, a layout glob that matches nothing in a plain repo,
+    so it passes vacuously)."""
     import json
 
     spec = json.loads((REPO_ROOT / "registry" / "policy" / "policy_spec.json").read_text())
@@ -123,7 +124,7 @@ def gated_queue(tmp_path: Path, repo: Path, *, drc: bool = True) -> Path:
     if drc:
         validations.append({"suite": "drc", "params": {"deck": "builtin:mask_rules", "layouts": ["**/*.oas"]}})
     q = {"artifact_kind": "dome.work.queue/v1", "name": "gated", "repo": str(repo), "base_ref": "HEAD",
-         "determinism_seed": 7, "policy": "default", "promote_to": GATED_REF,
+         "determinism_seed": 7, "policy": "default", "domain": "eda", "promote_to": GATED_REF,
          "scheduling": {"max_parallel": 1, "default_max_attempts": 1, "default_timeout_s": 60},
          "tasks": [{"node_id": "risky", "risk": risk, "required_capabilities": ["write"],
                     "required_outputs": ["patch_proposal"],

@@ -30,7 +30,7 @@ from registry.diffs import DIFF_GIT_ARGS, describe_diff
 from registry.sealing import seal
 
 LOCKFILES = ("package-lock.json", "poetry.lock", "Cargo.lock", "uv.lock", "requirements.txt",
-             "pyproject.toml", "go.sum", "yarn.lock", "Pipfile.lock")
+             "pyproject.toml", "go.sum", "yarn.lock", "Pipfile.lock", "setup.py", "setup.cfg")
 
 
 # what no repository config may turn on for the runtime's own git
@@ -77,7 +77,8 @@ def canonical_worktree_diff(scratch: Path, base_ref: str, objects: Path | None =
 def _risk(touched: list[str], stats: dict[str, int], declared: str | None) -> dict[str, Any]:
     deps = any(Path(p).name in LOCKFILES for p in touched)
     surface = int(stats.get("added", 0)) + int(stats.get("removed", 0))
-    level = declared or ("medium" if deps or surface > 500 or len(touched) > 20 else "low")
+    # the size rule is the coordinator's (its policy says where it lies, and records why it fired)
+    level = declared or ("medium" if deps else "low")
     return {"class": level, "surface_area": surface, "files_touched": len(touched), "deps_touched": deps,
             "migration": any("migration" in p for p in touched)}
 

@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
                                              "wall_seconds": round(time.monotonic() - t0, 3)},
                                upload=lambda data: client.put_artifact_carried(data, "text/x-diff", "patch.diff"))
         proposal_id = None
+        summary = dict(result.summary)
+        if built is None:  # nothing to change: a success unless the task requires a patch (below)
+            summary["no_change"] = True
         if built is not None:  # the diff and the proposal travel with complete_task: one request
             proposal, _canonical = built
             proposal_id = client.submit_patch_carried(proposal)
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             raise DomeError("the action changed nothing but the node requires a patch_proposal",
                             code="REQUIRED_OUTPUT_MISSING", retry="light")
         # the terminal write: spends the single-use grant
-        client.complete_task("succeeded", summary=result.summary, metrics=result.metrics,
+        client.complete_task("succeeded", summary=summary, metrics=result.metrics,
                              evidence=result.evidence, proposal_id=proposal_id)
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure is reported through the gateway

@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", metavar="RUN_ID", default=None, help="carry on a run from its ledger")
     parser.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
                         help="worker sandbox (default bwrap; `none` must be asked for explicitly)")
+    parser.add_argument("--tool-dir", action="append", default=None, metavar="DIR",
+                        help="show this host folder read-only to workers and validations, at its own path "
+                             "(a tool's virtualenv, node_modules, a toolchain); repeatable; adds to the "
+                             "queue's tool_dirs")
     parser.add_argument("--max-parallel", type=int, default=None, help="attempts in flight at once")
     parser.add_argument("--egress", metavar="CONFIG", default=None,
                         help="egress gate routes for agent workers (JSON: host -> upstream, key env var, prices); "
@@ -79,7 +83,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
-        prepared = None if args.resume else prepare(args.work_queue, integrate=True)
+        tool_dirs = tuple(args.tool_dir or ())
+        # a container worker sees its image, not the host: only bubblewrap's view is resolved up front
+        seen_as = args.sandbox if args.executor != "container" else "container"
+        prepared = None if args.resume else prepare(args.work_queue, integrate=True, tool_dirs=tool_dirs,
+                                                    sandbox=seen_as, ops_root=ops_root)
         _check_executor_options(args)  # before the ledger or ops/ exist
         from coordinator.keys import load_keyring, load_or_create_signing_key
         from coordinator.runloop.finish import integration_finish
@@ -104,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
             from coordinator.runloop.contracts import make_run_executor
             executor = make_run_executor(prepared.wq, kind=args.executor, sandbox=args.sandbox,
                                          max_parallel=args.max_parallel, image=args.image,
-                                         gateway_bind=args.gateway_bind)
+                                         gateway_bind=args.gateway_bind,
+                                         tool_dirs=(*prepared.wq.tool_dirs, *tool_dirs))
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
@@ -112,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
                          lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind,
-                         executor=executor)
+                         executor=executor, tool_dirs=tool_dirs)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:

@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             keyring = load_keyring(args.ops_root)
             rep = verify_run(ledger, args.run_id, keyring,
                              repo=Path(args.repo) if args.repo else None, ops_root=Path(args.ops_root))
+            risk = risk_of(ledger, args.run_id)
         finally:
             ledger.close()
     except DomeError as exc:
@@ -91,7 +92,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"dome verify: {exc.code}: {exc.message}", file=sys.stderr)
         return exit_code(exc)
     if args.json:
-        print(json.dumps(rep.to_dict(), sort_keys=True))
+        print(json.dumps({**rep.to_dict(), "risk_sources": risk.risk_sources, "policy_preset": risk.domain},
+                         sort_keys=True))
     else:
-        print("\n".join(render_text(rep)))
+        from coordinator.report.explain import risk_lines
+        print("\n".join([*render_text(rep), *risk_lines(risk)]))
     return 0 if rep.valid else 1
+
+
+def risk_of(ledger, run_id: str):
+    """Which proposals raised the run's risk, by which rule and figures (from its verdicts)."""
+    from coordinator.integration.policy import risk_sources
+    from coordinator.report.explain import Explanation
+    ex = Explanation(run_id=run_id)
+    verified = []
+    for e in ledger.events(run_id):
+        if e.topic == "integration.proposal_verified":
+            verified.append(dict(e.payload))
+        elif e.topic == "integration.policy":
+            ex.domain = str((e.payload.get("policy") or {}).get("domain") or "")
+    ex.risk_sources = risk_sources(verified)
+    return ex

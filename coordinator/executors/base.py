@@ -75,6 +75,7 @@ class Limits:
     max_file_mb: int = 1024
     tmp_mb: int = 1024  # the private /tmp tmpfs
     disk_mb: int = 4096  # the scratch tmpfs (checkout + diff): the attempt's disk quota
+    tool_dirs: tuple[str, ...] = ()  # host folders shown read-only at their own paths (tool venvs, toolchains)
 
     @classmethod
     def from_work_queue(cls, limits: Mapping[str, Any]) -> "Limits":

@@ -171,7 +171,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
     cgroups' limit counters before this attempt (`refused_forks`, `oom_kills`), where the groups
     served earlier attempts: the worker reports only what its own action ran into."""
     lim = limits or Limits()
-    a, src = host_view(bwrap, extra_ro=extra_ro, tmp_mb=lim.tmp_mb)
+    a, src = host_view(bwrap, extra_ro=[*extra_ro, *(Path(d) for d in lim.tool_dirs)], tmp_mb=lim.tmp_mb)
     for controller, path in sorted((cgroups or {}).items()):
         a += ["--ro-bind", str(path), f"{IN_CGROUP}/{controller}"]
     budget = {"tmp_mb": lim.tmp_mb, "disk_mb": lim.disk_mb, "memory_mb": lim.memory_mb,
@@ -200,6 +200,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
           *(["--setenv", "DOME_WORKER_KEY", IN_WORKER_KEY] if files.worker_key else []),
           *(["--setenv", "DOME_EGRESS_SOCKET", IN_EGRESS] if files.egress_socket else []),
           *(["--setenv", "DOME_WORKER_CPUS", str(cpus)] if cpus else []),
+          *(["--setenv", "DOME_TOOL_DIRS", ":".join(lim.tool_dirs)] if lim.tool_dirs else []),
           "--", python or sys.executable, "-s", "-m", "worker_sdk", IN_SPAWN]
     return a
 

@@ -32,7 +32,7 @@ from .evidence import (INTOTO_PAYLOAD, TARGET_CHECKED_OUT, TARGET_MOVED, T_CONSE
 from .gate import evaluate_chain
 from .planning import Candidate, final_plan, plan_stack
 from .policy import IntegrationPolicy, risk_level
-from .proposals import BaseInspector, verify_proposal
+from .proposals import BaseInspector, is_dependency_file, verify_proposal
 from .recorder import (INTEGRATION_PREFIXES, Emitter, RunRecords, blobs_of, event_count, git_facts,
                        records_of, run_dir, write_json)
 from .stacking import Stacker, Validator
@@ -266,7 +266,12 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
                           "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
                           "atomicity": p.get("atomicity", "atomic_proposal"),
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
-                          "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected)})
+                          "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected),
+                          **({"risk_rises": [r.to_dict() for r in cp.rises]} if cp.rises else {}),
+                          **({"declared_risk": risk_level(p.get("risk"))}
+                             if risk_level(p.get("risk")) != "low" else {}),
+                          **({"dependency_files": [f for f in cp.parsed.touched_files() if is_dependency_file(f, policy)]}
+                             if isinstance(p.get("risk"), Mapping) and p["risk"].get("deps_touched") else {})})
         checked[pid] = cp
     emit.flush()  # the verdicts, in one commit
     return checked, rejected

@@ -44,6 +44,10 @@ REPO_PROTECTED_FILE = ".dome/protected-paths"
 """A repository's own additions to `protected_paths`: one glob per line, read from the
 run's base commit (never from a proposal); `#` starts a comment."""
 
+# The size rule's defaults: more files or more changed lines than these makes a proposal medium risk.
+SIZE_RISK_FILES = 20
+SIZE_RISK_LINES = 500
+
 POLICY_SPEC_PATH = Path(__file__).resolve().parents[2] / "registry" / "policy" / "policy_spec.json"
 
 
@@ -75,6 +79,11 @@ class IntegrationPolicy:
     human_gate_paths: tuple[str, ...] = ()
     consent_ttl_seconds: int = 3600
     promote_to: str = "refs/heads/main"
+    # the size rule (see `size_rise`): a proposal over either figure is raised to `size_risk_to`
+    size_risk_files: int = SIZE_RISK_FILES
+    size_risk_lines: int = SIZE_RISK_LINES
+    size_risk_to: str = "medium"
+    domain: str = ""  # the preset applied (`software`, `eda`); "" when the policy names none
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -125,8 +134,10 @@ class IntegrationPolicy:
         return cls(**kw)
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any], name: str = "default") -> "IntegrationPolicy":
-        """Build from a `dome.policy_spec/v1` document and a policy name."""
+    def from_spec(cls, spec: Mapping[str, Any], name: str = "default",
+                  domain: str | None = None) -> "IntegrationPolicy":
+        """Build from a `dome.policy_spec/v1` document and a policy name; `domain`
+        picks one of the policy's `validation.presets` (see `apply_preset`)."""
         if name not in spec.get("policies", {}):
             from registry.errors import DomeError
             raise DomeError(f"no policy named {name!r}", code="POLICY_UNKNOWN",
@@ -143,19 +154,21 @@ class IntegrationPolicy:
             "human_gate_paths": tuple(gate.get("required_for_paths", ())),
             "consent_ttl_seconds": int(gate.get("consent_ttl_seconds", 3600)),
         }
+        kw.update(size_rule_fields(val.get("size_rule") or {}))
         extra = pol.get("integration") or {}
         names = {f.name for f in fields(cls)}
         for k, v in extra.items():
             if k in names:
                 kw[k] = tuple(v) if isinstance(v, list) else v
-        return cls(**kw)
+        return apply_preset(cls(**kw), val.get("presets") or {}, domain)
 
     @classmethod
-    def load(cls, name: str = "default", path: Path | None = None) -> "IntegrationPolicy":
+    def load(cls, name: str = "default", path: Path | None = None,
+             domain: str | None = None) -> "IntegrationPolicy":
         p = path or POLICY_SPEC_PATH
         if not p.is_file():
             return cls(name=name)
-        return cls.from_spec(json.loads(p.read_text()), name)
+        return cls.from_spec(json.loads(p.read_text()), name, domain)
 
 
 def path_matches(path: str, glob: str) -> bool:
@@ -201,3 +214,123 @@ def risk_level(risk: Any) -> str:
     if isinstance(risk, Mapping):
         risk = risk.get("class", risk.get("level", "high"))
     return risk if risk in RISK_LEVELS else "high"  # unknown: fail closed
+
+
+# ---------------------------------------------------------------------------
+# Policies that fit the repository: domain presets and the size rule.
+#
+# A policy's `validation.presets` maps a domain (`software`, `eda`) to the
+# suites each risk class needs there; a work queue gets the preset of its
+# domain (`domain_of`). The size rule raises a large proposal's risk; every
+# rise is recorded with the rule and its figures (`RiskRise`), so a verdict
+# can say which proposal raised the risk and why.
+
+DOMAINS = ("software", "eda")
+# intents and suites that only mean something for mask/layout work
+EDA_INTENT_PREFIXES = ("litho", "drc", "layout", "klayout", "opc", "mask")
+EDA_SUITES = ("drc", "litho.resim")
+
+
+def domain_of(intents: Any, suites: Any, declared: str | None = None) -> str:
+    """The preset a work queue gets: its own `domain` when it names one; else
+    `eda` when a task runs an EDA intent or a validation is an EDA suite; else
+    `software`. So a plain repository is never asked for a DRC run it cannot make."""
+    if declared:
+        return declared
+    if any(str(i).split(".")[0] in EDA_INTENT_PREFIXES for i in intents):
+        return "eda"
+    if any(str(s) in EDA_SUITES for s in suites):
+        return "eda"
+    return "software"
+
+
+def size_rule_fields(rule: Mapping[str, Any]) -> dict[str, Any]:
+    """A policy's `validation.size_rule` (`files_over`, `lines_over`, `raises_to`) as fields."""
+    out: dict[str, Any] = {}
+    for key, name in (("files_over", "size_risk_files"), ("lines_over", "size_risk_lines"),
+                      ("raises_to", "size_risk_to")):
+        if key in rule:
+            out[name] = rule[key]
+    return out
+
+
+def apply_preset(policy: IntegrationPolicy, presets: Mapping[str, Any], domain: str | None) -> IntegrationPolicy:
+    """`policy` with the named preset's suites, split escalation, human gate and size rule."""
+    if not domain or domain not in presets:
+        return policy
+    pre = presets[domain]
+    kw: dict[str, Any] = {"domain": domain}
+    if "suites_by_risk" in pre:
+        kw["suites_by_risk"] = {k: tuple(v) for k, v in pre["suites_by_risk"].items()}
+    if "escalate_on_split" in pre:
+        kw["escalate_on_split"] = tuple(pre["escalate_on_split"])
+    if "human_gate_risk" in pre:
+        kw["human_gate_risk"] = tuple(pre["human_gate_risk"])
+    kw.update(size_rule_fields(pre.get("size_rule") or {}))
+    return replace(policy, **kw)
+
+
+@dataclass(frozen=True)
+class RiskRise:
+    """One rule that raised a proposal's risk, with the figures that made it fire."""
+
+    rule: str  # "size", "protected_paths"
+    raises_to: str
+    figures: Mapping[str, Any]
+    limits: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "raises_to": self.raises_to, "figures": dict(self.figures),
+                "limits": dict(self.limits)}
+
+    def describe(self) -> str:
+        if self.rule == "size":
+            return (f"size rule: {self.figures.get('files')} files, {self.figures.get('lines')} changed lines "
+                    f"(more than {self.limits.get('files_over')} files or {self.limits.get('lines_over')} "
+                    f"lines makes it {self.raises_to})")
+        if self.rule == "protected_paths":
+            return f"touches protected paths {', '.join(self.figures.get('paths', []))} (makes it {self.raises_to})"
+        return f"{self.rule}: {dict(self.figures)} (makes it {self.raises_to})"
+
+
+def size_rise(policy: IntegrationPolicy, files: int, lines: int) -> RiskRise | None:
+    """The size rule: more than `size_risk_files` files or `size_risk_lines` changed
+    lines (added plus removed) raises a proposal to `size_risk_to`."""
+    if files > policy.size_risk_files or lines > policy.size_risk_lines:
+        return RiskRise("size", risk_level(policy.size_risk_to), {"files": files, "lines": lines},
+                        {"files_over": policy.size_risk_files, "lines_over": policy.size_risk_lines})
+    return None
+
+
+def risk_sources(verified: Any) -> list[dict[str, Any]]:
+    """From the run's proposal verdicts (`integration.proposal_verified` artifacts), each
+    proposal whose risk is above low, with the rules that raised it: what a verdict,
+    `dome verify` and the report print beside the suites a risk class needed."""
+    out = []
+    for a in verified:
+        risk = risk_level(a.get("risk"))
+        if risk == "low":
+            continue
+        rises = [dict(r) for r in a.get("risk_rises", [])]
+        declared = a.get("declared_risk")
+        deps = list(a.get("dependency_files") or [])
+        out.append({"proposal_id": a.get("proposal_id"), "node_id": a.get("node_id"), "risk": risk,
+                    "rises": rises, **({"declared": declared} if declared else {}),
+                    **({"dependency_files": deps} if deps else {})})
+    return sorted(out, key=lambda x: (-RISK_LEVELS.index(x["risk"]), str(x["proposal_id"])))
+
+
+def describe_source(src: Mapping[str, Any]) -> str:
+    """Why one proposal of `risk_sources` is above low, in words."""
+    why = [describe_rise(x) for x in src.get("rises") or []]
+    if src.get("dependency_files"):
+        why.append(f"touches dependency files {', '.join(src['dependency_files'])} (its worker marks it "
+                   f"{src.get('declared', 'medium')})")
+    elif src.get("declared") and not why:
+        why.append(f"declared {src['declared']} by its task or worker")
+    return "; ".join(why) or "declared by its worker"
+
+
+def describe_rise(r: Mapping[str, Any]) -> str:
+    return RiskRise(str(r.get("rule")), str(r.get("raises_to")), r.get("figures") or {},
+                    r.get("limits") or {}).describe()

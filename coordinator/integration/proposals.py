@@ -20,7 +20,7 @@ from registry.gitoid import is_git_oid
 from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
-from .policy import IntegrationPolicy, globs_matcher, max_risk, risk_level
+from .policy import IntegrationPolicy, RiskRise, globs_matcher, max_risk, risk_level, size_rise
 
 if TYPE_CHECKING:
     from .gitio import ObjectReader
@@ -80,15 +80,22 @@ class CheckedProposal:
     parsed: ParsedDiff
     fingerprints: tuple[Mapping[str, Any], ...]
     protected: tuple[str, ...] = ()  # touched paths the policy protects
+    size: RiskRise | None = None  # the policy's size rule, when this diff is over it
 
     @property
     def proposal_id(self) -> str:
         return str(self.proposal["proposal_id"])
 
     @property
+    def rises(self) -> tuple[RiskRise, ...]:
+        """Each rule that raised the computed risk, with its figures."""
+        out = [RiskRise("protected_paths", "high", {"paths": list(self.protected)})] if self.protected else []
+        return tuple([*out, *([self.size] if self.size is not None else [])])
+
+    @property
     def computed_risk(self) -> str:
         """What the coordinator makes of the diff itself."""
-        return "high" if self.protected else "low"
+        return max_risk(*(r.raises_to for r in self.rises))
 
     @property
     def risk(self) -> str:
@@ -284,17 +291,29 @@ def check_policy(parsed: ParsedDiff, proposal: Mapping[str, Any], policy: Integr
         declared = _declared(proposal.get("declared_constraints"))
         if "no_deps" in declared or "no_dependencies" in declared:
             out.append(Rejection("POLICY_CONSTRAINT_NO_DEPS",
-                                 "declared no_deps but touches dependency files",
+                                 f"declared no_deps but touches dependency files {', '.join(deps)}",
                                  details={"paths": deps}))
         if risk not in policy.dependency_risk_allowed:
             out.append(Rejection("POLICY_DEPENDENCY_FILE",
-                                 f"dependency/lock files need risk {list(policy.dependency_risk_allowed)}",
-                                 details={"paths": deps, "risk": risk}))
+                                 f"touches dependency/lock file(s) {', '.join(deps)} at risk {risk!r}; "
+                                 f"policy {policy.name!r} allows them only at risk "
+                                 f"{', '.join(policy.dependency_risk_allowed)}",
+                                 details={"paths": deps, "risk": risk,
+                                          "allowed_risks": list(policy.dependency_risk_allowed),
+                                          "hint": f"give the task \"risk\": \"{policy.dependency_risk_allowed[0]}\""
+                                                  " (or leave risk undeclared), or keep the tool off "
+                                                  f"{', '.join(deps)}" if policy.dependency_risk_allowed
+                                          else "this policy allows no dependency-file change"}))
     declared = _declared(proposal.get("declared_constraints"))
-    if "no_binary" in declared and any(fp.binary is not None for fp in parsed.files):
-        out.append(Rejection("POLICY_CONSTRAINT_NO_BINARY", "declared no_binary but has binary changes"))
-    if "no_delete" in declared and any(fp.is_deleted for fp in parsed.files):
-        out.append(Rejection("POLICY_CONSTRAINT_NO_DELETE", "declared no_delete but deletes files"))
+    binary = [fp.path for fp in parsed.files if fp.binary is not None]
+    if "no_binary" in declared and binary:
+        out.append(Rejection("POLICY_CONSTRAINT_NO_BINARY",
+                             f"declared no_binary but has binary changes: {', '.join(binary)}",
+                             details={"paths": binary}))
+    deleted = [fp.path for fp in parsed.files if fp.is_deleted]
+    if "no_delete" in declared and deleted:
+        out.append(Rejection("POLICY_CONSTRAINT_NO_DELETE", f"declared no_delete but deletes {', '.join(deleted)}",
+                             details={"paths": deleted}))
     atom = proposal.get("atomicity", "atomic_proposal")
     if atom not in policy.allowed_atomicity:
         out.append(Rejection("POLICY_ATOMICITY", f"atomicity {atom!r} not allowed by policy",
@@ -377,9 +396,16 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
     if rej:
         return rej, None
     fps = tuple(diffs.hunk_fingerprints(parsed, base))
+    touched = parsed.touched_files()
     return [], CheckedProposal(proposal=proposal, canonical=canonical, parsed=parsed,
                                fingerprints=fps,
-                               protected=tuple(policy.protected_touched(parsed.touched_files())))
+                               protected=tuple(policy.protected_touched(touched)),
+                               size=size_rise(policy, len(touched), changed_lines(parsed)))
+
+
+def changed_lines(parsed: ParsedDiff) -> int:
+    """Added plus removed lines of a parsed diff (what the size rule counts)."""
+    return sum(1 for fp in parsed.files for h in fp.hunks for ln in h.lines if ln[:1] in (b"+", b"-"))
 
 
 # ---------------------------------------------------------------------------

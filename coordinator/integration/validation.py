@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -75,14 +76,14 @@ IN_HEAD = "/dome/head"
 
 
 def bwrap_argv(checkout: Path, argv: list[str], *, env: Mapping[str, str] | None = None,
-               with_dome: bool = False) -> list[str]:
+               with_dome: bool = False, tool_dirs: tuple[str, ...] = ()) -> list[str]:
     """A read-only validation worker: the same minimal host view as the worker
     sandbox (system dirs, a few /etc files, the Python installation; never
     OPS_ROOT, keys, ledger, the real repository or home directories), the
     checkout read-only at /dome/head, a private /tmp, no network, own PID/IPC/
     UTS namespaces, no capabilities, a new session, dies with the coordinator."""
     from coordinator.executors.sandbox import CONFINEMENT, host_view, sandbox_path
-    a, src = host_view(with_dome=with_dome)
+    a, src = host_view(with_dome=with_dome, extra_ro=[Path(d) for d in tool_dirs])
     a += ["--ro-bind", str(checkout), IN_HEAD, *CONFINEMENT, "--chdir", IN_HEAD, "--clearenv",
           "--setenv", "PATH", sandbox_path(), "--setenv", "HOME", "/tmp",
           "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
@@ -99,8 +100,10 @@ class SuiteRunner:
 
     def __init__(self, repo: Path | str, *, sandbox: str = "bwrap",
                  put_artifact: Callable[[bytes], str] | None = None,
-                 python: str = sys.executable, timeout_s: float = 600) -> None:
+                 python: str = sys.executable, timeout_s: float = 600,
+                 tool_dirs: tuple[str, ...] = ()) -> None:
         self.repo = Path(repo)
+        self.tool_dirs = tuple(tool_dirs)
         self.sandbox = sandbox
         if sandbox == "bwrap" and shutil.which("bwrap") is None:
             from registry.errors import DomeError
@@ -148,7 +151,7 @@ class SuiteRunner:
                          **{str(k): str(v) for k, v in dict(suite.get("env") or {}).items()}}
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8",
                    "PYTHONDONTWRITEBYTECODE": "1", **suite_env}
-            cmd = bwrap_argv(ro, argv, env=suite_env) if self.sandbox == "bwrap" else argv
+            cmd = bwrap_argv(ro, argv, env=suite_env, tool_dirs=self.tool_dirs) if self.sandbox == "bwrap" else argv
             try:
                 proc = subprocess.run(cmd, cwd=ro, env=env, capture_output=True,
                                       timeout=float(suite.get("timeout_s") or self.timeout_s))
@@ -160,8 +163,10 @@ class SuiteRunner:
                         os.chmod(os.path.join(root, d), 0o755)
                     os.chmod(root, 0o755)
             logs = proc.stdout + b"\n--- stderr ---\n" + proc.stderr
+            failing = failing_tests(logs.decode("utf-8", "replace")) if proc.returncode != 0 else []
             return ("passed" if proc.returncode == 0 else "failed",
-                    {"returncode": proc.returncode, "tail": logs[-2000:].decode("utf-8", "replace")},
+                    {"returncode": proc.returncode, "tail": logs[-2000:].decode("utf-8", "replace"),
+                     **({"failing_tests": failing} if failing else {})},
                     logs)
 
     def _domain(self, cp: Checkpoint, suite: Mapping[str, Any]) -> tuple[str, dict, bytes]:
@@ -194,3 +199,42 @@ class SuiteRunner:
                 return "error", {"error": "suite runner printed no result"}, logs
             passed = bool(out.get("summary", {}).get("passed"))
             return ("passed" if passed else "failed"), out, logs
+
+
+MAX_FAILING_TESTS = 20
+FIRST_LINES = 4
+_SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)(?: - (.*))?$")
+_SECTION = re.compile(r"^_{3,} (.+?) _{3,}$")
+
+
+def failing_tests(output: str) -> list[dict[str, Any]]:
+    """The failing tests a test runner's output names, each with the first lines of
+    its failure (pytest: the `FAILED id - message` lines of the short summary, and the
+    `E ` lines of the test's section; unittest: `FAIL: name` / `ERROR: name`). Pure."""
+    lines = output.splitlines()
+    sections: dict[str, list[str]] = {}
+    current = None
+    for ln in lines:
+        m = _SECTION.match(ln)
+        if m:
+            current = m.group(1).strip()
+            sections[current] = []
+        elif current is not None and ln.startswith("E ") and ln[1:].strip() and len(sections[current]) < FIRST_LINES:
+            sections[current].append(ln[1:].strip())
+    out: list[dict[str, Any]] = []
+    for ln in lines:
+        m = _SUMMARY.match(ln.strip())
+        name = m.group(1) if m else None
+        msg = (m.group(2) or "") if m else ""
+        if name is None:
+            u = re.match(r"^(?:FAIL|ERROR): (\S+)", ln)
+            name = u.group(1) if u else None
+        if name is None or any(t["name"] == name for t in out):
+            continue
+        short = name.split("::")[-1]
+        first = sections.get(short) or sections.get(name.split("::", 1)[-1].replace("::", ".")) or \
+            ([msg] if msg else [])
+        out.append({"name": name, "first_lines": first[:FIRST_LINES]})
+        if len(out) >= MAX_FAILING_TESTS:
+            break
+    return out

@@ -191,11 +191,28 @@ def build_report(ledger: Ledger, ops_root: Path, run_id: str, *, pictures: bool 
     for e in events:  # integration records as signed: externalized artifacts and chained lists rebuilt
         e["payload"] = readable_payload(str(e.get("topic", "")), e.get("payload"), ledger.blobs)
     model = build_model(run_id, events)
+    attach_diffs(model, ledger.blobs.get)
     drc_markers(model, ledger.blobs.get)
     clips = litho_clips(model, pictures=pictures, progress=progress)
     progress(len(clips), len(clips), "writing the page")
     return Report(model=model, clips=clips,
                   html=render_html(model, clips, quick_iterations=quick_iterations(ops_root, run_id)))
+
+
+MAX_DIFF_CHARS = 200_000  # per proposal on the page; the rest is in the blob store
+
+
+def attach_diffs(model: ReportModel, get_blob: Callable[[str], bytes]) -> None:
+    """Each verified proposal's canonical diff (the blob its verdict names), for the page."""
+    for row in model.proposals:
+        if not row.diff_blob:
+            continue
+        try:
+            text = get_blob(row.diff_blob).decode("utf-8", "replace")
+        except Exception:  # noqa: BLE001 - a missing blob leaves the diff out, the page still renders
+            continue
+        row.diff = text if len(text) <= MAX_DIFF_CHARS else (
+            text[:MAX_DIFF_CHARS] + f"\n... ({len(text) - MAX_DIFF_CHARS} more characters in blob {row.diff_blob})")
 
 
 def quick_iterations(ops_root: Path, run_id: str) -> int | None:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 STDERR_TAIL_LINES = 6
+FIRST_LINES = 4  # of each failing test's output
 DETAIL_CHARS = 160
 NODE_SEP = "@resolve"  # a resolver task's node id: <original node>@resolve<try> (coordinator.runloop.resolver)
 
@@ -32,9 +33,11 @@ class ProposalFate:
     decision: str | None = None  # the decision that settled it: reorder|split|drop|bisect|reject|...
     decision_id: str | None = None
     parts: list[str] = field(default_factory=list)  # split: [applied part, dropped remainder]
+    landed_files: list[str] = field(default_factory=list)  # split: the files (or file hunks) that landed
     conflicts_with: list[str] = field(default_factory=list)  # node ids of proposals already on the stack
     hunks: list[str] = field(default_factory=list)  # "path hunk N" / "path"
     failing_suites: list[str] = field(default_factory=list)
+    failing_tests: list[dict[str, Any]] = field(default_factory=list)  # {name, first_lines} of the failing suite
     sequence: int | None = None
     resolves: str | None = None  # a resolver's proposal: the proposal whose conflict it resolves
     resolved_by: str | None = None  # the resolver proposal that landed in this one's place
@@ -59,6 +62,7 @@ class ValidationRun:
     checkpoint_id: str
     proposals: list[str]
     duration_s: float | None = None
+    failing_tests: list[dict[str, Any]] = field(default_factory=list)  # {name, first_lines}
 
 
 @dataclass
@@ -96,6 +100,9 @@ class Explanation:
     blocked_tasks: int = 0  # tasks that never ran because a task they depend on failed
     partial: bool = False  # if_tasks_fail: promote_rest integrated the rest without some tasks
     tasks_not_landed: list[dict[str, str]] = field(default_factory=list)  # {node_id, status} of a partial run
+    # proposals above low risk and the rules that raised them (integration.policy.risk_sources)
+    risk_sources: list[dict[str, Any]] = field(default_factory=list)
+    domain: str = ""  # the policy preset the run used
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +126,12 @@ def _count(value: Any) -> int:
     if isinstance(value, Mapping) and isinstance(value.get("list_chain"), Mapping):
         return int(value["list_chain"].get("count") or 0)
     return len(value) if isinstance(value, list) else 0
+
+
+def _failing_tests(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The failing tests a validation report's summary names (`validation.failing_tests`)."""
+    summary = report.get("summary") if isinstance(report.get("summary"), Mapping) else {}
+    return [dict(t) for t in _items(summary.get("failing_tests")) if isinstance(t, Mapping)]
 
 
 def _short(pid: str) -> str:
@@ -161,6 +174,8 @@ class Explainer:
         self.last_failure: dict[str, tuple[str, str, str]] = {}
         self.succeeded: set[str] = set()
         self.bisect_suites: list[str] = []  # the suites the latest bisect searched on
+        self.failing_tests: dict[str, list[dict[str, Any]]] = {}  # suite -> its latest failing tests
+        self.verified: list[dict[str, Any]] = []  # the proposal verdicts (their risk and its reasons)
         self.resolver_of: dict[str, str] = {}  # a resolver attempt (node_execution_id) -> the proposal it resolves
 
     def fate(self, pid: str) -> ProposalFate:
@@ -236,6 +251,7 @@ class Explainer:
         what = (f" (resolver of {self.fate(f.resolves).node_id or _short(f.resolves)}, conflict decision "
                 f"{res.get('conflict_decision')})" if f.resolves else "")
         self.ex.decisions.append(Decision(seq, "verify", f"{f.node_id}: proposal verified{what}", pid))
+        self.verified.append({**p, "node_id": f.node_id})
 
     def _on_wave_started(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
         if not (p.get("base_source") == "integration_head"):
@@ -322,7 +338,10 @@ class Explainer:
         f = self.fate(pid)
         a, b = str(p.get("proposal_id_A")), str(p.get("proposal_id_B"))
         f.status, f.decision, f.sequence, f.parts = "split", "split", seq, [a, b]
-        f.reason = f"split {str(p.get('partitioning', '')).replace('_', ' ')}: the part that applies landed"
+        f.landed_files = sorted({str(k[0]) for k in _items(p.get("keep_A")) if isinstance(k, list) and k})
+        total = len(set(f.landed_files) | {str(k[0]) for k in _items(p.get("keep_B")) if isinstance(k, list) and k})
+        f.reason = (f"split {str(p.get('partitioning', '')).replace('_', ' ')}: the part that applies landed"
+                    + (f" ({len(f.landed_files)} of {total} files)" if f.landed_files else ""))
         self.fate(a).node_id = self.fate(b).node_id = f.node_id
         self.ex.decisions.append(Decision(seq, "split", f"split {f.node_id or _short(pid)} into "
                                           f"{_short(a)} and {_short(b)}", pid))
@@ -333,7 +352,9 @@ class Explainer:
         v = ValidationRun(seq, suite, str(p.get("phase") or "final"), passed, str(p.get("head_ref") or ""),
                           str(p.get("checkpoint_id") or ""),
                           _items(p.get("included_proposals") or p.get("proposal_ids")),
-                          p.get("duration_s"))
+                          p.get("duration_s"), _failing_tests(p))
+        if not passed and v.failing_tests:
+            self.failing_tests[suite] = v.failing_tests
         self.ex.validations.append(v)
         covered = _count(p.get("included_proposals") or p.get("proposal_ids"))
         self.ex.decisions.append(Decision(seq, "validation", f"{v.phase} validation {suite} on "
@@ -353,8 +374,10 @@ class Explainer:
             f = self.fate(str(e_pid))
             f.status, f.decision, f.sequence = "ejected", "bisect", seq
             f.failing_suites = [s for s in suites if s]
+            f.failing_tests = [t for s in f.failing_suites for t in self.failing_tests.get(s, [])]
+            names = ", ".join(t["name"] for t in f.failing_tests[:3])
             f.reason = (f"ejected by bisect: suite {', '.join(f.failing_suites) or '?'} fails with it "
-                        f"(checkpoint {p.get('checkpoint_id')})")
+                        f"(checkpoint {p.get('checkpoint_id')})" + (f"; failing: {names}" if names else ""))
             if e_pid in self.on_stack:
                 self.on_stack.remove(e_pid)
         for r_pid in p.get("reapplied") or []:
@@ -380,6 +403,9 @@ class Explainer:
                 self.ex.gate_problems.append(GateProblem(link, status, _clip(detail.rstrip(")"))))
         self.ex.decisions.append(Decision(seq, "promotion", f"promotion {outcome} to {p.get('to_ref')}"))
 
+    def _on_integration_policy(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
+        self.ex.domain = str((p.get("policy") or {}).get("domain") or "")
+
     def _on_run_finished(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
         self.ex.status = str(p.get("status", "finished"))
         self.ex.reason, self.ex.head, self.ex.promoted_ref = p.get("reason"), p.get("head"), p.get("promoted_ref")
@@ -398,6 +424,8 @@ class Explainer:
             code, message, tail = last_failure[nid]
             ex.failed_tasks.append(FailedTask(nid, attempts.get(nid, 0), code, _clip(message), _tail(tail)))
         ex.proposals = sorted(fates.values(), key=lambda f: (f.node_id, f.proposal_id))
+        from coordinator.integration.policy import risk_sources
+        ex.risk_sources = risk_sources(self.verified)
         if ex.gate_passed is not None or any(d.kind == "promotion" for d in ex.decisions):
             for f in ex.proposals:
                 if f.status == "submitted" and ":split-" not in f.proposal_id:
@@ -428,6 +456,7 @@ _HANDLERS: dict[Any, Callable[..., None]] = {
     "integration.ejected": Explainer._on_integration_ejected,
     "gate.computed": Explainer._on_gate_computed,
     "promotion.computed": Explainer._on_promotion_computed,
+    "integration.policy": Explainer._on_integration_policy,
     "run.finished": Explainer._on_run_finished,
 }
 
@@ -479,13 +508,31 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
             out += [_fit(f"        | {line}", w) for line in t.stderr_tail.splitlines()]
     if ex.blocked_tasks:
         out.append(f"  {ex.blocked_tasks} task(s) did not run: they depend on a task that failed")
+    out += risk_lines(ex, w)
     landed = [p for p in ex.proposals if p.status == "applied" and ":split-" not in p.proposal_id]
     others = [p for p in ex.not_landed if ":split-" not in p.proposal_id]
     if ex.proposals and (others or ex.gate_passed is not None):
         out.append(f"  proposals: {len(landed)} applied whole, {len(others)} not"
                    + (":" if others else ""))
-        out += [_fit(f"    - {p.node_id or _short(p.proposal_id)}: {p.reason}", w) for p in others]
+        for p in others:
+            out.append(_fit(f"    - {p.node_id or _short(p.proposal_id)}: {p.reason}", w))
+            for t in p.failing_tests[:5]:
+                out.append(_fit(f"        failing test {t.get('name')}", w))
+                out += [_fit(f"        | {line}", w) for line in _items(t.get("first_lines"))[:FIRST_LINES]]
     return [line for item in out for line in _fit(item, w).split("\n")]  # wrapped items: one line each
+
+
+def risk_lines(ex: Explanation, width: int = 100) -> list[str]:
+    """Which proposal raised the run's risk above low, by which rule, with its figures."""
+    from coordinator.integration.policy import describe_source
+    out = []
+    for r in ex.risk_sources:
+        why = describe_source(r)
+        out.append(_fit(f"  risk {r['risk']}: raised by {r.get('node_id') or _short(str(r['proposal_id']))} "
+                        f"({_short(str(r['proposal_id']))}): {why}", max(40, width)))
+    if out and ex.domain:
+        out.insert(0, f"  policy preset: {ex.domain}")
+    return out
 
 
 def _fit(line: str, width: int) -> str:

@@ -23,6 +23,8 @@ figure img.crop{width:240px}
 figure img:focus{position:fixed;inset:0;margin:auto;width:min(96vw,96vh);height:min(96vw,96vh);z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.6);cursor:zoom-out;outline:none}
 .legend span{display:inline-block;width:12px;height:12px;vertical-align:middle;margin:0 4px 0 10px;border:1px solid #999}
 .kv td:first-child{font-weight:600;background:#fafafa;white-space:nowrap}
+details>summary{cursor:pointer;color:#1565c0} details pre.diff{max-height:480px;overflow:auto;white-space:pre}
+pre.diff .add{color:#1b5e20} pre.diff .del{color:#b71c1c}
 ul.why li{margin:3px 0} .note{background:#fff8e1;border-left:4px solid #f9a825;padding:4px 8px} pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:4px 6px;margin:2px 0;font-size:12px}
 @media (max-width:600px){body{margin:8px auto} td,th{padding:2px 4px;font-size:12px}}
 """
@@ -99,12 +101,65 @@ def _why_html(m: ReportModel) -> str:
         tail = f"<pre>{escape(t.stderr_tail)}</pre>" if t.stderr_tail else ""
         items.append(f"<li>task <b>{escape(t.node_id)}</b> failed after {t.attempts} attempt(s): "
                      f"<code>{escape(t.code)}</code> {escape(t.message)}{tail}</li>")
+    for r in ex.risk_sources:
+        items.append(f"<li class=\"risk\">{escape(_risk_text(r))}</li>")
     for r in m.proposals:
         if r.status not in ("applied", "submitted"):
-            items.append(f"<li>{escape(r.node_id)}: {_badge(r.status)} {escape(r.why)}</li>")
+            items.append(f"<li>{escape(r.node_id)}: {_badge(r.status)} {escape(r.why)}{_failing_html(r.failing_tests)}</li>")
     if not items:
         return ""
     return '<h2>Why</h2><ul class="why">' + "".join(items) + "</ul>"
+
+
+def _risk_text(r: Mapping[str, Any]) -> str:
+    from coordinator.integration.policy import describe_source
+    why = describe_source(r)
+    return f"risk {r.get('risk')}: raised by {r.get('node_id') or r.get('proposal_id')} ({r.get('proposal_id')}): {why}"
+
+
+def _failing_html(tests: list[Mapping[str, Any]]) -> str:
+    """Failing tests, each with the first lines of its output."""
+    if not tests:
+        return ""
+    return '<ul class="failing">' + "".join(
+        f"<li>failing test <code>{escape(str(t.get('name')))}</code>"
+        + (f"<pre>{escape(chr(10).join(str(x) for x in t.get('first_lines') or []))}</pre>"
+           if t.get("first_lines") else "") + "</li>" for t in tests) + "</ul>"
+
+
+def _files_html(r: Any) -> str:
+    """The full file list, folded; a split says which files landed."""
+    landed = set(r.landed_files)
+    items = "".join(f"<li>{escape(f)}" + (" <b>(landed)</b>" if f in landed else
+                                          " (dropped)" if landed else "") + "</li>" for f in r.files)
+    head = f"{len(r.files)} file(s)" + (f", {len(landed)} landed" if landed else "")
+    return f'<details class="files"><summary>{escape(head)}</summary><ul>{items}</ul></details>'
+
+
+def _diff_html(r: Any) -> str:
+    if not r.diff:
+        return ""
+    lines = []
+    for ln in r.diff.splitlines():
+        cls = "add" if ln.startswith("+") and not ln.startswith("+++") else \
+            "del" if ln.startswith("-") and not ln.startswith("---") else ""
+        lines.append(f'<span class="{cls}">{escape(ln)}</span>' if cls else escape(ln))
+    n = sum(1 for ln in r.diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+    return (f'<details class="diff"><summary>diff ({n} changed lines)</summary>'
+            f'<pre class="diff">{chr(10).join(lines)}</pre></details>')
+
+
+def tasks_html(m: ReportModel) -> str:
+    """Every task that ran: its outcome (a change, no change, failed), attempts and exit code."""
+    if not m.tasks:
+        return '<p class="muted">No task ran.</p>'
+    rows = "".join(
+        f'<tr data-task="{escape(t.node_id)}"><td>{escape(t.node_id)}</td>'
+        f'<td class="outcome">{escape(t.outcome)}</td><td>{t.attempts}</td>'
+        f'<td>{"" if t.exit_code is None else t.exit_code}</td>'
+        f'<td><code>{escape(t.proposal_id or "")}</code></td><td>{escape(t.detail)}</td></tr>' for t in m.tasks)
+    return _scroll('<table id="tasks"><tr><th>task</th><th>outcome</th><th>attempts</th><th>exit code</th>'
+                   f'<th>proposal</th><th>detail</th></tr>{rows}</table>')
 
 
 def _proposal_details(r: Any) -> str:
@@ -212,7 +267,9 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
         ("run", m.run_id), ("verdict", verdict), ("repository", man.get("repo", "")),
         ("base", f"{man.get('base_ref_input', '')} = {str(man.get('base_ref', ''))[:12]}"),
         ("integration head", str(fin.get("head") or "")[:12]), ("promoted to", fin.get("promoted_ref") or "-"),
-        ("policy", man.get("policy_version", man.get("policy", ""))), ("seed", man.get("determinism_seed", "")),
+        ("policy", man.get("policy_version", man.get("policy", "")) + (
+            f" (preset {m.explanation.domain})" if m.explanation is not None and m.explanation.domain else "")),
+        ("seed", man.get("determinism_seed", "")),
         ("waves / attempts", f"{m.waves} / {len(m.attempts)}"), ("duration", f"{m.duration_s:.1f} s"),
         ("events in ledger", m.event_count),
     ])
@@ -222,15 +279,18 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
     if m.proposals:
         rows = "".join(
             f"<tr data-proposal=\"{escape(r.proposal_id)}\"><td>{escape(r.node_id)}</td><td><code>{escape(r.proposal_id)}</code></td>"
-            f"<td class=\"status\">{_badge(r.status)}</td><td>{escape(', '.join(r.files[:6]) + (' ...' if len(r.files) > 6 else ''))}</td>"
-            f"<td>{escape(r.why)}</td><td>{escape(_proposal_details(r))}</td></tr>" for r in m.proposals)
+            f"<td class=\"status\">{_badge(r.status)}</td><td>{_files_html(r)}</td>"
+            f"<td>{escape(r.why)}{_failing_html(r.failing_tests)}</td><td>{escape(_proposal_details(r))}{_diff_html(r)}</td></tr>"
+            for r in m.proposals)
         proposals = _scroll('<table id="proposals"><tr><th>node</th><th>proposal</th><th>status</th><th>files</th>'
                             f'<th>why</th><th>details</th></tr>{rows}</table>')
     else:
         proposals = '<p class="muted">No proposals.</p>'
-    validations = _scroll(_table(["#", "phase", "suite", "result", "checkpoint", "head", "duration (s)", "proposals included"],
+    validations = _scroll(_table(["#", "phase", "suite", "result", "checkpoint", "head", "duration (s)", "proposals included",
+                                  "failing tests"],
                                  [[i + 1, v.phase, v.suite, "pass" if v.passed else "FAIL", v.checkpoint_id, v.head_ref,
-                                   "" if v.duration_s is None else f"{v.duration_s:.2f}", ", ".join(v.proposals)]
+                                   "" if v.duration_s is None else f"{v.duration_s:.2f}", ", ".join(v.proposals),
+                                   ", ".join(str(t.get("name")) for t in v.failing_tests)]
                                   for i, v in enumerate(m.validations)])) if m.validations else \
         '<p class="muted">No validations ran.</p>'
     decisions = _scroll(_table(["#", "step", "what happened"], [[d.sequence, d.kind, d.text] for d in m.decisions])) \
@@ -258,8 +318,11 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
 <h2>Summary</h2>{_scroll(summary)}{_why_html(m)}
 <h2>Wave timeline</h2><p class="muted">One row per task in the order they started, one bar per attempt; colour
 is the outcome (green completed, red failed, orange timeout, grey cancelled); dashed lines mark where each
-wave starts. Hover a bar for its attempt id.</p>
-{_scroll(timeline_svg(m.attempts, duration=m.duration_s, wave_starts=m.wave_starts))}
+wave starts. Integration (dark), each validation and each bisection step (green passed, red failed) share
+the same axis. Hover a bar for what it is.</p>
+{_scroll(timeline_svg([*m.attempts, *m.phases], duration=m.duration_s, wave_starts=m.wave_starts))}
+<h2>Tasks</h2><p class="muted">Every task that ran; <i>no change</i> means the tool found nothing to change.</p>
+{tasks_html(m)}
 <h2>Integration</h2><p class="muted">Every integration decision in the order it was made, with its reason.</p>
 {decisions}
 <h2>Evidence chain</h2><p class="muted">Promotion needs every link below the gate to be present and signed.</p>

@@ -31,6 +31,21 @@ class ProposalRow:
     conflicts_with: list[str] = field(default_factory=list)
     hunks: list[str] = field(default_factory=list)
     failing_suites: list[str] = field(default_factory=list)
+    failing_tests: list[dict[str, Any]] = field(default_factory=list)  # {name, first_lines}
+    landed_files: list[str] = field(default_factory=list)  # a split: the files that landed
+    diff: str | None = None  # the proposal's canonical diff (build.attach_diffs reads it from the blobs)
+    diff_blob: str | None = None
+
+
+@dataclass
+class TaskRow:
+    """Every task of the queue that ran, whether it proposed a change or not."""
+    node_id: str
+    outcome: str  # changed | no change | failed | running
+    attempts: int = 0
+    proposal_id: str | None = None
+    exit_code: int | None = None
+    detail: str = ""
 
 
 @dataclass
@@ -42,6 +57,7 @@ class ValidationRow:
     proposals: list[str]  # the nodes whose proposals the validated head holds
     phase: str = "final"  # final: the whole stack; bisect: a prefix of it
     checkpoint_id: str = ""
+    failing_tests: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -73,6 +89,9 @@ class ReportModel:
     wave_starts: list[float] = field(default_factory=list)  # seconds since run start
     explanation: Explanation | None = None
     model_usage: dict[str, Any] = field(default_factory=dict)  # agents' model calls (coordinator.egress.usage)
+    tasks: list[TaskRow] = field(default_factory=list)
+    # integration, validation and bisection drawn on the timeline's axis beside the tasks
+    phases: list[Attempt] = field(default_factory=list)
 
 
 def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel:
@@ -85,6 +104,9 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
     last_ts = 0.0
     open_attempts: dict[str, dict[str, Any]] = {}
     explainer = Explainer(run_id)
+    tasks: dict[str, TaskRow] = {}
+    integration_span: list[float] = []
+    diff_blobs: dict[str, str] = {}
     for ev in events:
         m.event_count += 1
         explainer.feed(ev)
@@ -98,7 +120,15 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
         elif topic == "wave.started":
             m.waves += 1
             m.wave_starts.append(rel)
-        elif topic == "task.dispatched":
+        if topic.startswith(("integration.", "gate.", "promotion.")):
+            integration_span.append(rel)
+        if topic == "integration.validation_report":
+            m.phases.append(_validation_bar(p, rel))
+        elif topic == "integration.proposal_verified" and p.get("diff_blob"):
+            diff_blobs[str(p.get("proposal_id"))] = str(p["diff_blob"])
+        if topic in ("task.dispatched", *ATTEMPT_END) and ev.get("node_id"):
+            _task_row(tasks, str(ev.get("node_id")), topic, p)
+        if topic == "task.dispatched":
             neid = p.get("node_execution_id") or ev.get("node_execution_id")
             open_attempts[neid] = {"node": ev.get("node_id"), "start": rel, "wave": m.waves,
                                    "kind": p.get("kind", "first"), "order": int(ev.get("sequence") or 0)}
@@ -146,15 +176,52 @@ def build_model(run_id: str, events: Iterable[Mapping[str, Any]]) -> ReportModel
 
     m.proposals = [ProposalRow(f.proposal_id, f.node_id, list(f.files), f.status,
                                f.reason if f.status != "applied" or f.resolves else "", [name(x) for x in f.parts],
-                               list(f.conflicts_with), list(f.hunks), list(f.failing_suites))
+                               list(f.conflicts_with), list(f.hunks), list(f.failing_suites),
+                               list(f.failing_tests), list(f.landed_files), None, diff_blobs.get(f.proposal_id))
                    for f in ex.proposals if ":split-" not in f.proposal_id]
     m.validations = [ValidationRow(v.suite, v.passed, v.head_ref[:12], v.duration_s,
-                                   [name(x) for x in v.proposals], v.phase, v.checkpoint_id)
+                                   [name(x) for x in v.proposals], v.phase, v.checkpoint_id, list(v.failing_tests))
                      for v in ex.validations]
+    m.tasks = sorted(tasks.values(), key=lambda t: t.node_id)
+    if integration_span:
+        m.phases.insert(0, Attempt(lane="integration", label="integration: verify, stack, validate, gate",
+                                   start=min(integration_span), end=max(integration_span), status="integration",
+                                   wave=0, order=10 ** 9))
     m.decisions = list(ex.decisions)
     m.duration_s = last_ts - (t0 or last_ts)
     m.chain_nodes, m.chain_edges = evidence_chain(m)
     return m
+
+
+def _task_row(tasks: dict[str, TaskRow], node: str, topic: str, p: Mapping[str, Any]) -> None:
+    """Fold one attempt event into its task's row: the last attempt decides the outcome."""
+    row = tasks.setdefault(node, TaskRow(node, "running"))
+    if topic == "task.dispatched":
+        row.attempts += 1
+        row.outcome = "running"
+        return
+    summary = p.get("summary") if isinstance(p.get("summary"), Mapping) else {}
+    if topic == "task.completed" and p.get("outcome", "succeeded") == "succeeded":
+        row.proposal_id = p.get("proposal_id") or None
+        row.outcome = "changed" if row.proposal_id else "no change"
+        row.exit_code = summary.get("exit_code") if isinstance(summary.get("exit_code"), int) else None
+        row.detail = ""
+    else:
+        err = p.get("error") if isinstance(p.get("error"), Mapping) else {}
+        row.outcome = "failed"
+        row.detail = f"{err.get('code') or topic}: {err.get('message') or p.get('reason') or ''}".strip()
+
+
+def _validation_bar(p: Mapping[str, Any], end: float) -> Attempt:
+    """A validation run as a bar ending when its report was recorded; bisect steps get their own row."""
+    suite = str(p.get("suite") or "?")
+    phase = str(p.get("phase") or "final")
+    passed = bool(p.get("passed", p.get("result") in ("pass", "passed")))
+    took = float(p.get("duration_s") or 0.0)
+    lane = f"bisect: {suite}" if phase == "bisect" else f"validate: {suite}"
+    return Attempt(lane=lane, label=f"{phase} validation {suite} on {str(p.get('head_ref') or '')[:12]}",
+                   start=max(0.0, end - took), end=end, status="passed" if passed else "failed", wave=0,
+                   order=10 ** 9 + 1 + (phase == "bisect"))
 
 
 def evidence_chain(m: ReportModel) -> tuple[list[ChainNode], list[tuple[str, str]]]:

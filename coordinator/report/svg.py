@@ -11,7 +11,9 @@ STATUS_COLORS = {
     "timeout": "#ef6c00", "cancelled": "#757575", "dropped": "#757575", "blocked": "#ef6c00",
     "running": "#1565c0", "ejected": "#ad1457", "split": "#6a1b9a", "not_integrated": "#757575",
     "awaiting_resolver": "#ef6c00", "resolved": "#00838f", "submitted": "#546e7a",
+    "integration": "#37474f",
 }
+WAVE_LABEL_GAP = 22  # px: a wave label closer than this to the previous one is left out (its line keeps a title)
 
 
 def color_for(status: str) -> str:
@@ -62,6 +64,12 @@ def _fmt_s(t: float) -> str:
     return f"{t:.0f}s" if t >= 10 or t == int(t) else f"{t:.1f}s"
 
 
+def _lane_label(lane: str, label_w: int) -> str:
+    """A lane's name cut to the label column (7 px a character), so it never runs into the bars."""
+    n = max(4, (label_w - 8) // 7)
+    return lane if len(lane) <= n else lane[: n - 1] + "…"
+
+
 def timeline_svg(attempts: list[Attempt], *, width: int = 960, bar_h: int = 12,
                  duration: float | None = None, wave_starts: list[float] | None = None) -> str:
     """Gantt-style chart: one band per node, one bar per attempt, coloured by
@@ -80,7 +88,7 @@ def timeline_svg(attempts: list[Attempt], *, width: int = 960, bar_h: int = 12,
     for lane in lanes:
         top[lane] = y
         y += depth[lane] * (bar_h + 4) + 4
-    label_w = min(220, 7 * max(len(l) for l in lanes) + 12)
+    label_w = min(220, 7 * min(30, max(len(l) for l in lanes)) + 12)
     t_end = max(duration or 0.0, max(a.end for a in attempts), 1e-6)
     plot_w = width - label_w - 20
     height = y + 30
@@ -92,12 +100,15 @@ def timeline_svg(attempts: list[Attempt], *, width: int = 960, bar_h: int = 12,
         band = depth[lane] * (bar_h + 4) + 4
         if i % 2 == 0:
             parts.append(f'<rect x="0" y="{top[lane]}" width="{width}" height="{band}" fill="#f5f5f5"/>')
-        parts.append(f'<text x="4" y="{top[lane] + bar_h}">{escape(lane[:30])}</text>')
+        parts.append(f'<text class="lane" x="4" y="{top[lane] + bar_h}">{escape(_lane_label(lane, label_w))}</text>')
+    last_label = -1e9
     for k, ws in enumerate(wave_starts or []):
         x = label_w + ws * scale
         parts.append(f'<line class="wave" x1="{x:.1f}" y1="14" x2="{x:.1f}" y2="{y}" stroke="#9e9e9e" '
                      f'stroke-dasharray="3,3"><title>wave {k + 1} starts at {ws:.1f} s</title></line>')
-        parts.append(f'<text x="{x + 2:.1f}" y="12" fill="#757575" font-size="9">w{k + 1}</text>')
+        if x - last_label >= WAVE_LABEL_GAP:  # labels never print on top of each other
+            parts.append(f'<text class="wave-label" x="{x + 2:.1f}" y="12" fill="#757575" font-size="9">w{k + 1}</text>')
+            last_label = x
     for i, a in enumerate(attempts):
         by = top[a.lane] + 4 + slot[i] * (bar_h + 4)
         x = label_w + a.start * scale

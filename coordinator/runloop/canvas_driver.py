@@ -293,11 +293,12 @@ class CanvasDriver:
         if self.validator is None:
             if self.loop.ctx.view is not None:
                 self.validator = AnnouncedValidator(lambda: SuiteRunner(
-                    self.repo, sandbox=self.loop.ctx.sandbox, put_artifact=self.loop.ctx.ledger.blobs.put),
-                    self.loop.ctx.view)
+                    self.repo, sandbox=self.loop.ctx.sandbox, put_artifact=self.loop.ctx.ledger.blobs.put,
+                    tool_dirs=self.loop.tool_dirs), self.loop.ctx.view)
             else:
                 self.validator = SuiteRunner(self.repo, sandbox=self.loop.ctx.sandbox,
-                                             put_artifact=self.loop.ctx.ledger.blobs.put)
+                                             put_artifact=self.loop.ctx.ledger.blobs.put,
+                                             tool_dirs=self.loop.tool_dirs)
         self.stacker.validate(suites, self.validator)
         self.validated_at = tuple(self.canvas.included)
 

@@ -3,7 +3,7 @@ needs (RunContext), what it hands the finish stage (FinishedRun), what it
 returns (RunOutcome), and the finish used without integration."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -38,17 +38,19 @@ class RunContext:
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
     lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
     egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
+    tool_dirs: tuple[str, ...] = ()  # `dome run --tool-dir`: shown read-only to workers and validations
 
 
 def make_run_executor(wq: WorkQueue, *, kind: str, sandbox: str, max_parallel: int | None,
-                      image: str | None, gateway_bind: str | None) -> Any:
+                      image: str | None, gateway_bind: str | None, tool_dirs: tuple[str, ...] = ()) -> Any:
     """The executor a run of `wq` uses. Built before anything of the run is written, so a host
     that cannot run its attempts (SANDBOX_UNAVAILABLE, CONTAINER_UNAVAILABLE) leaves nothing."""
     from ..executors import make_executor  # only the kind asked for is imported (Ray is heavy)
     from ..executors.base import Limits
 
     return make_executor(kind, sandbox=sandbox, max_concurrency=max_parallel or int(wq.scheduling.get("max_parallel", 4)),
-                         limits=Limits.from_work_queue(wq.limits), image=image, gateway_bind=gateway_bind)
+                         limits=replace(Limits.from_work_queue(wq.limits), tool_dirs=tuple(dict.fromkeys(tool_dirs))),
+                         image=image, gateway_bind=gateway_bind)
 
 
 @dataclass
@@ -72,6 +74,7 @@ class FinishedRun:
     seed: int = 0
     view: Any = None  # the live view: integration reports its steps to it
     canvas: Any = None  # the in-run canvas driver (canvas_driver.CanvasDriver) when it integrated during the run
+    tool_dirs: tuple[str, ...] = ()  # the queue's and the command line's tool folders
 
 
 @dataclass

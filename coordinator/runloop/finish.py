@@ -44,7 +44,7 @@ def repo_policy_for(wq: Any, repo: Any, base_ref: str) -> Any:
     `.dome/protected-paths` at the run's base commit."""
     from coordinator.integration import gitio
     from coordinator.integration.policy import REPO_PROTECTED_FILE, IntegrationPolicy, parse_protected_file
-    policy = IntegrationPolicy.load(wq.policy)
+    policy = IntegrationPolicy.load(wq.policy, domain=getattr(wq, "domain", None))
     proc = gitio.git(repo, "show", f"{base_ref}:{REPO_PROTECTED_FILE}", check=False)
     if proc.returncode == 0:
         policy = policy.with_protected(parse_protected_file(proc.stdout.decode("utf-8", "replace")))
@@ -70,11 +70,13 @@ def integration_finish(fc: FinishedRun) -> dict[str, Any]:
     # fc.ledger writes through the run's LedgerWriter, which already shows the
     # live view every record integration appends; the view also hears when each
     # validation suite starts (its report follows as a record).
-    ledger, validator = fc.ledger, None
-    if fc.view is not None:
-        from coordinator.integration.validation import SuiteRunner
-        validator = AnnouncedValidator(lambda: SuiteRunner(fc.repo, sandbox=fc.sandbox,
-                                                           put_artifact=fc.ledger.blobs.put), fc.view)
+    from coordinator.integration.validation import SuiteRunner
+    ledger = fc.ledger
+
+    def runner() -> Any:
+        return SuiteRunner(fc.repo, sandbox=fc.sandbox, put_artifact=fc.ledger.blobs.put, tool_dirs=fc.tool_dirs)
+    # without a view and tool folders, finish_run builds its own runner when a suite is due
+    validator = AnnouncedValidator(runner, fc.view) if fc.view is not None else (runner() if fc.tool_dirs else None)
     res = finish_run(FinishContext(
         run_id=fc.run_id, repo=fc.repo, base_ref=fc.base_ref, proposals=bound_proposals(fc), ledger=ledger,
         validator=validator,

@@ -30,6 +30,7 @@ import json
 import shutil
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -95,11 +96,12 @@ class RunLoop(AttemptLifecycle):
         self.ops_dir = Path(ctx.ops_root) / "runs" / run_id
         self.ops_dir.mkdir(parents=True, exist_ok=True)
         self.graph = wq.graph
-        self.limits = Limits.from_work_queue(wq.limits)
+        self.tool_dirs = tuple(dict.fromkeys((*wq.tool_dirs, *ctx.tool_dirs)))
+        self.limits = replace(Limits.from_work_queue(wq.limits), tool_dirs=self.tool_dirs)
         if ctx.executor is None:
             ctx.executor = make_run_executor(wq, kind=ctx.executor_kind, sandbox=ctx.sandbox,
                                              max_parallel=ctx.max_parallel, image=ctx.image,
-                                             gateway_bind=ctx.gateway_bind)
+                                             gateway_bind=ctx.gateway_bind, tool_dirs=self.tool_dirs)
         self.executor = ctx.executor
         par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
         retries = wq.budgets.get("max_retries")
@@ -144,7 +146,9 @@ class RunLoop(AttemptLifecycle):
     def start(cls, queue_path: Path | str, ctx: RunContext, *, run_id: str | None = None,
               prepared: Prepared | None = None) -> "RunLoop":
         # pre-flight before anything is written (the CLI runs it before it opens the ledger)
-        prep = prepared or prepare(queue_path, integrate=ctx.finish is not None)
+        prep = prepared or prepare(queue_path, integrate=ctx.finish is not None, tool_dirs=ctx.tool_dirs,
+                                   sandbox=ctx.sandbox if ctx.executor_kind != "container" else "container",
+                                   ops_root=Path(ctx.ops_root))
         queue_path, wq, repo, sha, tree = prep.queue_path, prep.wq, prep.repo, prep.base_sha, prep.base_tree
         run_id = run_id or new_run_id()
         seed = wq.seed if ctx.seed is None else int(ctx.seed)
@@ -447,7 +451,8 @@ class RunLoop(AttemptLifecycle):
                            proposals=self._accepted_proposals(), writer=self.writer, ops_dir=self.ops_dir,
                            ledger=WriterLedger(self.writer),  # integration's writes are fenced by the lease too
                            signer=self.ctx.signer, ops_root=Path(self.ctx.ops_root),
-                           sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view, canvas=self.canvas)
+                           sandbox=self.ctx.sandbox, seed=self.seed, view=self.ctx.view, canvas=self.canvas,
+                           tool_dirs=self.tool_dirs)
         if not decision.integrate:
             result = default_finish(fc)  # tasks failed and the queue promotes nothing then
         else:  # a partial run (promote_rest) says so, and which tasks did not land

@@ -32,11 +32,12 @@ def _chromium() -> str:
     return exe
 
 
-def rendered(html_file: Path, width: int, tmp: Path) -> str:
-    """The DOM Chromium builds from the page at `width` px, with the page's
-    horizontal overflow measured in `data-overflow` on <body>."""
+def rendered(html_file: Path, width: int, tmp: Path, script: str = MEASURE) -> str:
+    """The DOM Chromium builds from the page at `width` px, after `script` (ending
+    the body) ran: by default the page's horizontal overflow measured in
+    `data-overflow` on <body>."""
     probe = tmp / f"probe-{width}.html"
-    probe.write_text(html_file.read_text().replace("</body>", MEASURE, 1))
+    probe.write_text(html_file.read_text().replace("</body>", script, 1))
     res = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                           "--disable-quic", f"--user-data-dir={tmp / 'chromium'}", f"--window-size={width},1200",
                           "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)

@@ -63,7 +63,7 @@ def _load(table: dict[str, str], name: str, kind: str) -> Callable[[IntentContex
                             code="INTENT_UNAVAILABLE", details={"name": name, "target": target}) from exc
 
 
-WORK_QUEUE_ACTION_KEYS = frozenset({"intent", "suite", "params", "argv", "env"})
+WORK_QUEUE_ACTION_KEYS = frozenset({"intent", "suite", "params", "argv", "env", "ok_exit_codes"})
 
 
 def handler_action(action: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,24 @@ def _tail(path: Path) -> str:
     return data[-TAIL_BYTES:].decode("utf-8", "replace")
 
 
+def command_not_found(argv: list[str], path: str) -> IntentFailed:
+    """COMMAND_NOT_FOUND saying what this sandbox shows: its PATH and the tool folders bound
+    into it, and how to show another (a folder outside those is hidden from workers)."""
+    tools = [d for d in os.environ.get("DOME_TOOL_DIRS", "").split(":") if d]
+    first = argv[0]
+    hidden = first.startswith("/") and not any(first == d or first.startswith(d.rstrip("/") + "/") for d in tools)
+    shown = "tool folders " + ", ".join(tools) if tools else "no tool folders"
+    where = f"PATH {path}" if "/" not in first else "its path"
+    folder = str(Path(first).parent.parent if Path(first).parent.name == "bin" else Path(first).parent)
+    return IntentFailed(
+        f"command not found: {first} (looked up in the sandbox by {where}; it shows the system "
+        f"directories, the Python installation and {shown})", code="COMMAND_NOT_FOUND",
+        details={"argv": argv, "path": path, "tool_dirs": tools},
+        hints=[f"show its folder to workers: \"tool_dirs\": [\"{folder}\"] in the work queue, or "
+               f"dome run --tool-dir {folder}"] if hidden else
+        ["install the tool in the Python installation dome runs on, or name a folder in tool_dirs"])
+
+
 def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Path,
             connect_ports: tuple[int, ...] = ()) -> dict:
     """Run argv; returns {exit_code, stdout_tail, stderr_tail, logs} or raises."""
@@ -73,8 +91,7 @@ def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Pa
             proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
         except FileNotFoundError as exc:
-            raise IntentFailed(f"command not found: {argv[0]}", code="COMMAND_NOT_FOUND",
-                               details={"argv": argv}) from exc
+            raise command_not_found(argv, full_env.get("PATH", "")) from exc
         violation = None
         last_beat = time.monotonic()
         while True:
@@ -133,12 +150,20 @@ def run(ctx: IntentContext) -> IntentResult:
     if isinstance(action.get("resolver"), dict):
         argv, env = resolver_invocation(action, action["resolver"], Path(tempfile.mkdtemp(prefix="dome-resolve-")))
     res = execute(ctx, argv, env, cwd=cwd)
-    if res["exit_code"] != 0:
-        raise IntentFailed(f"command exited with {res['exit_code']}", code="COMMAND_FAILED",
+    ok = ok_exit_codes(action)
+    if res["exit_code"] not in ok:
+        raise IntentFailed(f"command exited with {res['exit_code']}" +
+                           (f" (ok_exit_codes: {sorted(ok)})" if ok != {0} else ""), code="COMMAND_FAILED",
                            details={"exit_code": res["exit_code"], "stderr_tail": res["stderr_tail"][-1024:],
-                                    "logs": res["logs"]}, retry="light")
-    return IntentResult(summary={"exit_code": 0, "stdout_tail": res["stdout_tail"][-1024:]},
+                                    "logs": res["logs"], "ok_exit_codes": sorted(ok)}, retry="light")
+    return IntentResult(summary={"exit_code": res["exit_code"], "stdout_tail": res["stdout_tail"][-1024:]},
                         evidence=res["logs"], metrics={})
+
+
+def ok_exit_codes(action: dict) -> set[int]:
+    """The exit codes a command task counts as success: `ok_exit_codes`, default {0}
+    (tools such as pyupgrade exit 1 when they rewrote a file)."""
+    return {int(c) for c in action.get("ok_exit_codes") or (0,)}
 
 
 def suite(ctx: IntentContext) -> IntentResult:
