@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from registry.errors import DomeError, SchemaValidationError
@@ -46,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--egress", metavar="CONFIG", default=None,
                         help="egress gate routes for agent workers (JSON: host -> upstream, key env var, prices); "
                              "default OPS_ROOT/egress.json when it exists")
+    parser.add_argument("--require-consent", action="append", default=[], metavar="REASON",
+                        help="hold any promotion at the human gate whatever the risk, for REASON "
+                             "(the MCP front door's ref policy sets it; repeatable)")
+    parser.add_argument("--submitted-by", default=None, metavar="CLIENT",
+                        help="the client that submitted the run (recorded in run.started)")
     parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
                         help="time to live of the run's lease (default 30): how long after this "
                              "coordinator stops renewing it another one may take the run over")
@@ -80,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
         prepared = None if args.resume else prepare(args.work_queue, integrate=True)
+        if prepared is not None and args.require_consent:
+            prepared = replace(prepared, wq=replace(prepared.wq, human_gate_reasons=tuple(args.require_consent)))
         _check_executor_options(args)  # before the ledger or ops/ exist
         from coordinator.keys import load_keyring, load_or_create_signing_key
         from coordinator.runloop.finish import integration_finish
@@ -106,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
-                         lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind)
+                         lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind,
+                         submitted_by=args.submitted_by)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from registry.errors import DomeError
 
 if TYPE_CHECKING:
-    from .dispatch import CallContext
+    from .context import CallContext
 
 ENV = "DOME_MCP_CONFORMANCE"
 # a 1x1 PNG and a 44-byte silent WAV: the smallest valid payloads of each kind

@@ -23,9 +23,10 @@ import anyio
 from registry.errors import DomeError
 
 from .faults import ConsentRequired, Fault, FaultCategory
+from .refpolicy import RefPolicy, decide, effective_risk
 
 if TYPE_CHECKING:
-    from .dispatch import CallContext
+    from .context import CallContext
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_ID_WAIT_S = 20.0
@@ -153,7 +154,7 @@ async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     """
     host = ctx.host
     run_id = args["run_id"]
-    key = ("promote", args["idempotency_key"])
+    key = ("promote", _client_name(ctx), args["idempotency_key"])
     if key in host.idempotent:
         return {**host.idempotent[key], "deduplicated": True}
     state = None if args.get("consent_token") else await run_state(ctx, run_id)
@@ -235,14 +236,18 @@ async def run_state(ctx: "CallContext", run_id: str) -> dict[str, Any] | None:
 async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     host = ctx.host
     key = args.get("idempotency_key")
-    if key:  # ProbeRequired: a retried submit with the same key returns the first run
+    owner = _client_name(ctx)
+    if key:  # ProbeRequired: a retried submit with the same key returns the first run (of this client)
         for job in host.jobs.jobs.values():
-            if job.tool == "run_submit" and job.idempotency_key == key:
+            if job.tool == "run_submit" and job.idempotency_key == key and job.owner == owner:
                 return {"run_id": job.run_id, "job_id": job.job_id, "status": job.status, "deduplicated": True}
     queue = Path(args["work_queue"])
     if not queue.is_file():
         raise DomeError(f"work queue not found: {queue}", code="FILE_NOT_FOUND", details={"path": str(queue)})
-    extra: list[str] = []
+    reasons = await anyio.to_thread.run_sync(consent_reasons, queue, host.ref_policy)
+    extra: list[str] = [f"--require-consent={r}" for r in reasons]
+    if owner:
+        extra.append(f"--submitted-by={owner}")
     if "seed" in args:
         extra += ["--seed", str(args["seed"])]
     if "executor" in args:
@@ -252,8 +257,9 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
     before = set(os.listdir(runs_dir)) if runs_dir.is_dir() else set()
     proc = await anyio.open_process(argv, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=None, start_new_session=True)
-    job = host.jobs.new("run_submit")
+    job = host.jobs.new("run_submit", owner=owner)
     job.idempotency_key = key
+    job.consent_reasons = reasons
     host.jobs.start(job)
     have_run_id = anyio.Event()
     lines: list[dict[str, Any]] = []
@@ -298,6 +304,8 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
         summary = lines[-1] if lines else {}
         outcome = EXIT_OUTCOME.get(code, "failed")
         result = {"run_id": job.run_id, "exit_code": code, "outcome": outcome, "summary": summary}
+        if reasons:
+            result["consent_reasons"] = reasons
         if job.cancel_requested is not None or outcome == "cancelled":
             host.jobs.finish(job, "cancelled", result=result, error={"code": "CANCELLED", "message": job.cancel_requested
                                                                    or "run cancelled", "details": {}, "hints": [],
@@ -330,6 +338,31 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
     with anyio.move_on_after(RUN_ID_WAIT_S):
         await have_run_id.wait()
     return {"run_id": job.run_id, "job_id": job.job_id, "status": job.status}
+
+
+def _client_name(ctx: "CallContext") -> str | None:
+    return ctx.client.name if ctx.client is not None else None
+
+
+def consent_reasons(queue: Path, policy: RefPolicy) -> list[str]:
+    """Why a person must approve this queue's promotion (the front door's ref policy), read from
+    the queue and its repository; a queue that does not load is left to `dome run`'s pre-flight."""
+    from coordinator.integration.policy import IntegrationPolicy
+    from coordinator.preflight import PreflightError, repo_commit, repo_path
+    from coordinator.workqueue import WorkQueueError, load_work_queue
+
+    try:
+        wq = load_work_queue(queue)
+        gated = IntegrationPolicy.load(wq.policy).human_gate_risk
+    except (WorkQueueError, DomeError, OSError, ValueError):
+        return []
+    to_ref = str(wq.promote_to or "")
+    try:
+        exists = repo_commit(repo_path(queue.resolve(), wq), to_ref) is not None if to_ref else False
+    except PreflightError:
+        exists = False
+    risk = effective_risk((n.task.get("risk") for n in wq.graph.nodes.values()), policy.risk_floor)
+    return decide(policy, to_ref, exists, risk, gated)
 
 
 HANDLERS = {"run_submit": run_submit, "run_status": run_status, "events": events, "evidence": evidence,

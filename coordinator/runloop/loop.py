@@ -162,6 +162,8 @@ class RunLoop(AttemptLifecycle):
             "policy_version": POLICY_VERSION, "registry_ref": registry_ref(), "environment": env,
             "graph_digest": wq.graph.digest, "nodes": len(wq.graph), "promote_to": wq.promote_to,
             "created_at": utc_stamp(),
+            **({"submitted_by": ctx.submitted_by} if ctx.submitted_by else {}),
+            **({"human_gate_reasons": list(wq.human_gate_reasons)} if wq.human_gate_reasons else {}),
             **({"base_source": prep.base_source, "target_at_load": prep.target_sha}
                if prep.base_source != "base_ref" else {}),
         }
