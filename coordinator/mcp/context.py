@@ -22,7 +22,6 @@ class CallContext:
     progress: Progress | None = None
     notes: list[str] = field(default_factory=list)
     job_id: str | None = None
-    log: Callable[[str, Any], Awaitable[None]] | None = None  # notifications/message to the client
     content: list[dict[str, Any]] = field(default_factory=list)  # extra content a handler returns
     client: Client | None = None  # who is calling (None: an in-process caller, treated as the operator)
 

@@ -18,7 +18,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Collection, Mapping, NoReturn
+from typing import Any, AsyncIterator, Callable, Collection, Mapping, NoReturn
 
 import anyio
 import anyio.abc
@@ -96,6 +96,7 @@ class ToolHost:
         self.gone_sessions: dict[str, dict[str, Any]] = {}  # expired or lost: never restored again
         self.idempotent: dict[tuple[str, ...], dict[str, Any]] = {}  # (tool, client, key) -> first result
         self.ref_policy = ref_policy or RefPolicy.from_env()  # which refs an agent's run may move alone
+        self.artifact_owners: dict[str, str] = {}  # resource URI -> the client whose call wrote it
         self.handlers: dict[str, Handler] = {"health": _health, "telemetry": _telemetry, "poll": _poll,
                                              "cancel": _cancel}
         self.handlers.update(ORCH)
@@ -200,6 +201,12 @@ class ToolHost:
         mine = frozenset(n for n, sp in self.specs.items() if scope_allows(client.scope, n, sp.capability))
         return mine if allowed is None else mine & frozenset(allowed)
 
+    def artifact_filter(self, client: Client) -> Callable[[str], bool]:
+        """Which resource URIs a client may list and read: those its calls wrote (the operator: all)."""
+        if client.operator:
+            return lambda uri: True
+        return lambda uri: self.artifact_owners.get(uri) == client.name
+
     def resolve_tool(self, name: str, allowed: Collection[str] | None = None) -> str | None:
         """The canonical name of a tool this caller may use, or None."""
         allowed = self._effective(allowed)
@@ -224,9 +231,7 @@ class ToolHost:
 
     # calls ---------------------------------------------------------------
     async def call(self, name: str, arguments: Mapping[str, Any] | None, *, progress: Progress | None = None,
-                   allowed: Collection[str] | None = None,
-                   log: Callable[[str, Any], Awaitable[None]] | None = None,
-                   client: Client | None = None) -> CallResult:
+                   allowed: Collection[str] | None = None, client: Client | None = None) -> CallResult:
         t0 = time.perf_counter()
         client = client or LOCAL
         allowed = self.for_client(client, allowed)
@@ -239,7 +244,7 @@ class ToolHost:
             tool = spec.name
             render_mode = args.pop("render", "porcelain")
             wait = args.pop("wait", True)
-            ctx = CallContext(self, spec, progress, notes, log=log, client=client)
+            ctx = CallContext(self, spec, progress, notes, client=client)
             if spec.served_by == "host":
                 result = await self.handlers[spec.name](args, ctx)
             else:
@@ -260,6 +265,9 @@ class ToolHost:
             # an artifact reference is an object with a media_type: most results have none to walk for
             extra = ctx.content + (artifacts.content_for(self.ops_root, structured)
                                    if '"media_type"' in whole else [])
+            for item in extra:
+                if item.get("type") == "resource_link":
+                    self.artifact_owners.setdefault(item["uri"], client.name)
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0],
                                 client=client.name)
             self.telemetry.success()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.mcp.refpolicy import RefPolicy, decide, effective_risk
+from tests.attacks import attack
 from tests.conftest import REPO_ROOT
 
 from .conftest import connect, make_host, poll_done
@@ -44,7 +45,7 @@ def test_decide_is_pure_and_names_each_reason():
         RefPolicy.from_env(prefix="refs/heads/main")  # a prefix ends with "/"
 
 
-@pytest.mark.attack("mcp-ref-existing")
+@attack("mcp-ref-existing")
 async def test_low_risk_run_onto_an_existing_branch_waits_for_a_person(tmp_path, git_repo):
     """Reproduces the report: strict mode, a low-risk queue, promote_to an existing
     refs/heads/release with if_target_moved=stack. Before: the branch moved with no consent."""
@@ -65,7 +66,7 @@ async def test_low_risk_run_onto_an_existing_branch_waits_for_a_person(tmp_path,
     assert _rev(git_repo, "refs/heads/release") == before  # no ref moved
 
 
-@pytest.mark.attack("mcp-ref-outside-prefix")
+@attack("mcp-ref-outside-prefix")
 async def test_new_ref_outside_the_prefix_and_a_gated_floor_wait_for_a_person(tmp_path, git_repo):
     """A new ref outside the prefix, and a low-risk queue under a floor the policy gates on: both held;
     a new ref under the prefix promotes on its own."""
