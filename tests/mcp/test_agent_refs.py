@@ -4,6 +4,7 @@ risk the operator's floor gates on is held at the human gate, whatever risk the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -46,13 +47,15 @@ def test_decide_is_pure_and_names_each_reason():
 
 
 @attack("mcp-ref-existing")
-async def test_low_risk_run_onto_an_existing_branch_waits_for_a_person(tmp_path, git_repo):
+@pytest.mark.parametrize("path", ["inproc", "stdio"])
+async def test_low_risk_run_onto_an_existing_branch_waits_for_a_person(tmp_path, git_repo, path):
     """Reproduces the report: strict mode, a low-risk queue, promote_to an existing
-    refs/heads/release with if_target_moved=stack. Before: the branch moved with no consent."""
+    refs/heads/release with if_target_moved=stack. Before: the branch moved with no consent.
+    Over stdio the door names its client by the process that started it."""
     subprocess.run(["git", "branch", "release"], cwd=git_repo, check=True, capture_output=True)
     before = _rev(git_repo, "refs/heads/release")
     outside = _queue(tmp_path, git_repo, "refs/heads/release", "release")
-    async with connect("inproc", "legacy", tmp_path / "ops", consent_mode="strict") as client:
+    async with connect(path, "legacy", tmp_path / "ops", consent_mode="strict") as client:
         sub = await client.call_tool("run_submit", {"work_queue": str(outside), "idempotency_key": "submit-release-1"})
         assert not sub.is_error, sub.content[0].text
         done = await poll_done(client, sub.structured_content["job_id"])
@@ -61,9 +64,17 @@ async def test_low_risk_run_onto_an_existing_branch_waits_for_a_person(tmp_path,
         assert done["run"]["outcome"] == "awaiting_consent", done
         reasons = " ".join(done["run"]["reasons"])
         assert "refs/heads/release exists" in reasons and "outside the agent prefix" in reasons
+        ev = (await client.call_tool("events", {"run_id": done["run_id"], "since": 0, "limit": 1})).structured_content
+        started = ev["events"][0]["payload"]
+        started = started.get("artifact", started)
         promote = await client.call_tool("promote", {"run_id": done["run_id"], "idempotency_key": "promote-release-1"})
         assert promote.is_error and promote.structured_content["code"] == "CONSENT_REQUIRED"
     assert _rev(git_repo, "refs/heads/release") == before  # no ref moved
+    lines = [json.loads(x) for x in (tmp_path / "ops" / "mcp" / "telemetry.jsonl").read_text().splitlines()]
+    who = {x["client"] for x in lines if x.get("event") == "call" and x["tool"] == "run_submit"}
+    me = f"stdio:{Path(os.readlink(f'/proc/{os.getpid()}/exe')).name}[{os.getpid()}]"
+    assert who == ({"operator"} if path == "inproc" else {me}), who
+    assert started["submitted_by"] == next(iter(who))  # the ledger names the client that submitted the run
 
 
 @attack("mcp-ref-outside-prefix")
