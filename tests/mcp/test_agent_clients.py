@@ -163,6 +163,7 @@ async def test_a_long_or_nul_resource_uri_is_not_found_without_a_host_path(door)
             assert str(door["ops"]) not in shown and "Traceback" not in shown and "/tmp" not in shown
 
 
+@attack("mcp-client-ownership")
 async def test_resources_list_shows_only_the_callers_artifacts(door):
     async with _client(door, door["tokens"]["alice"]) as alice, _client(door, door["tokens"]["bob"]) as bob:
         sid = (await alice.call_tool("open_layout", {"path": str(door["gds"])})).structured_content["session_id"]
