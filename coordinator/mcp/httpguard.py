@@ -10,7 +10,7 @@ An ASGI middleware in front of the SDK's streamable HTTP app. For every request 
   refused on its next request); the client rides in the ASGI scope for the tool
   handlers, and as the SDK's authenticated user, so the SDK binds each MCP
   session to the client that opened it (another client's session id is 404);
-- caps the MCP sessions one client may hold open;
+- caps the MCP sessions one named client may hold open;
 - reads a POST body within BODY_TIMEOUT_S and MAX_BODY_BYTES before the app
   sees it (a half-sent body does not hold a request open);
 - sets an event when the client disconnects, which cancels the call it carries.
@@ -110,7 +110,8 @@ class HttpGuard:
                                  [(b"www-authenticate", b'Bearer realm="dome-mcp"')])(send)
         scope[CLIENT_KEY] = client
         scope["user"] = _sdk_user(client)
-        new_session = scope.get("method") == "POST" and b"mcp-session-id" not in headers
+        # the cap is per named client; the operator is held only by the SDK's overall session limit
+        new_session = scope.get("method") == "POST" and b"mcp-session-id" not in headers and not client.operator
         if new_session and self.sessions_of is not None and \
                 self.sessions_of(client.name) >= self.sessions_per_client:
             return await _refuse(429, "SESSION_LIMIT", f"at most {self.sessions_per_client} open MCP sessions "

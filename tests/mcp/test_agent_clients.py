@@ -187,3 +187,25 @@ def test_a_half_sent_request_is_closed(door, monkeypatch):
         t0 = time.monotonic()
         assert s.recv(1024) == b""  # closed by the server
         assert time.monotonic() - t0 < HEADER_S + 10
+
+
+async def test_a_named_client_holds_at_most_its_cap_of_mcp_sessions(door):
+    from coordinator.mcp.httpguard import DEFAULT_SESSIONS_PER_CLIENT
+
+    erin = _token(door["ops"], "create", "--name", "erin", "--allow", "read")["token"]
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"authorization": f"Bearer {erin}", "accept": ACCEPT}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        sids = []
+        for _ in range(DEFAULT_SESSIONS_PER_CLIENT):
+            r = await http.post(door["url"], json=init, headers=headers)
+            assert r.status_code == 200, r.text
+            sids.append(r.headers["mcp-session-id"])
+        over = await http.post(door["url"], json=init, headers=headers)
+        assert over.status_code == 429 and over.json()["code"] == "SESSION_LIMIT"
+        # another client is not held by erin's sessions; erin gets one back by closing one
+        r = await http.post(door["url"], json=init, headers={**headers, "authorization": f"Bearer {OPERATOR}"})
+        assert r.status_code == 200
+        assert (await http.delete(door["url"], headers={**headers, "mcp-session-id": sids[0]})).status_code == 200
+        assert (await http.post(door["url"], json=init, headers=headers)).status_code == 200
