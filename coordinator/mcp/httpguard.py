@@ -31,7 +31,7 @@ from .identity import OPERATOR, Client, ClientBook
 CLIENT_KEY = "dome.client"
 DISCONNECT_KEY = "dome.http_disconnected"
 HEADER_TIMEOUT_S = float(os.environ.get("DOME_MCP_HEADER_TIMEOUT_S", "10"))  # a request's line and headers
-BODY_TIMEOUT_S = 30.0  # and its body within this
+BODY_TIMEOUT_S = float(os.environ.get("DOME_MCP_BODY_TIMEOUT_S", "30"))  # and its body within this
 MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_SESSIONS_PER_CLIENT = 8
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -59,7 +59,8 @@ def _refuse(status: int, code: str, message: str, headers: list[tuple[bytes, byt
 
     async def send_it(send: Any) -> None:
         await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), *(headers or [])]})
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()), *(headers or [])]})
         await send({"type": "http.response.body", "body": body})
     return send_it
 

@@ -46,7 +46,8 @@ def door(tmp_path_factory):
               for n, a in (("alice", "run"), ("bob", "run"), ("carol", "read"))}
     gds = tmp / "two_bars.gds"
     two_bars_gds(gds)
-    with http_host(ops, OPERATOR, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp), DOME_MCP_HEADER_TIMEOUT_S=str(HEADER_S)) as url:
+    with http_host(ops, OPERATOR, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp), DOME_MCP_HEADER_TIMEOUT_S=str(HEADER_S),
+                   DOME_MCP_BODY_TIMEOUT_S=str(HEADER_S)) as url:
         yield {"url": url, "ops": ops, "tokens": tokens, "gds": gds}
 
 
@@ -179,13 +180,25 @@ async def test_resources_list_shows_only_the_callers_artifacts(door):
 
 
 def test_a_half_sent_request_is_closed(door, monkeypatch):
-    """The header timeout closes a connection whose request never finishes (HEADER_TIMEOUT_S)."""
+    """The header timeout closes a connection whose request head never finishes, and the body
+    timeout answers 408 to one whose body never does (both HEADER_S here)."""
     port = urlsplit(door["url"]).port
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % port)  # never ends the head
         s.settimeout(HEADER_S + 20)
         t0 = time.monotonic()
         assert s.recv(1024) == b""  # closed by the server
+        assert time.monotonic() - t0 < HEADER_S + 10
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:  # a body that never ends
+        s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer %s\r\n"
+                  b"Content-Type: application/json\r\nAccept: %s\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\""
+                  % (port, OPERATOR.encode(), ACCEPT.encode()))
+        s.settimeout(HEADER_S + 20)
+        t0 = time.monotonic()
+        answer = b""
+        while b"BODY_TIMEOUT" not in answer and (chunk := s.recv(4096)):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408") and b"BODY_TIMEOUT" in answer, answer[:200]
         assert time.monotonic() - t0 < HEADER_S + 10
 
 
