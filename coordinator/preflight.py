@@ -77,9 +77,6 @@ def _commit(repo: Path, ref: str) -> str | None:
     return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
 
 
-repo_commit = _commit  # the commit a ref names in a repository, or None (read-only git)
-
-
 def repo_path(queue_path: Path, wq: WorkQueue) -> Path:
     """The queue's `repo`, relative to the queue file's directory unless absolute."""
     return Path(wq.repo) if Path(wq.repo).is_absolute() else (queue_path.parent / wq.repo).resolve()

@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--require-consent", action="append", default=[], metavar="REASON",
                         help="hold any promotion at the human gate whatever the risk, for REASON "
                              "(the MCP front door's ref policy sets it; repeatable)")
+    parser.add_argument("--agent-refs", default=None, metavar="PREFIX",
+                        help="the run was submitted by an agent: it may promote on its own only onto a new ref "
+                             "under PREFIX (else it is held at the human gate; the MCP front door sets it)")
+    parser.add_argument("--agent-risk-floor", default=None, metavar="LEVEL",
+                        help="with --agent-refs: the lowest risk the queue counts as (default medium)")
     parser.add_argument("--submitted-by", default=None, metavar="CLIENT",
                         help="the client that submitted the run (recorded in run.started)")
     parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
@@ -86,8 +91,16 @@ def run(args: argparse.Namespace) -> int:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
         prepared = None if args.resume else prepare(args.work_queue, integrate=True)
-        if prepared is not None and args.require_consent:
-            prepared = replace(prepared, wq=replace(prepared.wq, human_gate_reasons=tuple(args.require_consent)))
+        reasons = list(args.require_consent)
+        if prepared is not None and args.agent_refs:
+            from coordinator.mcp.refpolicy import RefPolicy, reasons_for
+            try:
+                agent = RefPolicy.from_env(args.agent_refs, args.agent_risk_floor)
+            except ValueError as exc:
+                raise DomeError(str(exc), code="AGENT_REFS_INVALID") from None
+            reasons += reasons_for(prepared, agent)
+        if prepared is not None and reasons:
+            prepared = replace(prepared, wq=replace(prepared.wq, human_gate_reasons=tuple(reasons)))
         _check_executor_options(args)  # before the ledger or ops/ exist
         from coordinator.keys import load_keyring, load_or_create_signing_key
         from coordinator.runloop.finish import integration_finish
@@ -123,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
             view.close()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "AGENT_REFS", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)

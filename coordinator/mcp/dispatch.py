@@ -551,8 +551,6 @@ async def _poll(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         # the job ended when `dome run` did; the run may have moved on since (promoted at the gate)
         state = await run_state(ctx, job.run_id)
         if state is not None:
-            if state.get("outcome") == "awaiting_consent" and job.consent_reasons:
-                state["reasons"] = list(job.consent_reasons)  # why the front door asked for a person
             out["run"] = state
     return out
 

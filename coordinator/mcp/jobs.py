@@ -40,7 +40,6 @@ class Job:
     cancel_requested: str | None = None
     idempotency_key: str | None = None
     owner: str | None = None  # the client that started it; other clients are told it does not exist
-    consent_reasons: list[str] = field(default_factory=list)  # run_submit: why a person must approve
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"job_id": self.job_id, "tool": self.tool, "status": self.status,

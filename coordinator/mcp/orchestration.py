@@ -23,7 +23,6 @@ import anyio
 from registry.errors import DomeError
 
 from .faults import ConsentRequired, Fault, FaultCategory
-from .refpolicy import RefPolicy, decide, effective_risk
 
 if TYPE_CHECKING:
     from .context import CallContext
@@ -211,6 +210,8 @@ def _ledger_state(db_url: str | None, ops_root: Path, run_id: str) -> dict[str, 
         return p.get("artifact") if isinstance(p.get("artifact"), dict) else p
 
     finished = [body(r) for r in records if r.topic == "run.finished"]
+    started = [body(r) for r in records if r.topic == "run.started"]
+    why = list((started[-1] if started else {}).get("human_gate_reasons") or [])
     promos = [body(r) for r in records if r.topic == "promotion.computed"]
     last = promos[-1] if promos else {}
     if last.get("outcome") == "promoted":
@@ -222,6 +223,8 @@ def _ledger_state(db_url: str | None, ops_root: Path, run_id: str) -> dict[str, 
            "head": fin.get("head")}
     if fin.get("missing"):
         out["missing"] = fin.get("missing")
+    if why and out["outcome"] == "awaiting_consent":  # why a person is asked (the front door's ref policy)
+        out["reasons"] = why
     return out
 
 
@@ -244,8 +247,8 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
     queue = Path(args["work_queue"])
     if not queue.is_file():
         raise DomeError(f"work queue not found: {queue}", code="FILE_NOT_FOUND", details={"path": str(queue)})
-    reasons = await anyio.to_thread.run_sync(consent_reasons, queue, host.ref_policy)
-    extra: list[str] = [f"--require-consent={r}" for r in reasons]
+    # `dome run` applies the operator's ref policy to the very queue it loads (no window to swap it)
+    extra = [f"--agent-refs={host.ref_policy.prefix}", f"--agent-risk-floor={host.ref_policy.risk_floor}"]
     if owner:
         extra.append(f"--submitted-by={owner}")
     if "seed" in args:
@@ -259,7 +262,6 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
                                     stderr=None, start_new_session=True)
     job = host.jobs.new("run_submit", owner=owner)
     job.idempotency_key = key
-    job.consent_reasons = reasons
     host.jobs.start(job)
     have_run_id = anyio.Event()
     lines: list[dict[str, Any]] = []
@@ -304,8 +306,6 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
         summary = lines[-1] if lines else {}
         outcome = EXIT_OUTCOME.get(code, "failed")
         result = {"run_id": job.run_id, "exit_code": code, "outcome": outcome, "summary": summary}
-        if reasons:
-            result["consent_reasons"] = reasons
         if job.cancel_requested is not None or outcome == "cancelled":
             host.jobs.finish(job, "cancelled", result=result, error={"code": "CANCELLED", "message": job.cancel_requested
                                                                    or "run cancelled", "details": {}, "hints": [],
@@ -342,27 +342,6 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
 
 def _client_name(ctx: "CallContext") -> str | None:
     return ctx.client.name if ctx.client is not None else None
-
-
-def consent_reasons(queue: Path, policy: RefPolicy) -> list[str]:
-    """Why a person must approve this queue's promotion (the front door's ref policy), read from
-    the queue and its repository; a queue that does not load is left to `dome run`'s pre-flight."""
-    from coordinator.integration.policy import IntegrationPolicy
-    from coordinator.preflight import PreflightError, repo_commit, repo_path
-    from coordinator.workqueue import WorkQueueError, load_work_queue
-
-    try:
-        wq = load_work_queue(queue)
-        gated = IntegrationPolicy.load(wq.policy).human_gate_risk
-    except (WorkQueueError, DomeError, OSError, ValueError):
-        return []
-    to_ref = str(wq.promote_to or "")
-    try:
-        exists = repo_commit(repo_path(queue.resolve(), wq), to_ref) is not None if to_ref else False
-    except PreflightError:
-        exists = False
-    risk = effective_risk((n.task.get("risk") for n in wq.graph.nodes.values()), policy.risk_floor)
-    return decide(policy, to_ref, exists, risk, gated)
 
 
 HANDLERS = {"run_submit": run_submit, "run_status": run_status, "events": events, "evidence": evidence,

@@ -5,13 +5,15 @@ operator's prefix (default `refs/heads/dome/agents/`) on its own; moving a
 ref that exists already, or any ref outside the prefix, is held at the human
 gate whatever risk the queue declares. A queue's declared risk is raised to
 the operator's floor for agent submissions, and a floor the policy gates on
-holds the run too. `decide` is pure; run_submit reads git and the queue.
+holds the run too. `decide` is pure; `dome run --agent-refs` applies it to the
+queue it loaded (run_submit passes the operator's settings), so the queue the
+decision saw is the queue that runs.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 DEFAULT_PREFIX = "refs/heads/dome/agents/"
 DEFAULT_RISK_FLOOR = "medium"
@@ -39,6 +41,17 @@ def effective_risk(declared: Iterable[str | None], floor: str) -> str:
     """The highest of the tasks' declared risks and the floor (an undeclared risk counts as low)."""
     levels = [RISK_LEVELS.index(r) if r in RISK_LEVELS else 0 for r in declared]
     return RISK_LEVELS[max([RISK_LEVELS.index(floor), *levels])]
+
+
+def reasons_for(prepared: Any, policy: RefPolicy) -> list[str]:
+    """The reasons for the queue `dome run` is about to run (coordinator.preflight.Prepared: the
+    very queue and the target as pre-flight read them, so nothing can change in between)."""
+    from coordinator.integration.policy import IntegrationPolicy
+
+    wq = prepared.wq
+    gated = IntegrationPolicy.load(wq.policy).human_gate_risk
+    risk = effective_risk((n.task.get("risk") for n in wq.graph.nodes.values()), policy.risk_floor)
+    return decide(policy, str(wq.promote_to or ""), prepared.target_sha is not None, risk, gated)
 
 
 def decide(policy: RefPolicy, promote_to: str, target_exists: bool, risk: str,

@@ -30,6 +30,7 @@ import json
 import shutil
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -199,6 +200,8 @@ class RunLoop(AttemptLifecycle):
         qfile = ops_dir / "work.queue.json"
         raw = json.loads(qfile.read_text()) if qfile.exists() else json.loads(Path(started["work_queue_path"]).read_text())
         wq = parse_work_queue(raw)
+        if started.get("human_gate_reasons"):  # a resumed run is held at the gate as its start said
+            wq = replace(wq, human_gate_reasons=tuple(started["human_gate_reasons"]))
         if wq.digest != started.get("work_queue_digest"):
             raise RunError("the work queue changed since the run started", code="WORK_QUEUE_CHANGED",
                            details={"recorded": started.get("work_queue_digest"), "now": wq.digest})
