@@ -97,6 +97,7 @@ class ToolHost:
         self.idempotent: dict[tuple[str, ...], dict[str, Any]] = {}  # (tool, client, key) -> first result
         self.ref_policy = ref_policy or RefPolicy.from_env()  # which refs an agent's run may move alone
         self.artifact_owners: dict[str, str] = {}  # resource URI -> the client whose call wrote it
+        self._scope_tools: dict[str | None, frozenset[str]] = {}
         self.handlers: dict[str, Handler] = {"health": _health, "telemetry": _telemetry, "poll": _poll,
                                              "cancel": _cancel}
         self.handlers.update(ORCH)
@@ -198,7 +199,10 @@ class ToolHost:
         """The tools a client's scope permits, within `allowed` (None: no limit)."""
         if client is None or client.operator:
             return allowed
-        mine = frozenset(n for n, sp in self.specs.items() if scope_allows(client.scope, n, sp.capability))
+        mine = self._scope_tools.get(client.scope)
+        if mine is None:  # a few scopes: each one's tool set is computed once
+            mine = self._scope_tools[client.scope] = frozenset(
+                n for n, sp in self.specs.items() if scope_allows(client.scope, n, sp.capability))
         return mine if allowed is None else mine & frozenset(allowed)
 
     def artifact_filter(self, client: Client) -> Callable[[str], bool]:

@@ -222,3 +222,23 @@ async def test_a_named_client_holds_at_most_its_cap_of_mcp_sessions(door):
         assert r.status_code == 200
         assert (await http.delete(door["url"], headers={**headers, "mcp-session-id": sids[0]})).status_code == 200
         assert (await http.post(door["url"], json=init, headers=headers)).status_code == 200
+
+
+def test_scopes_are_a_ladder_and_the_book_rereads_its_file(tmp_path):
+    from coordinator.mcp.identity import ClientBook, ClientExists, ClientTokenError, scope_allows
+
+    assert scope_allows("read", "health", "read") and not scope_allows("read", "cancel", "write")
+    assert scope_allows("run", "run_submit", "admin") and not scope_allows("run", "promote", "admin")
+    assert scope_allows("promote", "promote", "admin") and scope_allows(None, "promote", "admin")
+    book = ClientBook(tmp_path)
+    for bad in ("operator", "stdio:x", "../x", ""):
+        with pytest.raises(ClientTokenError):
+            book.create(bad, "read")
+    with pytest.raises(ClientTokenError):
+        book.create("ok", "admin")
+    token = book.create("ok", "read")
+    with pytest.raises(ClientExists):
+        book.create("ok", "run")
+    assert book.lookup(token).name == "ok" and book.lookup(token + "x") is None
+    ClientBook(tmp_path).revoke("ok")  # another process's revoke: this book sees it at once
+    assert book.lookup(token) is None
