@@ -46,6 +46,7 @@ def test_decide_is_pure_and_names_each_reason():
         RefPolicy.from_env(prefix="refs/heads/main")  # a prefix ends with "/"
 
 
+@pytest.mark.slow
 @attack("mcp-ref-existing")
 @pytest.mark.parametrize("path", ["inproc", "stdio"])
 async def test_low_risk_run_onto_an_existing_branch_waits_for_a_person(tmp_path, git_repo, path):
@@ -77,6 +78,7 @@ async def test_low_risk_run_onto_an_existing_branch_waits_for_a_person(tmp_path,
     assert started["submitted_by"] == next(iter(who))  # the ledger names the client that submitted the run
 
 
+@pytest.mark.slow
 @attack("mcp-ref-outside-prefix")
 async def test_new_ref_outside_the_prefix_and_a_gated_floor_wait_for_a_person(tmp_path, git_repo):
     """A new ref outside the prefix, and a low-risk queue under a floor the policy gates on: both held;
