@@ -41,7 +41,7 @@ def _scope(ctx: Any) -> dict[str, Any] | None:
 
 
 def _disconnect_event(ctx: Any) -> anyio.Event | None:
-    """The event BearerAuth sets when this call's HTTP request loses its client (None off HTTP)."""
+    """The event HttpGuard sets when this call's HTTP request loses its client (None off HTTP)."""
     scope = _scope(ctx)
     return scope.get(DISCONNECT_KEY) if scope is not None else None
 
