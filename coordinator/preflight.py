@@ -46,6 +46,12 @@ class PreflightError(WorkQueueError):
     code = "PREFLIGHT_FAILED"
 
 
+class CapabilityMissing(PreflightError):
+    """A task's intent needs a capability the task does not request (it would fail OUT_OF_PROFILE)."""
+
+    code = "CAPABILITY_MISSING"
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A work queue that passed pre-flight, with the base the run will use."""
@@ -141,25 +147,41 @@ def check(wq: WorkQueue, queue_path: Path, *, integrate: bool = True, tool_dirs:
 
 
 def _check_grants(wq: WorkQueue) -> None:
-    """Every task's capabilities give a grant under the policy (the same derivation dispatch uses)."""
+    """Every task's capabilities give a grant under the policy (the same derivation dispatch
+    uses), and that grant has what the task's intent will call: checked on EVERY task."""
     from registry.contracts import default_registry
     from registry.grant_scope import derive_scope
+    from registry.intents import PATCH_CAPABILITY, PATCH_METHOD, proposes_patch
 
     from .gateway.auth import CARD, grant_capabilities
 
     reg = default_registry()
-    seen: set[tuple[str, ...]] = set()
+    scopes: dict[tuple[str, ...], Any] = {}
     for nid, node in wq.graph.nodes.items():
-        caps = tuple(grant_capabilities(list(node.task.get("required_capabilities", []))))
-        if caps in seen:
+        requested = list(node.task.get("required_capabilities", []))
+        caps = tuple(grant_capabilities(requested))
+        where = {"node_id": node.source_id, "policy": wq.policy}
+        if caps not in scopes:
+            try:
+                scopes[caps] = derive_scope(reg, policy_id=wq.policy, card_ref=CARD, required_capabilities=caps)
+            except DomeError as exc:
+                raise PreflightError(f"task {node.source_id!r}: {exc.message}", code=exc.code,
+                                     details={**exc.details, **where}, hints=exc.hints) from None
+        intent = str(node.action_spec.get("intent"))
+        if not proposes_patch(node.action_spec, node.task.get("required_outputs", [])) \
+                or PATCH_METHOD in scopes[caps].allowed_methods:
             continue
-        seen.add(caps)
-        try:
-            derive_scope(reg, policy_id=wq.policy, card_ref=CARD, required_capabilities=caps)
-        except DomeError as exc:
-            raise PreflightError(f"task {node.source_id!r}: {exc.message}", code=exc.code,
-                                 details={**exc.details, "node_id": node.source_id, "policy": wq.policy},
-                                 hints=exc.hints) from None
+        if not requested:  # nothing asked for: the grant has nothing the task must do
+            raise PreflightError(
+                f"task {node.source_id!r} requests no capabilities but must propose a patch "
+                f"(intent {intent}): nothing to grant it", code="GRANT_SCOPE_EMPTY",
+                details={**where, "intent": intent, "capability": PATCH_CAPABILITY},
+                hints=[f"add \"{PATCH_CAPABILITY}\" to the task's required_capabilities"])
+        raise CapabilityMissing(
+            f"task {node.source_id!r}: intent {intent} proposes a patch, which needs capability "
+            f"{PATCH_CAPABILITY!r}; the task requests {requested}", details={
+                **where, "intent": intent, "capability": PATCH_CAPABILITY, "requested": requested},
+            hints=[f"add \"{PATCH_CAPABILITY}\" (or \"write:patch\") to the task's required_capabilities"])
 
 
 def _check_suites(wq: WorkQueue) -> None:

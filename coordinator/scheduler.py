@@ -53,7 +53,9 @@ DECISION_KIND = "dome.scheduling_decision/v1"
 DETERMINISTIC_FAILURES = frozenset({"COMMAND_NOT_FOUND", "UNKNOWN_INTENT", "INTENT_UNAVAILABLE",
                                     "INTENT_PARAMS_CLASH", "SCHEMA_VALIDATION_ERROR",
                                     # the same earlier-attempt tiles would be handed to the retry again
-                                    "LITHO_TILE_RESUME_REFUSED"})
+                                    "LITHO_TILE_RESUME_REFUSED",
+                                    # the grant lacks a method the intent calls: the next grant would too
+                                    "OUT_OF_PROFILE"})
 # the run's retry budget (budgets.max_retries) is spent: the loop records task.abandoned with this code
 RETRY_BUDGET_EXHAUSTED = "RETRY_BUDGET_EXHAUSTED"
 NO_MORE_TRIES = DETERMINISTIC_FAILURES | {RETRY_BUDGET_EXHAUSTED}  # a node whose last error is one of these is failed

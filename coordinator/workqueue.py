@@ -40,6 +40,9 @@ class WorkQueue:
     validations: tuple[Mapping[str, Any], ...] = ()
     if_target_moved: str = "refuse"
     if_tasks_fail: str = "promote_nothing"  # or promote_rest: coordinator/runloop/partial.py
+    # set by whoever starts the run, never by the file: why a person must approve any promotion
+    # (the MCP front door's ref policy, coordinator/mcp/refpolicy.py)
+    human_gate_reasons: tuple[str, ...] = ()
     tool_dirs: tuple[str, ...] = ()  # host folders shown read-only to workers and validations
 
     @property

@@ -6,6 +6,8 @@
     dome mcp consent --tool promote --scope RUN_ID     mint a single-use consent token
     dome mcp call TOOL '{"json": "args"}' --json       call a tool directly (no MCP framing)
     dome mcp tools --json                              print tools/list
+    dome mcp token create --name NAME --allow read|run|promote   a named client's bearer token (shown once)
+    dome mcp token list | dome mcp token revoke --name NAME
 
 This module imports nothing heavy at import time: the first thing `run`
 does for stdio is take fd 1 away from everything but the protocol.
@@ -20,9 +22,10 @@ import os
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from coordinator.cli.main import add_common_arguments
 
-    parser.add_argument("action", nargs="?", default="serve", choices=["serve", "consent", "call", "tools"],
-                        help="serve (default), consent, call, tools")
-    parser.add_argument("rest", nargs="*", help="call: TOOL [JSON_ARGS]")
+    parser.add_argument("action", nargs="?", default="serve", choices=["serve", "consent", "call", "tools", "token"],
+                        help="serve (default), consent, call, tools, token")
+    parser.add_argument("rest", nargs="*", help="call: TOOL [JSON_ARGS]; token: create | list | revoke")
+    parser.add_argument("--name", help="token: the client's name (telemetry and ownership use it)")
     parser.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP instead of stdio")
     parser.add_argument("--stateless", action="store_true", help="HTTP: stateless mode (no session ids)")
     parser.add_argument("--no-auth", action="store_true",
@@ -32,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="destructive-tool consent (default: $CONSENT_MODE or strict)")
     parser.add_argument("--allow", default=os.environ.get("DOME_MCP_ALLOW", ""),
                         help="comma-separated allow-list of tools and/or capability classes (read, write, admin); "
-                             "tools/list and calls see only these (default: all; $DOME_MCP_ALLOW)")
+                             "tools/list and calls see only these (default: all; $DOME_MCP_ALLOW); "
+                             "token create: the client's scope, read | run | promote")
     parser.add_argument("--tool", default="promote", help="consent: the tool the token allows")
     parser.add_argument("--scope", "--run-id", dest="scope", help="consent: the run id the token is bound to")
     parser.add_argument("--ttl", type=int, default=900, help="consent: token lifetime in seconds")
@@ -40,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "token":
+        return _token(args)
     if args.action == "serve" and not args.http:
         from registry.stdio_guard import claim_stdout
 
@@ -84,6 +90,43 @@ def _usage(args: argparse.Namespace, message: str, hint: str) -> int:
 
     report_error("mcp", error_object("USAGE", message, hints=[hint]), as_json=bool(args.json))
     return EXIT_USAGE
+
+
+def _token(args: argparse.Namespace) -> int:
+    """Named clients of the HTTP door: create (prints the token once), list, revoke."""
+    from pathlib import Path
+
+    from coordinator.mcp.identity import ClientBook
+    from registry.errors import DomeError
+
+    from .main import report_error
+
+    book = ClientBook(Path(args.ops_root).absolute() / "mcp")
+    sub = args.rest[0] if args.rest else "list"
+    try:
+        if sub == "create":
+            if not args.name or not args.allow:
+                raise DomeError("token create needs --name NAME and --allow read|run|promote", code="USAGE")
+            token = book.create(args.name, args.allow)
+            print(json.dumps({"name": args.name, "allow": args.allow, "token": token}) if args.json else token)
+        elif sub == "revoke":
+            if not args.name:
+                raise DomeError("token revoke needs --name NAME", code="USAGE")
+            book.revoke(args.name)
+            print(json.dumps({"name": args.name, "revoked": True}) if args.json else f"revoked {args.name}")
+        elif sub == "list":
+            rows = book.list()
+            if args.json:
+                print(json.dumps({"clients": rows}))
+            else:
+                for r in rows:
+                    print(f"{r['name']}\t{r['allow']}\t{'revoked' if r['revoked'] else 'active'}")
+        else:
+            raise DomeError(f"unknown token action {sub!r}", code="USAGE", hints=["create, list or revoke"])
+    except DomeError as exc:
+        report_error("mcp", exc, as_json=args.json)
+        return 2
+    return 0
 
 
 def _allow(args: argparse.Namespace) -> list[str] | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from registry.errors import DomeError, SchemaValidationError
@@ -50,6 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--egress", metavar="CONFIG", default=None,
                         help="egress gate routes for agent workers (JSON: host -> upstream, key env var, prices); "
                              "default OPS_ROOT/egress.json when it exists")
+    parser.add_argument("--require-consent", action="append", default=[], metavar="REASON",
+                        help="hold any promotion at the human gate whatever the risk, for REASON "
+                             "(the MCP front door's ref policy sets it; repeatable)")
+    parser.add_argument("--agent-refs", default=None, metavar="PREFIX",
+                        help="the run was submitted by an agent: it may promote on its own only onto a new ref "
+                             "under PREFIX (else it is held at the human gate; the MCP front door sets it)")
+    parser.add_argument("--agent-risk-floor", default=None, metavar="LEVEL",
+                        help="with --agent-refs: the lowest risk the queue counts as (default medium)")
+    parser.add_argument("--submitted-by", default=None, metavar="CLIENT",
+                        help="the client that submitted the run (recorded in run.started)")
     parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
                         help="time to live of the run's lease (default 30): how long after this "
                              "coordinator stops renewing it another one may take the run over")
@@ -88,6 +99,16 @@ def run(args: argparse.Namespace) -> int:
         seen_as = args.sandbox if args.executor != "container" else "container"
         prepared = None if args.resume else prepare(args.work_queue, integrate=True, tool_dirs=tool_dirs,
                                                     sandbox=seen_as, ops_root=ops_root)
+        reasons = list(args.require_consent)
+        if prepared is not None and args.agent_refs:
+            from coordinator.mcp.refpolicy import RefPolicy, reasons_for
+            try:
+                agent = RefPolicy.from_env(args.agent_refs, args.agent_risk_floor)
+            except ValueError as exc:
+                raise DomeError(str(exc), code="AGENT_REFS_INVALID") from None
+            reasons += reasons_for(prepared, agent)
+        if prepared is not None and reasons:
+            prepared = replace(prepared, wq=replace(prepared.wq, human_gate_reasons=tuple(reasons)))
         _check_executor_options(args)  # before the ledger or ops/ exist
         from coordinator.keys import load_keyring, load_or_create_signing_key
         from coordinator.runloop.finish import integration_finish
@@ -121,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
                          lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind,
-                         executor=executor, tool_dirs=tool_dirs)
+                         executor=executor, tool_dirs=tool_dirs, submitted_by=args.submitted_by)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         outcome = loop.run()
     except DomeError as exc:
@@ -131,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
             executor.shutdown()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "AGENT_REFS", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)

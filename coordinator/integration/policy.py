@@ -114,6 +114,10 @@ class IntegrationPolicy:
         hit = globs_matcher(tuple(self.protected_paths))
         return sorted(p for p in paths if hit(p))
 
+    def with_human_gate_always(self) -> "IntegrationPolicy":
+        """This policy with the human gate on for every risk class (recorded, so verify agrees)."""
+        return replace(self, human_gate_risk=RISK_LEVELS)
+
     def with_protected(self, extra: Any) -> "IntegrationPolicy":
         """This policy with more protected paths (a repository can add, never remove)."""
         return replace(self, protected_paths=tuple(dict.fromkeys((*self.protected_paths, *extra))))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import mimetypes
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 SCHEME = "dome://artifacts/"
 MAX_IMAGE_BYTES = 1024 * 1024  # inline image content bound per image
@@ -24,6 +24,8 @@ MAX_LINKS = 64  # resource links per result
 MAX_READ_BYTES = 32 * 1024 * 1024
 PAGE = 200  # resources/list page size
 ARTIFACT_DIRS = ("mcp/klayout", "mcp/artifacts")  # relative to the ops root
+MAX_URI_BYTES = 1024  # longer is no artifact of ours (a name part is at most 255 bytes)
+SHOWN_CHARS = 120  # how much of a refused URI an error repeats
 
 
 class ArtifactError(ValueError):
@@ -46,16 +48,31 @@ def uri_for(ops_root: Path, path: Path) -> str | None:
     return SCHEME + real.relative_to(base).as_posix()
 
 
+def shown(uri: str) -> str:
+    """A client's URI as an error may repeat it: bounded, control characters escaped."""
+    text = uri if len(uri) <= SHOWN_CHARS else uri[:SHOWN_CHARS] + "..."
+    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+
+
 def path_for(ops_root: Path, uri: str) -> Path:
-    """The file a URI names; refuses anything outside the artifact folders (after resolving links)."""
+    """The file a URI names; refuses anything outside the artifact folders (after resolving links).
+
+    Every refusal is an ArtifactError naming the URI only (never a host path): a NUL byte, an
+    over-long URI or name part, and an OS error while resolving are refused like a missing file."""
     if not uri.startswith(SCHEME):
-        raise ArtifactError(f"not a dome artifact URI: {uri}")
+        raise ArtifactError(f"not a dome artifact URI: {shown(uri)}")
     rel = uri[len(SCHEME):]
-    if not rel or rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in rel.split("/")):
-        raise ArtifactError(f"malformed artifact URI: {uri}")
-    path = (ops_root / rel).resolve()
-    if not any(path.is_relative_to(r.resolve()) for r in roots(ops_root)) or not path.is_file():
-        raise ArtifactError(f"no artifact {uri}")
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel or len(uri.encode()) > MAX_URI_BYTES \
+            or any(p in ("", ".", "..") or len(p.encode()) > 255 for p in parts):
+        raise ArtifactError(f"malformed artifact URI: {shown(uri)}")
+    try:
+        path = (ops_root / rel).resolve()
+        ok = any(path.is_relative_to(r.resolve()) for r in roots(ops_root)) and path.is_file()
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        raise ArtifactError(f"no artifact {shown(uri)}")
     return path
 
 
@@ -102,17 +119,17 @@ def content_for(ops_root: Path, result: Mapping[str, Any]) -> list[dict[str, Any
     return images + links
 
 
-def listing(ops_root: Path, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of every artifact, newest folders first by path order; cursor = offset."""
-    files = sorted((p for r in roots(ops_root) if r.is_dir() for p in r.rglob("*") if p.is_file()),
+def listing(ops_root: Path, cursor: str | None,
+            visible: Callable[[str], bool] = lambda uri: True) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the artifacts `visible` lets the caller see, in path order; cursor = offset."""
+    found = sorted((p for r in roots(ops_root) if r.is_dir() for p in r.rglob("*") if p.is_file()),
                    key=lambda p: p.as_posix())
+    files = [(p, u) for p in found for u in (uri_for(ops_root, p),) if u is not None and visible(u)]
     start = int(cursor) if cursor and cursor.isdigit() else 0
     page = files[start:start + PAGE]
     out = []
-    for p in page:
-        uri = uri_for(ops_root, p)
-        if uri is not None:
-            out.append({"uri": uri, "name": p.name, "mimeType": media_type(p), "size": p.stat().st_size})
+    for p, uri in page:
+        out.append({"uri": uri, "name": p.name, "mimeType": media_type(p), "size": p.stat().st_size})
     nxt = str(start + PAGE) if start + PAGE < len(files) else None
     return out, nxt
 

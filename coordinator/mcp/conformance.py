@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from registry.errors import DomeError
 
 if TYPE_CHECKING:
-    from .dispatch import CallContext
+    from .context import CallContext
 
 ENV = "DOME_MCP_CONFORMANCE"
 # a 1x1 PNG and a 44-byte silent WAV: the smallest valid payloads of each kind
@@ -36,7 +36,6 @@ CONTRACT: dict[str, Any] = {
                              ("test_audio_content", "conformance fixture: audio content"),
                              ("test_embedded_resource", "conformance fixture: an embedded resource"),
                              ("test_multiple_content_types", "conformance fixture: text, image and resource"),
-                             ("test_tool_with_logging", "conformance fixture: three log notifications"),
                              ("test_tool_with_progress", "conformance fixture: three progress notifications"),
                              ("test_error_handling", "conformance fixture: an isError result"))],
 }
@@ -70,13 +69,6 @@ async def _mixed(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     return {"text": "text, image and resource"}
 
 
-async def _logging(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
-    for step in ("starting", "working", "done"):
-        if ctx.log is not None:
-            await ctx.log("warning", {"fixture": "test_tool_with_logging", "step": step})
-    return {"logged": 3}
-
-
 async def _progress(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     for value in (0.0, 50.0, 100.0):
         if ctx.progress is not None:
@@ -90,7 +82,7 @@ async def _error(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
 
 HANDLERS = {"test_simple_text": _simple_text, "test_image_content": _image, "test_audio_content": _audio,
             "test_embedded_resource": _embedded, "test_multiple_content_types": _mixed,
-            "test_tool_with_logging": _logging, "test_tool_with_progress": _progress, "test_error_handling": _error}
+            "test_tool_with_progress": _progress, "test_error_handling": _error}
 
 
 def enabled() -> bool:

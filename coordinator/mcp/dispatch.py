@@ -18,7 +18,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Collection, Mapping, NoReturn
+from typing import Any, AsyncIterator, Callable, Collection, Mapping, NoReturn
 
 import anyio
 import anyio.abc
@@ -26,13 +26,18 @@ import anyio.abc
 from registry.errors import DomeError
 from registry.provenance import stamp, standard_block
 
-from . import artifacts, render
+from . import artifacts, conformance, render
 from .catalog import Replay, ToolSpec, default_specs, specs_from_flat_contract
 from .consent import ConsentBook
+from .context import CallContext, Handler, Progress
+from .identity import LOCAL, Client, scope_allows
 from ..toolcore import InputSchema, error_object
 from .faults import Fault, FaultCategory, SessionNotFound, UnknownTool
 from .jobs import Job, JobStore
 from .normalization import ToolNames, normalize_arguments
+from .orchestration import HANDLERS as ORCH
+from .orchestration import run_state
+from .refpolicy import RefPolicy
 from .supervisor import WorkerError, WorkerSupervisor
 from .telemetry import Telemetry
 
@@ -42,19 +47,6 @@ MAX_GONE_SESSIONS = 10_000
 CANCEL_CONFIRM_S = 1.0
 HOST_VERSIONS = {"dome-mcp-host": "1.0.0"}
 
-Progress = Callable[[float, float | None, str | None], Awaitable[None]]
-Handler = Callable[[dict[str, Any], "CallContext"], Awaitable[dict[str, Any]]]
-
-
-@dataclass
-class CallContext:
-    host: "ToolHost"
-    spec: ToolSpec
-    progress: Progress | None = None
-    notes: list[str] = field(default_factory=list)
-    job_id: str | None = None
-    log: Callable[[str, Any], Awaitable[None]] | None = None  # notifications/message to the client
-    content: list[dict[str, Any]] = field(default_factory=list)  # extra content a handler returns
 
 
 @dataclass
@@ -76,6 +68,7 @@ class _SessionPin:
     generation: int
     worker_id: str
     last_end: float  # monotonic end of the last call on the session
+    owner: str | None = None  # the client that opened it; no other client may use it
     queries: list[dict[str, Any]] | None = field(default_factory=list)  # None: too many to replay
 
 
@@ -84,13 +77,11 @@ class ToolHost:
                  consent_mode: str | None = None, telemetry_path: Path | None = None,
                  worker_env: dict[str, str] | None = None, handlers: Mapping[str, Handler] | None = None,
                  db_url: str | None = None, rollout_signal: bool = False,
-                 allow: Collection[str] | None = None) -> None:
+                 allow: Collection[str] | None = None, ref_policy: RefPolicy | None = None) -> None:
         self.rollout_signal = rollout_signal  # SIGHUP -> hot worker reinstall (rollout)
         self.ops_root = Path(ops_root).absolute()
         self.db_url = db_url
         self.specs: dict[str, ToolSpec] = dict(specs if specs is not None else default_specs())
-        from . import conformance
-
         if conformance.enabled():  # the MCP conformance suite's fixture, never without the switch
             self.specs.update(specs_from_flat_contract(conformance.CONTRACT))
         self.names = ToolNames(self.specs)
@@ -103,10 +94,12 @@ class ToolHost:
         self.supervisor = WorkerSupervisor(self.telemetry, env=_worker_env(self.ops_root, worker_env))
         self.sessions: dict[str, _SessionPin] = {}
         self.gone_sessions: dict[str, dict[str, Any]] = {}  # expired or lost: never restored again
-        self.idempotent: dict[tuple[str, str], dict[str, Any]] = {}  # (tool, idempotency_key) -> first result
+        self.idempotent: dict[tuple[str, ...], dict[str, Any]] = {}  # (tool, client, key) -> first result
+        self.ref_policy = ref_policy or RefPolicy.from_env()  # which refs an agent's run may move alone
+        self.artifact_owners: dict[str, str] = {}  # resource URI -> the client whose call wrote it
+        self._scope_tools: dict[str | None, frozenset[str]] = {}
         self.handlers: dict[str, Handler] = {"health": _health, "telemetry": _telemetry, "poll": _poll,
                                              "cancel": _cancel}
-        from .orchestration import HANDLERS as ORCH
         self.handlers.update(ORCH)
         if conformance.enabled():
             self.handlers.update(conformance.HANDLERS)
@@ -202,6 +195,22 @@ class ToolHost:
             c = self._compiled[name] = InputSchema(spec.name, spec.input_schema, spec.contract_id)
         return c
 
+    def for_client(self, client: Client | None, allowed: Collection[str] | None = None) -> Collection[str] | None:
+        """The tools a client's scope permits, within `allowed` (None: no limit)."""
+        if client is None or client.operator:
+            return allowed
+        mine = self._scope_tools.get(client.scope)
+        if mine is None:  # a few scopes: each one's tool set is computed once
+            mine = self._scope_tools[client.scope] = frozenset(
+                n for n, sp in self.specs.items() if scope_allows(client.scope, n, sp.capability))
+        return mine if allowed is None else mine & frozenset(allowed)
+
+    def artifact_filter(self, client: Client) -> Callable[[str], bool]:
+        """Which resource URIs a client may list and read: those its calls wrote (the operator: all)."""
+        if client.operator:
+            return lambda uri: True
+        return lambda uri: self.artifact_owners.get(uri) == client.name
+
     def resolve_tool(self, name: str, allowed: Collection[str] | None = None) -> str | None:
         """The canonical name of a tool this caller may use, or None."""
         allowed = self._effective(allowed)
@@ -226,9 +235,10 @@ class ToolHost:
 
     # calls ---------------------------------------------------------------
     async def call(self, name: str, arguments: Mapping[str, Any] | None, *, progress: Progress | None = None,
-                   allowed: Collection[str] | None = None,
-                   log: Callable[[str, Any], Awaitable[None]] | None = None) -> CallResult:
+                   allowed: Collection[str] | None = None, client: Client | None = None) -> CallResult:
         t0 = time.perf_counter()
+        client = client or LOCAL
+        allowed = self.for_client(client, allowed)
         tool = name
         notes: list[str] = []
         render_mode = "porcelain"
@@ -238,10 +248,11 @@ class ToolHost:
             tool = spec.name
             render_mode = args.pop("render", "porcelain")
             wait = args.pop("wait", True)
-            ctx = CallContext(self, spec, progress, notes, log=log)
+            ctx = CallContext(self, spec, progress, notes, client=client)
             if spec.served_by == "host":
                 result = await self.handlers[spec.name](args, ctx)
             else:
+                self._check_session_owner(args, client)
                 result = await self._worker_tool(spec, args, wait, ctx, retries)
             # A result with its own schema_version + provenance (the litho engine's) passes through
             # byte for byte (RFC 0006 G3); the host's standard provenance always rides in _meta.
@@ -258,17 +269,22 @@ class ToolHost:
             # an artifact reference is an object with a media_type: most results have none to walk for
             extra = ctx.content + (artifacts.content_for(self.ops_root, structured)
                                    if '"media_type"' in whole else [])
-            self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
+            for item in extra:
+                if item.get("type") == "resource_link":
+                    self.artifact_owners.setdefault(item["uri"], client.name)
+            self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0],
+                                client=client.name)
             self.telemetry.success()
             return CallResult(structured, False, text, meta, extra)
         except anyio.get_cancelled_exc_class():
             self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3,
-                                error={"code": "CANCELLED", "category": None, "message": "cancelled"})
+                                error={"code": "CANCELLED", "category": None, "message": "cancelled"},
+                                client=client.name)
             raise
         except Exception as exc:  # typed errors become isError results; anything else is an invariant breach
             obj = exc.obj if isinstance(exc, WorkerError) else error_object(exc)
             self.telemetry.call(tool, ok=False, ms=(time.perf_counter() - t0) * 1e3, error=obj,
-                                retries=retries[0])
+                                retries=retries[0], client=client.name)
             text = render.as_json_text(obj) if render_mode == "json" else render.porcelain_error(obj, notes=notes)
             return CallResult(obj, True, text, {"dome/normalized": notes} if notes else {})
 
@@ -277,8 +293,11 @@ class ToolHost:
                            retries: list[int]) -> dict[str, Any]:
         if not spec.long_running:
             result, _ = await self._execute(spec, args, None, ctx.progress, retries)
+            pin = self.sessions.get(result.get("session_id")) if isinstance(result.get("session_id"), str) else None
+            if pin is not None and pin.owner is None:  # a session just opened belongs to its opener
+                pin.owner = ctx.client.name if ctx.client else None
             return result
-        job = self.jobs.new(spec.name)
+        job = self.jobs.new(spec.name, owner=ctx.client.name if ctx.client else None)
         if not wait:
             if self._tg is None:
                 raise Fault(FaultCategory.INVARIANT_BREACH, "host is not running")
@@ -392,6 +411,14 @@ class ToolHost:
             raise
 
     # worker-held sessions ------------------------------------------------
+    def _check_session_owner(self, args: dict[str, Any], client: Client) -> None:
+        """Another client's session is answered as if it did not exist (its id tells nothing)."""
+        sid = args.get("session_id")
+        pin = self.sessions.get(sid) if isinstance(sid, str) else None
+        if pin is not None and not client.owns(pin.owner):
+            raise SessionNotFound(f"no session {sid}", details={"session_id": sid},
+                                  hints=["open_layout again"])
+
     async def _pin_session(self, spec: ToolSpec, args: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         """Map a public session id to the worker's, restoring the session in a new worker first.
 
@@ -522,12 +549,10 @@ async def _telemetry(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
 
 
 async def _poll(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-    job = ctx.host.jobs.get(args["job_id"])
+    job = ctx.host.jobs.get(args["job_id"], ctx.client)
     out = job.to_json()
     if job.run_id is not None and job.status in ("succeeded", "failed", "cancelled"):
         # the job ended when `dome run` did; the run may have moved on since (promoted at the gate)
-        from .orchestration import run_state
-
         state = await run_state(ctx, job.run_id)
         if state is not None:
             out["run"] = state
@@ -535,7 +560,7 @@ async def _poll(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
 
 
 async def _cancel(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-    job = ctx.host.jobs.get(args["job_id"])
+    job = ctx.host.jobs.get(args["job_id"], ctx.client)
     if job.status in ("succeeded", "failed", "cancelled"):
         return {**job.to_json(), "cancelled": False}
     ctx.host.jobs.request_cancel(job, args.get("reason") or "cancelled by the client")

@@ -223,12 +223,13 @@ def serve(ops_root: str, consent_mode: str | None, db_url: str | None, *, allow:
     def load() -> None:
         try:
             from coordinator.mcp.dispatch import ToolHost
+            from coordinator.mcp.identity import stdio_client
             from coordinator.mcp.server import build_server
 
             host = ToolHost(ops_root=ops_root, consent_mode=consent_mode, db_url=db_url, rollout_signal=True,
                             allow=allow)
             loaded["host"] = host
-            loaded["server"] = build_server(host)
+            loaded["server"] = build_server(host, client=stdio_client())  # named by the process that started us
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread
             loaded["error"] = exc
         finally:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import anyio
 
 from .faults import JobNotFound
+from .identity import Client
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
@@ -38,6 +39,7 @@ class Job:
     cancel_hook: Callable[[str], None] | None = field(default=None, repr=False)
     cancel_requested: str | None = None
     idempotency_key: str | None = None
+    owner: str | None = None  # the client that started it; other clients are told it does not exist
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"job_id": self.job_id, "tool": self.tool, "status": self.status,
@@ -56,20 +58,18 @@ class JobStore:
         self.root = root
         self.jobs: dict[str, Job] = {}
 
-    def new(self, tool: str) -> Job:
-        job = Job(job_id="job_" + secrets.token_hex(8), tool=tool)
+    def new(self, tool: str, owner: str | None = None) -> Job:
+        job = Job(job_id="job_" + secrets.token_hex(8), tool=tool, owner=owner)
         self.jobs[job.job_id] = job
         self._persist(job)
         return job
 
-    def get(self, job_id: str) -> Job:
-        job = self.jobs.get(job_id)
-        if job is None:
-            loaded = self._load(job_id)
-            if loaded is None:
-                raise JobNotFound(f"no job {job_id}", details={"job_id": job_id},
-                                  hints=["job ids come from long tools (wait=false) or from run_submit"])
-            return loaded
+    def get(self, job_id: str, client: Client | None = None) -> Job:
+        """The job; JOB_NOT_FOUND when there is none or it is another client's (the same answer)."""
+        job = self.jobs.get(job_id) or self._load(job_id)
+        if job is None or (client is not None and not client.owns(job.owner)):
+            raise JobNotFound(f"no job {job_id}", details={"job_id": job_id},
+                              hints=["job ids come from long tools (wait=false) or from run_submit"])
         return job
 
     def start(self, job: Job, generation: int | None = None) -> None:
@@ -114,7 +114,8 @@ class JobStore:
     def _persist(self, job: Job) -> None:
         if self.root is None:
             return
-        data = {**job.to_json(), "created": job.created, "updated": job.updated, "generation": job.generation}
+        data = {**job.to_json(), "created": job.created, "updated": job.updated, "generation": job.generation,
+                "owner": job.owner}
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = self.root / f".{job.job_id}.tmp"
@@ -134,7 +135,8 @@ class JobStore:
         data = json.loads(path.read_text())
         job = Job(job_id=job_id, tool=data.get("tool", "?"), status=data.get("status", "failed"),
                   progress=data.get("progress", 0.0), message=data.get("message", ""),
-                  result=data.get("result"), error=data.get("error"), run_id=data.get("run_id"))
+                  result=data.get("result"), error=data.get("error"), run_id=data.get("run_id"),
+                  owner=data.get("owner"))
         if job.status not in TERMINAL:  # a job of a host that is gone
             job.status = "failed"
             job.error = {"code": "JOB_ORPHANED", "message": "the host that ran this job has exited",

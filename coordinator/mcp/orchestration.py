@@ -25,7 +25,7 @@ from registry.errors import DomeError
 from .faults import ConsentRequired, Fault, FaultCategory
 
 if TYPE_CHECKING:
-    from .dispatch import CallContext
+    from .context import CallContext
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_ID_WAIT_S = 20.0
@@ -153,7 +153,7 @@ async def promote(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     """
     host = ctx.host
     run_id = args["run_id"]
-    key = ("promote", args["idempotency_key"])
+    key = ("promote", _client_name(ctx), args["idempotency_key"])
     if key in host.idempotent:
         return {**host.idempotent[key], "deduplicated": True}
     state = None if args.get("consent_token") else await run_state(ctx, run_id)
@@ -210,6 +210,8 @@ def _ledger_state(db_url: str | None, ops_root: Path, run_id: str) -> dict[str, 
         return p.get("artifact") if isinstance(p.get("artifact"), dict) else p
 
     finished = [body(r) for r in records if r.topic == "run.finished"]
+    started = [body(r) for r in records if r.topic == "run.started"]
+    why = list((started[-1] if started else {}).get("human_gate_reasons") or [])
     promos = [body(r) for r in records if r.topic == "promotion.computed"]
     last = promos[-1] if promos else {}
     if last.get("outcome") == "promoted":
@@ -221,6 +223,8 @@ def _ledger_state(db_url: str | None, ops_root: Path, run_id: str) -> dict[str, 
            "head": fin.get("head")}
     if fin.get("missing"):
         out["missing"] = fin.get("missing")
+    if why and out["outcome"] == "awaiting_consent":  # why a person is asked (the front door's ref policy)
+        out["reasons"] = why
     return out
 
 
@@ -235,14 +239,18 @@ async def run_state(ctx: "CallContext", run_id: str) -> dict[str, Any] | None:
 async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]:
     host = ctx.host
     key = args.get("idempotency_key")
-    if key:  # ProbeRequired: a retried submit with the same key returns the first run
+    owner = _client_name(ctx)
+    if key:  # ProbeRequired: a retried submit with the same key returns the first run (of this client)
         for job in host.jobs.jobs.values():
-            if job.tool == "run_submit" and job.idempotency_key == key:
+            if job.tool == "run_submit" and job.idempotency_key == key and job.owner == owner:
                 return {"run_id": job.run_id, "job_id": job.job_id, "status": job.status, "deduplicated": True}
     queue = Path(args["work_queue"])
     if not queue.is_file():
         raise DomeError(f"work queue not found: {queue}", code="FILE_NOT_FOUND", details={"path": str(queue)})
-    extra: list[str] = []
+    # `dome run` applies the operator's ref policy to the very queue it loads (no window to swap it)
+    extra = [f"--agent-refs={host.ref_policy.prefix}", f"--agent-risk-floor={host.ref_policy.risk_floor}"]
+    if owner:
+        extra.append(f"--submitted-by={owner}")
     if "seed" in args:
         extra += ["--seed", str(args["seed"])]
     if "executor" in args:
@@ -252,7 +260,7 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
     before = set(os.listdir(runs_dir)) if runs_dir.is_dir() else set()
     proc = await anyio.open_process(argv, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=None, start_new_session=True)
-    job = host.jobs.new("run_submit")
+    job = host.jobs.new("run_submit", owner=owner)
     job.idempotency_key = key
     host.jobs.start(job)
     have_run_id = anyio.Event()
@@ -330,6 +338,10 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
     with anyio.move_on_after(RUN_ID_WAIT_S):
         await have_run_id.wait()
     return {"run_id": job.run_id, "job_id": job.job_id, "status": job.status}
+
+
+def _client_name(ctx: "CallContext") -> str | None:
+    return ctx.client.name if ctx.client is not None else None
 
 
 HANDLERS = {"run_submit": run_submit, "run_status": run_status, "events": events, "evidence": evidence,

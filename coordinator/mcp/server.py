@@ -7,10 +7,8 @@ private descriptors taken by `registry.stdio_guard`.
 """
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
-import warnings
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Collection
@@ -18,11 +16,13 @@ from typing import Any, AsyncIterator, Collection
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
-from mcp_types import INVALID_PARAMS
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from . import artifacts, conformance
 from .dispatch import ToolHost
+from .identity import LOCAL, Client, ClientBook, stdio_client
+from .httpguard import CLIENT_KEY, DISCONNECT_KEY, HttpGuard, header_timeout_protocol
 
 SERVER_NAME = "dome"
 INSTRUCTIONS = ("dome: lithography, layout (KLayout) and run orchestration tools. Long tools take wait=false "
@@ -30,47 +30,49 @@ INSTRUCTIONS = ("dome: lithography, layout (KLayout) and run orchestration tools
                 "structuredContent always carries the full result.")
 
 
-DISCONNECT_KEY = "dome.http_disconnected"
-# 2025 clients still ask for logging; the SDK warns because the 2026-07-28 revision drops it
-warnings.filterwarnings("ignore", message="The logging capability is deprecated", category=MCPDeprecationWarning)
 RESOURCE_NOT_FOUND = -32002  # the MCP spec's code for resources/read of an unknown URI
 _CONTENT = {"image": types.ImageContent, "resource_link": types.ResourceLink, "audio": types.AudioContent,
             "resource": types.EmbeddedResource}
-LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
-class _ClientLog:
-    """notifications/message to the client at or above the level it set (logging/setLevel; default warning)."""
-
-    def __init__(self) -> None:
-        self.level = "warning"
-
-    async def emit(self, ctx: Any, level: str, data: Any) -> None:
-        if LEVELS.index(level) < LEVELS.index(self.level):
-            return
-        try:
-            await ctx.session.send_log_message(level, data, logger="dome.mcp")
-        except Exception:  # noqa: BLE001 - a log line never fails a call (e.g. the client has gone)
-            pass
+def _scope(ctx: Any) -> dict[str, Any] | None:
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    return scope if isinstance(scope, dict) else None
 
 
 def _disconnect_event(ctx: Any) -> anyio.Event | None:
-    """The event BearerAuth sets when this call's HTTP request loses its client (None off HTTP)."""
-    scope = getattr(getattr(ctx, "request", None), "scope", None)
-    return scope.get(DISCONNECT_KEY) if isinstance(scope, dict) else None
+    """The event HttpGuard sets when this call's HTTP request loses its client (None off HTTP)."""
+    scope = _scope(ctx)
+    return scope.get(DISCONNECT_KEY) if scope is not None else None
 
 
-def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> Server[Any]:
-    """An SDK low-level Server whose tools/list and tools/call go through `host`."""
-    tool_models = [types.Tool.model_validate(d, by_name=False) for d in host.list_tools(allowed)]
-    log = _ClientLog()
-    listing = types.ListToolsResult(tools=tool_models)
+def build_server(host: ToolHost, *, allowed: Collection[str] | None = None,
+                 client: Client | None = None) -> Server[Any]:
+    """An SDK low-level Server whose tools/list and tools/call go through `host`.
+
+    `client`: who calls when the transport does not say (stdio: the process that started the door);
+    over HTTP each request names its client (HttpGuard puts it in the ASGI scope).
+    """
+    fixed = client or LOCAL
+    listings: dict[str | None, types.ListToolsResult] = {}  # per client scope: built once
+
+    def caller(ctx: Any) -> Client:
+        scope = _scope(ctx)
+        named = scope.get(CLIENT_KEY) if scope is not None else None
+        return named if isinstance(named, Client) else fixed
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        who = caller(ctx)
+        listing = listings.get(who.scope)
+        if listing is None:
+            tools = host.list_tools(host.for_client(who, allowed))
+            listing = listings[who.scope] = types.ListToolsResult(
+                tools=[types.Tool.model_validate(d, by_name=False) for d in tools])
         return listing
 
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if host.resolve_tool(params.name, allowed) is None:  # a protocol error, not a tool result
+        who = caller(ctx)
+        if host.resolve_tool(params.name, host.for_client(who, allowed)) is None:  # a protocol error
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}",
                            data={"code": "UNKNOWN_TOOL", "tool": params.name,
                                  "hints": ["call tools/list for the tools you may use"]})
@@ -78,12 +80,9 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
         async def progress(value: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(value, total, message)
 
-        async def client_log(level: str, data: Any) -> None:
-            await log.emit(ctx, level, data)
-
         disconnected = _disconnect_event(ctx)
         if disconnected is None:
-            res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed, log=client_log)
+            res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed, client=who)
         else:
             # HTTP: the client going away cancels the call (and its job), as stdin EOF does on stdio
             res = None
@@ -94,14 +93,10 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
 
                 tg.start_soon(watch)
                 res = await host.call(params.name, params.arguments, progress=progress, allowed=allowed,
-                                      log=client_log)
+                                      client=who)
                 tg.cancel_scope.cancel()
             if res is None:
                 raise MCPError(INVALID_PARAMS, "the client disconnected; the call was cancelled")
-        await log.emit(ctx, "warning" if res.is_error else "info",
-                       {"tool": params.name, "ok": not res.is_error,
-                        **({"code": res.structured.get("code")} if res.is_error else {}),
-                        **({"job_id": res.meta["dome/job_id"]} if "dome/job_id" in res.meta else {})})
         content: list[Any] = [types.TextContent(type="text", text=res.text)]
         content += [_CONTENT[c["type"]].model_validate(c, by_name=False) for c in res.content]
         return types.CallToolResult(content=content, structured_content=res.structured, is_error=res.is_error,
@@ -109,7 +104,7 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
 
     async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
         cursor = getattr(params, "cursor", None) if params is not None else None
-        items, nxt = artifacts.listing(host.ops_root, cursor)
+        items, nxt = artifacts.listing(host.ops_root, cursor, host.artifact_filter(caller(ctx)))
         if conformance.enabled() and not cursor:
             items = conformance.resources() + items
         return types.ListResourcesResult(resources=[types.Resource.model_validate(r, by_name=False) for r in items],
@@ -120,10 +115,15 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
         if fixture is not None:
             cls = types.TextResourceContents if "text" in fixture else types.BlobResourceContents
             return types.ReadResourceResult(contents=[cls.model_validate(fixture, by_name=False)])
+        uri = str(params.uri)
         try:
-            item = artifacts.read(host.ops_root, str(params.uri))
+            if not host.artifact_filter(caller(ctx))(uri):  # another client's: as if it did not exist
+                raise artifacts.ArtifactError(f"no artifact {artifacts.shown(uri)}")
+            item = artifacts.read(host.ops_root, uri)
         except artifacts.ArtifactError as exc:
-            raise MCPError(RESOURCE_NOT_FOUND, str(exc), data={"uri": str(params.uri)}) from None
+            raise MCPError(RESOURCE_NOT_FOUND, str(exc), data={"uri": artifacts.shown(uri)}) from None
+        except Exception:  # noqa: BLE001 - never a host path or a traceback to the client
+            raise MCPError(INTERNAL_ERROR, "resources/read failed", data={"uri": artifacts.shown(uri)}) from None
         cls = types.TextResourceContents if "text" in item else types.BlobResourceContents
         return types.ReadResourceResult(contents=[cls.model_validate(item, by_name=False)])
 
@@ -134,10 +134,6 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
             items += conformance.templates()
         return types.ListResourceTemplatesResult(
             resource_templates=[types.ResourceTemplate.model_validate(t, by_name=False) for t in items])
-
-    async def on_set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
-        log.level = params.level
-        return types.EmptyResult()
 
     @asynccontextmanager
     async def lifespan(_server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
@@ -153,7 +149,6 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
                                  on_list_tools=on_list_tools, on_call_tool=on_call_tool,
                                  on_list_resources=on_list_resources, on_read_resource=on_read_resource,
                                  on_list_resource_templates=on_list_templates,
-                                 on_set_logging_level=on_set_level,
                                  get_tool_input_schema=lambda name: host.specs[name].input_schema
                                  if name in host.specs else None)
     server.middleware = []  # no per-message OTel span on the hot path; the host keeps its own telemetry
@@ -163,7 +158,7 @@ def build_server(host: ToolHost, *, allowed: Collection[str] | None = None) -> S
 async def serve_stdio(host: ToolHost) -> None:
     from .transport import host_stdio
 
-    server = build_server(host)
+    server = build_server(host, client=stdio_client())
     async with host_stdio() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -182,51 +177,27 @@ def http_token(state_dir: Path) -> str:
     return path.read_text().strip()
 
 
-class BearerAuth:
-    """ASGI middleware: every request needs `Authorization: Bearer <token>` (constant-time compare).
-
-    It also watches each request's `receive` channel: when the client disconnects, the request's
-    event (in the ASGI scope, which the SDK hands to the tool handler) is set, and the call it
-    carries is cancelled.
-    """
-
-    def __init__(self, app: Any, token: str | None) -> None:
-        self.app = app
-        self.token = token.encode() if token is not None else None
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        auth = dict(scope.get("headers") or []).get(b"authorization", b"")
-        ok = self.token is None or (auth[:7].lower() == b"bearer "
-                                    and hmac.compare_digest(auth[7:].strip(), self.token))
-        if not ok:
-            body = b'{"code":"UNAUTHORIZED","message":"missing or wrong bearer token","retry":"none"}'
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"www-authenticate", b'Bearer realm="dome-mcp"')]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        disconnected = anyio.Event()
-        scope[DISCONNECT_KEY] = disconnected
-
-        async def watched_receive() -> Any:
-            message = await receive()
-            if message.get("type") == "http.disconnect":
-                disconnected.set()
-            return message
-
-        await self.app(scope, watched_receive, send)
-
-
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def build_http_app(host: ToolHost, token: str | None, *, bind_host: str = "127.0.0.1",
-                   stateless: bool = False) -> Any:
-    """The ASGI app; `token=None` (no bearer auth) only for a loopback bind."""
+                   stateless: bool = False, port: int | None = None,
+                   sessions_per_client: int | None = None) -> Any:
+    """The ASGI app; `token=None` (no bearer auth) only for a loopback bind.
+
+    `token` is the operator's; named clients' tokens come from OPS_ROOT/mcp/clients.json.
+    """
     server = build_server(host)
-    app = server.streamable_http_app(stateless_http=stateless, host=bind_host, json_response=False)
+    security = None
+    if bind_host in LOOPBACK and port is not None:  # exact names and port: the SDK's own check agrees
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        names = ("127.0.0.1", "localhost", "[::1]")
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                             allowed_hosts=[f"{n}:{port}" for n in names],
+                                             allowed_origins=[f"http://{n}:{port}" for n in names])
+    app = server.streamable_http_app(stateless_http=stateless, host=bind_host, json_response=False,
+                                     transport_security=security)
     inner_lifespan = app.router.lifespan_context
 
     @asynccontextmanager
@@ -237,7 +208,18 @@ def build_http_app(host: ToolHost, token: str | None, *, bind_host: str = "127.0
     app.router.lifespan_context = lifespan
     if token is None and bind_host not in LOOPBACK:
         raise ValueError(f"serving without a bearer token is allowed on loopback only, not {bind_host}")
-    return BearerAuth(app, token)
+
+    def sessions_of(name: str) -> int:
+        # the SDK's session manager knows which sessions are open and who opened each
+        manager = getattr(server, "_session_manager", None)
+        live = getattr(manager, "_server_instances", {})
+        owners = getattr(manager, "_session_owners", {})
+        return sum(1 for sid in live if (owners.get(sid) or {}).get("client_id") == name)
+
+    extra = {"sessions_per_client": sessions_per_client} if sessions_per_client else {}
+    return HttpGuard(app, operator_token=token, clients=ClientBook(host.state_dir) if token is not None else None,
+                     loopback=bind_host in LOOPBACK, port=port, sessions_of=None if stateless else sessions_of,
+                     **extra)
 
 
 def serve_http(host: ToolHost, bind: str, *, stateless: bool = False, auth: bool = True) -> None:
@@ -248,8 +230,9 @@ def serve_http(host: ToolHost, bind: str, *, stateless: bool = False, auth: bool
     if not auth and addr not in LOOPBACK:
         raise ValueError(f"--no-auth is allowed on a loopback address only, not {addr}")
     token = http_token(host.state_dir) if auth else None
-    app = build_http_app(host, token, bind_host=addr, stateless=stateless)
-    uvicorn.run(app, host=addr, port=int(port), log_level="warning", lifespan="on")
+    app = build_http_app(host, token, bind_host=addr, stateless=stateless, port=int(port))
+    uvicorn.run(app, host=addr, port=int(port), log_level="warning", lifespan="on",
+                http=header_timeout_protocol())
 
 
 def run_stdio(host: ToolHost) -> None:

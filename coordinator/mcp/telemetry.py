@@ -59,9 +59,9 @@ class Telemetry(CallStats):
                 self.path = None
 
     def call(self, tool: str, *, ok: bool, ms: float, error: dict[str, Any] | None = None,
-             retries: int = 0) -> None:
+             retries: int = 0, client: str | None = None) -> None:
         super().call(tool, ok=ok, ms=ms, error=error, retries=retries)
-        self._emit({"event": "call", "tool": tool, "ok": ok, "ms": round(ms, 3), "retries": retries,
+        self._emit({"event": "call", "tool": tool, "client": client, "ok": ok, "ms": round(ms, 3), "retries": retries,
                     "code": (error or {}).get("code"), "category": (error or {}).get("category")}, buffered=True)
 
     def fault(self, fault: Fault, *, tool: str | None, restarted: bool) -> None:

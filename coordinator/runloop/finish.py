@@ -48,6 +48,8 @@ def repo_policy_for(wq: Any, repo: Any, base_ref: str) -> Any:
     proc = gitio.git(repo, "show", f"{base_ref}:{REPO_PROTECTED_FILE}", check=False)
     if proc.returncode == 0:
         policy = policy.with_protected(parse_protected_file(proc.stdout.decode("utf-8", "replace")))
+    if getattr(wq, "human_gate_reasons", ()):  # the run's starter asked for a person whatever the risk
+        policy = policy.with_human_gate_always()
     return policy
 
 

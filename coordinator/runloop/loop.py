@@ -163,6 +163,8 @@ class RunLoop(AttemptLifecycle):
             "policy_version": POLICY_VERSION, "registry_ref": registry_ref(), "environment": env,
             "graph_digest": wq.graph.digest, "nodes": len(wq.graph), "promote_to": wq.promote_to,
             "created_at": utc_stamp(),
+            **({"submitted_by": ctx.submitted_by} if ctx.submitted_by else {}),
+            **({"human_gate_reasons": list(wq.human_gate_reasons)} if wq.human_gate_reasons else {}),
             **({"base_source": prep.base_source, "target_at_load": prep.target_sha}
                if prep.base_source != "base_ref" else {}),
         }
@@ -198,6 +200,8 @@ class RunLoop(AttemptLifecycle):
         qfile = ops_dir / "work.queue.json"
         raw = json.loads(qfile.read_text()) if qfile.exists() else json.loads(Path(started["work_queue_path"]).read_text())
         wq = parse_work_queue(raw)
+        if started.get("human_gate_reasons"):  # a resumed run is held at the gate as its start said
+            wq = replace(wq, human_gate_reasons=tuple(started["human_gate_reasons"]))
         if wq.digest != started.get("work_queue_digest"):
             raise RunError("the work queue changed since the run started", code="WORK_QUEUE_CHANGED",
                            details={"recorded": started.get("work_queue_digest"), "now": wq.digest})

@@ -111,7 +111,9 @@ def _make_queue(tmp: Path) -> str:
 class _Server:
     def __init__(self, tmp: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO), "CONSENT_MODE": "strict",
-               "DOME_MCP_CACHE_DIR": str(tmp / "cache")}
+               "DOME_MCP_CACHE_DIR": str(tmp / "cache"),
+               # the operator lets agents' runs promote under refs/heads/dome/ (the example's ref)
+               "DOME_MCP_AGENT_REFS": "refs/heads/dome/"}
         self.proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "mcp", "--ops-root",
                                       str(tmp / "ops")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, cwd=REPO, env=env)

@@ -16,6 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+import mcp_types as types
 from mcp_types import INVALID_PARAMS
 
 from tests.conftest import REPO_ROOT
@@ -227,27 +228,22 @@ async def test_renders_come_back_as_images_and_every_artifact_is_a_resource(tmp_
             assert e.value.error.code == -32002, bad
 
 
-async def test_logging_set_level_and_log_notifications(tmp_path):
-    got = []
-
-    async def on_log(params):
-        got.append(params)
-
+async def test_capabilities_offer_what_the_current_revision_offers_and_no_logging(tmp_path):
+    """The 2026-07-28 revision deprecates logging (SEP-2577): the server does not offer it, in
+    either era, and logging/setLevel is an unknown method; tools and resources are offered."""
     from coordinator.mcp.server import build_server
 
-    async with Client(build_server(make_host(tmp_path)), mode="legacy", cache=None, logging_callback=on_log) as client:
-        await client.call_tool("test_echo", {"value": 1})
-        assert got == []  # default level warning: a successful call is not logged
-        await client.set_logging_level("info")
-        await client.call_tool("test_echo", {"value": 2})
-        bad = await client.call_tool("poll", {"job_id": "job_0000000000000000"})
-        assert bad.is_error
-        with anyio.fail_after(5):
-            while len(got) < 2:
-                await anyio.sleep(0.01)
-        assert [(g.level, g.data["tool"], g.data["ok"]) for g in got[:2]] == [("info", "test_echo", True),
-                                                                             ("warning", "poll", False)]
-        assert got[1].data["code"] == "JOB_NOT_FOUND"
+    server = build_server(make_host(tmp_path))
+    for version in (None, "2026-07-28"):
+        caps = server.get_capabilities(protocol_version=version)
+        assert caps.logging is None and caps.tools is not None and caps.resources is not None, version
+    async with Client(server, mode="legacy", cache=None) as client:
+        assert client.server_capabilities.logging is None
+        assert client.server_capabilities.tools is not None
+        with pytest.raises(MCPError) as e:
+            await client.session.send_request(types.SetLevelRequest(params=types.SetLevelRequestParams(level="info")),
+                                               types.EmptyResult)
+        assert e.value.error.code == -32601  # method not found
 
 
 def test_no_auth_is_refused_off_loopback_and_the_fixture_is_off_by_default(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.anyio
 def _queue(tmp_path, repo):
     q = json.loads((REPO_ROOT / "examples" / "hello.queue.json").read_text())
     q["repo"] = str(repo)
+    q["promote_to"] = "refs/heads/dome/agents/hello"  # a new ref under the agent prefix: no person needed
     path = tmp_path / "work.queue.json"
     path.write_text(json.dumps(q))
     return path

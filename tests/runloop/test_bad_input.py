@@ -86,6 +86,12 @@ CASES: dict[str, tuple[Callable[[dict], bytes], str, str]] = {
     "missing_interpreted_script": (_set_task("action_spec", {"intent": "command",
                                                              "argv": ["python3", "tools/agent.py"]}),
                                    "SCRIPT_NOT_FOUND", "tools/agent.py"),
+    # only a LATER task is wrong: every task is checked, not the first of each capability set
+    "capability_missing_later_task": (_mut(lambda q: q["tasks"].append(
+        {"node_id": "b", "containers": [], "dependencies": ["a"], "required_capabilities": ["read"],
+         "required_outputs": [], "action_spec": {"intent": "litho.evaluate", "params": {"layout": "l.oas"}}})),
+        "CAPABILITY_MISSING", "litho.evaluate"),
+    "patch_without_capabilities": (_set_task("required_capabilities", []), "GRANT_SCOPE_EMPTY", "write"),
     "unknown_base_ref": (_mut(lambda q: q.__setitem__("base_ref", "no-such-branch")), "BASE_REF_NOT_FOUND",
                          "no-such-branch"),
 }

@@ -246,3 +246,16 @@ def test_property_schedule_respects_deps_slots_and_is_deterministic(edges, slots
         nid, neid = running.pop(rnd.randrange(len(running)))
         sim.add(rs.TASK_COMPLETED, nid, node_execution_id=neid, outcome="succeeded")
     assert all(s == "succeeded" for s in statuses(g, sim.state).values())
+
+
+def test_out_of_profile_is_never_retried():
+    """A grant without a method the intent calls (OUT_OF_PROFILE) would be issued the same on a
+    retry: the node fails at its first such attempt instead of three."""
+    g = wq([t("a", max_attempts=3)]).graph
+    sim = Sim()
+    pol = SchedulerPolicy(max_parallel=1)
+    (nid, neid), = sim.dispatch(decide(g, sim.state, pol, 3, 1))
+    sim.add(rs.TASK_COMPLETED, nid, node_execution_id=neid, outcome="failed",
+            error={"code": "OUT_OF_PROFILE", "message": "method 'submit_patch' is not in this worker's grant",
+                   "retry": "none"})
+    assert statuses(g, sim.state) == {"a": "failed"} and decide(g, sim.state, pol, 3, 2) is None
