@@ -26,9 +26,11 @@ from coordinator.run_payloads import LISTS_REF, finish_lists
 
 from .canvas import Canvas
 from . import export_checks as exports
+from .blob_refs import check_blobs, events_blobs, statement_blobs
 from . import gitio
 from .evidence import (TARGET_CHECKED_OUT, TARGET_MOVED, T_APPLY, T_CONSENT_REQ, T_GATE, T_POLICY, T_PROMOTION,
-                       T_PROPOSAL, T_REQUIREMENTS, ChainResult, GitFacts, Record, body_of, verify_artifact)
+                       T_PROPOSAL, T_REQUIREMENTS, ChainResult, GitFacts, Record, body_of, intoto_statements,
+                       verify_artifact)
 from .gate import evaluate_chain
 from .recorder import records_of, run_dir
 from .verify_result import CheckKind, CheckResult, RunVerdict, Status, VerifyReport, failed, missing, ok
@@ -67,6 +69,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
     _exports(rep, ledger, run_id, events, records, keyring, started=started, last_finish=last_finish,
              ops_root=Path(ops_root) if ops_root is not None else ledger.ops_root)
     promos = [r for r in records if r.topic == T_PROMOTION]
+    _attested_blobs(rep, ledger, events, records, promos[-1] if promos else None)
     if not promos:
         _without_decision(rep, records, keyring)
         return rep
@@ -344,6 +347,20 @@ def _exports(rep: VerifyReport, ledger: Ledger, run_id: str, events: list[EventR
         rep.add(r)
     for r in exports.check_promotion(rdir, records, keyring):
         rep.add(r)
+
+
+def _attested_blobs(rep: VerifyReport, ledger: Ledger, events: list[EventRecord], records: list[Record],
+                    promo: Record | None) -> None:
+    """Every blob the run's records and its in-toto subjects name is read back and re-hashed."""
+    refs = events_blobs(events)
+    if promo is not None:
+        refs += statement_blobs(intoto_statements([r for r in records if r.sequence < promo.sequence],
+                                                  promo.artifact))
+    problems = check_blobs(refs, ledger.blobs.get)
+    for p in problems:
+        rep.add((missing if p.status == "missing" else failed)(K.BLOBS, p.describe(), p.ref.digest))
+    if not problems:
+        rep.add(ok(K.BLOBS))
 
 
 def _rehash_new_objects(rep: VerifyReport, repo: Path, base: str, head: str) -> None:

@@ -73,6 +73,8 @@ class CheckKind(str, Enum):
     EXPORT_GATE = "export_gate"
     EXPORT_PROMOTION = "export_promotion"
     EXPORT_INTOTO = "export_intoto"
+    # every blob a record or an in-toto subject names, read back and re-hashed
+    BLOBS = "attested_blobs"
 
 
 @dataclass(frozen=True)
