@@ -6,7 +6,7 @@ a submitted patch its uploaded diff (`diff_ref`), an uploaded artifact its
 bytes (`artifact.put`'s `digest`), a model call its request and reply, a large
 record its externalized body (`artifact_ref`), a long list its chunk chain, and
 `run.finished` its proposal lists. The in-toto statements exported beside a
-decision name the same logs and diffs as subjects. `dome verify` and `dome
+decision name the same logs as subjects. `dome verify` and `dome
 ledger verify` read every one of them back through `get` (the blob store
 re-hashes on every read) and name each blob that is missing or changed together
 with the record that names it.
@@ -87,12 +87,14 @@ def events_blobs(events: Iterable[Any]) -> list[BlobRef]:
 
 
 def statement_blobs(statements: Sequence[Mapping[str, Any]]) -> list[BlobRef]:
-    """The in-toto subjects that are blobs: logs and artifacts (`artifact:`) and diffs (`diff:`)."""
+    """The in-toto subjects that are blobs: logs and artifacts (`artifact:`). A `diff:` subject
+    names a canonical diff by digest; a whole proposal's is the blob its verified record names
+    (`diff_blob`), a split part's is derived from it and re-derived by `dome verify`'s replay."""
     out: list[BlobRef] = []
     for i, st in enumerate(statements, start=1):
         for s in st.get("subject", []) or []:
             name, sha = str(s.get("name", "")), (s.get("digest") or {}).get("sha256")
-            if sha and name.split(":", 1)[0] in ("artifact", "diff"):
+            if sha and name.split(":", 1)[0] == "artifact":
                 out.append(BlobRef(f"sha256:{sha}", f"in-toto statement {i} subject {name}"))
     return out
 

@@ -44,6 +44,10 @@ REPO_PROTECTED_FILE = ".dome/protected-paths"
 """A repository's own additions to `protected_paths`: one glob per line, read from the
 run's base commit (never from a proposal); `#` starts a comment."""
 
+UNRECORDED_AT_DEFAULT = frozenset({"validation_inputs_from"})
+"""Fields added after policies were recorded: left out of `to_dict` (and the digest) at their default."""
+VALIDATION_INPUTS_FROM = ("base", "head")
+
 POLICY_SPEC_PATH = Path(__file__).resolve().parents[2] / "registry" / "policy" / "policy_spec.json"
 
 
@@ -75,11 +79,17 @@ class IntegrationPolicy:
     human_gate_paths: tuple[str, ...] = ()
     consent_ttl_seconds: int = 3600
     promote_to: str = "refs/heads/main"
+    # where a required suite's inputs (tests, fixtures, runner configuration, decks, scripts) come
+    # from when it judges the head: "base" (the run's base; a proposal changing them needs consent)
+    # or "head" (the repository opts out: the proposal's own inputs judge it)
+    validation_inputs_from: str = "base"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name in UNRECORDED_AT_DEFAULT and v == f.default:
+                continue  # policies recorded before the field existed keep their digest
             if isinstance(v, tuple):
                 v = list(v)
             elif isinstance(v, Mapping):
@@ -139,6 +149,7 @@ class IntegrationPolicy:
             "suites_by_risk": {k: tuple(v) for k, v in val.get("suites_by_risk", {}).items()},
             "validation_counts": val.get("counts", "final_head_only"),
             "escalate_on_split": tuple(val.get("escalate_on_split", ())),
+            "validation_inputs_from": str(val.get("inputs_from", "base")),
             "human_gate_risk": tuple(gate.get("required_for_risk", ("high", "critical"))),
             "human_gate_paths": tuple(gate.get("required_for_paths", ())),
             "consent_ttl_seconds": int(gate.get("consent_ttl_seconds", 3600)),

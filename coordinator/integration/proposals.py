@@ -21,6 +21,7 @@ from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
 from .policy import IntegrationPolicy, globs_matcher, max_risk, risk_level
+from .validation_inputs import changed_inputs
 
 if TYPE_CHECKING:
     from .gitio import ObjectReader
@@ -80,6 +81,7 @@ class CheckedProposal:
     parsed: ParsedDiff
     fingerprints: tuple[Mapping[str, Any], ...]
     protected: tuple[str, ...] = ()  # touched paths the policy protects
+    inputs_changed: tuple[str, ...] = ()  # base files it modifies, removes or renames that a required suite reads
 
     @property
     def proposal_id(self) -> str:
@@ -88,7 +90,7 @@ class CheckedProposal:
     @property
     def computed_risk(self) -> str:
         """What the coordinator makes of the diff itself."""
-        return "high" if self.protected else "low"
+        return "high" if self.protected or self.inputs_changed else "low"
 
     @property
     def risk(self) -> str:
@@ -312,8 +314,10 @@ def check_policy(parsed: ParsedDiff, proposal: Mapping[str, Any], policy: Integr
 
 def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wave_base: str,
                    facts: BaseFacts, policy: IntegrationPolicy,
-                   parsed: ParsedDiff | None = None) -> tuple[list[Rejection], CheckedProposal | None]:
-    """All gates, in a fixed order; returns (rejections, checked proposal or None)."""
+                   parsed: ParsedDiff | None = None, inputs: tuple[str, ...] = ()
+                   ) -> tuple[list[Rejection], CheckedProposal | None]:
+    """All gates, in a fixed order; returns (rejections, checked proposal or None).
+    `inputs`: the globs of the required suites' inputs (validation_inputs), judged from the base."""
     rej: list[Rejection] = []
     pid = str(proposal.get("proposal_id", ""))
     base = str(proposal.get("base_ref", ""))
@@ -379,7 +383,8 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
     fps = tuple(diffs.hunk_fingerprints(parsed, base))
     return [], CheckedProposal(proposal=proposal, canonical=canonical, parsed=parsed,
                                fingerprints=fps,
-                               protected=tuple(policy.protected_touched(parsed.touched_files())))
+                               protected=tuple(policy.protected_touched(parsed.touched_files())),
+                               inputs_changed=tuple(changed_inputs(parsed, inputs)) if inputs else ())
 
 
 # ---------------------------------------------------------------------------
@@ -474,7 +479,7 @@ class BaseInspector:
 
 
 def verify_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wave_base: str,
-                    policy: IntegrationPolicy, inspector: BaseInspector
+                    policy: IntegrationPolicy, inspector: BaseInspector, inputs: tuple[str, ...] = ()
                     ) -> tuple[list[Rejection], CheckedProposal | None]:
     """Shell around check_proposal: look the base up in git, apply-check, check."""
     base = str(proposal.get("base_ref", ""))
@@ -493,4 +498,4 @@ def verify_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wa
                       apply_check_error=err, base_symlinks=links, base_oids=oids,
                       base_modes=inspector.modes(base) if exists else {})
     return check_proposal(proposal, diff_bytes, wave_base=wave_base, facts=facts, policy=policy,
-                          parsed=parsed)
+                          parsed=parsed, inputs=inputs)

@@ -136,6 +136,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
               "promotion names a policy other than the one recorded")
     _target_ref(rep, repo, d, chain.head_ref)
     _replay(rep, repo, before, chain.included, chain.base_ref, ledger, run_id)
+    _validation_inputs(rep, repo, before, chain.base_ref)
     if chain.head_ref and chain.base_ref:
         _rehash_new_objects(rep, repo, chain.base_ref, chain.head_ref)
     return rep
@@ -361,6 +362,30 @@ def _attested_blobs(rep: VerifyReport, ledger: Ledger, events: list[EventRecord]
         rep.add((missing if p.status == "missing" else failed)(K.BLOBS, p.describe(), p.ref.digest))
     if not problems:
         rep.add(ok(K.BLOBS))
+
+
+def _validation_inputs(rep: VerifyReport, repo: Path, records: list[Record], base: str | None) -> None:
+    """Each report that judged a head with the base's inputs: its inputs came from the run's base,
+    and the tree it names is the head's tree with exactly those inputs put back (rebuilt here)."""
+    from .gate import BASE_INPUTS
+    from .validation_inputs import base_inputs_tree
+    for r in records:
+        a = r.artifact
+        if r.topic != "integration.validation_report" or a.get("phase") != BASE_INPUTS:
+            continue
+        inp = a.get("inputs") if isinstance(a.get("inputs"), Mapping) else {}
+        subject = f"{a.get('suite')}@{str(a.get('head_ref'))[:12]}"
+        if inp.get("from") != base:
+            rep.add(failed(K.VALIDATION_INPUTS, f"inputs from {inp.get('from')}, not the run's base {base}", subject))
+            continue
+        try:
+            head_tree = gitio.tree_of(repo, str(a.get("head_ref")))
+            tree, restored = base_inputs_tree(repo, str(head_tree), str(base), list(inp.get("globs", [])))
+        except gitio.GitError as exc:
+            rep.add(failed(K.VALIDATION_INPUTS, f"{exc.code}: {exc.message}", subject))
+            continue
+        rep.check(K.VALIDATION_INPUTS, (tree, restored) == (inp.get("tree"), inp.get("restored"))
+                  and a.get("tree") == tree, "the judged tree is not the head with the base's inputs", subject)
 
 
 def _rehash_new_objects(rep: VerifyReport, repo: Path, base: str, head: str) -> None:

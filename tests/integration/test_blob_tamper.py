@@ -78,5 +78,6 @@ def test_the_blobs_a_record_names_are_found_at_any_depth() -> None:
     assert [r.digest for r in record_blobs(1, "artifact.put", {"digest": d[4]})] == [d[4]]
     assert record_blobs(1, "task.progress", {"digest": d[4]}) == []
     subs = statement_blobs([{"subject": [{"name": "git+commit:x", "digest": {"gitCommit": "x"}},
-                                         {"name": f"artifact:{d[5]}", "digest": {"sha256": "f" * 64}}]}])
+                                         {"name": f"artifact:{d[5]}", "digest": {"sha256": "f" * 64}},
+                                         {"name": "diff:pp-1:split-a", "digest": {"sha256": "e" * 64}}]}])
     assert [s.digest for s in subs] == [d[5]]
