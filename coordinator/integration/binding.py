@@ -57,10 +57,12 @@ def bind(proposal: Mapping[str, Any], grant: Mapping[str, Any]) -> dict[str, Any
 
 # -- provenance: fields only the coordinator writes ------------------------------------------
 
-COORDINATOR_FIELDS = ("resolves", "binding_mismatches")
+COORDINATOR_FIELDS = ("resolves", "binding_mismatches", "_requires")
 """PatchProposal fields that record provenance or the coordinator's own findings: `resolves`
 (the conflict a resolver attempt resolves, set by the run loop from its `resolver.spawned`
-record) and `binding_mismatches` (set by `bind`). A worker's word on them counts for nothing."""
+record), `binding_mismatches` (set by `bind`) and `_requires` (the proposals a derived base
+holds, set by the integration stage from `task.base_derived`). A worker's word on them counts
+for nothing."""
 
 
 class ProposalProvenanceForged(DomeError):

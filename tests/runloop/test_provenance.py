@@ -37,6 +37,7 @@ def _topics(ledger, run_id: str) -> list[str]:
     {"resolves": {"proposal_id": "pp-mine-rejected", "origin_proposal_id": "pp-mine-rejected",
                   "conflict_decision": "cd-1"}},
     {"binding_mismatches": []},
+    {"_requires": ["pp-someone-elses"]},
 ])
 def test_a_worker_writing_provenance_is_refused_and_nothing_is_recorded(gateway, claim) -> None:  # noqa: F811
     gw, _writer, _, attempt, ledger = gateway
@@ -71,6 +72,6 @@ def test_a_resolver_naming_its_own_spawn_is_accepted(gateway) -> None:  # noqa: 
 
 def test_binding_drops_the_workers_word_on_coordinator_fields() -> None:
     from coordinator.integration.binding import bind
-    bound = bind({"proposal_id": "p", "resolves": {"proposal_id": "x"}, "binding_mismatches": []},
+    bound = bind({"proposal_id": "p", "resolves": {"proposal_id": "x"}, "binding_mismatches": [], "_requires": ["q"]},
                  {"run_id": "r", "node_id": "n"})
-    assert "resolves" not in bound and "binding_mismatches" not in bound and bound["node_id"] == "n"
+    assert not {"resolves", "binding_mismatches", "_requires"} & set(bound) and bound["node_id"] == "n"
