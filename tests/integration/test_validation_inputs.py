@@ -80,8 +80,11 @@ def _repo(tmp_path: Path) -> Path:
     return repo
 
 
+KEY = SigningKey(b"\x02" * 32)
+
+
 def _finish(repo: Path, tmp_path: Path, proposals, policy: IntegrationPolicy, run_id: str = "run-vi"):
-    ledger, key = MemLedger(), SigningKey(b"\x02" * 32)
+    ledger, key = MemLedger(), KEY
     ctx = FinishContext(run_id=run_id, repo=repo, base_ref=head(repo), proposals=[p for p, _ in proposals],
                         ledger=ledger, signing_key=key, ops_root=tmp_path / "ops", validations=[SCRIPT_SUITE],
                         policy=policy, seed=1,
@@ -182,3 +185,29 @@ def test_verify_rebuilds_the_judged_tree_and_names_a_report_that_judged_another(
         _validation_inputs(rep, repo, [rec], base)
         assert [c.kind for c in rep.checks] == [CheckKind.VALIDATION_INPUTS]
         assert rep.checks[0].ok is good, (rec.artifact, rep.checks)
+
+
+@attack("validation-input-rewrite")
+def test_changed_inputs_need_consent_even_where_the_policy_asks_none_for_high_risk(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    prop = make_proposal(repo, "pp-disarm", _break_and_disarm, risk="low")
+    res, _ = _finish(repo, tmp_path, [prop], _policy().with_(human_gate_risk=()))
+    assert res.status == "awaiting_consent", res.to_dict()
+
+
+def test_the_gate_needs_the_report_judged_with_the_base_inputs(tmp_path: Path) -> None:
+    from coordinator.integration.gate import evaluate_chain
+    from coordinator.integration.recorder import git_facts, records_of
+    from registry.signing import Keyring
+    repo = _repo(tmp_path)
+    prop = make_proposal(repo, "pp-disarm", _break_and_disarm, risk="low")
+    _, ledger = _finish(repo, tmp_path, [prop], _policy())
+    records = records_of(ledger, "run-vi")
+    keyring = Keyring({KEY.kid: KEY.public})
+
+    def links(recs) -> dict[str, str]:
+        res = evaluate_chain(recs, keyring=keyring, facts=git_facts(repo, recs), run_id="run-vi", policy=_policy())
+        return {l.link: l.status for l in res.links}
+    assert links(records)["validation_inputs:unit"] == "ok"
+    without = [r for r in records if r.artifact.get("phase") != "base_inputs"]
+    assert len(without) < len(records) and links(without)["validation_inputs:unit"] == "missing"
