@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from registry.datasets import iccad13_data
+from tests.attacks import pytest_itemcollected  # noqa: F401 - an attack test's class goes into its junit record
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -64,6 +64,23 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _blob_problems(ledger) -> list:
+    """Every blob a record names, read back and re-hashed: one problem per missing or changed blob."""
+    from coordinator.integration.blob_refs import check_blobs, events_blobs
+    from ledger.paging import iter_events
+    from ledger.verify import Problem
+    out = []
+    for run_id in ledger.run_ids():
+        try:
+            refs = events_blobs(iter_events(ledger, run_id))
+        except Exception:  # noqa: BLE001 - a record that does not read is already a problem of the chain check
+            continue
+        for p in check_blobs(refs, ledger.blobs.get):
+            out.append(Problem("BLOB_MISSING" if p.status == "missing" else "BLOB_CHANGED", p.describe(), run_id,
+                               p.ref.sequence, None, None, {"digest": p.ref.digest, "named_by": p.ref.named_by}))
+    return out
+
+
 def _human(report) -> str:
     lines = [f"ledger: {report.runs} runs, {report.events} events, {report.signed} signed"]
     if report.ok:
@@ -98,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             except RecordUnreadable:  # the record is already named in the report; nothing to compare
                 problems, warnings = [], ["the exported copies were not compared: a record cannot be read"]
             report.problems.extend(problems)
+            report.problems.extend(_blob_problems(ledger))
     except DomeError as exc:
         if args.json:
             print(json.dumps({"ok": False, "error": exc.to_object()}))

@@ -45,7 +45,7 @@ from registry.errors import DomeError
 from registry.schema_lite import validate as schema_validate
 
 from .. import runstate as rs
-from ..integration.binding import ProposalBindingMismatch, check_binding
+from ..integration.binding import COORDINATOR_FIELDS, ProposalBindingMismatch, check_binding, check_provenance
 from ..integration.proposals import path_rejections
 from .dispatch import ToolSpec
 
@@ -292,6 +292,15 @@ def put_artifact(backend: GatewayBackend, args: dict, call: CallContext) -> dict
     return _idempotent(backend, "put_artifact", args, work, call)
 
 
+def resolver_spawn(backend: GatewayBackend, neid: str) -> Mapping[str, Any] | None:
+    """The `resolver.spawned` record of attempt `neid`, or None when the coordinator spawned no resolver as it."""
+    from ledger.paging import iter_events
+    for e in iter_events(backend.writer.ledger, backend.run_id, topics={"resolver.spawned"}):
+        if e.payload.get("node_execution_id") == neid:
+            return dict(e.payload)
+    return None
+
+
 def check_submission(backend: GatewayBackend, proposal: Mapping[str, Any], att: Mapping[str, Any],
                    neid: str) -> dict[str, Any]:
     """The gateway's check of a submit_patch (integration's verdict is `integration.proposals.check_proposal`):
@@ -309,6 +318,8 @@ def check_submission(backend: GatewayBackend, proposal: Mapping[str, Any], att: 
                                       details={"mismatches": [{"field": "run_id", "claimed": proposal.get("run_id"),
                                                                "grant": backend.run_id}]})
     check_binding(proposal, grant_of(att, neid))
+    if any(k in proposal for k in COORDINATOR_FIELDS):  # rare: only then is the ledger read
+        check_provenance(proposal, resolver_spawn(backend, neid))
     diff_ref = proposal.get("diff_ref")
     if not diff_ref:
         raise ProposalInvalid("proposal has no diff_ref (upload the canonical diff with put_artifact)")

@@ -48,8 +48,51 @@ def bind(proposal: Mapping[str, Any], grant: Mapping[str, Any]) -> dict[str, Any
     """A copy carrying the grant's values; disagreeing claims are kept under
     `binding_mismatches` so the proposal checks refuse it."""
     bad = binding_mismatches(proposal, grant)
-    out = dict(proposal)
+    out = {k: v for k, v in proposal.items() if k not in COORDINATOR_FIELDS}  # the worker's word on them is void
     out.update({k: v for k, v in grant.items() if k in BOUND_FIELDS and v is not None})
     if bad:
         out["binding_mismatches"] = bad
     return out
+
+
+# -- provenance: fields only the coordinator writes ------------------------------------------
+
+COORDINATOR_FIELDS = ("resolves", "binding_mismatches", "_requires")
+"""PatchProposal fields that record provenance or the coordinator's own findings: `resolves`
+(the conflict a resolver attempt resolves, set by the run loop from its `resolver.spawned`
+record), `binding_mismatches` (set by `bind`) and `_requires` (the proposals a derived base
+holds, set by the integration stage from `task.base_derived`). A worker's word on them counts
+for nothing."""
+
+
+class ProposalProvenanceForged(DomeError):
+    code = "PROPOSAL_PROVENANCE_FORGED"
+
+
+def forged_provenance(proposal: Mapping[str, Any], spawn: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The coordinator-owned fields a worker's proposal carries without right. `spawn` is the
+    `resolver.spawned` record of the submitting attempt (None when it is not a resolver): a
+    `resolves` that names exactly that spawn's proposal and origin is what the coordinator
+    would write itself, and is let through; anything else is forged."""
+    out = []
+    for key in COORDINATOR_FIELDS:
+        if key not in proposal:
+            continue
+        claim = proposal[key]
+        if key == "resolves" and spawn is not None and isinstance(claim, Mapping) and \
+                claim.get("proposal_id") == spawn.get("proposal_id") and \
+                claim.get("origin_proposal_id", spawn.get("origin")) == spawn.get("origin"):
+            continue
+        out.append({"field": key, "claimed": claim})
+    return out
+
+
+def check_provenance(proposal: Mapping[str, Any], spawn: Mapping[str, Any] | None) -> None:
+    """Raise ProposalProvenanceForged when a worker's proposal writes a coordinator-owned field."""
+    bad = forged_provenance(proposal, spawn)
+    if bad:
+        raise ProposalProvenanceForged(
+            "the proposal sets fields only the coordinator writes",
+            details={"fields": [b["field"] for b in bad], "claims": bad,
+                     "resolver_spawn": dict(spawn) if spawn is not None else None},
+            hints=["leave `resolves` out: the coordinator records it for the resolver attempts it spawns"])

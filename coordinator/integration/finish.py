@@ -37,6 +37,7 @@ from .recorder import (INTEGRATION_PREFIXES, Emitter, RunRecords, blobs_of, even
                        records_of, run_dir, write_json)
 from .stacking import Stacker, Validator
 from .validation import SuiteRunner, suite_name
+from .validation_inputs import judged_by, repo_globs, required_inputs
 
 EXIT_OK, EXIT_BLOCKED, EXIT_FAILED = 0, 4, 5
 ZERO = "0" * 40
@@ -233,6 +234,8 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
     checked: dict[str, Any] = {}
     rejected: list = []
     insp = BaseInspector(ctx.repo, reader)
+    inputs = validation_inputs(ctx, policy)
+    all_inputs = tuple(sorted({g for globs in inputs.values() for g in globs}))
     for p in sorted(proposals, key=lambda p: (str(p.get("proposal_id")), str(p.get("created_at")))):
         pid = str(p.get("proposal_id"))
         wave_base = ctx.base_ref
@@ -248,7 +251,8 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
             p = {**p, "_requires": [a["proposal_id"] for a in derived[pbase]["applied"]]}
         elif pbase in ctx.wave_bases:
             wave_base = pbase
-        rej, cp = verify_proposal(p, load(p), wave_base=wave_base, policy=policy, inspector=insp)
+        rej, cp = verify_proposal(p, load(p), wave_base=wave_base, policy=policy, inspector=insp,
+                                  inputs=all_inputs)
         if pid in checked:
             rej, cp = [Rejection("PROPOSAL_DUPLICATE_ID", "proposal id already submitted", REDUNDANT)], None
         if cp is None:
@@ -271,10 +275,21 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
                           **({"declared_risk": risk_level(p.get("risk"))}
                              if risk_level(p.get("risk")) != "low" else {}),
                           **({"dependency_files": [f for f in cp.parsed.touched_files() if is_dependency_file(f, policy)]}
-                             if isinstance(p.get("risk"), Mapping) and p["risk"].get("deps_touched") else {})})
+                             if isinstance(p.get("risk"), Mapping) and p["risk"].get("deps_touched") else {}),
+                          **({"validation_inputs_changed": {"paths": list(cp.inputs_changed),
+                                                            "suites": judged_by(cp.inputs_changed, inputs)}}
+                             if cp.inputs_changed else {})})
         checked[pid] = cp
     emit.flush()  # the verdicts, in one commit
     return checked, rejected
+
+
+def validation_inputs(ctx: FinishContext, policy: IntegrationPolicy) -> dict[str, tuple[str, ...]]:
+    """Required suite name -> the globs of its inputs (the queue's entry, the defaults, the base's
+    `.dome/validation-inputs`); nothing where the policy opts the repository out."""
+    if policy.validation_inputs_from == "head":
+        return {}
+    return required_inputs(ctx.validations, repo_globs(ctx.repo, ctx.base_ref))
 
 
 def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPolicy, checked: Mapping[str, Any],
@@ -287,7 +302,8 @@ def _stack_and_validate(ctx: FinishContext, emit: Emitter, policy: IntegrationPo
     try:
         stacker = Stacker(canvas, checked, plan, index, policy, emit=emit,
                           resolver_hook=ctx.resolver_hook,
-                          requires={pid: tuple(c.proposal.get("_requires", ())) for pid, c in checked.items()})
+                          requires={pid: tuple(c.proposal.get("_requires", ())) for pid, c in checked.items()},
+                          base_inputs=validation_inputs(ctx, policy))
         state = stacker.run()
         risks = {checked[l.proposal_id.split(":split-")[0]].risk for l in state.layers}
         suites = suites_for(ctx.validations, policy, risks, bool(state.derived))

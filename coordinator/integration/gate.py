@@ -44,6 +44,7 @@ class GateState:
     head: str | None = None
     required: list[str] = field(default_factory=list)
     human: bool = False
+    inputs_changed: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # proposal -> {paths, suites}
 
     def topic(self, topic: str) -> list[Record]:
         return self.by_topic.get(topic, [])
@@ -133,6 +134,8 @@ def check_proposals(st: GateState) -> None:
             continue
         st.risks.add(risk_level(rec.artifact.get("risk")))
         st.touched.update(rec.artifact.get("touched_files", []))
+        if isinstance(rec.artifact.get("validation_inputs_changed"), Mapping):
+            st.inputs_changed[root] = rec.artifact["validation_inputs_changed"]
         if not split and rec.artifact.get("diff_digest") != e.get("diff_digest"):
             st.add(f"proposal:{pid}", "invalid", "plan digest differs from the verified proposal")
         st.refs.append(evidence_ref(rec))
@@ -232,8 +235,12 @@ def _per_layer(st: GateState, suite: str, mine: list[Record]) -> list[Record] | 
     return None
 
 
+BASE_INPUTS = "base_inputs"
+"""The phase of a report that judged the head with the base's suite inputs put back."""
+
+
 def check_validations(st: GateState) -> None:
-    reports = st.topic(T_VALIDATION)
+    reports = [r for r in st.topic(T_VALIDATION) if r.artifact.get("phase") != BASE_INPUTS]
     for suite in st.required:
         mine = [r for r in reports if r.artifact.get("suite") == suite]
         found = _at_head(st, suite, mine)
@@ -251,11 +258,27 @@ def check_validations(st: GateState) -> None:
         st.add(f"validation:{suite}", "missing", "no report bound to the head")
 
 
+def check_validation_inputs(st: GateState) -> None:
+    """A head whose proposals changed a required suite's inputs was judged by that suite with the
+    base's inputs as well: a signed report bound to the head names the inputs it put back. Its
+    result is for the person who consents (the change needs consent), not a verdict here."""
+    suites = sorted({str(s) for c in st.inputs_changed.values() for s in c.get("suites", [])
+                     if s in st.required})
+    reports = [r for r in st.topic(T_VALIDATION) if r.artifact.get("phase") == BASE_INPUTS]
+    for suite in suites:
+        found = _at_head(st, suite, [r for r in reports if r.artifact.get("suite") == suite])
+        if found is None:
+            st.add(f"validation_inputs:{suite}", "missing", "no report of the suite with the base's inputs")
+        else:
+            st.add(f"validation_inputs:{suite}", "ok", "", found[1])
+
+
 def check_consent(st: GateState) -> None:
     pol = st.in_force
     gated = globs_matcher(tuple(pol.human_gate_paths))
     st.human = bool(st.risks & set(pol.human_gate_risk)) or any(map(gated, st.touched)) or bool(
-        pol.protected_touched(st.touched))  # protected paths need a person whatever the risk settings
+        pol.protected_touched(st.touched)) or bool(  # protected paths need a person whatever the risk settings
+        st.inputs_changed)  # and so do changed suite inputs
     if not st.human:
         return
     consents = [r for r in st.topic(T_CONSENT) if r.artifact.get("head_ref") == st.head and st.signed(r, "consent")]
@@ -281,6 +304,8 @@ RULES: tuple[LinkRule, ...] = (
     LinkRule("requirements", "the run recorded a signed list of the suites its queue requires", check_requirements),
     LinkRule("validation", "each required suite (policy by risk, the queue's list, the split escalation) passed "
              "on the head, or on every layer where the policy lets per-layer reports count", check_validations),
+    LinkRule("validation_inputs", "where a proposal changed a required suite's inputs, that suite also judged "
+             "the head with the base's inputs, in a signed report naming them", check_validation_inputs),
     LinkRule("consent", "a person approved this head when the risk or the paths touched ask for one",
              check_consent),
 )

@@ -47,6 +47,9 @@ run's base commit (never from a proposal); `#` starts a comment."""
 # The size rule's defaults: more files or more changed lines than these makes a proposal medium risk.
 SIZE_RISK_FILES = 20
 SIZE_RISK_LINES = 500
+UNRECORDED_AT_DEFAULT = frozenset({"validation_inputs_from"})
+"""Fields added after policies were recorded: left out of `to_dict` (and the digest) at their default."""
+VALIDATION_INPUTS_FROM = ("base", "head")
 
 POLICY_SPEC_PATH = Path(__file__).resolve().parents[2] / "registry" / "policy" / "policy_spec.json"
 
@@ -84,11 +87,17 @@ class IntegrationPolicy:
     size_risk_lines: int = SIZE_RISK_LINES
     size_risk_to: str = "medium"
     domain: str = ""  # the preset applied (`software`, `eda`); "" when the policy names none
+    # where a required suite's inputs (tests, fixtures, runner configuration, decks, scripts) come
+    # from when it judges the head: "base" (the run's base; a proposal changing them needs consent)
+    # or "head" (the repository opts out: the proposal's own inputs judge it)
+    validation_inputs_from: str = "base"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name in UNRECORDED_AT_DEFAULT and v == f.default:
+                continue  # policies recorded before the field existed keep their digest
             if isinstance(v, tuple):
                 v = list(v)
             elif isinstance(v, Mapping):
@@ -154,6 +163,7 @@ class IntegrationPolicy:
             "suites_by_risk": {k: tuple(v) for k, v in val.get("suites_by_risk", {}).items()},
             "validation_counts": val.get("counts", "final_head_only"),
             "escalate_on_split": tuple(val.get("escalate_on_split", ())),
+            "validation_inputs_from": str(val.get("inputs_from", "base")),
             "human_gate_risk": tuple(gate.get("required_for_risk", ("high", "critical"))),
             "human_gate_paths": tuple(gate.get("required_for_paths", ())),
             "consent_ttl_seconds": int(gate.get("consent_ttl_seconds", 3600)),
@@ -292,6 +302,9 @@ class RiskRise:
             return (f"size rule: {self.figures.get('files')} files, {self.figures.get('lines')} changed lines "
                     f"(more than {self.limits.get('files_over')} files or {self.limits.get('lines_over')} "
                     f"lines makes it {self.raises_to})")
+        if self.rule == "validation_inputs":
+            return (f"changes inputs of a required suite {', '.join(self.figures.get('paths', []))} "
+                    f"(makes it {self.raises_to})")
         if self.rule == "protected_paths":
             return f"touches protected paths {', '.join(self.figures.get('paths', []))} (makes it {self.raises_to})"
         return f"{self.rule}: {dict(self.figures)} (makes it {self.raises_to})"

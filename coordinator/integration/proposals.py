@@ -21,6 +21,7 @@ from registry.diffs import DiffError, FilePatch, ParsedDiff
 from registry.errors import DomeError
 
 from .policy import IntegrationPolicy, RiskRise, globs_matcher, max_risk, risk_level, size_rise
+from .validation_inputs import changed_inputs
 
 if TYPE_CHECKING:
     from .gitio import ObjectReader
@@ -81,6 +82,7 @@ class CheckedProposal:
     fingerprints: tuple[Mapping[str, Any], ...]
     protected: tuple[str, ...] = ()  # touched paths the policy protects
     size: RiskRise | None = None  # the policy's size rule, when this diff is over it
+    inputs_changed: tuple[str, ...] = ()  # base files it modifies, removes or renames that a required suite reads
 
     @property
     def proposal_id(self) -> str:
@@ -90,6 +92,8 @@ class CheckedProposal:
     def rises(self) -> tuple[RiskRise, ...]:
         """Each rule that raised the computed risk, with its figures."""
         out = [RiskRise("protected_paths", "high", {"paths": list(self.protected)})] if self.protected else []
+        if self.inputs_changed:  # the base's tests, fixtures, decks... judge the change: changing them is high
+            out.append(RiskRise("validation_inputs", "high", {"paths": list(self.inputs_changed)}))
         return tuple([*out, *([self.size] if self.size is not None else [])])
 
     @property
@@ -331,8 +335,10 @@ def check_policy(parsed: ParsedDiff, proposal: Mapping[str, Any], policy: Integr
 
 def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wave_base: str,
                    facts: BaseFacts, policy: IntegrationPolicy,
-                   parsed: ParsedDiff | None = None) -> tuple[list[Rejection], CheckedProposal | None]:
-    """All gates, in a fixed order; returns (rejections, checked proposal or None)."""
+                   parsed: ParsedDiff | None = None, inputs: tuple[str, ...] = ()
+                   ) -> tuple[list[Rejection], CheckedProposal | None]:
+    """All gates, in a fixed order; returns (rejections, checked proposal or None).
+    `inputs`: the globs of the required suites' inputs (validation_inputs), judged from the base."""
     rej: list[Rejection] = []
     pid = str(proposal.get("proposal_id", ""))
     base = str(proposal.get("base_ref", ""))
@@ -400,7 +406,8 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
     return [], CheckedProposal(proposal=proposal, canonical=canonical, parsed=parsed,
                                fingerprints=fps,
                                protected=tuple(policy.protected_touched(touched)),
-                               size=size_rise(policy, len(touched), changed_lines(parsed)))
+                               size=size_rise(policy, len(touched), changed_lines(parsed)),
+                               inputs_changed=tuple(changed_inputs(parsed, inputs)) if inputs else ())
 
 
 def changed_lines(parsed: ParsedDiff) -> int:
@@ -500,7 +507,7 @@ class BaseInspector:
 
 
 def verify_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wave_base: str,
-                    policy: IntegrationPolicy, inspector: BaseInspector
+                    policy: IntegrationPolicy, inspector: BaseInspector, inputs: tuple[str, ...] = ()
                     ) -> tuple[list[Rejection], CheckedProposal | None]:
     """Shell around check_proposal: look the base up in git, apply-check, check."""
     base = str(proposal.get("base_ref", ""))
@@ -519,4 +526,4 @@ def verify_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wa
                       apply_check_error=err, base_symlinks=links, base_oids=oids,
                       base_modes=inspector.modes(base) if exists else {})
     return check_proposal(proposal, diff_bytes, wave_base=wave_base, facts=facts, policy=policy,
-                          parsed=parsed)
+                          parsed=parsed, inputs=inputs)

@@ -65,8 +65,11 @@ class Stacker:
     def __init__(self, canvas: Canvas, checked: Mapping[str, CheckedProposal], plan: StackPlan,
                  index: OverlapIndex, policy: IntegrationPolicy, *, emit: Emit,
                  resolver_hook: ResolverHook | None = None,
-                 requires: Mapping[str, Sequence[str]] | None = None) -> None:
+                 requires: Mapping[str, Sequence[str]] | None = None,
+                 base_inputs: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.canvas = canvas
+        # suite name -> the globs of its inputs, which judge the head from the run's base as well
+        self.base_inputs = dict(base_inputs or {})
         canvas.policy = policy  # one policy judges the proposals and the trees they leave
         self.checked = dict(checked)
         self.plan = plan
@@ -360,6 +363,7 @@ class Stacker:
             reports = [self._run_suite(head_cp, s, validator, "final") for s in suites]
             failing = [s for s, r in zip(suites, reports) if r["result"] != "passed"]
             if not failing or not cps or ejections >= max_ejections:
+                reports += self._judge_with_base_inputs(head_cp, suites, validator)
                 self._write_held()
                 return reports
             ejections += 1
@@ -433,8 +437,32 @@ class Stacker:
                 return cp.checkpoint_id
         raise KeyError(commit)
 
+    def _judge_with_base_inputs(self, head_cp: Checkpoint, suites: Sequence[Mapping[str, Any]],
+                                validator: Validator) -> list[dict[str, Any]]:
+        """Each suite whose inputs the head changed runs again on the head with the base's
+        inputs put back (the head's added ones stay): the report names the inputs restored,
+        the commit they came from and the tree it judged. It is evidence for the person
+        who consents; the proposals that changed the inputs need that consent."""
+        from .validation_inputs import base_inputs_tree
+        out = []
+        if self.base_inputs:
+            self.canvas.flush_refs()  # the head's objects are read from the repository
+        for s in suites:
+            globs = self.base_inputs.get(suite_name(s))
+            if not globs:
+                continue
+            tree, restored = base_inputs_tree(self.canvas.repo, head_cp.tree, self.canvas.base_ref, globs)
+            if not restored:
+                continue
+            judged = replace(head_cp, commit=tree, tree=tree)  # a checkout reads the tree as it reads a commit
+            out.append(self._run_suite(head_cp, s, validator, "base_inputs", judged=judged, extra={
+                "inputs": {"from": self.canvas.base_ref, "globs": list(globs), "restored": restored,
+                           "tree": tree}}))
+        return out
+
     def _run_suite(self, cp: Checkpoint, suite: Mapping[str, Any], validator: Validator,
-                   phase: str) -> dict[str, Any]:
+                   phase: str, judged: Checkpoint | None = None,
+                   extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         self.canvas.flush_refs()  # suites read the checkpoint from the repository
         recorded = getattr(self.emit, "recorded", None)  # a resumed run adopts a report already recorded
         if recorded is not None:
@@ -444,7 +472,7 @@ class Stacker:
             if got is not None:
                 self.state.reports.append(got)
                 return got
-        report = dict(validator(cp, suite))
+        report = dict(validator(judged or cp, suite), **(extra or {}))
         report.setdefault("artifact_kind", "dome.validation_report/v1")
         report.update({"run_id": self.canvas.run_id, "head_ref": cp.commit,
                        "checkpoint_id": cp.checkpoint_id,

@@ -34,7 +34,7 @@ DOMAIN_SUITES = {"litho.resim": "worker_sdk.litho.intents:resimulate",
                  "drc": "worker_sdk.klayout_tools.intents:drc_suite"}
 
 
-SUITE_META_KEYS = ("name", "required", "timeout_s", "seed")
+SUITE_META_KEYS = ("name", "required", "timeout_s", "seed", "inputs")
 """Work-queue keys that describe the suite to dome, not the handler's action."""
 
 

@@ -26,9 +26,11 @@ from coordinator.run_payloads import LISTS_REF, finish_lists
 
 from .canvas import Canvas
 from . import export_checks as exports
+from .blob_refs import check_blobs, events_blobs, statement_blobs
 from . import gitio
 from .evidence import (TARGET_CHECKED_OUT, TARGET_MOVED, T_APPLY, T_CONSENT_REQ, T_GATE, T_POLICY, T_PROMOTION,
-                       T_PROPOSAL, T_REQUIREMENTS, ChainResult, GitFacts, Record, body_of, verify_artifact)
+                       T_PROPOSAL, T_REQUIREMENTS, ChainResult, GitFacts, Record, body_of, intoto_statements,
+                       verify_artifact)
 from .gate import evaluate_chain
 from .recorder import records_of, run_dir
 from .verify_result import CheckKind, CheckResult, RunVerdict, Status, VerifyReport, failed, missing, ok
@@ -71,6 +73,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
     _exports(rep, ledger, run_id, events, records, keyring, started=started, last_finish=last_finish,
              ops_root=Path(ops_root) if ops_root is not None else ledger.ops_root)
     promos = [r for r in records if r.topic == T_PROMOTION]
+    _attested_blobs(rep, ledger, events, records, promos[-1] if promos else None)
     if not promos:
         _without_decision(rep, records, keyring)
         return rep
@@ -137,6 +140,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
               "promotion names a policy other than the one recorded")
     _target_ref(rep, repo, d, chain.head_ref)
     _replay(rep, repo, before, chain.included, chain.base_ref, ledger, run_id)
+    _validation_inputs(rep, repo, before, chain.base_ref)
     if chain.head_ref and chain.base_ref:
         _rehash_new_objects(rep, repo, chain.base_ref, chain.head_ref)
     return rep
@@ -348,6 +352,44 @@ def _exports(rep: VerifyReport, ledger: Ledger, run_id: str, events: list[EventR
         rep.add(r)
     for r in exports.check_promotion(rdir, records, keyring):
         rep.add(r)
+
+
+def _attested_blobs(rep: VerifyReport, ledger: Ledger, events: list[EventRecord], records: list[Record],
+                    promo: Record | None) -> None:
+    """Every blob the run's records and its in-toto subjects name is read back and re-hashed."""
+    refs = events_blobs(events)
+    if promo is not None:
+        refs += statement_blobs(intoto_statements([r for r in records if r.sequence < promo.sequence],
+                                                  promo.artifact))
+    problems = check_blobs(refs, ledger.blobs.get)
+    for p in problems:
+        rep.add((missing if p.status == "missing" else failed)(K.BLOBS, p.describe(), p.ref.digest))
+    if not problems:
+        rep.add(ok(K.BLOBS))
+
+
+def _validation_inputs(rep: VerifyReport, repo: Path, records: list[Record], base: str | None) -> None:
+    """Each report that judged a head with the base's inputs: its inputs came from the run's base,
+    and the tree it names is the head's tree with exactly those inputs put back (rebuilt here)."""
+    from .gate import BASE_INPUTS
+    from .validation_inputs import base_inputs_tree
+    for r in records:
+        a = r.artifact
+        if r.topic != "integration.validation_report" or a.get("phase") != BASE_INPUTS:
+            continue
+        inp = a.get("inputs") if isinstance(a.get("inputs"), Mapping) else {}
+        subject = f"{a.get('suite')}@{str(a.get('head_ref'))[:12]}"
+        if inp.get("from") != base:
+            rep.add(failed(K.VALIDATION_INPUTS, f"inputs from {inp.get('from')}, not the run's base {base}", subject))
+            continue
+        try:
+            head_tree = gitio.tree_of(repo, str(a.get("head_ref")))
+            tree, restored = base_inputs_tree(repo, str(head_tree), str(base), list(inp.get("globs", [])))
+        except gitio.GitError as exc:
+            rep.add(failed(K.VALIDATION_INPUTS, f"{exc.code}: {exc.message}", subject))
+            continue
+        rep.check(K.VALIDATION_INPUTS, (tree, restored) == (inp.get("tree"), inp.get("restored"))
+                  and a.get("tree") == tree, "the judged tree is not the head with the base's inputs", subject)
 
 
 def _rehash_new_objects(rep: VerifyReport, repo: Path, base: str, head: str) -> None:

@@ -66,6 +66,7 @@ class CheckKind(str, Enum):
     REAPPLY = "reapply"
     TREE = "tree"
     REPLAY = "replay"
+    VALIDATION_INPUTS = "validation_inputs"  # a report judged with the base's inputs judged the tree they make
     # what dome hands to others (files under ops/runs/<run_id>/)
     EXPORT_EVENTS = "export_events"
     EXPORT_WORK_QUEUE = "export_work_queue"
@@ -73,6 +74,8 @@ class CheckKind(str, Enum):
     EXPORT_GATE = "export_gate"
     EXPORT_PROMOTION = "export_promotion"
     EXPORT_INTOTO = "export_intoto"
+    # every blob a record or an in-toto subject names, read back and re-hashed
+    BLOBS = "attested_blobs"
 
 
 @dataclass(frozen=True)

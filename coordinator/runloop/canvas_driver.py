@@ -24,7 +24,8 @@ from coordinator.integration.canvas import Canvas
 from coordinator.integration.evidence import T_PLAN, T_SELECTION
 from coordinator.integration.finish import (T_BASE_DERIVED, FinishContext, export_promotion,
                                             finish_recorded_promotion, gate_and_promote, record_inputs,
-                                            record_verified_proposals, recorded_result, suites_for)
+                                            record_verified_proposals, recorded_result, suites_for,
+                                            validation_inputs)
 from coordinator.integration.recorder import Emitter, RunRecords, records_of, run_dir
 from coordinator.integration.planning import Candidate, final_plan, plan_stack
 from coordinator.integration.stacking import Stacker
@@ -262,7 +263,8 @@ class CanvasDriver:
         requires = {pid: tuple(c.proposal.get("_requires", ())) for pid, c in checked.items()}
         if self.stacker is None:
             self.stacker = Stacker(self.canvas, checked, plan, index, self.ipolicy, emit=self.emit,
-                                   requires=requires, resolver_hook=ctx.resolver_hook)
+                                   requires=requires, resolver_hook=ctx.resolver_hook,
+                                   base_inputs=validation_inputs(ctx, self.ipolicy))
         else:
             self.stacker.extend(checked, plan, index, requires)
         self.stacker.run()

@@ -131,11 +131,12 @@ def add_function(name: str, module: str, tests: str) -> None:
     mod = Path(module)
     mod.write_text(mod.read_text().rstrip("\n") + "\n\n\n" + "\n".join(body) + "\n")
     tpath = Path(tests)
-    text = tpath.read_text()
     pkg = ".".join(Path(module).with_suffix("").parts)
+    # a new test module: a change to an existing test file would need consent (the tests judge the change)
+    text = tpath.read_text() if tpath.exists() else f"from {pkg} import {name}\n"
     first, _, rest = text.partition("\n")
-    if first.startswith(f"from {pkg} import "):  # extend the import line
-        text = first.rstrip() + f", {name}\n" + rest
+    if first.startswith(f"from {pkg} import ") and name not in first.split(" import ", 1)[1].split(", "):
+        text = first.rstrip() + f", {name}\n" + rest  # extend the import line
     tpath.write_text(text.rstrip("\n") + "\n\n\n" + "\n".join(test) + "\n")
     say(f"added {name} to {module} and its test to {tests}")
 

@@ -49,7 +49,7 @@ def test_scripted_agent_edits_are_deterministic(tmp_path: Path) -> None:
     repository's own tests passing, the "optimization" breaks them."""
     steps = {"refactor": ["refactor", "slugify", "textkit/core.py"],
              "docstrings": ["docstrings", "textkit/core.py"],
-             "median": ["add-function", "median", "textkit/numbers.py", "tests/test_numbers.py"],
+             "median": ["add-function", "median", "textkit/numbers.py", "tests/test_median.py"],
              "bug": ["optimize", "clamp", "textkit/numbers.py"]}
     good, bad = _make_repo(tmp_path / "good"), _make_repo(tmp_path / "bad")
 
