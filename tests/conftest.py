@@ -18,6 +18,13 @@ import pytest
 from registry.datasets import iccad13_data
 from tests.attacks import pytest_itemcollected  # noqa: F401 - an attack test's class goes into its junit record
 
+from hypothesis import HealthCheck, settings
+
+# Property tests judge what they draw, not how fast: on a shared 2-core machine drawing can be slow,
+# so timing health checks and per-example deadlines would fail a correct test at random.
+settings.register_profile("dome", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("dome")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

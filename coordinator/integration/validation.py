@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 from registry.canonical import digest_bytes, digest_json
 
 from .canvas import Checkpoint, checkout_readonly
+from .validation_inputs import suite_name  # re-exported: its home is the pure module
 
 DOMAIN_SUITES = {"litho.resim": "worker_sdk.litho.intents:resimulate",
                  "litho.topology": "worker_sdk.litho.intents:topology",
@@ -36,14 +37,6 @@ DOMAIN_SUITES = {"litho.resim": "worker_sdk.litho.intents:resimulate",
 
 SUITE_META_KEYS = ("name", "required", "timeout_s", "seed", "inputs")
 """Work-queue keys that describe the suite to dome, not the handler's action."""
-
-
-def suite_name(suite: Mapping[str, Any]) -> str:
-    """A suite's name: its `name`, else "tests" for a command suite (the
-    project's test command), else the domain suite kind."""
-    if suite.get("name"):
-        return str(suite["name"])
-    return "tests" if suite.get("suite") == "command" else str(suite["suite"])
 
 
 def _tool_version(argv: list[str]) -> str:

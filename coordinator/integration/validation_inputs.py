@@ -127,10 +127,17 @@ def suite_inputs(suite: Mapping[str, Any], repo_globs: Iterable[str] = ()) -> tu
     return tuple(sorted(g for g in out if g))
 
 
+def suite_name(suite: Mapping[str, Any]) -> str:
+    """A suite's name: its `name`, else "tests" for a command suite (the
+    project's test command), else the domain suite kind."""
+    if suite.get("name"):
+        return str(suite["name"])
+    return "tests" if suite.get("suite") == "command" else str(suite["suite"])
+
+
 def required_inputs(suites: Iterable[Mapping[str, Any]], repo_globs: Iterable[str] = ()
                     ) -> dict[str, tuple[str, ...]]:
     """Suite name -> its input globs, for the required suites."""
-    from .validation import suite_name
     repo_globs = tuple(repo_globs)
     return {suite_name(s): suite_inputs(s, repo_globs) for s in suites if s.get("required", True)}
 
