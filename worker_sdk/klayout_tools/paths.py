@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from registry.pathpolicy import PathOutsideRoots
+
 from .config import BUILTIN_DECKS
 from .errors import FileNotFound, InvalidTarget
 
@@ -37,7 +39,7 @@ def resolve_allowed(raw: str, roots: tuple[Path, ...], *, field: str) -> Path:
             if not real.is_file():
                 raise FileNotFound(f"{field} is not a regular file", details={"field": field, "path": raw})
             return real
-    raise InvalidTarget(f"{field} is outside the allowed roots",
+    raise PathOutsideRoots(f"{field} is outside the allowed roots",
                         details={"field": field, "path": raw, "reason": "outside_allowed_roots",
                                  "allowed_roots": [str(r) for r in roots if Path(r) != BUILTIN_DECKS]},
                         hints=["set KLAYOUT_MCP_ALLOWED_ROOTS to include the file's directory"])
