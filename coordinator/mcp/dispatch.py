@@ -24,9 +24,12 @@ import anyio
 import anyio.abc
 
 from registry.errors import DomeError
+from registry.pathpolicy import OVERWRITE_FIELD, TOOL_PATHS
+from registry.pathpolicy import apply as apply_paths
 from registry.provenance import stamp, standard_block
 
 from . import artifacts, render
+from . import paths as host_paths
 from .catalog import Replay, ToolSpec, default_specs, specs_from_flat_contract
 from .consent import ConsentBook
 from ..toolcore import InputSchema, error_object
@@ -100,7 +103,11 @@ class ToolHost:
         self.telemetry = Telemetry(path=telemetry_path if telemetry_path is not None else state / "telemetry.jsonl")
         self.jobs = JobStore(state / "jobs")
         self.consent = ConsentBook(state, consent_mode or os.environ.get("CONSENT_MODE", "strict"))
-        self.supervisor = WorkerSupervisor(self.telemetry, env=_worker_env(self.ops_root, worker_env))
+        # the one path policy (coordinator/mcp/paths.py); a root holding the host's secrets stops it here
+        env = _worker_env(self.ops_root, worker_env)
+        self.paths = host_paths.host_policy(self.ops_root, {**os.environ, **env})
+        host_paths.check_secrets(self.paths, self.ops_root)
+        self.supervisor = WorkerSupervisor(self.telemetry, env={**env, **self.paths.env()}, policy=self.paths)
         self.sessions: dict[str, _SessionPin] = {}
         self.gone_sessions: dict[str, dict[str, Any]] = {}  # expired or lost: never restored again
         self.idempotent: dict[tuple[str, str], dict[str, Any]] = {}  # (tool, idempotency_key) -> first result
@@ -118,11 +125,11 @@ class ToolHost:
         self.allowed = self.resolve_allow(allow) if allow else None  # None: every tool
 
     def resolve_allow(self, allow: Collection[str]) -> frozenset[str]:
-        """An allow-list of tool names (aliases too) and capability classes (read | write | admin)."""
+        """An allow-list of tool names (aliases too) and capability classes (read | write | execute | admin)."""
         out: set[str] = set()
         for item in allow:
             item = item.strip()
-            if item in ("read", "write", "admin"):
+            if item in ("read", "write", "execute", "admin"):
                 out |= {n for n, sp in self.specs.items() if sp.capability == item}
             elif item:
                 name = self.names.resolve(item)
@@ -227,7 +234,8 @@ class ToolHost:
     # calls ---------------------------------------------------------------
     async def call(self, name: str, arguments: Mapping[str, Any] | None, *, progress: Progress | None = None,
                    allowed: Collection[str] | None = None,
-                   log: Callable[[str, Any], Awaitable[None]] | None = None) -> CallResult:
+                   log: Callable[[str, Any], Awaitable[None]] | None = None,
+                   client: str | None = None) -> CallResult:
         t0 = time.perf_counter()
         tool = name
         notes: list[str] = []
@@ -238,6 +246,8 @@ class ToolHost:
             tool = spec.name
             render_mode = args.pop("render", "porcelain")
             wait = args.pop("wait", True)
+            if spec.name in TOOL_PATHS:  # every path checked before any work (the worker checks again)
+                args = self.checked_paths(spec.name, args, client)
             ctx = CallContext(self, spec, progress, notes, log=log)
             if spec.served_by == "host":
                 result = await self.handlers[spec.name](args, ctx)
@@ -271,6 +281,12 @@ class ToolHost:
                                 retries=retries[0])
             text = render.as_json_text(obj) if render_mode == "json" else render.porcelain_error(obj, notes=notes)
             return CallResult(obj, True, text, {"dome/normalized": notes} if notes else {})
+
+    def checked_paths(self, tool: str, args: dict[str, Any], client: str | None) -> dict[str, Any]:
+        """The arguments with each path resolved under its roots (relative outputs in the client's folder)."""
+        overwrite = bool(args.get(OVERWRITE_FIELD))
+        out, _ = apply_paths(self.paths, tool, args, base=host_paths.artifact_base(self.paths, client))
+        return {**out, OVERWRITE_FIELD: True} if overwrite else out
 
     # worker tools --------------------------------------------------------
     async def _worker_tool(self, spec: ToolSpec, args: dict[str, Any], wait: bool, ctx: CallContext,
