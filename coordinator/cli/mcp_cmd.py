@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    refused = _refuse_unsafe_roots(args) if args.action in ("serve", "call") else 0
+    if refused:
+        return refused
     if args.action == "serve" and not args.http:
         from registry.stdio_guard import claim_stdout
 
@@ -69,15 +72,37 @@ def run(args: argparse.Namespace) -> int:
     if args.http:
         from coordinator.mcp.server import serve_http
 
+        from registry.errors import DomeError
+
         try:
             serve_http(host, args.http, stateless=args.stateless, auth=not args.no_auth)
         except ValueError as exc:
             print(f"dome mcp: {exc}", file=sys.stderr)
             return 2
+        except DomeError as exc:  # TOKEN_FILE_UNSAFE: the token file was found with another mode or owner
+            print(f"dome mcp: {exc.code}: {exc.message}", file=sys.stderr)
+            return 2
         return 0
     from coordinator.mcp.server import run_stdio
 
     run_stdio(host)
+    return 0
+
+
+def _refuse_unsafe_roots(args: argparse.Namespace) -> int:
+    """2 (and the typed error on stderr) when a root of the path policy holds the host's secrets."""
+    from pathlib import Path
+
+    from coordinator.mcp.paths import check_secrets, host_policy
+    from registry.errors import DomeError
+
+    ops_root = Path(args.ops_root).absolute()
+    try:
+        check_secrets(host_policy(ops_root, os.environ), ops_root)
+    except DomeError as exc:
+        print(f"dome mcp: {exc.code}: {exc.message}" + "".join(f"\n  hint: {h}" for h in exc.hints),
+              file=sys.stderr)
+        return 2
     return 0
 
 

@@ -103,10 +103,10 @@ class ToolHost:
         self.telemetry = Telemetry(path=telemetry_path if telemetry_path is not None else state / "telemetry.jsonl")
         self.jobs = JobStore(state / "jobs")
         self.consent = ConsentBook(state, consent_mode or os.environ.get("CONSENT_MODE", "strict"))
-        # the one path policy (coordinator/mcp/paths.py); a root holding the host's secrets stops it here
+        # the one path policy (coordinator/mcp/paths.py); a root holding the host's secrets keeps it from
+        # serving (checked when it starts to serve: minting a consent token serves nothing)
         env = _worker_env(self.ops_root, worker_env)
         self.paths = host_paths.host_policy(self.ops_root, {**os.environ, **env})
-        host_paths.check_secrets(self.paths, self.ops_root)
         self.supervisor = WorkerSupervisor(self.telemetry, env={**env, **self.paths.env()}, policy=self.paths)
         self.sessions: dict[str, _SessionPin] = {}
         self.gone_sessions: dict[str, dict[str, Any]] = {}  # expired or lost: never restored again
@@ -142,6 +142,7 @@ class ToolHost:
     @asynccontextmanager
     async def running(self) -> AsyncIterator["ToolHost"]:
         """Enter once per serving context (re-entrant: nested entries share one supervisor)."""
+        host_paths.check_secrets(self.paths, self.ops_root)
         async with self._lifespan_lock:
             self._users += 1
             first = self._users == 1

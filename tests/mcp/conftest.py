@@ -82,14 +82,16 @@ async def poll_done(client: Client, job_id: str, timeout: float = 240) -> dict[s
 
 
 @contextmanager
-def http_host(ops_root: Path, token: str) -> Iterator[str]:
+def http_host(ops_root: Path, token: str, *, extra_env: dict[str, str] | None = None,
+              extra_args: tuple[str, ...] = ()) -> Iterator[str]:
     """`dome mcp --http` on a free loopback port with bearer `token`; yields its URL, stops it after."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "mcp", "--http", f"127.0.0.1:{port}",
-                             "--ops-root", str(ops_root)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, **host_env(ops_root, DOME_MCP_TOKEN=token)})
+                             "--ops-root", str(ops_root), *extra_args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            env={**os.environ, **host_env(ops_root, DOME_MCP_TOKEN=token), **(extra_env or {})})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
