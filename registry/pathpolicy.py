@@ -217,6 +217,7 @@ TOOL_PATHS: dict[str, dict[str, str]] = {
     "optimize": {"layout": "read", "kernels": "read", "out": "write", "tiling.dir": "resume_dir"},
     "open_layout": {"path": "read"},
     "run_drc_script": {"script_path": "deck"},
+    "run_submit": {"work_queue": "read"},
 }
 OVERWRITE_FIELD = "overwrite"
 # files a tool writes beside or inside the path a field names (optimize's .png preview of a layout mask)

@@ -31,7 +31,7 @@ WAIT_FIELD = {"type": "boolean", "default": True,
               "description": "true: wait for the result (with progress); false: return job_id at once, then poll"}
 OVERWRITE_FIELD = {"type": "boolean", "default": False,
                    "description": "replace an existing output file under the write roots (default: refuse)"}
-ENVELOPE_FIELDS = ("render", "wait")
+ENVELOPE_FIELDS = ("render", "wait", "overwrite")  # the host's own fields beside the contract's
 
 
 class Replay(str, Enum):

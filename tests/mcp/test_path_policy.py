@@ -135,6 +135,9 @@ async def test_a_read_outside_the_read_roots_is_refused(kind, site) -> None:
         assert obj["details"]["access"] == "read" and str(site["outside"]) not in json.dumps(obj)
         res = await c.call_tool("open_layout", {"path": str(site["outside"] / "precious.gds")})
         refused(res, "PATH_OUTSIDE_ROOTS")
+        res = await c.call_tool("run_submit", {"work_queue": str(site["outside"] / "precious.gds"),
+                                               "idempotency_key": "outside-1"})
+        refused(res, "PATH_OUTSIDE_ROOTS")
 
 
 @attack("mcp-deck-as-read")
