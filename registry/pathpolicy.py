@@ -285,3 +285,17 @@ def apply(policy: PathPolicy, tool: str, args: Mapping[str, object], *, base: Pa
                     policy.write(str(real / name), field=field, overwrite=overwrite)
         _set(out, field, str(real))
     return out, new_files
+
+
+def outputs(tool: str, args: Mapping[str, object]) -> list[Path]:
+    """The files a call with these (checked, absolute) arguments writes, for linking them as artifacts."""
+    out: list[Path] = []
+    for field, access in TOOL_PATHS.get(tool, {}).items():
+        raw = _get(args, field)
+        if not isinstance(raw, str):
+            continue
+        if access == "write":
+            out += [Path(raw), *siblings(tool, field, Path(raw))]
+        elif access == "write_dir":
+            out += [Path(raw) / name for name in SIMULATE_FILES]
+    return out

@@ -26,6 +26,7 @@ import anyio.abc
 from registry.errors import DomeError
 from registry.pathpolicy import OVERWRITE_FIELD, TOOL_PATHS
 from registry.pathpolicy import apply as apply_paths
+from registry.pathpolicy import outputs as path_outputs
 from registry.provenance import stamp, standard_block
 
 from . import artifacts, render
@@ -269,6 +270,10 @@ class ToolHost:
             # an artifact reference is an object with a media_type: most results have none to walk for
             extra = ctx.content + (artifacts.content_for(self.ops_root, structured)
                                    if '"media_type"' in whole else [])
+            if spec.name in TOOL_PATHS:  # files written where the call said: links a remote client can read
+                extra += artifacts.content_for(self.ops_root, {"outputs": [
+                    {"path": str(p), "media_type": artifacts.media_type(p), "kind": "output"}
+                    for p in path_outputs(spec.name, args)]})
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0])
             self.telemetry.success()
             return CallResult(structured, False, text, meta, extra)

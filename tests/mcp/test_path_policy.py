@@ -255,3 +255,22 @@ def _descendants(pid: int) -> list[int]:
             out.append(k)
             todo.append(k)
     return out
+
+
+@pytest.mark.slow
+async def test_a_relative_output_lands_in_the_clients_folder_and_comes_back_as_a_resource(site) -> None:
+    """A remote agent never needs a host path: it names a file, gets a link, reads the bytes."""
+    async with door("stdio", site["ops"], roots(site)) as c:
+        res = await c.call_tool("optimize", {"layout": str(site["glp"]), "iterations": 1, "out": "masks/m1.png"},
+                                read_timeout_seconds=600)
+        assert not res.is_error, res.content[0].text
+        written = site["art"] / "masks" / "m1.png"
+        assert res.structured_content["mask"]["path"] == str(written.resolve()) and written.stat().st_size > 0
+        (link,) = [x for x in res.content if x.type == "resource_link"]
+        assert str(link.uri) == "dome://artifacts/mcp/artifacts/local/masks/m1.png"
+        read = await c.read_resource(link.uri)
+        import base64
+
+        assert base64.b64decode(read.contents[0].blob) == written.read_bytes()
+        again = await c.call_tool("optimize", {"layout": str(site["glp"]), "iterations": 1, "out": "masks/m1.png"})
+        refused(again, "PATH_EXISTS")
