@@ -62,7 +62,8 @@ def _real(p: str | Path) -> Path:
     return Path(os.path.realpath(p))
 
 
-def _under(path: Path, roots: tuple[Path, ...]) -> Path | None:
+def root_of(path: Path, roots: tuple[Path, ...]) -> Path | None:
+    """The root (resolved) that holds the resolved `path`, or None: the one containment test."""
     for root in roots:
         if path == root or root in path.parents:
             return root
@@ -132,7 +133,7 @@ class PathPolicy:
     def read(self, raw: object, *, field: str) -> Path:
         """The resolved path of a file a tool may read, or PathOutsideRoots naming the read roots."""
         real = self._resolve(raw, field, None)
-        if _under(real, self.read_roots) is None:
+        if root_of(real, self.read_roots) is None:
             raise self._outside(field, "read", self.read_roots)
         return real
 
@@ -142,7 +143,7 @@ class PathPolicy:
         An existing path is refused unless `overwrite` is true; a dangling symlink counts as existing
         (writing through it would land wherever it points)."""
         real = self._resolve(raw, field, base)
-        if _under(real, self.write_roots) is None:
+        if root_of(real, self.write_roots) is None:
             raise self._outside(field, "write", self.write_roots)
         literal = Path(raw) if isinstance(raw, str) and os.path.isabs(raw) else None
         exists = os.path.lexists(real) or (literal is not None and os.path.islink(literal))
@@ -158,15 +159,9 @@ class PathPolicy:
     def deck(self, raw: object, *, field: str, script_type: str | None) -> tuple[Path, str]:
         """(resolved deck, its script type): under a deck root, with a deck suffix for its type."""
         real = self._resolve(raw, field, None)
-        if _under(real, self.deck_roots) is None:
+        if root_of(real, self.deck_roots) is None:
             raise self._outside(field, "deck", self.deck_roots)
-        kind = script_type or ("python" if real.suffix.lower() == ".py" else "ruby")
-        suffixes = DECK_SUFFIXES.get(kind, ())
-        if real.suffix.lower() not in suffixes:
-            raise NotADeck(f"{field} is not a {kind} deck (suffix {real.suffix or 'none'})",
-                           details={"field": field, "script_type": kind, "suffixes": list(suffixes)},
-                           hints=["a Ruby deck ends in .drc/.lydrc/.lym/.rb, a Python deck in .py"])
-        return real, kind
+        return real, deck_kind(real, script_type, field=field)
 
     def _outside(self, field: str, access: str, roots: tuple[Path, ...]) -> PathOutsideRoots:
         # the roots are the operator's own configuration; what the path resolved to is not echoed
@@ -195,14 +190,24 @@ def reserve(path: Path, *, overwrite: bool) -> None:
     os.close(fd)
 
 
+def deck_kind(path: Path, script_type: str | None, *, field: str = "script_path") -> str:
+    """The deck's script type (given, else from the suffix), or NotADeck when its suffix is not a deck's."""
+    kind = script_type or ("python" if path.suffix.lower() == ".py" else "ruby")
+    suffixes = DECK_SUFFIXES.get(kind, ())
+    if path.suffix.lower() not in suffixes:
+        raise NotADeck(f"{field} is not a {kind} deck (suffix {path.suffix or 'none'})",
+                       details={"field": field, "script_type": kind, "suffixes": list(suffixes)},
+                       hints=["a Ruby deck ends in .drc/.lydrc/.lym/.rb, a Python deck in .py"])
+    return kind
+
+
 def secrets_inside(roots: tuple[Path, ...], secrets: list[Path]) -> list[tuple[Path, Path]]:
     """(root, secret) for each secret path a root contains (or equals); pure but for resolving links."""
     out = []
-    for secret in secrets:
-        real = _real(secret)
-        for root in roots:
-            if real == root or root in real.parents:
-                out.append((root, real))
+    for secret in map(_real, secrets):
+        root = root_of(secret, roots)
+        if root is not None:
+            out.append((root, secret))
     return out
 
 
@@ -275,7 +280,7 @@ def apply(policy: PathPolicy, tool: str, args: Mapping[str, object], *, base: Pa
             new_files += [real, *extra]
         else:  # a folder: inside the write roots; its files are new unless overwrite
             real = policy._resolve(raw, field, base)
-            if _under(real, policy.write_roots) is None:
+            if root_of(real, policy.write_roots) is None:
                 raise policy._outside(field, "write", policy.write_roots)
             if os.path.lexists(real) and not real.is_dir():
                 raise PathExists(f"{field} names something that is not a folder",

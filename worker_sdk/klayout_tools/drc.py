@@ -68,14 +68,9 @@ def check_deck(script: Path, script_type: str | None) -> str:
     """The deck's script type, or NotADeck: a deck suffix for its type, and a Python deck that is
     only definitions with a run(deck). A file that is not a deck is never run, and nothing of its
     content is returned."""
-    from registry.pathpolicy import DECK_SUFFIXES, NotADeck
+    from registry.pathpolicy import NotADeck, deck_kind
 
-    kind = script_type or ("python" if script.suffix.lower() == ".py" else "ruby")
-    suffixes = DECK_SUFFIXES.get(kind, ())
-    if script.suffix.lower() not in suffixes:
-        raise NotADeck(f"script_path is not a {kind} deck (suffix {script.suffix or 'none'})",
-                       details={"field": "script_path", "script_type": kind, "suffixes": list(suffixes)},
-                       hints=["a Ruby deck ends in .drc/.lydrc/.lym/.rb, a Python deck in .py"])
+    kind = deck_kind(script, script_type)
     if kind == "python" and not _is_python_deck(script.read_bytes()):
         raise NotADeck("script_path is not a Python deck: a deck is imports, constants and definitions "
                        "with a run(deck) function, and nothing else at its top level",
