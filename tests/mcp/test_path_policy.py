@@ -60,7 +60,6 @@ def site(tmp_path: Path, iccad13: Path) -> dict[str, Path]:
     two_bars_gds(inside / "bars.gds")
     (outside / "precious.gds").write_bytes(b"precious bytes")
     (outside / "secret.glp").write_bytes((iccad13 / "layouts" / "M1_test1.glp").read_bytes())
-    (inside / "leak.drc").write_text(f"{SECRET}\n")  # a deck suffix, but no deck: KLayout would echo it
     (inside / ".env").write_text(f"API_TOKEN={SECRET}\n")
     (inside / "topcode.py").write_text(f"open({str(outside / 'RAN')!r}, 'w').write('x')\n"
                                        "def run(deck):\n    pass\n")

@@ -64,6 +64,22 @@ def test_apply_checks_every_field_and_the_png_beside_a_mask(tmp_path) -> None:
     assert apply(p, "query_region", {"session_id": "s"}) == ({"session_id": "s"}, [])
 
 
+def test_an_output_folder_stays_in_the_write_roots_and_keeps_its_files(tmp_path) -> None:
+    p = policy(tmp_path)
+    (tmp_path / "r" / "a.glp").write_text("x")
+    sim = {"layout": str(tmp_path / "r" / "a.glp"), "out_dir": str(tmp_path / "x" / "prints")}
+    with pytest.raises(PathOutsideRoots):
+        apply(p, "simulate", sim)
+    prints = tmp_path / "w" / "prints"
+    prints.mkdir()
+    (prints / "print_nominal.png").write_text("earlier")
+    with pytest.raises(PathExists):
+        apply(p, "simulate", {**sim, "out_dir": str(prints)})
+    assert apply(p, "simulate", {**sim, "out_dir": str(prints), "overwrite": True})[0]["out_dir"] == str(prints)
+    with pytest.raises(PathOutsideRoots):  # the tiling journal of optimize too
+        apply(p, "optimize", {"layout": sim["layout"], "tiling": {"dir": str(tmp_path / "r" / "tiles")}})
+
+
 def test_reserve_refuses_a_file_or_link_planted_after_the_check(tmp_path) -> None:
     target = tmp_path / "w" / "late.gds"
     target.parent.mkdir()
