@@ -169,10 +169,12 @@ def query_region_overhead(tmp: Path, env: dict[str, str], calls: int, rounds: in
     `cpu` (when given) receives CPU seconds per call: `direct` (this process, around the direct
     calls) and `front_door` (host + worker processes, around the front-door calls). CPU time does
     not count the time a process waits for a core, so it is the steadier figure on a loaded machine."""
-    gds = tmp / "bars.gds"
+    data = tmp / "data"  # the read root: beside the ops root, never holding it (the host refuses that)
+    data.mkdir(exist_ok=True)
+    gds = data / "bars.gds"
     _bars_gds(gds)
-    env = {**env, "KLAYOUT_MCP_ALLOWED_ROOTS": str(tmp), "DOME_MCP_NO_FASTPATH": "1"}
-    os.environ.update(KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp), KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp / "direct-artifacts"))
+    env = {**env, "KLAYOUT_MCP_ALLOWED_ROOTS": str(data), "DOME_MCP_NO_FASTPATH": "1"}
+    os.environ.update(KLAYOUT_MCP_ALLOWED_ROOTS=str(data), KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp / "direct-artifacts"))
     from worker_sdk.klayout_tools import api
     from worker_sdk.klayout_tools.sessions import SessionStore
 

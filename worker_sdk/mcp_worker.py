@@ -114,6 +114,44 @@ def _failure(name: str, exc: BaseException) -> dict[str, Any]:
             "details": {}, "hints": ["see the worker's stderr log"], "retry": "none"}
 
 
+_POLICY: list[Any] = []  # [PathPolicy | None], read from the environment on first use
+
+
+def _checked(name: str, args: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """The host's path policy, applied again where the files are opened: (arguments, new files made).
+
+    Each new output file is created here with O_EXCL | O_NOFOLLOW before the tool writes it, so a
+    file or link planted after the host's check is refused rather than written through."""
+    from registry.pathpolicy import OVERWRITE_FIELD, TOOL_PATHS, PathPolicy, apply, reserve
+
+    if name not in TOOL_PATHS:
+        return args, []
+    if not _POLICY:
+        _POLICY.append(PathPolicy.from_env())
+    policy = _POLICY[0]
+    if policy is None:  # a worker started by hand, without a host: the tools' own checks only
+        return {k: v for k, v in args.items() if k != OVERWRITE_FIELD}, []
+    overwrite = bool(args.get(OVERWRITE_FIELD))
+    out, new = apply(policy, name, args)
+    made = []
+    for path in new:
+        existed = os.path.lexists(path)
+        reserve(path, overwrite=overwrite)
+        if not existed:
+            made.append(path)
+    return out, made
+
+
+def _unreserve(made: list[Any]) -> None:
+    """A tool that failed leaves none of the empty files reserved for it."""
+    for path in made:
+        try:
+            if path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass
+
+
 def _finish(name: str, args: dict[str, Any], result: Any) -> tuple[bool, dict[str, Any]]:
     """(ok, the result stamped with the standard provenance block) or (False, ErrorObject)."""
     from registry.provenance import stamp
@@ -152,6 +190,7 @@ def run_direct(tools: dict[str, str], line: bytes) -> bytes:
                 kwargs["token"] = CancellationToken()
             if "progress" in sig:
                 kwargs["progress"] = _Progress()
+            args, _ = _checked(name, args)
             ok, obj = _finish(name, args, fn(args, **kwargs))
         except ImportError as exc:
             ok, obj = False, _unavailable(name, exc)
@@ -271,9 +310,12 @@ async def _run_tool(ctx: Any, name: str, fn: Callable[..., Any], sig: Any, args:
         kwargs["progress"] = progress
 
     def run() -> tuple[bool, Any]:
+        made: list[Any] = []
         try:
-            return True, fn(args, **kwargs)
+            call_args, made = _checked(name, args)  # the path policy again, where the files are opened
+            return True, fn(call_args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - re-raised on the event loop, outside the task group
+            _unreserve(made)
             return False, exc
         finally:
             stopped.set()

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "token":
         return _token(args)
+    refused = _refuse_unsafe_roots(args) if args.action in ("serve", "call") else 0
+    if refused:
+        return refused
     if args.action == "serve" and not args.http:
         from registry.stdio_guard import claim_stdout
 
@@ -73,10 +76,17 @@ def run(args: argparse.Namespace) -> int:
     if args.http:
         from coordinator.mcp.server import serve_http
 
+        from registry.errors import DomeError
+
         try:
             serve_http(host, args.http, stateless=args.stateless, auth=not args.no_auth)
         except ValueError as exc:
             return _usage(args, str(exc), "dome mcp --http 127.0.0.1:PORT --no-auth, or drop --no-auth")
+        except DomeError as exc:  # TOKEN_FILE_UNSAFE: the token file was found with another mode or owner
+            from .main import report_error
+
+            report_error("mcp", exc, as_json=bool(args.json))
+            return 2
         return 0
     from coordinator.mcp.server import run_stdio
 
@@ -125,6 +135,24 @@ def _token(args: argparse.Namespace) -> int:
             raise DomeError(f"unknown token action {sub!r}", code="USAGE", hints=["create, list or revoke"])
     except DomeError as exc:
         report_error("mcp", exc, as_json=args.json)
+        return 2
+    return 0
+
+
+def _refuse_unsafe_roots(args: argparse.Namespace) -> int:
+    """2 (and the typed error, JSON under --json) when a root of the path policy holds the host's secrets."""
+    from pathlib import Path
+
+    from coordinator.mcp.paths import check_secrets, host_policy
+    from registry.errors import DomeError
+
+    from .main import report_error
+
+    ops_root = Path(args.ops_root).absolute()
+    try:
+        check_secrets(host_policy(ops_root, os.environ), ops_root)
+    except DomeError as exc:
+        report_error("mcp", exc, as_json=bool(args.json))
         return 2
     return 0
 

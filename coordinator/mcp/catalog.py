@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urljoin
 
+from .effects import TOOL_EFFECTS, capability, hints
+
 TEST_CONTRACT_PATH = Path(__file__).resolve().parent / "testing" / "contract.json"
 TEST_TOOLS_ENV = "DOME_MCP_TEST_TOOLS"
 SCHEMA_VERSION = "1.0.0"
@@ -27,7 +29,9 @@ RENDER_FIELD = {"enum": ["porcelain", "json"], "default": "porcelain",
                 "description": "text content: porcelain (line-oriented summary, default) or json"}
 WAIT_FIELD = {"type": "boolean", "default": True,
               "description": "true: wait for the result (with progress); false: return job_id at once, then poll"}
-ENVELOPE_FIELDS = ("render", "wait")
+OVERWRITE_FIELD = {"type": "boolean", "default": False,
+                   "description": "replace an existing output file under the write roots (default: refuse)"}
+ENVELOPE_FIELDS = ("render", "wait", "overwrite")  # the host's own fields beside the contract's
 
 
 class Replay(str, Enum):
@@ -57,6 +61,7 @@ class ToolSpec:
     input_schema: dict[str, Any] = field(default_factory=dict)  # request + host envelope
     output_schema: dict[str, Any] = field(default_factory=dict)
     method: str = ""  # the registry method name (MCP name may differ, e.g. promote -> run_promote)
+    effects: frozenset[str] | None = None  # effects.TOOL_EFFECTS: the annotations and class derive from it
 
     @property
     def fields(self) -> frozenset[str]:
@@ -72,6 +77,8 @@ class ToolSpec:
         }
         if self.capabilities is not None:
             meta["dome/capabilities"] = self.capabilities
+        if self.effects is not None:
+            meta["dome/effects"] = sorted(self.effects)
         desc = self.description
         if self.capabilities is not None:
             # Planners that read only the description still see the matrix (RFC 0006 section 3),
@@ -84,9 +91,9 @@ class ToolSpec:
             "inputSchema": self.input_schema,
             "outputSchema": self.output_schema or self.response,
             "annotations": {
-                "readOnlyHint": self.capability == "read" and self.side_effect == "none",
-                "destructiveHint": self.destructive,
-                "idempotentHint": self.idempotent,
+                **({"readOnlyHint": self.capability == "read" and self.side_effect == "none",
+                    "destructiveHint": self.destructive, "idempotentHint": self.idempotent}
+                   if self.effects is None else hints(self.effects)),
                 "openWorldHint": False,
             },
             "_meta": meta,
@@ -201,7 +208,7 @@ def capabilities_line(caps: dict[str, Any]) -> str:
             f"at most {caps.get('max_violations_per_response')} violations per response.")
 
 
-def _input_schema(request: dict[str, Any], long_running: bool) -> dict[str, Any]:
+def _input_schema(request: dict[str, Any], long_running: bool, *, overwrite: bool = False) -> dict[str, Any]:
     schema = _compact(json.loads(json.dumps(request)), keep_descriptions=True)
     _describe(schema)
     schema.setdefault("type", "object")
@@ -210,6 +217,8 @@ def _input_schema(request: dict[str, Any], long_running: bool) -> dict[str, Any]
     props["render"] = RENDER_FIELD
     if long_running:
         props["wait"] = WAIT_FIELD
+    if overwrite:
+        props["overwrite"] = OVERWRITE_FIELD
     return schema
 
 
@@ -327,7 +336,7 @@ def specs_from_registry(reg: Any = None) -> dict[str, ToolSpec]:
         return inline_refs(doc, doc.get("$id", schema_store.ID_PREFIX + name + ".json"), lookup)
 
     out: dict[str, ToolSpec] = {}
-    for tool_id, served_by in SERVED_BY.items():
+    for tool_id, served_by in SERVED_BY.items():  # annotations and class: from effects.TOOL_EFFECTS
         contract = reg.contracts.get(tool_id)
         if contract is None:
             continue
@@ -341,16 +350,18 @@ def specs_from_registry(reg: Any = None) -> dict[str, ToolSpec]:
             response = resolved(m.output)
             lr = bool(m.long_running)
             doc = contract.doc["methods"][mname]
+            effects = TOOL_EFFECTS[mcp_name]
+            derived = hints(effects)
             out[mcp_name] = ToolSpec(
                 name=mcp_name, contract_id=contract.contract_id, contract_version=contract.version,
                 title=doc.get("summary", mname), description=doc.get("description") or doc.get("summary", mname),
                 request=request, response=response, replay=Replay(m.replay), served_by=served_by,
-                capability=m.capability_class, side_effect=m.side_effect,
-                destructive=bool(m.requires_consent), idempotent=m.replay != "NeverReplay",
+                capability=capability(effects), side_effect=m.side_effect,
+                destructive=derived["destructiveHint"], idempotent=derived["idempotentHint"],
                 long_running=lr, aliases=aliases,
                 capabilities=_litho_capabilities(reg.root) if tool_id == "litho" else None,
-                input_schema=_input_schema(request, lr), output_schema=_output_schema(response, lr),
-                method=mname,
+                input_schema=_input_schema(request, lr, overwrite="writes_files" in effects),
+                output_schema=_output_schema(response, lr), method=mname, effects=effects,
             )
     return out
 

@@ -24,9 +24,13 @@ import anyio
 import anyio.abc
 
 from registry.errors import DomeError
+from registry.pathpolicy import OVERWRITE_FIELD, TOOL_PATHS
+from registry.pathpolicy import apply as apply_paths
+from registry.pathpolicy import outputs as path_outputs
 from registry.provenance import stamp, standard_block
 
 from . import artifacts, conformance, render
+from . import paths as host_paths
 from .catalog import Replay, ToolSpec, default_specs, specs_from_flat_contract
 from .consent import ConsentBook
 from .context import CallContext, Handler, Progress
@@ -91,7 +95,11 @@ class ToolHost:
         self.telemetry = Telemetry(path=telemetry_path if telemetry_path is not None else state / "telemetry.jsonl")
         self.jobs = JobStore(state / "jobs")
         self.consent = ConsentBook(state, consent_mode or os.environ.get("CONSENT_MODE", "strict"))
-        self.supervisor = WorkerSupervisor(self.telemetry, env=_worker_env(self.ops_root, worker_env))
+        # the one path policy (coordinator/mcp/paths.py); a root holding the host's secrets keeps it from
+        # serving (checked when it starts to serve: minting a consent token serves nothing)
+        env = _worker_env(self.ops_root, worker_env)
+        self.paths = host_paths.host_policy(self.ops_root, {**os.environ, **env})
+        self.supervisor = WorkerSupervisor(self.telemetry, env={**env, **self.paths.env()}, policy=self.paths)
         self.sessions: dict[str, _SessionPin] = {}
         self.gone_sessions: dict[str, dict[str, Any]] = {}  # expired or lost: never restored again
         self.idempotent: dict[tuple[str, ...], dict[str, Any]] = {}  # (tool, client, key) -> first result
@@ -111,11 +119,11 @@ class ToolHost:
         self.allowed = self.resolve_allow(allow) if allow else None  # None: every tool
 
     def resolve_allow(self, allow: Collection[str]) -> frozenset[str]:
-        """An allow-list of tool names (aliases too) and capability classes (read | write | admin)."""
+        """An allow-list of tool names (aliases too) and capability classes (read | write | execute | admin)."""
         out: set[str] = set()
         for item in allow:
             item = item.strip()
-            if item in ("read", "write", "admin"):
+            if item in ("read", "write", "execute", "admin"):
                 out |= {n for n, sp in self.specs.items() if sp.capability == item}
             elif item:
                 name = self.names.resolve(item)
@@ -128,6 +136,7 @@ class ToolHost:
     @asynccontextmanager
     async def running(self) -> AsyncIterator["ToolHost"]:
         """Enter once per serving context (re-entrant: nested entries share one supervisor)."""
+        host_paths.check_secrets(self.paths, self.ops_root)
         async with self._lifespan_lock:
             self._users += 1
             first = self._users == 1
@@ -248,6 +257,8 @@ class ToolHost:
             tool = spec.name
             render_mode = args.pop("render", "porcelain")
             wait = args.pop("wait", True)
+            if spec.name in TOOL_PATHS:  # every path checked before any work (the worker checks again)
+                args = self.checked_paths(spec.name, args, client.name)
             ctx = CallContext(self, spec, progress, notes, client=client)
             if spec.served_by == "host":
                 result = await self.handlers[spec.name](args, ctx)
@@ -269,6 +280,10 @@ class ToolHost:
             # an artifact reference is an object with a media_type: most results have none to walk for
             extra = ctx.content + (artifacts.content_for(self.ops_root, structured)
                                    if '"media_type"' in whole else [])
+            if spec.name in TOOL_PATHS:  # files written where the call said: links a remote client can read
+                extra += artifacts.content_for(self.ops_root, {"outputs": [
+                    {"path": str(p), "media_type": artifacts.media_type(p), "kind": "output"}
+                    for p in path_outputs(spec.name, args)]})
             for item in extra:
                 if item.get("type") == "resource_link":
                     self.artifact_owners.setdefault(item["uri"], client.name)
@@ -287,6 +302,12 @@ class ToolHost:
                                 retries=retries[0], client=client.name)
             text = render.as_json_text(obj) if render_mode == "json" else render.porcelain_error(obj, notes=notes)
             return CallResult(obj, True, text, {"dome/normalized": notes} if notes else {})
+
+    def checked_paths(self, tool: str, args: dict[str, Any], client: str | None) -> dict[str, Any]:
+        """The arguments with each path resolved under its roots (relative outputs in the client's folder)."""
+        overwrite = bool(args.get(OVERWRITE_FIELD))
+        out, _ = apply_paths(self.paths, tool, args, base=host_paths.artifact_base(self.paths, client))
+        return {**out, OVERWRITE_FIELD: True} if overwrite else out
 
     # worker tools --------------------------------------------------------
     async def _worker_tool(self, spec: ToolSpec, args: dict[str, Any], wait: bool, ctx: CallContext,

@@ -109,6 +109,13 @@ def _relative_path(spec: ToolSpec, field: str, value: str) -> DomeError:
                      retry="none")
 
 
+def _output_field(tool: str, field: str) -> bool:
+    """An output path may be relative: it lands in the caller's artifact folder (registry.pathpolicy)."""
+    from registry.pathpolicy import TOOL_PATHS
+
+    return TOOL_PATHS.get(tool, {}).get(field) in ("write", "write_dir", "resume_dir")
+
+
 def normalize_arguments(spec: ToolSpec, args: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     props: Mapping[str, Any] = spec.input_schema.get("properties", {})
     out: dict[str, Any] = {}
@@ -129,7 +136,7 @@ def normalize_arguments(spec: ToolSpec, args: Mapping[str, Any]) -> tuple[dict[s
                 notes.append(f"{target}: coerced {args[key]!r} -> {value!r}")
             if target in PATH_FIELDS and isinstance(value, str) and value and not value.startswith("sha256:"):
                 norm = normalize_path(value)
-                if not os.path.isabs(norm):
+                if not os.path.isabs(norm) and not _output_field(spec.name, target):
                     raise _relative_path(spec, target, value)
                 if norm != value:
                     notes.append(f"{target}: path {value} -> {norm}")

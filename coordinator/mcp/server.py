@@ -8,7 +8,6 @@ private descriptors taken by `registry.stdio_guard`.
 from __future__ import annotations
 
 import os
-import secrets
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Collection
@@ -168,13 +167,9 @@ def http_token(state_dir: Path) -> str:
     env = os.environ.get("DOME_MCP_TOKEN")
     if env:
         return env
-    path = state_dir / "http.token"
-    if not path.exists():
-        state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(32))
-    return path.read_text().strip()
+    from .paths import load_or_create_token  # 0600 in a 0700 folder; refused when found unsafe
+
+    return load_or_create_token(state_dir)
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

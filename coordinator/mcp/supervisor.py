@@ -18,11 +18,13 @@ import anyio.abc
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from registry.errors import ErrorObject
+from registry.errors import DomeError, ErrorObject
+from registry.pathpolicy import PathPolicy
 
 from .faults import Fault, FaultCategory
 from .telemetry import Telemetry
-from .transport import DIRECT_TOOLS, WorkerPipes, worker_argv
+from .transport import DIRECT_TOOLS, WorkerPipes
+from .worker_sandbox import worker_command, worker_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ProgressCb = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -59,9 +61,11 @@ class _Generation:
 
 class WorkerSupervisor:
     def __init__(self, telemetry: Telemetry, *, env: dict[str, str] | None = None,
-                 call_timeout_s: float = 600.0, start_timeout_s: float = 30.0) -> None:
+                 call_timeout_s: float = 600.0, start_timeout_s: float = 30.0,
+                 policy: PathPolicy | None = None) -> None:
         self.telemetry = telemetry
         self.extra_env = dict(env or {})
+        self.policy = policy  # the path policy whose roots the worker's sandbox binds
         self.call_timeout_s = call_timeout_s
         # the worker's direct lane for its short reads; DOME_MCP_DIRECT=0 sends them through MCP too
         self.direct = os.environ.get("DOME_MCP_DIRECT", "1") != "0"
@@ -100,7 +104,7 @@ class WorkerSupervisor:
         self._tg = None
 
     def _env(self) -> dict[str, str]:
-        env = {**os.environ, **self.extra_env}
+        env = worker_env({**os.environ, **self.extra_env})  # never the host's token or another secret
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"
         return env
@@ -175,7 +179,15 @@ class WorkerSupervisor:
             if gen is not None and not gen.draining:
                 await self._retire(gen)
             number = self.generation + 1
-            gen = _Generation(number, WorkerPipes(worker_argv(), self._env(), cwd=os.getcwd()))
+            env = self._env()
+            try:
+                argv = worker_command(self.policy, env)
+            except DomeError as exc:  # SandboxUnavailable: no worker rather than an unconfined one
+                raise Fault(FaultCategory.PROCESS, f"worker cannot start: {exc.message}",
+                            details={"generation": number, "reason": exc.code},
+                            hints=["install bubblewrap, or set DOME_MCP_SANDBOX=none to run workers unconfined"]
+                            ) from None
+            gen = _Generation(number, WorkerPipes(argv, env, cwd=os.getcwd()))
             self._generations.append(gen)
             self._tg.start_soon(self._run_generation, gen)
             with anyio.move_on_after(self.start_timeout_s):

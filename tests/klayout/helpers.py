@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from registry import schema_store
+from registry.pathpolicy import PathPolicyError
 from worker_sdk.klayout_tools.errors import KlayoutToolError
 
 
@@ -14,8 +15,8 @@ def check(tool: str, response: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
-def expect_code(code: str, fn, *args, **kwargs) -> KlayoutToolError:
-    with pytest.raises(KlayoutToolError) as info:
+def expect_code(code: str, fn, *args, **kwargs) -> KlayoutToolError | PathPolicyError:
+    with pytest.raises((KlayoutToolError, PathPolicyError)) as info:
         fn(*args, **kwargs)
     err = info.value
     assert err.code == code, (err.code, err.message, err.details)

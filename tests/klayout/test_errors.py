@@ -144,8 +144,8 @@ def test_drc_run_failed(tools, kl_env, monkeypatch) -> None:
     assert Path(e.details["stderr_path"]).is_file()
     nodeck = kl_env["allowed"] / "norun.py"
     nodeck.write_text("X = 1\n")
-    e = expect_code("DRC_RUN_FAILED", tools.run_drc_script, {"session_id": sid, "script_path": str(nodeck)})
-    assert "no run(deck)" in e.details["stderr_tail"]
+    e = expect_code("NOT_A_DECK", tools.run_drc_script, {"session_id": sid, "script_path": str(nodeck)})
+    assert e.details["reason"] == "not_a_python_deck"  # refused before it runs
     slow = kl_env["allowed"] / "slow.py"
     slow.write_text("import time\ndef run(deck):\n    time.sleep(30)\n")
     monkeypatch.setenv("KLAYOUT_MCP_DRC_TIMEOUT_SECONDS", "1")

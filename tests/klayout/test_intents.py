@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from registry.errors import DomeError
+
 from registry.canonical import digest_bytes
 from worker_sdk.cancel import CancellationToken
 from worker_sdk.klayout_tools import intents
@@ -84,10 +86,11 @@ def test_drc_suite_passes_only_without_markers(checkout: Path) -> None:
 def test_intents_refuse_paths_leaving_the_checkout(checkout: Path, tmp_path: Path) -> None:
     (tmp_path / "outside.gds").write_bytes((checkout / "masks" / "dirty.gds").read_bytes())
     (checkout / "masks" / "link.gds").symlink_to(tmp_path / "outside.gds")
-    for layout in ("../outside.gds", "masks/link.gds", str(tmp_path / "outside.gds")):
-        with pytest.raises(KlayoutToolError) as info:
+    for layout, code in (("../outside.gds", "PATH_OUTSIDE_ROOTS"), ("masks/link.gds", "PATH_OUTSIDE_ROOTS"),
+                         (str(tmp_path / "outside.gds"), "INVALID_TARGET")):  # absolute: not a checkout path
+        with pytest.raises(DomeError) as info:
             intents.run_drc(Ctx(checkout, {"deck": "builtin:mask_rules", "layout": layout}))
-        assert info.value.code == "INVALID_TARGET"
+        assert info.value.code == code
     with pytest.raises(KlayoutToolError) as info:
         intents.run_drc(Ctx(checkout, {"deck": "builtin:mask_rules", "layout": "masks/dirty.gds", "bogus": 1}))
     assert info.value.code == "INVALID_TARGET"

@@ -32,10 +32,10 @@ def test_paths_outside_the_allowed_roots_are_refused(tools, kl_env, tmp_path) ->
     outside.mkdir()
     secret = outside / "secret.gds"
     secret.write_bytes(kl_env["gds"].read_bytes())
-    e = expect_code("INVALID_TARGET", tools.open, secret)
+    e = expect_code("PATH_OUTSIDE_ROOTS", tools.open, secret)
     assert e.details["reason"] == "outside_allowed_roots"
     dotdot = str(kl_env["allowed"]) + "/../outside/secret.gds"
-    expect_code("INVALID_TARGET", tools.open_layout, {"path": dotdot})
+    expect_code("PATH_OUTSIDE_ROOTS", tools.open_layout, {"path": dotdot})
 
 
 def test_symlink_escaping_the_roots_is_refused(tools, kl_env, tmp_path) -> None:
@@ -45,12 +45,12 @@ def test_symlink_escaping_the_roots_is_refused(tools, kl_env, tmp_path) -> None:
     (outside / "evil.py").write_text("def run(deck):\n    open('/tmp/should_not_run', 'w')\n")
     link = kl_env["allowed"] / "innocent.gds"
     link.symlink_to(outside / "secret.gds")
-    e = expect_code("INVALID_TARGET", tools.open, link)
+    e = expect_code("PATH_OUTSIDE_ROOTS", tools.open, link)
     assert "resolved" not in e.details and str(outside) not in str(e.to_object())  # the target is not echoed
     dir_link = kl_env["allowed"] / "decks"
     dir_link.symlink_to(outside, target_is_directory=True)
     sid = tools.open(kl_env["gds"])["session_id"]
-    expect_code("INVALID_TARGET", tools.run_drc_script, {"session_id": sid, "script_path": str(dir_link / "evil.py")})
+    expect_code("PATH_OUTSIDE_ROOTS", tools.run_drc_script, {"session_id": sid, "script_path": str(dir_link / "evil.py")})
     # a symlink that stays inside the roots is fine
     ok = kl_env["allowed"] / "alias.gds"
     ok.symlink_to(kl_env["gds"])
@@ -120,13 +120,13 @@ def test_outside_the_roots_existence_is_not_revealed_and_install_paths_not_expos
     (outside / "real.gds").write_bytes(kl_env["gds"].read_bytes())
     answers = []
     for name in ("real.gds", "missing.gds"):
-        e = expect_code("INVALID_TARGET", tools.open_layout, {"path": str(outside / name)})
+        e = expect_code("PATH_OUTSIDE_ROOTS", tools.open_layout, {"path": str(outside / name)})
         obj = e.to_object()
         answers.append((obj["code"], obj["message"], obj["details"]["reason"], obj["details"]["allowed_roots"]))
         assert str(BUILTIN_DECKS) not in json.dumps(obj) and "site-packages" not in json.dumps(obj)
     assert answers[0] == answers[1]
     # a symlink inside the roots pointing at a missing file outside is still "outside", not "missing"
     (kl_env["allowed"] / "dangling.gds").symlink_to(outside / "nothing-here.gds")
-    expect_code("INVALID_TARGET", tools.open_layout, {"path": str(kl_env["allowed"] / "dangling.gds")})
+    expect_code("PATH_OUTSIDE_ROOTS", tools.open_layout, {"path": str(kl_env["allowed"] / "dangling.gds")})
     # inside the roots a missing file is FILE_NOT_FOUND, as the contract says
     expect_code("FILE_NOT_FOUND", tools.open_layout, {"path": str(kl_env["allowed"] / "missing.gds")})

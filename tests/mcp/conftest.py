@@ -25,8 +25,16 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def work(ops_root: Path) -> Path:
+    """The folder the test tools may write (and read) in a sandboxed worker: a write root of the host."""
+    d = Path(ops_root) / "w"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def host_env(ops_root: Path, **extra: str) -> dict[str, str]:
     return {"PYTHONPATH": str(REPO_ROOT), "DOME_MCP_TEST_TOOLS": "1", "DOME_OPS_ROOT": str(ops_root),
+            "DOME_MCP_WRITE_ROOTS": str(work(ops_root)),
             "CONSENT_MODE": extra.pop("CONSENT_MODE", "strict"), "PATH": os.environ.get("PATH", ""), **extra}
 
 
@@ -35,7 +43,8 @@ def make_host(ops_root: Path, consent_mode: str = "strict", **worker_env: str):
     from coordinator.mcp.dispatch import ToolHost
 
     return ToolHost(ops_root=ops_root, specs=default_specs(include_test=True), consent_mode=consent_mode,
-                    worker_env={"DOME_MCP_TEST_TOOLS": "1", **worker_env})
+                    worker_env={"DOME_MCP_TEST_TOOLS": "1", "DOME_MCP_WRITE_ROOTS": str(work(ops_root)),
+                                **worker_env})
 
 
 @asynccontextmanager
@@ -73,14 +82,16 @@ async def poll_done(client: Client, job_id: str, timeout: float = 240) -> dict[s
 
 
 @contextmanager
-def http_host(ops_root: Path, token: str, **env: str) -> Iterator[str]:
+def http_host(ops_root: Path, token: str, *, extra_env: dict[str, str] | None = None,
+              extra_args: tuple[str, ...] = (), **env: str) -> Iterator[str]:
     """`dome mcp --http` on a free loopback port with bearer `token`; yields its URL, stops it after."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "mcp", "--http", f"127.0.0.1:{port}",
-                             "--ops-root", str(ops_root)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, **host_env(ops_root, DOME_MCP_TOKEN=token, **env)})
+                             "--ops-root", str(ops_root), *extra_args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            env={**os.environ, **host_env(ops_root, DOME_MCP_TOKEN=token, **env), **(extra_env or {})})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

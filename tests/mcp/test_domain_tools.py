@@ -17,20 +17,21 @@ from .conftest import connect, make_host, two_bars_gds
 pytestmark = pytest.mark.anyio
 
 
-def test_litho_capabilities_on_the_descriptor_are_the_engines():
+def test_litho_capabilities_on_the_descriptor_are_the_engines(tmp_path):
     from worker_sdk.litho.capabilities import capabilities
 
-    host = make_host(REPO_ROOT / "ops-unused")
+    host = make_host(tmp_path / "ops")
     by_name = {d["name"]: d for d in host.list_tools()}
     for tool in ("evaluate", "optimize", "simulate"):
         assert by_name[tool]["_meta"]["dome/capabilities"] == capabilities()
 
 
 def _klayout_host(tmp_path):
-    """A host whose worker may read tmp_path, with a two-bar layout there: (host, layout path)."""
-    gds = tmp_path / "two_bars.gds"
+    """A host whose worker may read tmp_path/data, with a two-bar layout there: (host, layout path)."""
+    (tmp_path / "data").mkdir()
+    gds = tmp_path / "data" / "two_bars.gds"
     two_bars_gds(gds)
-    return make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path),
+    return make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path / "data"),
                      KLAYOUT_MCP_ARTIFACT_ROOT=str(tmp_path / "artifacts")), gds
 
 
@@ -92,7 +93,7 @@ async def test_optimize_progress_then_cancel_stops_within_1s(tmp_path, iccad13):
         gen0 = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: client.call_tool("optimize", {"layout": str(layout), "iterations": 400,
-                                                               "out": str(tmp_path / "mask.oas")},
+                                                               "out": "mask.oas"},
                                                    progress_callback=on_progress))
             with anyio.fail_after(300):
                 await got_progress.wait()
@@ -125,7 +126,7 @@ async def test_optimize_cancelled_by_client_disconnect(tmp_path, iccad13):
         async with connect("stdio", "legacy", tmp_path) as client:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(lambda: client.call_tool("optimize", {"layout": str(layout), "iterations": 400,
-                                                                   "out": str(tmp_path / "mask.oas")},
+                                                                   "out": "mask.oas"},
                                                        progress_callback=on_progress))
                 await got_progress.wait()
                 tg.cancel_scope.cancel()

@@ -21,7 +21,7 @@ from mcp_types import INVALID_PARAMS
 
 from tests.conftest import REPO_ROOT
 
-from .conftest import MODES, connect, http_host, job_files, make_host, two_bars_gds
+from .conftest import MODES, connect, http_host, job_files, make_host, two_bars_gds, work
 
 pytestmark = pytest.mark.anyio
 TOKEN = "front-door-token-0123456789"
@@ -48,8 +48,18 @@ def _http_host(tmp_path):
 
 
 def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
+    """utime + stime of the worker and every process under it (it runs inside bubblewrap)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 async def _health(url: str) -> dict:
@@ -95,7 +105,7 @@ async def _assert_cancelled_and_idle(url: str, tool: str, t_kill: float, tmp_pat
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_http_client_killed_mid_call_cancels_its_job(http_host, tmp_path, mode):
-    hb = tmp_path / "hb"
+    hb = work(tmp_path) / "hb"
     t_kill = await _kill_client_mid_call(
         http_host, "test_slow", {"steps": 3000, "step_s": 0.02, "heartbeat": str(hb)},
         lambda: hb.exists() and hb.read_text().isdigit() and int(hb.read_text()) >= 5, tmp_path, mode)
@@ -117,7 +127,7 @@ async def test_http_client_killed_mid_optimize_cancels_and_idles_the_worker(http
         return bool(seen) and time.monotonic() - seen[0] > 3.0
 
     t_kill = await _kill_client_mid_call(http_host, "optimize", {"layout": str(layout), "iterations": 400,
-                                                                 "out": str(tmp_path / "mask.oas")}, computing,
+                                                                 "out": "mask.oas"}, computing,
                                          tmp_path)
     await _assert_cancelled_and_idle(http_host, "optimize", t_kill, tmp_path)
 
@@ -137,11 +147,11 @@ DECK = ("source($input, $top_cell)\nreport('w', $output)\n"
 
 async def test_worker_restart_restores_the_session_whole(tmp_path):
     """Shape ids, DRC runs, the view and the artifact folder survive a worker crash; the id stays the same."""
-    gds = tmp_path / "bars.gds"
+    gds = _data(tmp_path) / "bars.gds"
     two_bars_gds(gds)
-    deck = tmp_path / "width.drc"
+    deck = _data(tmp_path) / "width.drc"
     deck.write_text(DECK)
-    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path))
+    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(_data(tmp_path)))
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         opened = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content
         sid = opened["session_id"]
@@ -169,9 +179,9 @@ async def test_worker_restart_restores_the_session_whole(tmp_path):
 
 
 async def test_expired_session_stays_dead_after_a_worker_restart(tmp_path):
-    gds = tmp_path / "bars.gds"
+    gds = _data(tmp_path) / "bars.gds"
     two_bars_gds(gds)
-    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path), KLAYOUT_MCP_SESSION_TTL_SECONDS="1")
+    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(_data(tmp_path)), KLAYOUT_MCP_SESSION_TTL_SECONDS="1")
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
         await anyio.sleep(1.3)  # idle past the TTL, then the worker dies before anyone swept it
@@ -183,9 +193,9 @@ async def test_expired_session_stays_dead_after_a_worker_restart(tmp_path):
 
 
 async def test_session_that_cannot_be_restored_is_not_found_with_a_hint(tmp_path):
-    gds = tmp_path / "bars.gds"
+    gds = _data(tmp_path) / "bars.gds"
     two_bars_gds(gds)
-    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path))
+    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(_data(tmp_path)))
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
         gds.write_bytes(gds.read_bytes() + b"\0" * 2048)  # the layout changes under the session
@@ -201,9 +211,9 @@ async def test_renders_come_back_as_images_and_every_artifact_is_a_resource(tmp_
     """A client on another machine sees the render (image content) and reads any artifact by URI."""
     import base64
 
-    gds = tmp_path / "bars.gds"
+    gds = _data(tmp_path) / "bars.gds"
     two_bars_gds(gds)
-    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp_path))
+    host = make_host(tmp_path, KLAYOUT_MCP_ALLOWED_ROOTS=str(_data(tmp_path)))
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
         res = await client.call_tool("render_view", {"session_id": sid, "image_size": {"width": 64, "height": 64}})
@@ -289,3 +299,10 @@ def test_tools_list_is_compact_and_every_request_field_is_described(tmp_path):
     caps = ev["_meta"]["dome/capabilities"]
     for path, entry in caps["engine_paths"].items():  # the whole matrix is still there, in prose too
         assert f"{path}={entry['detailed']}" in ev["description"]
+
+
+def _data(tmp_path: Path) -> Path:
+    """The folder the host may read: beside its ops root (tmp_path), never containing it."""
+    d = tmp_path / "in"
+    d.mkdir(exist_ok=True)
+    return d

@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-from .conftest import connect, poll_done
+from .conftest import connect, poll_done, work
 
 pytestmark = pytest.mark.anyio
 
@@ -16,7 +16,7 @@ def _queue(tmp_path, repo):
     q = json.loads((REPO_ROOT / "examples" / "hello.queue.json").read_text())
     q["repo"] = str(repo)
     q["promote_to"] = "refs/heads/dome/agents/hello"  # a new ref under the agent prefix: no person needed
-    path = tmp_path / "work.queue.json"
+    path = work(tmp_path / "ops") / "work.queue.json"  # a queue the agent may read (a root of the host)
     path.write_text(json.dumps(q))
     return path
 

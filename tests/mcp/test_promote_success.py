@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import GATED_REF, gated_queue
 
-from .conftest import connect, poll_done
+from .conftest import connect, poll_done, work
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,7 @@ async def _held_run(client, queue: Path, key: str) -> tuple[str, dict]:
 
 async def test_promote_success_with_the_runs_consent_token(tmp_path, git_repo):
     ops = tmp_path / "ops"
-    queue = gated_queue(tmp_path, git_repo)
+    queue = gated_queue(work(ops), git_repo)  # a queue the agent may read (a root of the host)
     assert _rev(git_repo, TO_REF) is None
     async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
         run_id, done = await _held_run(client, queue, "submit-gated-1")
@@ -74,7 +74,7 @@ async def test_promote_success_lenient_host_reads_the_gate_token(tmp_path, git_r
     """CONSENT_MODE lenient: the caller echoes the host's single-use confirmation; the host
     reads the run's gate token itself and promotes; the spent confirmation is refused after."""
     ops = tmp_path / "ops"
-    queue = gated_queue(tmp_path, git_repo)
+    queue = gated_queue(work(ops), git_repo)  # a queue the agent may read (a root of the host)
     async with connect("inproc", "legacy", ops, consent_mode="lenient") as client:
         run_id, _ = await _held_run(client, queue, "submit-gated-2")
         ask = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-gated-3"})
@@ -96,7 +96,7 @@ async def test_promote_passes_a_token_that_starts_with_a_dash_as_a_value(tmp_pat
     --consent (a wrong one is refused with a typed error), never as an unknown option that
     makes the command exit 2 with no JSON; the real token still promotes after it."""
     ops = tmp_path / "ops"
-    queue = gated_queue(tmp_path, git_repo)
+    queue = gated_queue(work(ops), git_repo)  # a queue the agent may read (a root of the host)
     async with connect("inproc", "legacy", ops, consent_mode="strict") as client:
         run_id, _ = await _held_run(client, queue, "submit-dash")
         token_file = ops / "runs" / run_id / "gate" / "consent.token"

@@ -24,6 +24,8 @@ from . import drc, inspect_cells, loader, measure as measure_mod, query, render
 from .errors import (InternalError, InvalidBox, InvalidTarget, KlayoutToolError, SessionExpired, SessionNotFound,
                      ToolLimitExceeded)
 from .layers import layer_ref, resolve_layers
+from registry.pathpolicy import PathPolicyError
+
 from .paths import resolve_allowed
 from .sessions import Session, SessionStore
 from .units import box_dbu, box_um, um
@@ -61,7 +63,7 @@ def tool(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
         try:
             with st.in_use(request.get("session_id")):  # idle time counts from the end of this call
                 return fn(request, st)
-        except KlayoutToolError:
+        except (KlayoutToolError, PathPolicyError):
             raise
         except Exception as exc:  # a bug or an unexpected KLayout failure: typed, never a bare traceback
             raise InternalError(f"{name} failed unexpectedly",
@@ -198,8 +200,8 @@ def render_view(request: dict[str, Any], store: SessionStore) -> dict[str, Any]:
 def run_drc_script(request: dict[str, Any], store: SessionStore) -> dict[str, Any]:
     s = _session(store, request)
     cfg = store.config
-    script = resolve_allowed(request["script_path"], cfg.allowed_roots, field="script_path")
-    script_type = request.get("script_type", "python" if script.suffix == ".py" else "ruby")
+    script = resolve_allowed(request["script_path"], cfg.deck_roots or cfg.allowed_roots, field="script_path")
+    script_type = drc.check_deck(script, request.get("script_type"))
     with s.lock:
         record, rc, rule_counts, duration = drc.run_deck(s, script, script_type, dict(request.get("params", {})),
                                                          cfg)

@@ -4,7 +4,9 @@ KLAYOUT_MCP_ARTIFACT_ROOT (default <cwd>/.artifacts), KLAYOUT_MCP_SESSION_TTL_SE
 (default 3600), KLAYOUT_BIN (default "klayout"), KLAYOUT_MCP_ALLOWED_ROOTS (os.pathsep
 separated absolute directories that layouts and decks may live under; default: the
 current directory; dome's built-in decks are always allowed), KLAYOUT_MCP_DRC_TIMEOUT_SECONDS (default 600) and the limits
-below (docs/klayout.md explains each).
+below (docs/klayout.md explains each). Behind the MCP host the roots come from the host's one path
+policy (registry.pathpolicy, which reads KLAYOUT_MCP_ALLOWED_ROOTS too): layouts from its read roots,
+decks from its deck roots only.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ class Config:
     allowed_roots: tuple[Path, ...]
     drc_timeout_seconds: float
     limits: Limits = field(default_factory=Limits)
+    deck_roots: tuple[Path, ...] = ()  # empty: the allowed roots (the tools used without the host)
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -64,11 +67,16 @@ class Config:
             max_crops=int(_num("KLAYOUT_MCP_MAX_CROPS", Limits.max_crops)),
             max_layout_bytes=int(_num("KLAYOUT_MCP_MAX_LAYOUT_BYTES", Limits.max_layout_bytes)),
         )
+        from registry.pathpolicy import PathPolicy
+
+        policy = PathPolicy.from_env()
+        allowed = tuple(Path(r) for r in roots) if policy is None else policy.read_roots
         return cls(
             artifact_root=Path(root),
             ttl_seconds=_num("KLAYOUT_MCP_SESSION_TTL_SECONDS", 3600.0),
             klayout_bin=os.environ.get("KLAYOUT_BIN") or "klayout",
-            allowed_roots=tuple(Path(r) for r in roots) + (BUILTIN_DECKS,),
+            allowed_roots=allowed + (BUILTIN_DECKS,),
             drc_timeout_seconds=_num("KLAYOUT_MCP_DRC_TIMEOUT_SECONDS", 600.0),
             limits=limits,
+            deck_roots=() if policy is None else policy.deck_roots + (BUILTIN_DECKS,),
         )

@@ -12,6 +12,7 @@ A KLayout macro file (.lydrc) runs the DRC script held in its <text>.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -33,6 +34,49 @@ RESERVED_PARAMS = ("input", "output", "top_cell")
 MACRO_SUFFIXES = (".lydrc", ".lym")
 RUNNER = Path(__file__).resolve().parent / "pydeck_runner.py"
 TAIL = 4000
+
+
+# what may stand at the top level of a Python deck: its top level runs when the runner loads it, so
+# anything beyond definitions would run before (and whether or not) run(deck) is the deck
+_DECK_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+
+
+def _is_python_deck(source: bytes) -> bool:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    has_run = False
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            continue  # a docstring
+        if not isinstance(node, _DECK_TOP_LEVEL):
+            return False
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            try:  # constants only: no call, no expression with effects
+                ast.literal_eval(node.value) if node.value is not None else None
+            except ValueError:
+                return False
+        if isinstance(node, ast.FunctionDef) and node.name == "run" and not node.decorator_list:
+            has_run = True
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.decorator_list:
+            return False  # a decorator runs at load time
+    return has_run
+
+
+def check_deck(script: Path, script_type: str | None) -> str:
+    """The deck's script type, or NotADeck: a deck suffix for its type, and a Python deck that is
+    only definitions with a run(deck). A file that is not a deck is never run, and nothing of its
+    content is returned."""
+    from registry.pathpolicy import NotADeck, deck_kind
+
+    kind = deck_kind(script, script_type)
+    if kind == "python" and not _is_python_deck(script.read_bytes()):
+        raise NotADeck("script_path is not a Python deck: a deck is imports, constants and definitions "
+                       "with a run(deck) function, and nothing else at its top level",
+                       details={"field": "script_path", "script_type": kind, "reason": "not_a_python_deck"},
+                       hints=["put the deck's work inside run(deck)"])
+    return kind
 
 
 def validate_params(params: dict[str, str]) -> dict[str, str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from registry.pathpolicy import PathOutsideRoots, root_of
+
 from .config import BUILTIN_DECKS
 from .errors import FileNotFound, InvalidTarget
 
@@ -27,17 +29,13 @@ def resolve_allowed(raw: str, roots: tuple[Path, ...], *, field: str) -> Path:
     # Containment is judged on the resolved form before anything is said about existence, so a
     # path outside the roots gets the same answer whether or not it exists (no existence oracle).
     real = Path(os.path.realpath(raw))
-    for root in roots:
-        root_real = Path(os.path.realpath(root))
-        if not root_real.is_dir():
-            continue
-        if real == root_real or root_real in real.parents:
-            if not real.exists():
-                raise FileNotFound(f"{field} does not exist", details={"field": field, "path": raw})
-            if not real.is_file():
-                raise FileNotFound(f"{field} is not a regular file", details={"field": field, "path": raw})
-            return real
-    raise InvalidTarget(f"{field} is outside the allowed roots",
+    if root_of(real, tuple(r for r in map(Path, map(os.path.realpath, roots)) if r.is_dir())) is not None:
+        if not real.exists():
+            raise FileNotFound(f"{field} does not exist", details={"field": field, "path": raw})
+        if not real.is_file():
+            raise FileNotFound(f"{field} is not a regular file", details={"field": field, "path": raw})
+        return real
+    raise PathOutsideRoots(f"{field} is outside the allowed roots",
                         details={"field": field, "path": raw, "reason": "outside_allowed_roots",
                                  "allowed_roots": [str(r) for r in roots if Path(r) != BUILTIN_DECKS]},
                         hints=["set KLAYOUT_MCP_ALLOWED_ROOTS to include the file's directory"])

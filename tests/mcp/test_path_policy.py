@@ -1,0 +1,275 @@
+"""The agent door without keys: paths, decks and secrets, attacked through the real MCP SDK client.
+
+Every attack runs over stdio and over HTTP against a `dome mcp` subprocess, as a remote agent
+would: a write outside the roots, an overwrite without `overwrite`, a symlink and `..` in an
+output path, a read outside the read roots, a non-deck file and a Python file given to
+run_drc_script (on an observer-only door and on a full one), a root holding the host's token,
+a planted 0644 token file, the token in a worker's environment, and a worker tool writing
+outside the policy. Each must be refused with its code, with nothing written, nothing run and
+no secret in the answer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.attacks import attack
+from tests.conftest import REPO_ROOT
+
+from .conftest import host_env, http_host, two_bars_gds
+
+pytestmark = pytest.mark.anyio
+DOORS = ["stdio", "http"]
+TOKEN = "path-policy-token-0123456789"
+SECRET = "SECRET_VALUE_do_not_leak_4242"
+
+
+@asynccontextmanager
+async def door(kind: str, ops_root: Path, env: dict[str, str], *args: str) -> AsyncIterator[Client]:
+    """A real SDK client on a `dome mcp` subprocess, over stdio or streamable HTTP."""
+    if kind == "stdio":
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "coordinator.cli.main", "mcp", "--ops-root", str(ops_root), *args],
+                                       env=host_env(ops_root, **env), cwd=str(REPO_ROOT))
+        async with Client(params, mode="legacy", cache=None) as client:
+            yield client
+        return
+    with http_host(ops_root, TOKEN, extra_env=env, extra_args=args) as url:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None) as client:
+                yield client
+
+
+@pytest.fixture
+def site(tmp_path: Path, iccad13: Path) -> dict[str, Path]:
+    """ops root, a read root with a layout and decks, an outside folder with a precious file."""
+    ops, inside, outside = tmp_path / "ops", tmp_path / "in", tmp_path / "outside"
+    for d in (ops, inside, outside):
+        d.mkdir()
+    two_bars_gds(inside / "bars.gds")
+    (outside / "precious.gds").write_bytes(b"precious bytes")
+    (outside / "secret.glp").write_bytes((iccad13 / "layouts" / "M1_test1.glp").read_bytes())
+    (inside / ".env").write_text(f"API_TOKEN={SECRET}\n")
+    (inside / "topcode.py").write_text(f"open({str(outside / 'RAN')!r}, 'w').write('x')\n"
+                                       "def run(deck):\n    pass\n")
+    art = ops / "mcp" / "artifacts" / "local"
+    art.mkdir(parents=True)
+    return {"ops": ops, "in": inside, "outside": outside, "art": art, "glp": iccad13 / "layouts" / "M1_test1.glp",
+            "iccad13": iccad13}
+
+
+def roots(site: dict[str, Path]) -> dict[str, str]:
+    return {"DOME_MCP_READ_ROOTS": f"{site['in']}{os.pathsep}{site['iccad13']}"}
+
+
+def refused(res, code: str) -> dict:
+    assert res.is_error, res.content[0].text
+    obj = res.structured_content
+    assert obj["code"] == code, obj
+    assert SECRET not in json.dumps(obj) and SECRET not in res.content[0].text
+    return obj
+
+
+def outside_untouched(site: dict[str, Path]) -> None:
+    assert sorted(p.name for p in site["outside"].iterdir()) == ["precious.gds", "secret.glp"]
+    assert (site["outside"] / "precious.gds").read_bytes() == b"precious bytes"
+
+
+@attack("mcp-path-escape")
+@pytest.mark.parametrize("kind", DOORS)
+async def test_optimize_cannot_write_outside_the_roots(kind, site) -> None:
+    async with door(kind, site["ops"], roots(site)) as c:
+        res = await c.call_tool("optimize", {"layout": str(site["glp"]), "iterations": 1,
+                                             "out": str(site["outside"] / "precious.gds")})
+        obj = refused(res, "PATH_OUTSIDE_ROOTS")
+        assert obj["details"]["access"] == "write" and obj["details"]["field"] == "out"
+    outside_untouched(site)
+
+
+@attack("mcp-path-escape")
+@pytest.mark.parametrize("kind", DOORS)
+async def test_an_existing_artifact_is_not_overwritten_without_overwrite(kind, site) -> None:
+    mine = site["art"] / "mask.gds"
+    mine.write_bytes(b"earlier mask")
+    async with door(kind, site["ops"], roots(site)) as c:
+        res = await c.call_tool("optimize", {"layout": str(site["glp"]), "iterations": 1, "out": str(mine)})
+        refused(res, "PATH_EXISTS")
+    assert mine.read_bytes() == b"earlier mask" and not (site["art"] / "mask.png").exists()
+
+
+@attack("mcp-path-escape")
+@pytest.mark.parametrize("kind", DOORS)
+async def test_a_symlink_or_dotdot_in_the_out_path_cannot_lead_outside(kind, site) -> None:
+    (site["art"] / "link").symlink_to(site["outside"], target_is_directory=True)
+    dotdot = str(site["art"]) + "/../../../../outside/new.gds"
+    async with door(kind, site["ops"], roots(site)) as c:
+        for out in (str(site["art"] / "link" / "new.gds"), dotdot):
+            res = await c.call_tool("optimize", {"layout": str(site["glp"]), "iterations": 1, "out": out})
+            refused(res, "PATH_OUTSIDE_ROOTS")
+        # a link planted at the output name itself (pointing outside) is refused too
+        (site["art"] / "planted.gds").symlink_to(site["outside"] / "precious.gds")
+        res = await c.call_tool("optimize", {"layout": str(site["glp"]), "iterations": 1,
+                                             "out": str(site["art"] / "planted.gds"), "overwrite": True})
+        refused(res, "PATH_OUTSIDE_ROOTS")
+    outside_untouched(site)
+
+
+@attack("mcp-path-escape")
+@pytest.mark.parametrize("kind", DOORS)
+async def test_a_read_outside_the_read_roots_is_refused(kind, site) -> None:
+    async with door(kind, site["ops"], roots(site)) as c:
+        res = await c.call_tool("evaluate", {"layout": str(site["outside"] / "secret.glp")})
+        obj = refused(res, "PATH_OUTSIDE_ROOTS")
+        assert obj["details"]["access"] == "read" and str(site["outside"]) not in json.dumps(obj)
+        res = await c.call_tool("open_layout", {"path": str(site["outside"] / "precious.gds")})
+        refused(res, "PATH_OUTSIDE_ROOTS")
+        res = await c.call_tool("run_submit", {"work_queue": str(site["outside"] / "precious.gds"),
+                                               "idempotency_key": "outside-1"})
+        refused(res, "PATH_OUTSIDE_ROOTS")
+
+
+@attack("mcp-deck-as-read")
+@pytest.mark.parametrize("kind", DOORS)
+async def test_an_observer_door_runs_no_deck(kind, site) -> None:
+    env = {**roots(site), "DOME_MCP_DECK_ROOTS": str(site["in"])}
+    async with door(kind, site["ops"], env, "--allow", "read") as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert "run_drc_script" not in names and "open_layout" in names
+        sid = (await c.call_tool("open_layout", {"path": str(site["in"] / "bars.gds")})).structured_content["session_id"]
+        for deck in (site["in"] / ".env", site["in"] / "topcode.py"):
+            with pytest.raises(MCPError) as e:
+                await c.call_tool("run_drc_script", {"session_id": sid, "script_path": str(deck),
+                                                     "script_type": "python"})
+            assert e.value.error.data["code"] == "UNKNOWN_TOOL" and SECRET not in str(e.value)
+    assert not (site["outside"] / "RAN").exists()
+
+
+@attack("mcp-deck-as-read")
+@pytest.mark.parametrize("kind", DOORS)
+async def test_a_file_that_is_not_a_deck_is_neither_run_nor_echoed(kind, site) -> None:
+    env = {**roots(site), "DOME_MCP_DECK_ROOTS": str(site["in"])}
+    async with door(kind, site["ops"], env) as c:
+        sid = (await c.call_tool("open_layout", {"path": str(site["in"] / "bars.gds")})).structured_content["session_id"]
+        for deck, kind_ in ((site["in"] / ".env", "ruby"), (site["in"] / ".env", "python"),
+                            (site["in"] / "topcode.py", "python")):
+            res = await c.call_tool("run_drc_script", {"session_id": sid, "script_path": str(deck),
+                                                       "script_type": kind_})
+            refused(res, "NOT_A_DECK")
+        # a deck outside the deck roots is not run either, even where it may be read
+        res = await c.call_tool("run_drc_script", {"session_id": sid, "script_path": str(site["glp"]),
+                                                   "script_type": "ruby"})
+        refused(res, "PATH_OUTSIDE_ROOTS")
+    assert not (site["outside"] / "RAN").exists()
+
+
+@attack("mcp-secret-in-root")
+@pytest.mark.parametrize("kind", DOORS)
+def test_a_host_whose_root_holds_its_token_does_not_start(kind, tmp_path) -> None:
+    ops = tmp_path / "ops"
+    (ops / "mcp").mkdir(parents=True)
+    argv = [sys.executable, "-m", "coordinator.cli.main", "mcp", "--ops-root", str(ops)]
+    argv += ["--http", "127.0.0.1:0"] if kind == "http" else []
+    for env in ({"DOME_MCP_READ_ROOTS": str(tmp_path)}, {"KLAYOUT_MCP_ALLOWED_ROOTS": str(ops / "mcp")},
+                {"DOME_MCP_WRITE_ROOTS": str(tmp_path)}):
+        r = subprocess.run(argv, cwd=REPO_ROOT, env={**host_env(ops), **env}, input=b"", capture_output=True,
+                           timeout=60)
+        assert r.returncode == 2 and b"SECRET_IN_ROOT" in r.stderr, (env, r.stderr[-500:])
+    assert not (ops / "mcp" / "http.token").exists()
+
+
+@attack("mcp-token-file")
+def test_a_planted_token_file_is_refused(tmp_path) -> None:
+    ops = tmp_path / "ops"
+    (ops / "mcp").mkdir(parents=True)
+    token = ops / "mcp" / "http.token"
+    argv = [sys.executable, "-m", "coordinator.cli.main", "mcp", "--ops-root", str(ops), "--http", "127.0.0.1:0"]
+    env = {k: v for k, v in host_env(ops).items() if k != "DOME_MCP_TOKEN"}
+    token.write_text("planted-by-someone-else")
+    token.chmod(0o644)
+    real = tmp_path / "elsewhere.token"
+    real.write_text("planted-by-someone-else")
+    real.chmod(0o600)
+    for plant in ("0644", "symlink"):
+        if plant == "symlink":
+            token.unlink()
+            token.symlink_to(real)
+        r = subprocess.run(argv, cwd=REPO_ROOT, env=env, input=b"", capture_output=True, timeout=60)
+        assert r.returncode == 2 and b"TOKEN_FILE_UNSAFE" in r.stderr, (plant, r.stderr[-500:])
+        assert b"planted-by-someone-else" not in r.stderr
+
+
+def test_a_new_token_file_is_0600_in_a_0700_folder(tmp_path) -> None:
+    from coordinator.mcp.paths import load_or_create_token
+
+    state = tmp_path / "ops" / "mcp"
+    tok = load_or_create_token(state)
+    assert len(tok) >= 32 and load_or_create_token(state) == tok
+    assert (state / "http.token").stat().st_mode & 0o777 == 0o600 and state.stat().st_mode & 0o777 == 0o700
+
+
+@attack("mcp-token-file")
+async def test_the_token_never_reaches_a_worker(site) -> None:
+    async with door("http", site["ops"], roots(site)) as c:
+        assert not (await c.call_tool("test_echo", {"value": 1})).is_error  # a worker is running
+        pid = (await c.call_tool("health", {})).structured_content["worker_pid"]
+        tree = [pid] + _descendants(pid)
+        environs = [Path(f"/proc/{p}/environ").read_bytes() for p in tree if Path(f"/proc/{p}/environ").exists()]
+        assert environs and not any(TOKEN.encode() in e or b"DOME_MCP_TOKEN" in e for e in environs)
+
+
+@attack("mcp-path-escape")
+async def test_a_worker_tool_cannot_write_outside_the_policy(site) -> None:
+    """The sandbox: a tool with a bug (here a test tool that writes where it is told) stays inside."""
+    async with door("stdio", site["ops"], roots(site)) as c:
+        res = await c.call_tool("test_slow", {"steps": 1, "step_s": 0.0, "heartbeat": str(site["outside"] / "hb")})
+        assert res.is_error
+        ok = await c.call_tool("test_slow", {"steps": 1, "step_s": 0.0, "heartbeat": str(site["art"] / "hb")})
+        assert not ok.is_error, ok.content[0].text
+    outside_untouched(site)
+    assert (site["art"] / "hb").read_text() == "0"
+
+
+def _descendants(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+@pytest.mark.slow
+async def test_a_relative_output_lands_in_the_clients_folder_and_comes_back_as_a_resource(site) -> None:
+    """A remote agent never needs a host path: it names a file, gets a link, reads the bytes."""
+    async with door("stdio", site["ops"], roots(site)) as c:
+        res = await c.call_tool("optimize", {"layout": str(site["glp"]), "iterations": 1, "out": "masks/m1.png"},
+                                read_timeout_seconds=600)
+        assert not res.is_error, res.content[0].text
+        written = site["art"] / "masks" / "m1.png"
+        assert res.structured_content["mask"]["path"] == str(written.resolve()) and written.stat().st_size > 0
+        (link,) = [x for x in res.content if x.type == "resource_link"]
+        assert str(link.uri) == "dome://artifacts/mcp/artifacts/local/masks/m1.png"
+        read = await c.read_resource(link.uri)
+        import base64
+
+        assert base64.b64decode(read.contents[0].blob) == written.read_bytes()
+        again = await c.call_tool("optimize", {"layout": str(site["glp"]), "iterations": 1, "out": "masks/m1.png"})
+        refused(again, "PATH_EXISTS")
