@@ -69,8 +69,10 @@ def test_litho_takes_the_global_options_and_answers_bad_flags_in_json(tmp_path):
 
 
 def test_mcp_refusal_is_a_json_error_under_json(tmp_path):
+    cwd = tmp_path / "cwd"  # the read root (the working directory) must not hold the ops root
+    cwd.mkdir()
     res = dome_cli("mcp", "--http", "0.0.0.0:1", "--no-auth", "--json", "--ops-root", str(tmp_path / "o"),
-                   cwd=tmp_path, timeout=120)
+                   cwd=cwd, timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     err = json.loads(res.stdout)["error"]
     assert err["code"] == "USAGE" and "loopback" in err["message"]

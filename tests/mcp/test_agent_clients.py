@@ -44,9 +44,11 @@ def door(tmp_path_factory):
     ops = tmp / "ops"
     tokens = {n: _token(ops, "create", "--name", n, "--allow", a)["token"]
               for n, a in (("alice", "run"), ("bob", "run"), ("carol", "read"))}
-    gds = tmp / "two_bars.gds"
+    layouts = tmp / "layouts"  # the read root: apart from the ops root, which a root may never hold
+    layouts.mkdir()
+    gds = layouts / "two_bars.gds"
     two_bars_gds(gds)
-    with http_host(ops, OPERATOR, KLAYOUT_MCP_ALLOWED_ROOTS=str(tmp), DOME_MCP_HEADER_TIMEOUT_S=str(HEADER_S),
+    with http_host(ops, OPERATOR, KLAYOUT_MCP_ALLOWED_ROOTS=str(layouts), DOME_MCP_HEADER_TIMEOUT_S=str(HEADER_S),
                    DOME_MCP_BODY_TIMEOUT_S=str(HEADER_S)) as url:
         yield {"url": url, "ops": ops, "tokens": tokens, "gds": gds}
 
