@@ -20,6 +20,7 @@ from registry.datasets import iccad13_data
 
 from .html import ClipSection, render_html
 from .model import ReportModel, build_model
+from .tilemap import tile_cells, tile_map_html
 
 if TYPE_CHECKING:
     from ledger import Ledger
@@ -93,10 +94,13 @@ def drc_markers(model: ReportModel, get_blob: Callable[[str], bytes]) -> None:
         except Exception:  # noqa: BLE001 - a missing or unreadable blob leaves the counts, without close-ups
             continue
         d["picked"] = pick_markers(list(doc.get("violations") or []))
+        d["points"] = [(float(v["location_nm"][0]), float(v["location_nm"][1])) for v in doc.get("violations") or []
+                       if isinstance(v, dict) and isinstance(v.get("location_nm"), list) and len(v["location_nm"]) == 2]
 
 
 def _render_pictures(repo: str, rev: str, layout_path: str, mask_path: str,
-                     kernels: str | None, crops: list[dict[str, Any]] = ()) -> dict[str, bytes]:
+                     kernels: str | None, crops: list[dict[str, Any]] = (),
+                     tiles: list[dict[str, Any]] = ()) -> dict[str, bytes]:
     """Run the litho picture renderer in a child process on files of `rev`;
     {} when the engine is unavailable. The kernels are the repository's own
     when it pins them (the optics the masks were made for). `crops` are points
@@ -116,6 +120,9 @@ def _render_pictures(repo: str, rev: str, layout_path: str, mask_path: str,
         if crops:
             (t / "crops.json").write_text(json.dumps([{"x_nm": c["x_nm"], "y_nm": c["y_nm"]} for c in crops]))
             argv += ["--crops", str(t / "crops.json")]
+        if tiles:  # a tiled mask: one picture per tile core, from the same simulation
+            (t / "tiles.json").write_text(json.dumps([{"tile_id": c["tile_id"], "core_nm": c["core_nm"]} for c in tiles]))
+            argv += ["--tiles", str(t / "tiles.json")]
         r = subprocess.run(argv, capture_output=True, timeout=600)
         if r.returncode != 0 or not out.is_dir():
             return {}
@@ -156,15 +163,24 @@ def litho_clips(model: ReportModel, *, pictures: bool, progress: Progress = _no_
                            iterations=(report.get("ilt") or {}).get("iterations"))
         kernels = (ev.data.get("provenance") or {}).get("kernels")
         kernels = kernels if isinstance(kernels, str) and not Path(kernels).is_absolute() else None
+        per_tile = list((report.get("tiling") or {}).get("per_tile") or [])
+        images: dict[str, bytes] = {}
         if pictures and repo and head and layout_path and files.get("mask") and report:
             checked = [d for d in model.drc if d.get("layout") == files["mask"] and d.get("picked")]
             points = [m for d in checked for m in d["picked"]][:MAX_CROPS]
             images = _render_pictures(repo, head, layout_path, files["mask"], kernels or _pinned_kernels(repo, head),
-                                      points)
+                                      points, per_tile)
             _attach_crops(checked, images)
-            clip.images = {k: v for k, v in images.items() if not k.startswith("crop_")}
+            clip.images = {k: v for k, v in images.items() if not k.startswith(("crop_", "tile_"))}
+        if per_tile:
+            clip.tile_map = tile_map_html(name, tile_cells(per_tile, _drc_points(model, files.get("mask"))), images)
         clips.append(clip)
     return sorted(clips, key=lambda c: (_test_number(c.name) or 0, c.name))
+
+
+def _drc_points(model: ReportModel, mask: str | None) -> list[tuple[float, float]]:
+    """Where the DRC markers on one mask are (layout nm), for the tile map's counts."""
+    return [p for d in model.drc if d.get("layout") == mask for p in d.get("points") or []]
 
 
 def _attach_crops(checked: list[dict[str, Any]], images: dict[str, bytes]) -> None:

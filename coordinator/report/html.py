@@ -40,6 +40,7 @@ class ClipSection:
     metrics: dict[str, Any] = field(default_factory=dict)
     published: list[Mapping[str, Any]] = field(default_factory=list)  # rows of published_results.csv
     iterations: int | None = None  # ILT iterations the mask was optimised with
+    tile_map: str = ""  # a tiled mask's tile map section (coordinator.report.tilemap)
 
 
 def _img(png: bytes, alt: str, cls: str = "") -> str:
@@ -308,6 +309,7 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
     if clips:
         clip_html = ("<h2>Lithography: per-clip results</h2>" + litho_summary_html(clips, quick_iterations)
                      + "".join(_clip_html(c) for c in clips))
+    clip_html += "".join(c.tile_map for c in clips)
     clip_html += drc_html(m.drc)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

@@ -29,10 +29,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
+from registry import mask_rules  # noqa: E402
 from registry.datasets import iccad13_data  # noqa: E402
 
 KERNELS = "kernels/iccad13"
-MRC = {"min_feature_nm": 9, "min_area_nm2": 400}
+MRC = {"min_feature_nm": mask_rules.MIN_WIDTH_NM, "min_area_nm2": mask_rules.MIN_AREA_NM2}
 # queue file: (layout, ILT iterations per tile, tiles per task, promote_to, evaluation level, endgame duplicates);
 # the quick variant runs on 2-core CI machines, where a duplicate would only compete for the same cores
 VARIANTS = {

@@ -28,36 +28,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
+from registry import mask_rules  # noqa: E402
 from registry.datasets import iccad13_data  # noqa: E402
 
-# Mask rules at wafer scale (1x), in nm. The optimizer's cleanup uses a 9 nm
-# square, so masks it writes are expected to meet these with margin.
-MIN_WIDTH_NM = 8
-MIN_SPACE_NM = 6
-MIN_AREA_NM2 = 200
-
-RUBY_DECK = f"""# dome mask-rule deck: minimum width, space and area on the mask layer (1/0).
-# Manhattan data, projection metrics; values at wafer scale (1x).
-# Run: klayout -b -r mask_rules.drc -rd input=MASK.oas -rd output=out.lyrdb
-source($input)
-report("mask rules", $output)
-mask = input(1, 0).merged
-mask.width({MIN_WIDTH_NM / 1000.0}.um, projection).output("min_width", "width below {MIN_WIDTH_NM} nm")
-mask.space({MIN_SPACE_NM / 1000.0}.um, projection).output("min_space", "space below {MIN_SPACE_NM} nm")
-mask.with_area(nil, {MIN_AREA_NM2 / 1e6}.um2).output("min_area", "area below {MIN_AREA_NM2} nm2")
-"""
-
-PY_DECK = f'''"""dome mask-rule deck (klayout.db): the same rules as mask_rules.drc."""
-import klayout.db as kdb
-
-
-def run(deck):
-    mask = deck.input(1, 0).merged()
-    proj = kdb.Metrics.Projection
-    deck.output(mask.width_check(deck.um({MIN_WIDTH_NM / 1000.0}), False, proj), "min_width", "width below {MIN_WIDTH_NM} nm")
-    deck.output(mask.space_check(deck.um({MIN_SPACE_NM / 1000.0}), False, proj), "min_space", "space below {MIN_SPACE_NM} nm")
-    deck.output(mask.with_area(None, deck.um2({MIN_AREA_NM2 / 1e6}), False), "min_area", "area below {MIN_AREA_NM2} nm2")
-'''
+# Mask rules at wafer scale (1x), in nm: one home, registry/mask_rules.py, which
+# the ILT clean-up (mrc-quality) and docs/litho.md share.
+RUBY_DECK = mask_rules.ruby_deck()
+PY_DECK = mask_rules.python_deck()
 
 REPO_TESTS = '''"""The repository's own checks: every committed mask matches its metrics report."""
 import hashlib
@@ -163,7 +140,6 @@ def make_repo(out: Path, data: Path, *, force: bool = False) -> Path:
 
 QUICK_CLIPS = (1, 4)
 QUICK_ITERATIONS = 40
-MIN_FEATURE_NM = 9
 
 
 def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str,
@@ -174,7 +150,7 @@ def work_queue(clips: tuple[int, ...], iterations: int | None, *, name: str,
     for n in clips:
         params = {"layout": f"layouts/M1_test{n}.oas", "out": f"masks/M1_test{n}.oas",
                   "kernels": "kernels/iccad13", "fill": "lithobench", "preset": "mrc-quality",
-                  "mrc": {"min_feature_nm": MIN_FEATURE_NM, "min_area_nm2": 2 * MIN_AREA_NM2}}
+                  "mrc": {"min_feature_nm": mask_rules.MIN_WIDTH_NM, "min_area_nm2": mask_rules.MIN_AREA_NM2}}
         if iterations:
             params["iterations"] = iterations
         tasks.append({"node_id": f"optimize-t{n}", "description": f"ILT mask for ICCAD 2013 clip {n}",

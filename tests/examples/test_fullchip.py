@@ -136,3 +136,37 @@ def test_stopping_the_run_cancels_every_tile_task(tmp_path: Path, iccad13: Path)
     assert dispatched and dispatched <= ended  # every tile task in flight was stopped (or had finished)
     assert any(e["topic"] == "task.cancelled" for e in events)
     assert "stitch" not in dispatched
+
+
+def test_report_shows_the_quick_crop_as_a_tile_map_in_chromium(quick: dict, tmp_path: Path) -> None:
+    # the run the fixture made: the report adds one picture render of the crop (tile pictures come
+    # from the same simulation) and one headless Chromium page load
+    import base64
+    import io
+    import re
+
+    from PIL import Image
+
+    from tests.report.test_report_page import rendered
+
+    page = tmp_path / "report.html"
+    r = dome_cli("report", quick["run"]["run_id"], "--ops-root", str(quick["ops"]), "--html", str(page), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    dom = rendered(page, 760, tmp_path)
+    overflow = re.search(r'data-overflow="(-?\d+)"', dom)
+    assert overflow is not None and int(overflow.group(1)) <= 0  # readable in a laptop-sized window
+    svg = re.search(r'<svg class="tilemap".*?</svg>', dom, re.S)
+    assert svg is not None
+    links = re.findall(r'<a href="#(tile-[^"]+)" data-tile="([^"]+)"', svg.group(0))
+    assert len(links) == 16 and len({t for _, t in links}) == 16
+    for anchor, tile_id in links:  # a click lands on the tile's block, which holds its picture
+        block = re.search(rf'<div class="tile" id="{re.escape(anchor)}">(.*?)</div>', dom, re.S)
+        assert block is not None, anchor
+        img = re.search(r'src="data:image/png;base64,([^"]+)"', block.group(1))
+        assert img is not None, f"no picture for {tile_id}"
+        assert Image.open(io.BytesIO(base64.b64decode(img.group(1)))).size[0] > 0
+    # the colours say something: the stitched crop's tiles gained L2 on the whole
+    report = json.loads(git(quick["repo"], "show", f"{quick['queue']['promote_to']}:masks/block_quick.litho.json"))
+    per_tile = report["tiling"]["per_tile"]
+    assert len(per_tile) == 16
+    assert sum(t["l2_nm2"] for t in per_tile) < sum(t["l2_before_nm2"] for t in per_tile)

@@ -5,7 +5,7 @@ import klayout.db as kdb
 import torch
 from hypothesis import given, settings, strategies as st
 
-from worker_sdk.litho.mrc import MaskRules, clean_mask
+from worker_sdk.litho.mrc import MaskRules, clean_mask, rule_violations
 
 
 def _region(mask: torch.Tensor) -> kdb.Region:
@@ -124,4 +124,37 @@ def test_masks_cleaned_without_a_halo_pass_9_nm_width_and_space_checks(boxes) ->
     proj = kdb.Metrics.Projection
     assert reg.width_check(9, False, proj).count() == 0
     assert reg.space_check(9, False, proj).count() == 0
+    assert _euclidean_markers(out) == (0, 0, 0)  # corner to corner too, touches included
     assert out[:9].sum() == 0 and out[-9:].sum() == 0 and out[:, :9].sum() == 0 and out[:, -9:].sum() == 0
+
+
+def _euclidean_markers(out: torch.Tensor, space: int = 9) -> tuple[int, int, int]:
+    reg = _region(out)
+    eucl = kdb.Metrics.Euclidian
+    return (reg.width_check(space, False, eucl).count(), reg.space_check(space, False, eucl).count(),
+            reg.width_check(1, False, eucl).count())
+
+
+def test_cleanup_removes_a_corner_to_corner_touch() -> None:
+    # two squares meeting at one corner: no projection marker, a zero-width neck to a mask shop
+    m = torch.zeros(96, 96)
+    m[20:40, 20:40] = 1
+    m[40:60, 40:60] = 1
+    assert _euclidean_markers(m)[2] >= 1
+    out = clean_mask(m, m, MaskRules(min_feature_px=9, halo_px=2048, min_space_px=9))
+    assert _euclidean_markers(out) == (0, 0, 0)
+    assert rule_violations(out.numpy(), MaskRules(min_feature_px=9, min_space_px=9)) == {
+        "width": 0, "space": 0, "width_euclidean": 0, "space_euclidean": 0, "corner_touch": 0, "area": 0}
+
+
+def test_cleanup_opens_a_diagonal_space_that_projection_misses() -> None:
+    # corners 5 px apart in x and in y: 7.1 nm corner to corner, no facing edges
+    m = torch.zeros(96, 96)
+    m[20:40, 20:40] = 1
+    m[45:65, 45:65] = 1
+    reg = _region(m)
+    assert reg.space_check(9, False, kdb.Metrics.Projection).count() == 0
+    assert _euclidean_markers(m)[1] >= 1
+    out = clean_mask(m, m, MaskRules(min_feature_px=9, halo_px=2048, min_space_px=9))
+    assert _euclidean_markers(out) == (0, 0, 0)
+    assert int(out.sum()) > 0.9 * int(m.sum())  # a corner cut, not a shape removed

@@ -1,14 +1,17 @@
 """Pictures of one clip for a human report: target, mask, prints, violations.
 
     python -m worker_sdk.litho.pictures --layout L --mask M --out DIR [--kernels K] [--fill F]
-                                        [--crops CROPS.json]
+                                        [--crops CROPS.json] [--tiles TILES.json]
 
 Writes DIR/{target,mask,print_nominal,print_max,print_min,violations}.png,
 cropped to the pattern and scaled to a fixed size, each with a scale bar.
 With --crops (a JSON list of {"x_nm", "y_nm"} in the mask layout's own
 coordinates, e.g. DRC markers), also DIR/crop_NN.png: a close-up
 (CROP_NM wide) around each point showing target, mask and nominal print,
-with the point marked. Runs in its own process: the coordinator's report
+with the point marked. With --tiles (a JSON list of {"tile_id", "core_nm":
+[x0, y0, x1, y1]} in the same coordinates), also DIR/tile_<tile_id>.png:
+each tile's core showing target, mask and nominal print, from the same
+simulation (the report's tile map links to them). Runs in its own process: the coordinator's report
 asks for pictures without importing torch.
 """
 from __future__ import annotations
@@ -103,8 +106,14 @@ def crop_box(cx: int, cy: int, shape: tuple[int, int], side: int = CROP_NM) -> t
     return y0, x0, y0 + side, x0 + side
 
 
+def tile_name(tile_id: str) -> str:
+    """The picture's file stem for a tile id; anything but letters, digits, _ and - is dropped (pure)."""
+    return "tile_" + "".join(ch for ch in str(tile_id) if ch.isalnum() or ch in "_-")[:64]
+
+
 def render(layout_path: Path, mask_path: Path, out: Path, *, kernels: str | None = None,
-           fill: str = "lithobench", crops: list[dict[str, float]] = ()) -> list[Path]:
+           fill: str = "lithobench", crops: list[dict[str, float]] = (),
+           tiles: list[dict] = ()) -> list[Path]:
     from . import api
     from .engine import evaluate
     from .layout import load_layout
@@ -145,6 +154,19 @@ def render(layout_path: Path, mask_path: Path, out: Path, *, kernels: str | None
             p = out / f"crop_{i:02d}.png"
             _save(both, crop_box(cx, cy, shape), p, [(cx, cy)], size=CROP_SIZE, marker_colour=ORANGE)
             written.append(p)
+    if tiles:
+        both = _rgb([(target, GRAY_TARGET, 1.0), (ev.mask, BLACK, 0.55), (ev.printed["nominal"], BLUE_PRINT, 0.35)],
+                    shape)
+        dx, dy = ev.shift
+        h, w = shape
+        for tile in tiles:
+            x0, y0, x1, y1 = (int(v) for v in tile["core_nm"])
+            box = (max(0, y0 + dy), max(0, x0 + dx), min(h, y1 + dy), min(w, x1 + dx))
+            if box[2] <= box[0] or box[3] <= box[1]:
+                continue
+            p = out / f"{tile_name(tile['tile_id'])}.png"
+            _save(both, box, p, size=CROP_SIZE)
+            written.append(p)
     return written
 
 
@@ -157,9 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fill", default="lithobench", choices=("lithobench", "exact"))
     ap.add_argument("--crops", type=Path, default=None,
                     help='JSON list of {"x_nm", "y_nm"} (mask layout coordinates) to show close up')
+    ap.add_argument("--tiles", type=Path, default=None,
+                    help='JSON list of {"tile_id", "core_nm": [x0, y0, x1, y1]} to picture tile by tile')
     args = ap.parse_args(argv)
     crops = json.loads(args.crops.read_text()) if args.crops else []
-    for p in render(args.layout, args.mask, args.out, kernels=args.kernels, fill=args.fill, crops=crops):
+    tiles = json.loads(args.tiles.read_text()) if args.tiles else []
+    for p in render(args.layout, args.mask, args.out, kernels=args.kernels, fill=args.fill, crops=crops,
+                    tiles=tiles):
         print(p, file=sys.stderr)
     return 0
 

@@ -1,7 +1,7 @@
 """Named optimize recipes: a preset fills in request keys the caller left out.
 
-`mrc-quality` is the recipe for masks a mask shop accepts: 9 nm minimum width
-and space, 400 nm^2 minimum area, the bridge term on, and nothing cleared
+`mrc-quality` is the recipe for masks a mask shop accepts: the minimum width,
+space and area of registry/mask_rules.py, the bridge term on, and nothing cleared
 inside the clip canvas except a frame along its edge (`halo_nm` 2048). The
 assist material the ILT places 256-768 nm from the pattern sharpens the print;
 clearing it (the old 256 nm halo) cost about 10% of L2 on the ICCAD 2013
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from registry import mask_rules
+
 from .errors import BadRequest
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -21,7 +23,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "bridge_weight": 4.0,
         "pvb_weight": 0.15,
         "band_weight": 2.0,
-        "mrc": {"min_feature_nm": 9, "min_space_nm": 9, "min_area_nm2": 400, "halo_nm": 2048},
+        "mrc": {**mask_rules.mrc_request(), "halo_nm": 2048},
     },
 }
 

@@ -108,6 +108,7 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     secs["seam_check"] = _lap(mark)
     info["stitched"] = True
     info["missing"] = []
+    info["per_tile"] = per_tile_scores(before, after)
     if seams is not None:
         info["seam_check"] = seams
     resp["after"] = after
@@ -120,6 +121,23 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     resp["runtime_s"] = round(time.perf_counter() - t0, 3)
     info["peak_rss_mb"] = peak_rss_mb()
     return resp
+
+
+def per_tile_scores(before, after) -> list[dict[str, Any]]:
+    """Each tile's core (layout nm) and its L2 before and after ILT, PVB and EPE markers after: what
+    the report's tile map colours and labels. Pure: from the two streamed evaluations."""
+    dx, dy = after.shift
+    tiles = {t.tile_id: t for t in after.tiles}
+    base = {s.tile_id: s for s in before.per_tile}
+    out = []
+    for s in after.per_tile:
+        t = tiles[s.tile_id]
+        x0, y0, x1, y1 = t.core
+        b = base.get(s.tile_id)
+        out.append({"tile_id": s.tile_id, "row": t.row, "col": t.col, "core_nm": [x0 - dx, y0 - dy, x1 - dx, y1 - dy],
+                    "l2_before_nm2": b.l2 if b is not None else None, "l2_nm2": s.l2, "pvb_nm2": s.pvb,
+                    "epe_violations": s.epe})
+    return out
 
 
 def peak_rss_mb() -> float:
