@@ -10,6 +10,8 @@ command -v klayout >/dev/null 2>&1 || need_apt+=(klayout)
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+# a real Prometheus server scrapes `dome serve` in tests/observe
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 if [ "${#need_apt[@]}" -gt 0 ] && [ -z "${DOME_SKIP_APT:-}" ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing system packages: ${need_apt[*]}" >&2
@@ -21,7 +23,7 @@ PY=${PYTHON:-python3}
 # CPU torch, pinned: an unpinned torch pulls several GB of CUDA wheels.
 # On a GPU machine install your CUDA build of torch first; this line then does nothing.
 "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0" >&2
-"$PY" -m pip install -q -e ".[litho,ray,agents,test]" >&2
+"$PY" -m pip install -q -e ".[litho,ray,agents,otel,test]" >&2
 # agent CLIs (aider from PyPI, Qwen Code from npm), pinned, each in a directory of its own
 # (a failed install leaves the rest of dome working; its tests then say what is missing)
 if [ -z "${DOME_SKIP_AGENT_CLIS:-}" ]; then

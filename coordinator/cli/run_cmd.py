@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -46,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--egress", metavar="CONFIG", default=None,
                         help="egress gate routes for agent workers (JSON: host -> upstream, key env var, prices); "
                              "default OPS_ROOT/egress.json when it exists")
+    parser.add_argument("--log-format", choices=["text", "json"], default=None,
+                        help="stderr: the live view (text) or one JSON object per ledger event (json); "
+                             "default $DOME_LOG_FORMAT, else text")
     parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
                         help="time to live of the run's lease (default 30): how long after this "
                              "coordinator stops renewing it another one may take the run over")
@@ -76,6 +80,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     ops_root = Path(args.ops_root)
     view = None
+    watch = None
+    try:
+        from coordinator.observe.live import configured
+        cfg = configured("run", args)  # bad settings are refused before anything exists
+    except DomeError as exc:
+        report_error("run", exc, as_json=args.json)
+        return 2
     try:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
@@ -87,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         from coordinator.runloop.view import make_view
         from ledger import Ledger
 
-        view = make_view(sys.stderr)  # on stderr, so it shows with --json too
+        # on stderr, so it shows with --json too; JSON logs take stderr's place instead
+        view = make_view(sys.stderr if cfg["log_format"] == "text" else open(os.devnull, "w"))
         # read before anything is created: a bad egress configuration is refused up front
         egress_path = args.egress or (ops_root / "egress.json" if (ops_root / "egress.json").is_file() else None)
         egress = None
@@ -105,10 +117,16 @@ def run(args: argparse.Namespace) -> int:
         signer = load_or_create_signing_key(ops_root)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
+                         max_parallel=cfg["max_parallel"], finish=integration_finish, view=view, egress=egress,
                          lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
-        outcome = loop.run()
+        from coordinator.observe.live import start_run_telemetry
+        watch = start_run_telemetry(ledger, loop.run_id, log_format=cfg["log_format"])
+        try:
+            outcome = loop.run()
+        finally:
+            if watch is not None:
+                watch.close()
     except DomeError as exc:
         if view is not None:
             view.close()
@@ -120,7 +138,11 @@ def run(args: argparse.Namespace) -> int:
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps({**outcome.to_json(), "why": why}, sort_keys=True))
-        print("\n".join(why["verdict"]), file=sys.stderr)  # the person watching stderr reads it too
+        if cfg["log_format"] == "json":
+            from coordinator.observe.logs import emit
+            emit({"level": "info", "msg": "run.verdict", "run_id": outcome.run_id, "lines": why["verdict"]})
+        else:
+            print("\n".join(why["verdict"]), file=sys.stderr)  # the person watching stderr reads it too
     else:
         print("\n".join(why["verdict"]))
         print(f"  ledger: {outcome.ops_path}   next: dome report {outcome.run_id} --html report.html")
