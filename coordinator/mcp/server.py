@@ -237,7 +237,8 @@ def build_http_app(host: ToolHost, token: str | None, *, bind_host: str = "127.0
     app.router.lifespan_context = lifespan
     if token is None and bind_host not in LOOPBACK:
         raise ValueError(f"serving without a bearer token is allowed on loopback only, not {bind_host}")
-    return BearerAuth(app, token)
+    from coordinator.observe.mcp_door import wrap  # /metrics and per-call telemetry (docs/operations.md)
+    return BearerAuth(wrap(app, host), token)
 
 
 def serve_http(host: ToolHost, bind: str, *, stateless: bool = False, auth: bool = True) -> None:

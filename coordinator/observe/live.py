@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from .follow import Follower
+if TYPE_CHECKING:
+    from .follow import Follower
 
 
 def start_run_telemetry(ledger: Any, run_id: str, *, log_format: str = "text",
-                        env: Mapping[str, str] | None = None) -> Follower | None:
+                        env: Mapping[str, str] | None = None) -> "Follower | None":
     """A follower of one run with the sinks asked for (OTEL_* spans, JSON event logs), or None
     when nothing is asked: then the run pays nothing for telemetry."""
+    from .follow import Follower
     from .tracing import sink_from_env
 
     spans = sink_from_env(os.environ if env is None else env)

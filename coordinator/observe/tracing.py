@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from registry.errors import DomeError
 
-from ledger.otel import STATUS_ERROR, STATUS_OK, Span
+if TYPE_CHECKING:
+    from ledger.otel import Span
 
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 EXPORTERS = ("otlp", "console", "none")
@@ -90,7 +91,10 @@ class SpanSink:
         self.resource = Resource.create({"service.name": service}) if not os.environ.get("OTEL_SERVICE_NAME") \
             else Resource.create()
         self.scope = InstrumentationScope("dome.ledger", "1")
-        self.processor = BatchSpanProcessor(self.exporter)
+        # a batch leaves at least every second (OTEL_BSP_SCHEDULE_DELAY overrides): a door that is
+        # killed rather than stopped loses at most that much
+        delay = int(os.environ.get("OTEL_BSP_SCHEDULE_DELAY") or 1000)
+        self.processor = BatchSpanProcessor(self.exporter, schedule_delay_millis=delay)
         self.lock = threading.Lock()
 
     @property
@@ -101,6 +105,8 @@ class SpanSink:
         from opentelemetry.sdk.trace import ReadableSpan
         from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
         from opentelemetry.trace.status import Status, StatusCode
+
+        from ledger.otel import STATUS_ERROR, STATUS_OK
 
         codes = {0: StatusCode.UNSET, STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
         for s in spans:
