@@ -86,7 +86,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("consent_mode", "--consent-mode", "CONSENT_MODE", "strict", _choice("strict", "lenient", "off"),
             "dome mcp", "consent for destructive tools"),
     Setting("log_format", "--log-format", "DOME_LOG_FORMAT", "text", _choice("text", "json"),
-            "every command", "stderr: human lines, or one JSON object per line"),
+            "dome run, mcp, serve", "stderr: human lines, or one JSON object per line"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 # the namespaces this table owns: a variable in one of them that no setting names is a typo
