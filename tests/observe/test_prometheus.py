@@ -94,6 +94,13 @@ def test_serve_refuses_without_the_token_and_refuses_writes(ops_root) -> None:
         assert get(serve + "/metrics", token=None)[0] == 401
         assert get(serve + "/metrics", token="wrong")[0] == 401
         assert get(serve + "/runs.json")[0] == 200
+        for cookie, want in ((f"dome_serve={TOKEN}", 200), ("dome_serve=wrong", 401), (f"other={TOKEN}", 401)):
+            req = urllib.request.Request(serve + "/runs.json", headers={"Cookie": cookie})
+            try:
+                status = urllib.request.urlopen(req, timeout=10).status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            assert status == want, cookie
         req = urllib.request.Request(serve + "/runs.json", data=b"{}", method="POST",
                                      headers={"Authorization": f"Bearer {TOKEN}"})
         try:
