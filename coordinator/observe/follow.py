@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ledger.otel import Projector
 
-POLL_S = 0.25
+POLL_S = 1.0  # a span reaches the collector within about a second; each poll is one ledger query
 
 
 class Follower:

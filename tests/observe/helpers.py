@@ -68,12 +68,17 @@ def dome_serve(ops_root: Path) -> Iterator[str]:
         wait_until(up, 60, "dome serve")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen, grace: float = 10) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def start_run(queue: Path, ops_root: Path, **extra_env: str) -> subprocess.Popen:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.observe.helpers import TOKEN, dome_serve, free_port, get, start_run, wait_until
+from tests.observe.helpers import TOKEN, dome_serve, free_port, get, start_run, stop, wait_until
 from tests.runloop.conftest import cmd_task, write_queue
 
 
@@ -80,12 +80,7 @@ def test_prometheus_scrapes_dome_serve_during_a_run(git_repo, ops_root, tmp_path
             steps = {r["metric"]["step"] for r in _query(prom, "dome_integration_step_seconds_count")}
             assert {"verify", "apply", "validate", "gate"} <= steps
         finally:
-            prom_proc.terminate()
-            try:
-                prom_proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                prom_proc.kill()
-                prom_proc.wait(timeout=10)
+            stop(prom_proc, grace=15)
 
 
 def test_serve_refuses_without_the_token_and_refuses_writes(ops_root) -> None:
