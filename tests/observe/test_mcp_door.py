@@ -105,6 +105,7 @@ def test_door_metrics_spans_logs_and_call_timeout(tmp_path: Path) -> None:
     (["mcp", "tools"], {"OTEL_TRACES_EXPORTER": "zipkin"}, "TELEMETRY_CONFIG_INVALID"),
     (["serve", "--bind", "127.0.0.1:99999"], {}, "CONFIG_INVALID"),
     (["serve"], {"DOME_LOG_FORMAT": "xml"}, "CONFIG_INVALID"),
+    (["serve"], {}, "LEDGER_NOT_FOUND"),
     (["run", "q.json", "--sandbox", "none"], {"DOME_MAX_PARALLEL": "0"}, "CONFIG_INVALID"),
 ])
 def test_bad_settings_are_refused_at_start_and_nothing_is_written(tmp_path, argv, env, code) -> None:
