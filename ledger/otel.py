@@ -8,8 +8,15 @@ re-projecting the same run gives the same trace:
 - run span   = run.started .. run.finished (or the last event)
 - wave span  = wave.started .. wave.finished/rebased (or the wave's last event)
 - attempt span (one per node_execution_id) = task.dispatched .. its terminal event
+- gateway call span (one per grant.call, under its attempt) = the call's `at` .. its record
+- integration step span (one per integration event, under the run): verify, plan, apply,
+  validate (its report's duration), bisect, gate, promote
 - one log record per event, linked to its attempt/wave/run span, carrying
   dome.sequence, dome.event_id, dome.record_digest and every correlation key.
+
+`Projector` is the one projection: events in (in order), closed spans and metric
+observations out. `project` (the file) feeds it all at once; the live exporters
+(coordinator.observe) feed it as events are appended, so both carry the same spans.
 """
 from __future__ import annotations
 
