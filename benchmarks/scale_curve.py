@@ -43,6 +43,11 @@ promotion decision and run.finished of N proposals as a run records them
 (signed, long lists chained), reads them back and verifies them, and prints
 each record's payload size: the cheap way to see N = 10,000.
 
+`--telemetry off,on` runs each configuration twice: as is, and with live telemetry on as
+`dome run` turns it on (the ledger follower feeding OTLP spans to a sink in the parent
+process, and Prometheus metrics); the coordinator CPU per task of the two rows is the
+telemetry's cost (docs/benchmarks.md, live telemetry).
+
 SQLite is the default ledger (WAL, synchronous=FULL); PostgreSQL is a
 throwaway local server (fsync off, as in the tests) started for the run.
 """
