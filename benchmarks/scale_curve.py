@@ -145,6 +145,22 @@ def start_ray(max_parallel: int) -> None:
              object_store_memory=100 * 1024 * 1024)
 
 
+class _QuietView:
+    """A live view that shows nothing (the benchmark's runs have no terminal)."""
+
+    def on_record(self, rec, loop=None) -> None:
+        pass
+
+    def on_step(self, text: str) -> None:
+        pass
+
+    def tick(self, loop) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
         image: str | None = None, verify: bool = False, spawn_threads: int | None = None,
         project_dir: str | None = None, keep: bool = False, telemetry: bool = False) -> dict:
@@ -177,15 +193,18 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
             from coordinator.executors.local import LocalExecutor
             ctx.executor = LocalExecutor(sandbox=sandbox, max_concurrency=max_parallel, spawn_threads=spawn_threads)
         blobs0 = tree_bytes(ops / "blobs")
+        follower = None
+        if telemetry:  # live spans to $OTEL_EXPORTER_OTLP_ENDPOINT and Prometheus metrics, as `dome run` does:
+            # the records reach the follower through the run's view (here one that prints nothing)
+            from coordinator.observe.follow import Follower
+            from coordinator.observe.live import ViewTap
+            from coordinator.observe.metrics import Metrics
+            from coordinator.observe.tracing import sink_from_env
+            follower = Follower(ledger, None, spans=sink_from_env(), metrics=Metrics(), tapped=True).start()
+            ctx.view = ViewTap(_QuietView(), follower)
         loop = RunLoop.start(queue, ctx)
         sampler = start_sampler(loop.work)
         r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        follower = None
-        if telemetry:  # live spans to $OTEL_EXPORTER_OTLP_ENDPOINT and Prometheus metrics, as `dome run` + serve
-            from coordinator.observe.follow import Follower
-            from coordinator.observe.metrics import Metrics
-            from coordinator.observe.tracing import sink_from_env
-            follower = Follower(ledger, loop.run_id, spans=sink_from_env(), metrics=Metrics()).start()
         out = loop.run()
         if follower is not None:
             follower.close()  # its drain and the last export are the run's cost too
@@ -225,7 +244,7 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
                 "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
                 "largest_integration_record_bytes": largest, "verified": verified,
                 "max_parallel": max_parallel, "telemetry": telemetry,
-                **({"spans_exported": follower.spans.exporter.exported,
+                **({"spans_exported": follower.spans.exporter.exported, "gap_reads": follower.gap_reads,
                     "export_failures": follower.spans.failures} if follower is not None else {}),
                 "bytes_per_task_by_topic": {t: round(b / n) for t, b in
                                             sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}

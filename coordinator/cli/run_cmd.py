@@ -115,13 +115,16 @@ def run(args: argparse.Namespace) -> int:
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
+        from coordinator.observe.live import ViewTap, start_run_telemetry
+        # records reach the telemetry through the view: no ledger query per poll
+        watch = start_run_telemetry(ledger, None if not args.resume else args.resume, log_format=cfg["log_format"])
+        if watch is not None:
+            view = ViewTap(view, watch)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=cfg["max_parallel"], finish=integration_finish, view=view, egress=egress,
                          lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
-        from coordinator.observe.live import start_run_telemetry
-        watch = start_run_telemetry(ledger, loop.run_id, log_format=cfg["log_format"])
         try:
             outcome = loop.run()
         finally:

@@ -8,10 +8,11 @@ if TYPE_CHECKING:
     from .follow import Follower
 
 
-def start_run_telemetry(ledger: Any, run_id: str, *, log_format: str = "text",
+def start_run_telemetry(ledger: Any, run_id: str | None = None, *, log_format: str = "text",
                         env: Mapping[str, str] | None = None) -> "Follower | None":
     """A follower of one run with the sinks asked for (OTEL_* spans, JSON event logs), or None
-    when nothing is asked: then the run pays nothing for telemetry."""
+    when nothing is asked: then the run pays nothing for telemetry. Without `run_id` it follows
+    the run whose records `ViewTap` hands it (the run loop's view hears every record)."""
     from .follow import Follower
     from .tracing import sink_from_env
 
@@ -22,7 +23,22 @@ def start_run_telemetry(ledger: Any, run_id: str, *, log_format: str = "text",
         log = EventLog()
     if spans is None and log is None:
         return None
-    return Follower(ledger, run_id, spans=spans, log=log).start()
+    return Follower(ledger, run_id, spans=spans, log=log, tapped=run_id is None).start()
+
+
+class ViewTap:
+    """The run loop's live view, with every record it hears also handed to a follower (O(1) on
+    the loop's thread); everything else goes to the view as is."""
+
+    def __init__(self, view: Any, follower: "Follower") -> None:
+        self._view, self._follower = view, follower
+
+    def on_record(self, rec: Any, loop: Any = None) -> None:
+        self._follower.tap(rec)
+        self._view.on_record(rec, loop)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
 
 
 # the settings each command reads (coordinator.observe.config.SETTINGS)
