@@ -112,3 +112,33 @@ def test_metrics_text_from_observations() -> None:
     assert 'dome_attempts_total{outcome="succeeded"} 7.0' in text
     assert 'dome_integration_step_seconds_count{step="validate"} 4.0' in text
     assert "dome_gateway_call_seconds_bucket" in text and 'dome_gate_decisions_total{decision="pass"} 1.0' in text
+
+
+def test_a_tapped_follower_fills_what_it_was_not_handed_from_the_ledger(ops_root) -> None:
+    from coordinator.observe.follow import Follower
+    from ledger import Ledger
+    from tests.ledger.conftest import append_sample_run
+
+    class Spans:
+        def __init__(self):
+            self.got = []
+
+        def emit(self, spans):
+            self.got += [s.otlp() for s in spans]
+
+        def close(self):
+            pass
+
+    ledger = Ledger.open(None, ops_root)
+    append_sample_run(ledger)
+    records = ledger.events("run-1")
+    sink, logged = Spans(), []
+    f = Follower(ledger, None, spans=sink, log=logged.append, tapped=True, poll_s=60).start()
+    for rec in records[:3] + records[6:9] + records[5:6]:  # a gap, then one already covered
+        f.tap(rec)
+    f.close()  # the rest (after the last tap) is read once at the end
+    assert [e.sequence for e in logged] == [r.sequence for r in records]
+    assert f.gap_reads == 1 and f.run_id == "run-1"
+    file = project(records)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert sorted(sink.got, key=lambda s: s["spanId"]) == sorted(file, key=lambda s: s["spanId"])
+    ledger.close()
