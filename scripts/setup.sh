@@ -10,13 +10,18 @@ command -v klayout >/dev/null 2>&1 || need_apt+=(klayout)
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
-# a real Prometheus server scrapes `dome serve` in tests/observe
-command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 if [ "${#need_apt[@]}" -gt 0 ] && [ -z "${DOME_SKIP_APT:-}" ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing system packages: ${need_apt[*]}" >&2
   $SUDO apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >&2
+fi
+
+# a real Prometheus server scrapes `dome serve` in tests/observe (Debian's package)
+if ! command -v prometheus >/dev/null 2>&1 && [ -z "${DOME_SKIP_APT:-}" ]; then
+  echo "setup: installing system packages: prometheus" >&2
+  $( [ "$(id -u)" -eq 0 ] || echo sudo ) apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $( [ "$(id -u)" -eq 0 ] || echo sudo ) apt-get install -y -qq prometheus >&2
 fi
 
 PY=${PYTHON:-python3}

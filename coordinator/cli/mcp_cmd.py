@@ -99,10 +99,6 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"dome mcp: {exc}", file=sys.stderr)
             return 2
-        finally:  # the spans still in the exporter's batch leave before the process does
-            door = getattr(host, "door_telemetry", None)
-            if door is not None:
-                door.close()
         return 0
     from coordinator.mcp.server import run_stdio
 

@@ -80,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     ops_root = Path(args.ops_root)
     view = None
-    watch = None
     try:
         from coordinator.observe.live import configured
         cfg = configured("run", args)  # bad settings are refused before anything exists
     except DomeError as exc:
         report_error("run", exc, as_json=args.json)
         return 2
+    args.max_parallel, watch = cfg["max_parallel"], None
     try:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             view = ViewTap(view, watch)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
-                         max_parallel=cfg["max_parallel"], finish=integration_finish, view=view, egress=egress,
+                         max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
                          lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
         try:

@@ -73,6 +73,12 @@ def wrap(app: Any, host: Any) -> Any:
     door = instrument(host)
 
     async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # the spans still in the exporter's batch leave at shutdown
+            async def on_send(message: dict[str, Any]) -> None:
+                if message.get("type") == "lifespan.shutdown.complete":
+                    door.close()
+                await send(message)
+            return await app(scope, receive, on_send)
         if scope["type"] != "http":
             return await app(scope, receive, send)
         if scope["path"] == "/metrics" and scope["method"] == "GET":
