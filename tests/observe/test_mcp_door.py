@@ -62,6 +62,7 @@ def _samples(text: str, name: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 def test_door_metrics_spans_logs_and_call_timeout(tmp_path: Path) -> None:
     err = (tmp_path / "stderr.txt").open("w")
     with Receiver() as rx:
