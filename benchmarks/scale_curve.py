@@ -43,6 +43,11 @@ promotion decision and run.finished of N proposals as a run records them
 (signed, long lists chained), reads them back and verifies them, and prints
 each record's payload size: the cheap way to see N = 10,000.
 
+`--telemetry off,on` runs each configuration twice: as is, and with live telemetry on as
+`dome run` turns it on (the ledger follower feeding OTLP spans to a sink in the parent
+process, and Prometheus metrics); the coordinator CPU per task of the two rows is the
+telemetry's cost (docs/benchmarks.md, live telemetry).
+
 SQLite is the default ledger (WAL, synchronous=FULL); PostgreSQL is a
 throwaway local server (fsync off, as in the tests) started for the run.
 """
@@ -140,9 +145,25 @@ def start_ray(max_parallel: int) -> None:
              object_store_memory=100 * 1024 * 1024)
 
 
+class _QuietView:
+    """A live view that shows nothing (the benchmark's runs have no terminal)."""
+
+    def on_record(self, rec, loop=None) -> None:
+        pass
+
+    def on_step(self, text: str) -> None:
+        pass
+
+    def tick(self, loop) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
         image: str | None = None, verify: bool = False, spawn_threads: int | None = None,
-        project_dir: str | None = None, keep: bool = False) -> dict:
+        project_dir: str | None = None, keep: bool = False, telemetry: bool = False) -> dict:
     """One run in this process; the figures as a dict. The repository and its ops/ go in a
     fresh folder under `project_dir` (None: the temp dir); the attempts' scratch is where a
     run puts it ($DOME_SCRATCH_DIR, else the temp dir). With `keep` the folder stays (its
@@ -172,10 +193,21 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
             from coordinator.executors.local import LocalExecutor
             ctx.executor = LocalExecutor(sandbox=sandbox, max_concurrency=max_parallel, spawn_threads=spawn_threads)
         blobs0 = tree_bytes(ops / "blobs")
+        follower = None
+        if telemetry:  # live spans to $OTEL_EXPORTER_OTLP_ENDPOINT and Prometheus metrics, as `dome run` does:
+            # the records reach the follower through the run's view (here one that prints nothing)
+            from coordinator.observe.follow import Follower
+            from coordinator.observe.live import ViewTap
+            from coordinator.observe.metrics import Metrics
+            from coordinator.observe.tracing import sink_from_env
+            follower = Follower(ledger, None, spans=sink_from_env(), metrics=Metrics(), tapped=True).start()
+            ctx.view = ViewTap(_QuietView(), follower)
         loop = RunLoop.start(queue, ctx)
         sampler = start_sampler(loop.work)
         r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         out = loop.run()
+        if follower is not None:
+            follower.close()  # its drain and the last export are the run's cost too
         wall = time.perf_counter() - t0
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         peak_bytes = stop_sampler(sampler)
@@ -211,7 +243,9 @@ def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str =
                 "peak_scratch_mb": round(peak_bytes / 2**20, 1), "events": len(records),
                 "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
                 "largest_integration_record_bytes": largest, "verified": verified,
-                "max_parallel": max_parallel,
+                "max_parallel": max_parallel, "telemetry": telemetry,
+                **({"spans_exported": follower.spans.exporter.exported, "gap_reads": follower.gap_reads,
+                    "export_failures": follower.spans.failures} if follower is not None else {}),
                 "bytes_per_task_by_topic": {t: round(b / n) for t, b in
                                             sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}
     finally:
@@ -321,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
                          "user's project folder holds them; 'tmp' puts them in the temp dir beside the scratch")
     ap.add_argument("--records", default=None,
                     help="comma-separated N: build only the integration records and run.finished of N proposals")
+    ap.add_argument("--telemetry", default="off",
+                    help="off, on or off,on: live traces (OTLP/HTTP to a sink in this process) and metrics")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one run in this process
     ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)  # internal: the caller removes the folder
@@ -334,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.one:
         print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.verify,
-                             a.spawn_threads, None if a.project_dir == "tmp" else a.project_dir, a.keep)))
+                             a.spawn_threads, None if a.project_dir == "tmp" else a.project_dir, a.keep,
+                             a.telemetry == "on")))
         return 0
     if a.records:
         for n in (int(x) for x in a.records.split(",")):
@@ -349,6 +386,27 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def otlp_sink():
+    """An OTLP/HTTP endpoint in this (the parent) process that accepts every batch: the
+    child's exporter does all of its work, and none of the receiving is counted."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[str]) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     kinds = [k for k in a.executor.split(",") if k]
@@ -356,7 +414,11 @@ def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[str]) ->
     if "container" in kinds and not image:
         image = subprocess.run(["bash", str(ROOT / "ops" / "container" / "build.sh")], check=True,
                                capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    for db, kind in ((d, k) for d in a.db.split(",") for k in kinds):
+    sink = None
+    if "on" in a.telemetry.split(","):
+        sink = otlp_sink()
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink.server_address[1]}"
+    for db, kind, tel in ((d, k, t) for d in a.db.split(",") for k in kinds for t in a.telemetry.split(",")):
         pg = Postgres() if db == "postgres" else None
         url = pg.__enter__() if pg else None
         try:
@@ -364,7 +426,7 @@ def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[str]) ->
                 cmd = [sys.executable, __file__, "--one", str(n), "--sandbox", a.sandbox, "--executor", kind,
                        "--max-parallel", str(a.max_parallel), *(["--url", url] if url else []),
                        *(["--image", image] if image else []), *(["--verify"] if a.verify else []),
-                       "--project-dir", a.project_dir, "--keep"]
+                       "--project-dir", a.project_dir, "--keep", "--telemetry", tel]
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     print(proc.stderr[-3000:], file=sys.stderr)

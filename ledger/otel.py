@@ -8,8 +8,15 @@ re-projecting the same run gives the same trace:
 - run span   = run.started .. run.finished (or the last event)
 - wave span  = wave.started .. wave.finished/rebased (or the wave's last event)
 - attempt span (one per node_execution_id) = task.dispatched .. its terminal event
+- gateway call span (one per grant.call, under its attempt) = the call's `at` .. its record
+- integration step span (one per integration event, under the run): verify, plan, apply,
+  validate (its report's duration), bisect, gate, promote
 - one log record per event, linked to its attempt/wave/run span, carrying
   dome.sequence, dome.event_id, dome.record_digest and every correlation key.
+
+`Projector` is the one projection: events in (in order), closed spans and metric
+observations out. `project` (the file) feeds it all at once; the live exporters
+(coordinator.observe) feed it as events are appended, so both carry the same spans.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import hashlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
@@ -58,12 +66,208 @@ def _attr(key: str, value: Any) -> dict[str, Any]:
 
 
 def _correlation(ev: EventRecord) -> list[dict[str, Any]]:
-    attrs = [_attr("dome.run_id", ev.run_id)]
+    return [_attr(k, v) for k, v in correlation(ev).items()]
+
+
+def correlation(ev: EventRecord) -> dict[str, str]:
+    """The ledger's correlation keys of one event, as span attributes."""
+    attrs = {"dome.run_id": ev.run_id}
     for key in ("wave_id", "node_id", "node_execution_id", "task_id"):
         value = getattr(ev, key)
         if value is not None:
-            attrs.append(_attr(f"dome.{key}", value))
+            attrs[f"dome.{key}"] = value
     return attrs
+
+
+# integration topics -> the step they belong to (one span per recorded step)
+STEPS = {
+    "integration.proposal_verified": "verify", "integration.proposal_rejected": "verify",
+    "integration.stack_plan": "plan", "integration.selection_decision": "plan",
+    "integration.checkpoint": "apply", "integration.apply_result": "apply",
+    "integration.conflict_decision": "apply", "integration.split_request": "apply",
+    "integration.split_result": "apply", "integration.ejected": "apply",
+    "integration.resolver_request": "apply",
+    "integration.validation_report": "validate", "integration.bisect": "bisect",
+    "gate.computed": "gate", "promotion.computed": "promote",
+    "promotion.consent_requested": "promote", "promotion.consent_granted": "promote",
+}
+GATEWAY_CALL = "grant.call"
+
+
+@dataclass
+class Span:
+    """One span of the projection; `closed` once its last event was seen."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    status: tuple[int, str | None] = (0, None)
+    closed: bool = False
+
+    def otlp(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "traceId": self.trace_id, "spanId": self.span_id, "name": self.name, "kind": 1,
+            "startTimeUnixNano": str(self.start_ns), "endTimeUnixNano": str(self.end_ns),
+            "attributes": [_attr(k, v) for k, v in self.attributes.items()],
+            "status": {"code": self.status[0], **({"message": self.status[1]} if self.status[1] else {})}}
+        if self.parent_id:
+            out["parentSpanId"] = self.parent_id
+        return out
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A metric sample the projection derives from an event: `histogram` seconds or a
+    `counter` increment, with its labels."""
+
+    metric: str
+    value: float
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def _ns(ts: str) -> int:
+    return int(_nanos(ts))
+
+
+def attempt_outcome(ev: EventRecord) -> str:
+    if ev.topic == "task.completed":
+        return str(ev.payload.get("outcome") or "succeeded")
+    return ev.topic.split(".", 1)[1]
+
+
+class Projector:
+    """Events in, spans and metric observations out: the one projection of a run's events
+    to telemetry. `feed` takes each event in sequence order and returns the spans it
+    closed and the observations it made; `project` (the file) and the live exporters
+    (coordinator.observe) both feed it, so their ids and times agree."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.trace_id = trace_id(run_id)
+        self.root = span_id("run", run_id)
+        self.spans: dict[str, Span] = {}
+        self.last_ns: int | None = None
+
+    def _open(self, sid: str, name: str, parent: str | None, ev: EventRecord, ts: int,
+              start: int | None = None) -> Span:
+        span = Span(self.trace_id, sid, parent, name, ts if start is None else start, ts,
+                    {**correlation(ev), "dome.start_sequence": ev.sequence, "dome.start_event_id": ev.event_id})
+        self.spans[sid] = span
+        return span
+
+    def feed(self, ev: EventRecord) -> tuple[list[Span], list[Observation]]:
+        ts = _ns(ev.ts)
+        closed: list[Span] = []
+        obs: list[Observation] = []
+        run_id, spans = self.run_id, self.spans
+        run_span = spans.get(self.root) or self._open(self.root, f"run {run_id}", None, ev, ts)
+        parent = self.root
+        if ev.wave_id:
+            wid = span_id("wave", run_id, ev.wave_id)
+            wave = spans.get(wid) or self._open(wid, f"wave {ev.wave_id}", self.root, ev, ts)
+            if not wave.closed:
+                wave.end_ns = ts
+                if ev.topic in ("wave.finished", "wave.rebased"):
+                    wave.closed = True
+                    closed.append(wave)
+            parent = wid
+        if ev.node_execution_id:
+            aid = span_id("attempt", run_id, ev.node_execution_id)
+            att = spans.get(aid)
+            if att is None and ev.topic == "task.dispatched":
+                att = self._open(aid, f"attempt {ev.node_id or ev.task_id or ev.node_execution_id}", parent, ev, ts)
+            if att is not None:
+                if not att.closed:
+                    att.end_ns = ts
+                    if ev.topic in ATTEMPT_END:
+                        att.closed = True
+                        outcome = attempt_outcome(ev)
+                        att.status = (STATUS_OK if outcome == "succeeded" else STATUS_ERROR, ev.topic)
+                        closed.append(att)
+                        obs.append(Observation("attempt_duration_seconds", (att.end_ns - att.start_ns) / 1e9))
+                        obs.append(Observation("attempts_total", 1, (("outcome", outcome),)))
+                parent = aid
+        topic = ev.topic
+        if topic == GATEWAY_CALL:
+            closed.append(self._call(ev, ts, parent, obs))
+        elif topic in STEPS:
+            closed.append(self._step(ev, ts, obs))
+        else:
+            obs.extend(_counters(ev))
+        if not run_span.closed:
+            run_span.end_ns = ts
+            if topic in ("run.finished", "run.cancelled"):
+                run_span.closed = True
+                run_span.status = (STATUS_OK if topic == "run.finished" else STATUS_ERROR, None)
+                closed.append(run_span)
+        self.last_ns = ts
+        return closed, obs
+
+    def _call(self, ev: EventRecord, ts: int, parent: str, obs: list[Observation]) -> Span:
+        p = ev.payload
+        at = p.get("at")
+        start = min(ts, int(float(at) * 1e9)) if isinstance(at, (int, float)) else ts
+        method = str(p.get("method") or "?")
+        span = self._open(span_id("call", self.run_id, ev.event_id), f"gateway {method}", parent, ev, ts, start)
+        span.attributes.update({"dome.method": method, "dome.outcome": str(p.get("outcome") or "")})
+        span.closed = True
+        span.status = (STATUS_OK if p.get("outcome", "ok") == "ok" else STATUS_ERROR, None)
+        obs.append(Observation("gateway_call_seconds", (ts - start) / 1e9, (("method", method),)))
+        return span
+
+    def _step(self, ev: EventRecord, ts: int, obs: list[Observation]) -> Span:
+        step = STEPS[ev.topic]
+        start = self.last_ns if self.last_ns is not None else ts
+        dur = ev.payload.get("duration_s")
+        if step == "validate" and isinstance(dur, (int, float)):
+            start = ts - int(float(dur) * 1e9)
+        start = min(start, ts)
+        span = self._open(span_id("step", self.run_id, ev.event_id), f"integration {step}", self.root, ev, ts, start)
+        span.attributes.update({"dome.step": step, "dome.topic": ev.topic})
+        span.closed = True
+        obs.append(Observation("integration_step_seconds", (ts - start) / 1e9, (("step", step),)))
+        obs.extend(_counters(ev))
+        return span
+
+    def open_spans(self) -> list[Span]:
+        return [s for s in self.spans.values() if not s.closed]
+
+
+def _counters(ev: EventRecord) -> list[Observation]:
+    """The counters one event adds to (proposals by fate, gate decisions, consent, refusals, egress)."""
+    t, p = ev.topic, ev.payload
+    if t == "integration.apply_result":
+        return [Observation("proposals_total", 1, (("fate", "applied" if p.get("applied") else
+                                                    str(p.get("decision") or "not_applied")),))]
+    if t in ("integration.proposal_rejected", "patch.rejected"):
+        return [Observation("proposals_total", 1, (("fate", "rejected"),))]
+    if t == "patch.submitted":
+        return [Observation("proposals_total", 1, (("fate", "submitted"),))]
+    if t == "gate.computed":
+        return [Observation("gate_decisions_total", 1, (("decision", "blocked" if p.get("missing") else "pass"),))]
+    if t == "promotion.consent_requested":
+        return [Observation("consent_requests_total", 1)]
+    if t in ("grant.rejected", "egress.refused"):
+        code = str(p.get("code") or (p.get("error") or {}).get("code") or "UNKNOWN")
+        out = [Observation("grant_refusals_total", 1, (("code", code),))]
+        if code.startswith("CONSENT"):
+            out.append(Observation("consent_denials_total", 1))
+        if code in SCHEMA_CODES:
+            out.append(Observation("schema_failures_total", 1, (("where", "gateway"),)))
+        return out
+    if t == "model.call":
+        return [Observation("egress_tokens_total", float(p.get("tokens_in") or 0), (("direction", "in"),)),
+                Observation("egress_tokens_total", float(p.get("tokens_out") or 0), (("direction", "out"),)),
+                Observation("egress_cost_micros_total", float(p.get("cost_micros") or 0))]
+    return []
+
+
+# error codes that mean a request failed its schema
+SCHEMA_CODES = frozenset({"INVALID_REQUEST", "SCHEMA_VALIDATION", "INVALID_ARGUMENTS"})
 
 
 def project(events: Iterable[EventRecord]) -> dict[str, Any]:
@@ -72,76 +276,42 @@ def project(events: Iterable[EventRecord]) -> dict[str, Any]:
     if not evs:
         return {"resourceSpans": [], "resourceLogs": []}
     run_id = evs[0].run_id
-    tid = trace_id(run_id)
-    root = span_id("run", run_id)
-    spans: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
-
-    def open_span(sid: str, name: str, parent: str | None, ev: EventRecord) -> dict[str, Any]:
-        span = {"traceId": tid, "spanId": sid, "name": name, "kind": 1,
-                "startTimeUnixNano": _nanos(ev.ts), "endTimeUnixNano": _nanos(ev.ts),
-                "attributes": _correlation(ev) + [_attr("dome.start_sequence", ev.sequence),
-                                                  _attr("dome.start_event_id", ev.event_id)],
-                "status": {"code": 0}}
-        if parent:
-            span["parentSpanId"] = parent
-        spans[sid] = span
-        order.append(sid)
-        return span
-
-    run_span = open_span(root, f"run {run_id}", None, evs[0])
+    proj = Projector(run_id)
     logs = []
     for ev in evs:
-        ts = _nanos(ev.ts)
-        parent = root
-        if ev.wave_id:
-            wid = span_id("wave", run_id, ev.wave_id)
-            if wid not in spans:
-                open_span(wid, f"wave {ev.wave_id}", root, ev)
-            if not spans[wid].get("_closed"):
-                spans[wid]["endTimeUnixNano"] = ts
-            if ev.topic in ("wave.finished", "wave.rebased"):
-                spans[wid]["_closed"] = True
-            parent = wid
-        if ev.node_execution_id:
-            aid = span_id("attempt", run_id, ev.node_execution_id)
-            if aid not in spans and ev.topic == "task.dispatched":
-                open_span(aid, f"attempt {ev.node_id or ev.task_id or ev.node_execution_id}",
-                          parent, ev)
-            if aid in spans:
-                span = spans[aid]
-                if not span.get("_closed"):
-                    span["endTimeUnixNano"] = ts
-                if ev.topic in ATTEMPT_END and not span.get("_closed"):
-                    span["_closed"] = True
-                    ok = ev.topic == "task.completed" and ev.payload.get("outcome", "succeeded") == "succeeded"
-                    span["status"] = {"code": STATUS_OK if ok else STATUS_ERROR,
-                                      "message": ev.topic}
-                parent = aid
-        if not run_span.get("_closed"):
-            run_span["endTimeUnixNano"] = ts
-        if ev.topic in ("run.finished", "run.cancelled"):
-            run_span["_closed"] = True
-            run_span["status"] = {"code": STATUS_OK if ev.topic == "run.finished" else STATUS_ERROR}
-        failed = ev.topic in ("task.failed", "task.timeout", "task.lost", "patch.rejected")
-        logs.append({
-            "timeUnixNano": ts, "observedTimeUnixNano": ts,
-            "severityNumber": 13 if failed else 9, "severityText": "WARN" if failed else "INFO",
-            "body": {"stringValue": ev.topic}, "traceId": tid, "spanId": parent,
-            "attributes": _correlation(ev) + [
-                _attr("dome.topic", ev.topic), _attr("dome.sequence", ev.sequence),
-                _attr("dome.event_id", ev.event_id), _attr("dome.record_digest", ev.record_digest),
-                _attr("dome.payload_digest", ev.payload_digest),
-                _attr("dome.signed", ev.signature is not None)],
-        })
-    out_spans = []
-    for sid in order:
-        span = {k: v for k, v in spans[sid].items() if not k.startswith("_")}
-        out_spans.append(span)
+        proj.feed(ev)
+        logs.append(log_record(proj, ev))
     resource = {"attributes": [_attr("service.name", "dome"), _attr("dome.run_id", run_id)]}
+    out_spans = [s.otlp() for s in proj.spans.values()]
     return {
         "resourceSpans": [{"resource": resource, "scopeSpans": [{"scope": SCOPE, "spans": out_spans}]}],
         "resourceLogs": [{"resource": resource, "scopeLogs": [{"scope": SCOPE, "logRecords": logs}]}],
+    }
+
+
+def log_parent(proj: Projector, ev: EventRecord) -> str:
+    """The span an event's log record hangs on: its attempt's, else its wave's, else the run's."""
+    if ev.node_execution_id:
+        aid = span_id("attempt", proj.run_id, ev.node_execution_id)
+        if aid in proj.spans:
+            return aid
+    if ev.wave_id:
+        return span_id("wave", proj.run_id, ev.wave_id)
+    return proj.root
+
+
+def log_record(proj: Projector, ev: EventRecord) -> dict[str, Any]:
+    ts = _nanos(ev.ts)
+    failed = ev.topic in ("task.failed", "task.timeout", "task.lost", "patch.rejected")
+    return {
+        "timeUnixNano": ts, "observedTimeUnixNano": ts,
+        "severityNumber": 13 if failed else 9, "severityText": "WARN" if failed else "INFO",
+        "body": {"stringValue": ev.topic}, "traceId": proj.trace_id, "spanId": log_parent(proj, ev),
+        "attributes": _correlation(ev) + [
+            _attr("dome.topic", ev.topic), _attr("dome.sequence", ev.sequence),
+            _attr("dome.event_id", ev.event_id), _attr("dome.record_digest", ev.record_digest),
+            _attr("dome.payload_digest", ev.payload_digest),
+            _attr("dome.signed", ev.signature is not None)],
     }
 
 

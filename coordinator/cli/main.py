@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "litho": ("coordinator.cli.litho_cmd", "lithography engine (evaluate, optimize)"),
     "registry": ("coordinator.cli.registry_cmd", "tool registry: check, openrpc, gen-client"),
     "gc": ("coordinator.cli.gc_cmd", "prune the refs old runs left in a repository"),
+    "serve": ("coordinator.cli.serve_cmd", "read-only web page over the ledger (live runs, /metrics)"),
 }
 
 EXIT_OK = 0

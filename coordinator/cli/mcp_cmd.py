@@ -34,9 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consent-mode", choices=["strict", "lenient", "off"], default=None,
                         help="destructive-tool consent (default: $CONSENT_MODE or strict)")
     parser.add_argument("--allow", default=os.environ.get("DOME_MCP_ALLOW", ""),
-                        help="comma-separated allow-list of tools and/or capability classes (read, write, admin); "
+                        help="comma-separated allow-list of tools and/or capability classes (read, write, execute, admin); "
                              "tools/list and calls see only these (default: all; $DOME_MCP_ALLOW); "
                              "token create: the client's scope, read | run | promote")
+    parser.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
+                        help="seconds a tool call may run (default $DOME_MCP_CALL_TIMEOUT_S, else 600)")
+    parser.add_argument("--artifact-root", default=None, metavar="DIR",
+                        help="where layout tools write (default $DOME_MCP_ARTIFACT_ROOT, else OPS_ROOT/mcp/klayout)")
+    parser.add_argument("--log-format", choices=["text", "json"], default=None,
+                        help="stderr: plain lines or one JSON object per line (default $DOME_LOG_FORMAT, else text)")
     parser.add_argument("--tool", default="promote", help="consent: the tool the token allows")
     parser.add_argument("--scope", "--run-id", dest="scope", help="consent: the run id the token is bound to")
     parser.add_argument("--ttl", type=int, default=900, help="consent: token lifetime in seconds")
@@ -44,6 +50,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from coordinator.observe.live import configured
+    from registry.errors import DomeError
+
+    try:  # every setting checked before anything starts (docs/operations.md, configuration)
+        cfg = configured("mcp", args)
+    except DomeError as exc:
+        from coordinator.cli.main import report_error
+        report_error("mcp", exc, as_json=args.json)
+        return 2
+    if cfg["mcp_bind"] is not None and not args.http:
+        args.http = "{}:{}".format(*cfg["mcp_bind"])
+    args.consent_mode = cfg["consent_mode"]
+    if cfg["artifact_root"] is not None:  # the layout tools' worker reads it from its environment
+        os.environ["KLAYOUT_MCP_ARTIFACT_ROOT"] = str(cfg["artifact_root"].absolute())
     if args.action == "token":
         return _token(args)
     refused = _refuse_unsafe_roots(args) if args.action in ("serve", "call") else 0
@@ -61,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
 
     host = ToolHost(ops_root=args.ops_root, consent_mode=args.consent_mode, db_url=args.db,
                     rollout_signal=args.action == "serve", allow=_allow(args))
+    host.supervisor.call_timeout_s = cfg["call_timeout_s"]
+    from coordinator.observe.tracing import tracing_wanted
+    if cfg["log_format"] == "json" or tracing_wanted(os.environ):
+        from coordinator.observe.mcp_door import instrument
+        instrument(host, log_format=cfg["log_format"])
     if args.action == "consent":
         if not args.scope:
             return _usage(args, "--scope RUN_ID is required", "dome mcp consent TOOL --scope RUN_ID")

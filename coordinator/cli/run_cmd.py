@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --agent-refs: the lowest risk the queue counts as (default medium)")
     parser.add_argument("--submitted-by", default=None, metavar="CLIENT",
                         help="the client that submitted the run (recorded in run.started)")
+    parser.add_argument("--log-format", choices=["text", "json"], default=None,
+                        help="stderr: the live view (text) or one JSON object per ledger event (json); "
+                             "default $DOME_LOG_FORMAT, else text")
     parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
                         help="time to live of the run's lease (default 30): how long after this "
                              "coordinator stops renewing it another one may take the run over")
@@ -92,6 +96,13 @@ def run(args: argparse.Namespace) -> int:
     ops_root = Path(args.ops_root)
     view = executor = loop = None
     try:
+        from coordinator.observe.live import configured
+        cfg = configured("run", args)  # bad settings are refused before anything exists
+    except DomeError as exc:
+        report_error("run", exc, as_json=args.json)
+        return 2
+    args.max_parallel, watch = cfg["max_parallel"], None
+    try:
         # pre-flight first, before the run loop is even imported: bad input is refused
         # in well under a second, before the ledger, keys or ops/ exist
         tool_dirs = tuple(args.tool_dir or ())
@@ -116,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         from coordinator.runloop.view import make_view
         from ledger import Ledger
 
-        view = make_view(sys.stderr)  # on stderr, so it shows with --json too
+        # on stderr, so it shows with --json too; JSON logs take stderr's place instead
+        view = make_view(sys.stderr if cfg["log_format"] == "text" else open(os.devnull, "w"))
         # read before anything is created: a bad egress configuration is refused up front
         egress_path = args.egress or (ops_root / "egress.json" if (ops_root / "egress.json").is_file() else None)
         egress = None
@@ -138,13 +150,22 @@ def run(args: argparse.Namespace) -> int:
         ops_root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(args.db, ops_root)
         signer = load_or_create_signing_key(ops_root)
+        from coordinator.observe.live import ViewTap, start_run_telemetry
+        # records reach the telemetry through the view: no ledger query per poll
+        watch = start_run_telemetry(ledger, None if not args.resume else args.resume, log_format=cfg["log_format"])
+        if watch is not None:
+            view = ViewTap(view, watch)
         ctx = RunContext(ledger=ledger, ops_root=ops_root, signer=signer, keyring=load_keyring(ops_root),
                          executor_kind=args.executor, sandbox=args.sandbox, seed=args.seed,
                          max_parallel=args.max_parallel, finish=integration_finish, view=view, egress=egress,
                          lease_ttl_s=args.lease_ttl, image=args.image, gateway_bind=args.gateway_bind,
                          executor=executor, tool_dirs=tool_dirs, submitted_by=args.submitted_by)
         loop = RunLoop.resume(args.resume, ctx) if args.resume else RunLoop.start(args.work_queue, ctx, prepared=prepared)
-        outcome = loop.run()
+        try:
+            outcome = loop.run()
+        finally:
+            if watch is not None:
+                watch.close()
     except DomeError as exc:
         if view is not None:
             view.close()
@@ -158,7 +179,11 @@ def run(args: argparse.Namespace) -> int:
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps({**outcome.to_json(), "why": why}, sort_keys=True))
-        print("\n".join(why["verdict"]), file=sys.stderr)  # the person watching stderr reads it too
+        if cfg["log_format"] == "json":
+            from coordinator.observe.logs import emit
+            emit({"level": "info", "msg": "run.verdict", "run_id": outcome.run_id, "lines": why["verdict"]})
+        else:
+            print("\n".join(why["verdict"]), file=sys.stderr)  # the person watching stderr reads it too
     else:
         print("\n".join(why["verdict"]))
         print(f"  ledger: {outcome.ops_path}   next: dome report {outcome.run_id} --html report.html")

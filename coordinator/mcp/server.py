@@ -211,6 +211,9 @@ def build_http_app(host: ToolHost, token: str | None, *, bind_host: str = "127.0
         owners = getattr(manager, "_session_owners", {})
         return sum(1 for sid in live if (owners.get(sid) or {}).get("client_id") == name)
 
+    from coordinator.observe.mcp_door import wrap  # /metrics and per-call telemetry (docs/operations.md)
+
+    app = wrap(app, host)  # inside the guard: /metrics answers only a bearer of a token
     extra = {"sessions_per_client": sessions_per_client} if sessions_per_client else {}
     return HttpGuard(app, operator_token=token, clients=ClientBook(host.state_dir) if token is not None else None,
                      loopback=bind_host in LOOPBACK, port=port, sessions_of=None if stateless else sessions_of,
