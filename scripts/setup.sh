@@ -18,8 +18,8 @@ command -v git >/dev/null 2>&1 || need_apt+=(git)
 if [ -n "$test_tools" ]; then
   # the container executor's tests: podman, mmdebstrap for the image's root file system, runc for
   # hosts whose cgroups crun refuses; the ledger's PostgreSQL tests: a server (Debian keeps its
-  # binaries off PATH); the MCP Inspector and the Qwen Code agent CLI: npm
-  for tool in podman mmdebstrap runc npm; do command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool"); done
+  # binaries off PATH); the MCP Inspector and the Qwen Code agent CLI: npm; a real Prometheus server scrapes `dome serve` in tests/observe
+  for tool in podman mmdebstrap runc npm prometheus; do command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool"); done
   if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     need_apt+=(postgresql)
   fi
@@ -28,13 +28,6 @@ if [ "${#need_apt[@]}" -gt 0 ] && [ -z "${DOME_SKIP_APT:-}" ]; then
   echo "setup: installing system packages: ${need_apt[*]}" >&2
   $SUDO apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >&2
-fi
-
-# a real Prometheus server scrapes `dome serve` in tests/observe (Debian's package)
-if ! command -v prometheus >/dev/null 2>&1 && [ -z "${DOME_SKIP_APT:-}" ]; then
-  echo "setup: installing system packages: prometheus" >&2
-  $( [ "$(id -u)" -eq 0 ] || echo sudo ) apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $( [ "$(id -u)" -eq 0 ] || echo sudo ) apt-get install -y -qq prometheus >&2
 fi
 
 PY=${PYTHON:-python3}
