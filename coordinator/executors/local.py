@@ -27,8 +27,9 @@ from typing import Any, Callable, Mapping
 
 from .attempts import close_fds, fd_of, log_file, log_tail
 from .base import AttemptFiles, ExitInfo, Limits, dispatch_error
-from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, launch_argv, memory_cgroup_parent,
-                      oom_kills, pids_cgroup_parent, read_cgroup_file, refused_forks, require_bwrap)
+from .sandbox import (bwrap_argv, cgroup_cpu_ns, cpuacct_cgroup_parent, cpus_per_worker, direct_argv, direct_env,
+                      launch_argv, memory_cgroup_parent, oom_kills, pids_cgroup_parent, read_cgroup_file,
+                      refused_forks, require_bwrap)
 from .spawner import Spawner
 
 STDERR_TAIL = 4096
@@ -74,7 +75,32 @@ class _Slot:
     rest of a start. The limit counters only grow, so each attempt is judged on what it
     added: `counted` holds them as the slot's previous attempt left them."""
     groups: dict[str, Path]
-    counted: dict[str, int] = field(default_factory=lambda: {"refused_forks": 0, "oom_kills": 0})
+    counted: dict[str, int] = field(default_factory=lambda: {"refused_forks": 0, "oom_kills": 0, "cpu_ns": 0})
+
+
+@dataclass
+class CpuTally:
+    """The attempts' CPU as the executor saw it: `process_s`, the attempt processes it reaped
+    (with what they reaped: the whole worker where no sandbox is; the launcher and bwrap's
+    outer process under bwrap, whose inner processes nobody waits for), and `group_s`, what
+    the attempts' cgroups counted (every process of the attempt, the launcher after it joined)."""
+    process_s: float = 0.0
+    group_s: float = 0.0
+    groups: int = 0  # attempts whose cgroup counted
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_process(self, seconds: float) -> None:
+        with self.lock:
+            self.process_s += seconds
+
+    def add_group(self, ns: int) -> None:
+        with self.lock:
+            self.group_s += max(0, ns) / 1e9
+            self.groups += 1
+
+    def snapshot(self) -> dict[str, float | int]:
+        with self.lock:
+            return {"process_s": self.process_s, "group_s": self.group_s, "groups": self.groups}
 
 
 @functools.lru_cache(maxsize=1)
@@ -155,7 +181,10 @@ class LocalExecutor:
         self.cgroup_parent = pids_cgroup_parent() if sandbox == "bwrap" else None
         memory = memory_cgroup_parent() if sandbox == "bwrap" else None
         self.memory_parent, self.memory_version = memory if memory else (None, None)
-        for parent in (self.cgroup_parent, self.memory_parent):  # left by a coordinator that was killed
+        # the attempts' CPU: under bwrap it shows in no process accounting of the coordinator's
+        self.cpu_parent = cpuacct_cgroup_parent() if sandbox == "bwrap" else None
+        self.cpu = CpuTally()
+        for parent in (self.cgroup_parent, self.memory_parent, self.cpu_parent):  # left by a coordinator that was killed
             for child in (parent.iterdir() if parent is not None else ()):
                 try:
                     if child.name.startswith(SLOT_PREFIX) and _owner_gone(child.name) and child.is_dir():
@@ -176,7 +205,7 @@ class LocalExecutor:
     def _take_slot(self) -> _Slot | None:
         """An empty slot for an attempt: a free one, else a new one (None where the host lets
         dome create no cgroup)."""
-        if self.cgroup_parent is None and self.memory_parent is None:
+        if self.cgroup_parent is None and self.memory_parent is None and self.cpu_parent is None:
             return None
         with self._lock:
             while self._free:
@@ -193,13 +222,15 @@ class LocalExecutor:
         mem_file = "memory.limit_in_bytes" if self.memory_version == "v1" else "memory.max"
         for controller, parent, limit_file, value in (
                 ("pids", self.cgroup_parent, "pids.max", self.limits.max_processes),
-                ("memory", self.memory_parent, mem_file, self.limits.memory_mb * 1024 * 1024)):
+                ("memory", self.memory_parent, mem_file, self.limits.memory_mb * 1024 * 1024),
+                ("cpuacct", self.cpu_parent, None, 0)):
             if parent is None:
                 continue
             cg = parent / name
             try:
                 cg.mkdir(exist_ok=True)
-                (cg / limit_file).write_text(str(value))
+                if limit_file is not None:  # cpuacct only counts
+                    (cg / limit_file).write_text(str(value))
                 out[controller] = cg
             except OSError:
                 _rmdir(cg)
@@ -303,7 +334,11 @@ class LocalExecutor:
         if kills > slot.counted["oom_kills"]:
             violations.append({"kind": "memory_limit", "limit_mb": self.limits.memory_mb,
                                "oom_kills": kills - slot.counted["oom_kills"]})
-        slot.counted = {"refused_forks": forks, "oom_kills": kills}
+        cpu_group = slot.groups.get("cpuacct") or slot.groups.get("pids")  # v2: every group has cpu.stat
+        cpu_ns = cgroup_cpu_ns(cpu_group) if cpu_group is not None else None
+        if cpu_ns is not None:
+            self.cpu.add_group(cpu_ns - slot.counted.get("cpu_ns", 0))
+        slot.counted = {"refused_forks": forks, "oom_kills": kills, "cpu_ns": cpu_ns or 0}
         if empty:  # one that still holds a process is never handed out again (shutdown removes it)
             with self._lock:
                 self._free.append(slot)
@@ -313,7 +348,7 @@ class LocalExecutor:
         out: list[ExitInfo] = []
         with self._lock:
             done = [(n, p) for n, p in self._procs.items()
-                    if p.state in ("failed", "cancelled") or (p.state == "started" and p.popen.poll() is not None)]
+                    if p.state in ("failed", "cancelled") or (p.state == "started" and self._reaped(p.popen))]
             for n, _ in done:
                 del self._procs[n]
         for neid, proc in done:
@@ -328,6 +363,21 @@ class LocalExecutor:
                                 signal=-rc if rc is not None and rc < 0 else None,
                                 stderr_tail=tail, violations=violations))
         return out
+
+    def _reaped(self, popen: subprocess.Popen) -> bool:
+        """Whether the attempt's process has exited (reaped here with its resource usage: the
+        launcher and bwrap's outer process, or the whole worker where no sandbox is)."""
+        if popen.returncode is not None:
+            return True
+        try:
+            pid, status, usage = os.wait4(popen.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (Popen.wait): its usage is in the children's total
+            return popen.poll() is not None
+        if pid == 0:
+            return False
+        popen.returncode = os.waitstatus_to_exitcode(status)
+        self.cpu.add_process(usage.ru_utime + usage.ru_stime)
+        return True
 
     def kill(self, node_execution_id: str, reason: str) -> None:
         with self._lock:

@@ -96,6 +96,7 @@ class Explanation:
     blocked_tasks: int = 0  # tasks that never ran because a task they depend on failed
     partial: bool = False  # if_tasks_fail: promote_rest integrated the rest without some tasks
     tasks_not_landed: list[dict[str, str]] = field(default_factory=list)  # {node_id, status} of a partial run
+    cost: dict[str, Any] | None = None  # run.finished's CPU figures (coordinator.run_cost), None before they existed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -341,6 +342,7 @@ class Explainer:
             ex.consent_token_file = p.get("consent_token_file")
             ex.blocked_tasks = int((p.get("counts") or {}).get("blocked") or 0)
             ex.partial = bool(p.get("partial"))
+            ex.cost = dict(p["cost"]) if isinstance(p.get("cost"), Mapping) else None
             rows = p.get("tasks_not_landed") if ex.partial else None
             ex.tasks_not_landed = [dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
         return ex.decisions[n0:]
@@ -407,6 +409,8 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
             out += [_fit(f"        | {line}", w) for line in t.stderr_tail.splitlines()]
     if ex.blocked_tasks:
         out.append(f"  {ex.blocked_tasks} task(s) did not run: they depend on a task that failed")
+    if ex.cost:
+        out.append("  cost: " + cost_line(ex.cost))
     landed = [p for p in ex.proposals if p.status == "applied" and ":split-" not in p.proposal_id]
     others = [p for p in ex.not_landed if ":split-" not in p.proposal_id]
     if ex.proposals and (others or ex.gate_passed is not None):
@@ -414,6 +418,15 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
                    + (":" if others else ""))
         out += [_fit(f"    - {p.node_id or _short(p.proposal_id)}: {p.reason}", w) for p in others]
     return [line for item in out for line in _fit(item, w).split("\n")]  # wrapped items: one line each
+
+
+def cost_line(cost: Mapping[str, Any]) -> str:
+    """What a run cost in CPU, in words: the total, then its parts."""
+    def s(key: str) -> str:
+        v = cost.get(key)
+        return "not measured" if v is None else f"{float(v):.1f} s"
+    return (f"{s('total_cpu_s')} of CPU (coordinator {s('coordinator_cpu_s')}, workers {s('workers_cpu_s')}, "
+            f"git and other processes {s('waited_cpu_s')})")
 
 
 def _fit(line: str, width: int) -> str:
