@@ -31,6 +31,8 @@ from .sandbox import (bwrap_argv, cgroup_cpu_ns, cpuacct_cgroup_parent, cpus_per
                       launch_argv, memory_cgroup_parent, oom_kills, pids_cgroup_parent, read_cgroup_file,
                       refused_forks, require_bwrap)
 from .spawner import Spawner
+from .zygote import Zygote, zygote_argv
+from .zygote import worker_start as start_mode
 
 STDERR_TAIL = 4096
 
@@ -170,7 +172,8 @@ class LocalExecutor:
     deferred_files = True  # dispatch takes a function that writes the attempt's files (run on the spawner)
 
     def __init__(self, *, sandbox: str = "bwrap", max_concurrency: int = 4, limits: Limits | None = None,
-                 spawn_threads: int = SPAWN_THREADS) -> None:
+                 spawn_threads: int = SPAWN_THREADS, worker_start: str | None = None,
+                 intents: tuple[str, ...] = ()) -> None:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"unknown sandbox {sandbox!r}")
         if sandbox == "bwrap":
@@ -201,6 +204,10 @@ class LocalExecutor:
         self._free: list[_Slot] = []  # empty slots, ready for the next attempt
         self._slots: list[_Slot] = []  # every slot this executor made and has not removed
         self.spawner = Spawner(spawn_threads)  # Popen off the run loop's thread (0: on the caller's)
+        # sandboxed workers forked from a pre-initialised runtime (see zygote.py), started with the first
+        self.worker_start = start_mode(worker_start) if sandbox == "bwrap" else "fresh"
+        self._zygote: Zygote | None = None
+        self.intents = tuple(intents)  # the run's: the zygote imports their handlers ahead
 
     def _take_slot(self) -> _Slot | None:
         """An empty slot for an attempt: a free one, else a new one (None where the host lets
@@ -285,6 +292,8 @@ class LocalExecutor:
         key_fd = None  # a pipe holding the key of a key file, for bwrap to copy
         cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
         try:
+            if self.sandbox == "bwrap" and self._zygote_ready():
+                return self._popen_zygote(files, slot, cpus, log_file(files))
             if self.sandbox == "bwrap":
                 mem_key = fd_of(files.worker_key)
                 key_fd = _key_pipe(files.worker_key) if mem_key is None else None
@@ -310,6 +319,63 @@ class LocalExecutor:
         finally:
             if key_fd is not None:
                 os.close(key_fd)
+                files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
+
+    def _zygote_ready(self) -> bool:
+        """Whether this attempt starts from the zygote: started with the first, given up on for
+        good once it could not start or has died (the rest start fresh)."""
+        if self.worker_start != "zygote":
+            return False
+        if self._zygote is None:
+            try:
+                self._zygote = Zygote(self.intents)
+            except OSError:
+                self.worker_start = "fresh"
+                return False
+        if not self._zygote.alive:
+            self.worker_start = "fresh"
+            return False
+        return True
+
+    def _popen_zygote(self, files: AttemptFiles, slot: _Slot | None, cpus: int, path: Path) -> subprocess.Popen:
+        """The attempt's sandbox, built as for a fresh worker, with the stub as its program; the
+        zygote forks the worker into it (zygote.py)."""
+        assert self._zygote is not None
+        cgs = slot.groups if slot is not None else {}
+        info_r, info_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        status_r, status_w = os.pipe()
+        key_fd = None
+        theirs = [info_r, ready_r, status_w]  # the zygote's (with the log)
+        mine = [info_w, ready_w, status_r]  # bwrap's
+        try:
+            mem_key = fd_of(files.worker_key)
+            key_fd = _key_pipe(files.worker_key) if mem_key is None else None
+            argv = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
+                              worker_key_fd=key_fd if mem_key is None else mem_key, cpus=cpus,
+                              spawn_fd=fd_of(files.spawn_json), task_fd=fd_of(files.task_json),
+                              counted=slot.counted if slot is not None else None)
+            argv, request = zygote_argv(argv, info_w, ready_w, status_r)
+            request["cgroups"] = [str(g) for g in cgs.values()]
+            try:
+                log = open(path, "wb")
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                log = open(path, "wb")
+            with log:
+                popen = subprocess.Popen(launch_argv(self.limits, cgs, argv), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                         pass_fds=(*files.fds, *mine, *((key_fd,) if key_fd is not None else ())))
+                for fd in mine:
+                    os.close(fd)
+                mine = []
+                # refused: the stub reads no status and exits 2, a worker that could not start
+                self._zygote.spawn(request, [log.fileno(), *theirs])
+            return popen
+        finally:
+            for fd in (*mine, *theirs, *((key_fd,) if key_fd is not None else ())):
+                os.close(fd)
+            if key_fd is not None:
                 files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
 
     def running(self) -> list[str]:
@@ -412,6 +478,8 @@ class LocalExecutor:
                 pass
         self.poll()
         self.spawner.close()  # only now: a worker dies with the thread that started it
+        if self._zygote is not None:
+            self._zygote.close()
         with self._lock:
             slots, self._slots, self._free = self._slots, [], []
         for slot in slots:  # nothing of the executor's is left in the host's cgroups

@@ -102,7 +102,9 @@ class RunLoop(AttemptLifecycle):
             max_c = ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4))
             ctx.executor = make_executor(ctx.executor_kind, sandbox=ctx.sandbox, max_concurrency=max_c,
                                          limits=self.limits, image=ctx.image,
-                                         gateway_bind=ctx.gateway_bind)
+                                         gateway_bind=ctx.gateway_bind,
+                                         intents=tuple(sorted({str(t.action_spec.get("intent")) for t in
+                                                               self.graph.nodes.values()})))
         self.executor = ctx.executor
         par = min(ctx.max_parallel or int(wq.scheduling.get("max_parallel", 4)), self.executor.max_concurrency)
         retries = wq.budgets.get("max_retries")

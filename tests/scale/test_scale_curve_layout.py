@@ -13,7 +13,7 @@ from pathlib import Path
 from benchmarks import scale_curve
 
 
-def test_a_run_from_a_relative_project_folder_keeps_its_files_there(tmp_path: Path, monkeypatch) -> None:
+def test_a_run_keeps_its_repository_and_ops_in_the_project_folder(tmp_path: Path, monkeypatch) -> None:
     project, temp = tmp_path / "project", tmp_path / "temp"
     project.mkdir()
     temp.mkdir()
