@@ -98,6 +98,15 @@ class Zygote:
             self.alive = False
             return False
 
+    def cpu_s(self) -> float:
+        """The zygote's own CPU so far (its imports and forks; not its children's), while it lives."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
     def close(self) -> None:
         self.alive = False
         self.sock.close()  # the zygote's end reads EOF and it exits
