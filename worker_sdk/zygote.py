@@ -224,16 +224,16 @@ def preload(intents: list[str]) -> None:
     here may start a thread or a device: a fork keeps only the thread that forks."""
     import importlib
 
-    from worker_sdk.intents import UnknownIntent, resolve
+    from worker_sdk.intents import resolve
     for name in intents:
         try:
             handler = resolve(name)
-        except UnknownIntent:
-            continue  # not in this build: the attempt reports it, as a fresh worker would
+        except Exception:  # noqa: BLE001 - not in this build: the attempt reports it
+            continue
         for module in getattr(sys.modules[handler.__module__], "PRELOAD", ()):
             try:
                 importlib.import_module(module)
-            except ImportError:
+            except Exception:  # noqa: BLE001 - not ahead then: the worker imports it (and reports why)
                 pass
 
 
