@@ -8,7 +8,9 @@
   is compared with.
 - ledger durable: Ledger.append, one durable transaction per event (canonical
   JSON, digests, chain, the insert, the commit).
-- ledger batched: Ledger.append_batch, B events per durable transaction.
+- ledger batched: Ledger.append_batch, B events per durable transaction;
+  beside it raw SQLite `executemany` of the same rows, B per transaction,
+  the two alternating in 10 chunks (its baseline).
 - ledger signed: Ledger.append with an Ed25519 signer (informative).
 - replay: coordinator.runstate.fold (the one fold of run events) over a run's EventRecords, and load+fold
   (Ledger.events then fold); and Ledger.verify over the same run.
@@ -90,6 +92,19 @@ class RawWriter:
         self.done += n
         return time.perf_counter() - t
 
+    def write_batched(self, n: int, size: int) -> tuple[float, float]:
+        """n rows, `size` per transaction through one `executemany` each: the baseline of the
+        ledger's batched append. (wall seconds, CPU seconds of this process)."""
+        batch = [(r[0], self.done + i + 1, f"evt-{self.done + i}", *r[3:]) for i, r in
+                 ((i, self.rows[(self.done + i) % len(self.rows)]) for i in range(n))]
+        t, c = time.perf_counter(), time.process_time()
+        for k in range(0, n, size):
+            self.con.execute("BEGIN IMMEDIATE")
+            self.con.executemany(self.sql, batch[k:k + size])
+            self.con.execute("COMMIT")
+        self.done += n
+        return time.perf_counter() - t, time.process_time() - c
+
 
 class DurableWriter:
     """Ledger.append, one durable transaction per event."""
@@ -149,6 +164,34 @@ def bench_batched(tmp: Path, n: int, size: int) -> tuple[float, float]:
     return n / dt, n / max(dc, 1e-9)
 
 
+def bench_batched_vs_raw(tmp: Path, n: int, size: int, rows: list[tuple], rounds: int) -> dict[str, float]:
+    """The ledger's batched append beside raw `executemany` of its own row shape, the same
+    batch size, alternating in `rounds` chunks so both see the same moments of a shared disk
+    and CPU. Rates by wall clock and by this process's CPU time."""
+    raw = RawWriter(tmp, rows)
+    root = _fresh(tmp, "batched-pair")
+    drafts = [draft(i) for i in range(n)]
+    chunk = max(size, (n // rounds) // size * size)
+    wall = {"raw": 0.0, "ledger": 0.0}
+    cpu = {"raw": 0.0, "ledger": 0.0}
+    done = 0
+    with Ledger.open(None, root) as led:
+        while done + chunk <= n:
+            w, c = raw.write_batched(chunk, size)
+            wall["raw"] += w
+            cpu["raw"] += c
+            t, c0 = time.perf_counter(), time.process_time()
+            for k in range(done, done + chunk, size):
+                led.append_batch("run-bench", drafts[k:k + size])
+            wall["ledger"] += time.perf_counter() - t
+            cpu["ledger"] += time.process_time() - c0
+            done += chunk
+        assert led.head("run-bench") == done
+    raw.con.close()
+    return {"raw_per_s": done / wall["raw"], "raw_per_cpu_s": done / max(cpu["raw"], 1e-9),
+            "ledger_per_s": done / wall["ledger"], "ledger_per_cpu_s": done / max(cpu["ledger"], 1e-9)}
+
+
 def calibration_us() -> float:
     """Microseconds for one json.dumps of a small dict: how fast (or how
     shared) this machine is right now. About 3 us on the idle dev machine."""
@@ -206,6 +249,7 @@ def main() -> int:
         raw, durable, signed = bench_durable_vs_raw(tmp, args.durable, rows, rounds=20)
         batches = [bench_batched(tmp, args.batched, args.batch_size) for _ in range(args.repeat)]
         batched, batched_cpu = max(b[0] for b in batches), max(b[1] for b in batches)
+        pair = bench_batched_vs_raw(tmp, args.batched, args.batch_size, rows, rounds=10)
         replays = [bench_replay(tmp, args.replay) for _ in range(args.repeat)]
         fold_only = max(r[0] for r in replays)
         load_fold = max(r[1] for r in replays)
@@ -220,6 +264,11 @@ def main() -> int:
         "ledger_signed_durable_appends_per_s": round(signed),
         "ledger_batched_appends_per_s": round(batched), "batch_size": args.batch_size,
         "ledger_batched_appends_per_cpu_s": round(batched_cpu),
+        "raw_sqlite_executemany_per_s": round(pair["raw_per_s"]),
+        "raw_sqlite_executemany_per_cpu_s": round(pair["raw_per_cpu_s"]),
+        "paired_ledger_batched_per_s": round(pair["ledger_per_s"]),
+        "paired_ledger_batched_per_cpu_s": round(pair["ledger_per_cpu_s"]),
+        "batched_vs_raw_executemany": round(pair["ledger_per_s"] / pair["raw_per_s"], 3),
         "replay_fold_events_per_s": round(fold_only), "replay_fold_events_per_cpu_s": round(fold_cpu),
         "replay_load_and_fold_events_per_s": round(load_fold),
         "verify_events_per_s": round(verify_rate),
@@ -236,6 +285,9 @@ def main() -> int:
         print(f"ledger signed durable appends (Ed25519):           {signed:>10,.0f} /s")
         print(f"ledger batched appends ({args.batch_size}/commit):               {batched:>10,.0f} /s  "
               f"(target >= 50,000; {batched_cpu:,.0f} per CPU-second)")
+        print(f"raw SQLite executemany ({args.batch_size}/commit, same rows):    {pair['raw_per_s']:>10,.0f} /s  "
+              f"({pair['raw_per_cpu_s']:,.0f} per CPU-second); ledger batched beside it "
+              f"{pair['ledger_per_s']:,.0f} /s = {pair['ledger_per_s'] / pair['raw_per_s']:.2f} x raw")
         print(f"replay fold:                                        {fold_only:>10,.0f} events/s "
               f"(target >= 200,000; {fold_cpu:,.0f} per CPU-second)")
         print(f"replay load+fold (read from SQLite, parse, fold):   {load_fold:>10,.0f} events/s")

@@ -1,52 +1,58 @@
-"""The coordinator's cost as the run grows: N one-file tasks on a 200-file repository.
+"""What a run costs as it grows: N one-file tasks on a 200-file repository.
 
     python benchmarks/scale_curve.py [--sizes 10,100,1000] [--db sqlite,postgres] [--sandbox none]
                                      [--executor local,ray,container] [--max-parallel 4] [--verify] [--json]
-                                     [--project-dir DIR|tmp]
+                                     [--project-dir DIR|tmp] [--tree DIR[,DIR]] [--idle-seconds 5]
 
-Each (N, database, executor) runs in a fresh Python process (so peak RSS is that run's):
-`dome run`'s own path (RunLoop.start + run, the executor, integration,
-promotion, export) on a fresh copy of the repository. Executors: local (the
-default), ray (a local Ray cluster the run starts) and container (podman,
-the worker image of ops/container/build.sh, or --image). Every task writes one
-file (`echo i > out/iNNNNN.txt`). Files go where `dome run` puts them: the
-repository and its ops/ (ledger, event files, blobs) in a fresh folder under
---project-dir (default: the current directory, as in a user's project; `tmp`:
-the temp dir), the attempts' scratch in $DOME_SCRATCH_DIR or the temp dir.
-Reported per configuration:
+Each (N, database, executor) is one `dome run`, in a fresh Python process timed from
+outside (`--one`: pre-flight, ledger, keys, RunLoop.start + run, the executor,
+integration, promotion, export; interpreter start-up included), on a fresh copy of the
+repository that the parent made beforehand; the ledger figures are read afterwards by
+another process (`--analyse`), outside the window. Executors: local (the default), ray
+(a local Ray cluster the run starts) and container (podman, the worker image of
+ops/container/build.sh, or --image). Every task writes one file
+(`echo i > out/iNNNNN.txt`). Files go where `dome run` puts them: the repository and
+its ops/ (ledger, event files, blobs) in a fresh folder under --project-dir (default:
+the current directory, as in a user's project, made absolute; `tmp`: the temp dir),
+the attempts' scratch in $DOME_SCRATCH_DIR or the temp dir. Every folder is removed
+when the last configuration is done (a failed run's too); not between runs, see `prepare`.
+`--tree A,B` runs each N once per dome source tree, alternating (a before/after pair
+measured on the same machine in the same minutes).
 
-- coordinator CPU per task: user + system CPU of the coordinator process
-  (every thread: run loop, gateway, integration) over the run, divided by
-  N; the workers are other processes
-  and are not counted; and of it the kernel's part (`sys_cpu_ms_per_task`:
-  creating files, syncing the ledger), which depends on the file system more
-  than on dome;
-- the run loop's own thread CPU per task (`loop_cpu_ms_per_task`: its
-  ticks, scheduling and dispatch included), of which handing the attempts to
-  the executor (`launch_cpu_ms_per_task`), and the CPU of the local
-  executor's spawner thread, which starts the workers
-  (`spawner_cpu_ms_per_task`); `--spawn-threads 0` starts them on the loop's
-  thread instead, as before, for a side-by-side baseline;
-- peak RSS of the coordinator process (ru_maxrss);
-- peak scratch disk: the largest size of the run's work folder (attempt
-  folders and checkouts, the base mirror), sampled every 100 ms by a
-  process of its own;
-- ledger bytes per task: the canonical JSON size of the run's ledger records
-  divided by N, and the blob store's growth divided by N; and the largest
-  integration record's payload (stack plan, reports, gate and promotion
-  decisions), which stays the same size whatever N;
-- wall time, and the run's status; with --verify, what `dome verify`'s
-  checks conclude about the run (run after the figures are taken).
+Reported per configuration, per task:
+
+- machine CPU (`machine_cpu_ms_per_task`): every core's busy time from /proc/stat over
+  the run process's window, less the idle machine's rate (measured for --idle-seconds
+  before the first run) times the window, less the benchmark's own scratch sampler. On a
+  machine others are using, the idle rate swings and this figure with it; where the
+  idle rate is near the core count it means nothing, and the benchmark says so;
+- the run's process tree CPU (`tree_cpu_ms_per_task`): the run process starts in a
+  cpuacct cgroup of its own (cgroup v1), which counts every process of its tree, the
+  sandboxed workers that nobody waits for included, and nothing of anyone else: the
+  figure to compare on a shared machine;
+- coordinator CPU (`coordinator_cpu_ms_per_task`): user + system CPU of the whole
+  `dome run` process, of which the kernel's part (`sys_cpu_ms_per_task`); and
+  `run_cpu_ms_per_task`, only RunLoop.start + run (what the earlier tables called
+  the coordinator's CPU);
+- the CPU of the processes the coordinator waited for (`waited_cpu_ms_per_task`:
+  git, the attempts' launchers and bwrap's outer processes; the workers themselves
+  without a sandbox), and the workers' CPU that the run's own accounting counted in
+  the attempts' cgroups (`workers_cgroup_cpu_ms_per_task`), and the total that
+  `dome run` reports (`reported_total_cpu_ms_per_task`, see coordinator.run_cost);
+- the run loop's own thread (`loop_cpu_ms_per_task`), handing attempts to the
+  executor (`launch_cpu_ms_per_task`), the local executor's spawner thread
+  (`spawner_cpu_ms_per_task`; `--spawn-threads 0` starts workers on the loop's thread);
+- peak RSS of the run process (ru_maxrss); peak scratch disk (the run's work
+  folder, sampled every 100 ms by a process of its own);
+- ledger bytes per task (canonical JSON of the run's records), the blob store per
+  task, the largest integration record's payload (the same size whatever N);
+- wall time of the whole process, and the run's status; with --verify, what
+  `dome verify`'s checks conclude.
 
 `--records 100,1000,10000` runs no task: it builds the stack plan, gate and
 promotion decision and run.finished of N proposals as a run records them
 (signed, long lists chained), reads them back and verifies them, and prints
 each record's payload size: the cheap way to see N = 10,000.
-
-`--telemetry off,on` runs each configuration twice: as is, and with live telemetry on as
-`dome run` turns it on (the ledger follower feeding OTLP spans to a sink in the parent
-process, and Prometheus metrics); the coordinator CPU per task of the two rows is the
-telemetry's cost (docs/benchmarks.md, live telemetry).
 
 SQLite is the default ledger (WAL, synchronous=FULL); PostgreSQL is a
 throwaway local server (fsync off, as in the tests) started for the run.
@@ -66,7 +72,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+TREE = Path(os.environ.get("DOME_BENCH_TREE") or ROOT)  # the dome source the runs use (--tree)
+sys.path.insert(0, str(TREE))
 
 FILES = 200
 
@@ -122,10 +129,12 @@ def start_sampler(root: Path) -> subprocess.Popen:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
-def stop_sampler(proc: subprocess.Popen) -> int:
-    """Close the sampler's stdin (its signal to stop) and read the largest size it saw, in bytes."""
+def stop_sampler(proc: subprocess.Popen) -> tuple[int, float]:
+    """Close the sampler's stdin (its signal to stop): the largest size it saw, in bytes, and its
+    own CPU seconds (taken off the machine's figure: the sampler is the benchmark's, not dome's)."""
     out, _ = proc.communicate(timeout=60)
-    return int(out.decode().strip() or 0)
+    peak, _, cpu = out.decode().strip().partition(" ")
+    return int(peak or 0), float(cpu or 0.0)
 
 
 def sample_until_stdin_closes(root: Path) -> None:
@@ -135,7 +144,90 @@ def sample_until_stdin_closes(root: Path) -> None:
         peak = max(peak, tree_bytes(root))
         if select.select([sys.stdin], [], [], SAMPLE_INTERVAL_S)[0]:
             break  # stdin closed (or written to): the run is over
-    print(peak, flush=True)
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    print(peak, me.ru_utime + me.ru_stime, flush=True)
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot, all cores (/proc/stat: user,
+    nice, system, irq, softirq, steal; guest time is already in user)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_rate(seconds: float = 5.0) -> float:
+    """The machine's busy CPU seconds per second while this benchmark runs nothing (other
+    users, daemons): taken off each run's machine figure."""
+    b0, t0 = machine_busy_s(), time.perf_counter()
+    time.sleep(seconds)
+    return (machine_busy_s() - b0) / (time.perf_counter() - t0)
+
+
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def tree_group() -> Path | None:
+    """A fresh cgroup v1 cpuacct group for one timed process (nested under this process's own),
+    or None where there is none: it counts the CPU of every process of the run's tree, the
+    sandboxed workers included, whoever waits for them, and nothing of other users."""
+    try:
+        own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                   if "cpuacct" in line.split(":", 2)[1].split(","))
+        group = CPUACCT / own.lstrip("/") / f"dome-bench-{os.getpid()}-{time.monotonic_ns()}"
+        group.mkdir()
+        return group
+    except (OSError, StopIteration, IndexError):
+        return None
+
+
+def remove_group(group: Path) -> None:
+    for sub in sorted((d for d in group.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+        try:
+            sub.rmdir()
+        except OSError:
+            pass
+    try:
+        group.rmdir()
+    except OSError:
+        pass
+
+
+def timed_process(cmd: list[str], env: dict[str, str], timeout: float = 7200) -> tuple[int, str, str, dict]:
+    """Run `cmd` and measure it from outside: its wall time, its own CPU and that of the children
+    it waited for (wait4), the CPU of its whole process tree (a cpuacct group it starts in), and
+    the machine's busy CPU over the same window."""
+    out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    import threading
+    group = tree_group()
+    if group is not None:  # joined before the interpreter starts: its start-up is counted too
+        cmd = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *cmd]
+    b0, t0 = machine_busy_s(), time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        _pid, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        timer.cancel()
+    wall, busy = time.perf_counter() - t0, machine_busy_s() - b0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    tree_s = None
+    if group is not None:
+        try:
+            tree_s = int((group / "cpuacct.usage").read_text()) / 1e9
+        finally:
+            remove_group(group)
+    out_f.seek(0)
+    err_f.seek(0)
+    return proc.returncode, out_f.read().decode(), err_f.read().decode(), {
+        "wall_s": wall, "machine_busy_s": busy, "process_tree_cpu_s": usage.ru_utime + usage.ru_stime,
+        "tree_group_cpu_s": tree_s}
 
 
 def start_ray(max_parallel: int) -> None:
@@ -143,6 +235,22 @@ def start_ray(max_parallel: int) -> None:
     import ray
     ray.init(num_cpus=max_parallel, include_dashboard=False, log_to_driver=False, configure_logging=False,
              object_store_memory=100 * 1024 * 1024)
+
+
+def prepare(n: int, max_parallel: int, project_dir: str | None) -> Path:
+    """A fresh folder (absolute: the queue names the repository by its path) holding the
+    repository and the work queue of an N-task run. It stays until the last configuration is
+    done: on an ext4 without a journal, files created among inodes deleted in the minutes
+    before cost several times the CPU, so removing one run's 14,000 event files just before
+    the next run starts would be measured as the next run's cost."""
+    parent = None if project_dir is None else os.path.abspath(project_dir)
+    root = Path(tempfile.mkdtemp(prefix="dome-scale-", dir=parent)).resolve()
+    try:
+        write_queue(root, make_repo(root), n, max_parallel)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root
 
 
 class _QuietView:
@@ -161,96 +269,91 @@ class _QuietView:
         pass
 
 
-def one(n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
-        image: str | None = None, verify: bool = False, spawn_threads: int | None = None,
-        project_dir: str | None = None, keep: bool = False, telemetry: bool = False) -> dict:
-    """One run in this process; the figures as a dict. The repository and its ops/ go in a
-    fresh folder under `project_dir` (None: the temp dir); the attempts' scratch is where a
-    run puts it ($DOME_SCRATCH_DIR, else the temp dir). With `keep` the folder stays (its
-    path is `root` in the dict) for the caller to remove after its last run: on an ext4
-    without a journal, files created among inodes deleted in the minutes before cost several
-    times the CPU, so removing one run's 14,000 event files just before the next run starts
-    would be measured as the next run's cost."""
+def one(root: Path, n: int, db: str | None, sandbox: str, max_parallel: int, executor: str = "local",
+        image: str | None = None, spawn_threads: int | None = None, telemetry: bool = False) -> dict:
+    """The run, in this process (`--one`): what `dome run` does (pre-flight, ledger, keys,
+    RunLoop.start + run, the executor, integration, promotion, export) on the repository
+    `prepare` made in `root`. The caller times this whole process from outside; the figures
+    here are what only the process itself can see."""
     from coordinator.keys import load_keyring, load_or_create_signing_key
+    from coordinator.preflight import prepare as preflight
     from coordinator.runloop.finish import integration_finish
     from coordinator.runloop.loop import RunContext, RunLoop
     from ledger import Ledger
+
+    queue = root / "work.queue.json"
+    prepared = preflight(queue, integrate=True)
+    ops = root / "ops"
+    ops.mkdir(exist_ok=True)
+    ledger = Ledger.open(db, ops)
+    if executor == "ray":
+        start_ray(max_parallel)
+    ctx = RunContext(ledger=ledger, ops_root=ops, signer=load_or_create_signing_key(ops),
+                     keyring=load_keyring(ops), sandbox=sandbox, finish=integration_finish,
+                     executor_kind=executor, image=image if executor == "container" else None)
+    if spawn_threads is not None and executor == "local":  # 0: workers started on the run loop's thread
+        from coordinator.executors.local import LocalExecutor
+        ctx.executor = LocalExecutor(sandbox=sandbox, max_concurrency=max_parallel, spawn_threads=spawn_threads)
+    follower = None
+    if telemetry:  # live spans to $OTEL_EXPORTER_OTLP_ENDPOINT and Prometheus metrics, as `dome run` does:
+        # the records reach the follower through the run's view (here one that prints nothing)
+        from coordinator.observe.follow import Follower
+        from coordinator.observe.live import ViewTap
+        from coordinator.observe.metrics import Metrics
+        from coordinator.observe.tracing import sink_from_env
+        follower = Follower(ledger, None, spans=sink_from_env(), metrics=Metrics(), tapped=True).start()
+        ctx.view = ViewTap(_QuietView(), follower)
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    loop = RunLoop.start(queue, ctx, prepared=prepared)
+    sampler = start_sampler(loop.work)
+    out = loop.run()
+    if follower is not None:
+        follower.close()  # its drain and the last export are the run's cost too
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    peak_bytes, sampler_cpu = stop_sampler(sampler)
+    ledger.close()
+    return {"run_id": out.run_id, "status": out.status, "succeeded": out.counts.get("succeeded"),
+            "run_wall_s": round(wall, 1), "cost": getattr(out, "cost", None), "sampler_cpu_s": sampler_cpu,
+            "run_cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
+            "loop_cpu_s": loop.timings.get("coordinator_cpu_s", 0.0),
+            "launch_cpu_s": loop.timings.get("launch_cpu_s", 0.0),
+            "spawner_cpu_s": getattr(getattr(loop.executor, "spawner", None), "cpu_s", 0.0),
+            "peak_rss_mb": round(r1.ru_maxrss / 1024, 1), "peak_scratch_mb": round(peak_bytes / 2**20, 1),
+            "telemetry": telemetry,
+            **({"spans_exported": follower.spans.exporter.exported, "gap_reads": follower.gap_reads,
+                "export_failures": follower.spans.failures} if follower is not None else {})}
+
+
+def analyse(root: Path, n: int, db: str | None, run_id: str, verify: bool) -> dict:
+    """The run's ledger figures (`--analyse`), read after the timed process has ended: ledger
+    bytes per task by topic, the blob store, the largest integration record; `dome verify`'s
+    checks with `verify`."""
+    from coordinator.keys import load_keyring
+    from ledger import Ledger
     from registry.canonical import canonical_json
 
-    root = Path(tempfile.mkdtemp(prefix="dome-scale-", dir=project_dir))
-    try:
-        repo = make_repo(root)
-        queue = write_queue(root, repo, n, max_parallel)
-        ops = root / "ops"
-        ops.mkdir()
-        ledger = Ledger.open(db, ops)
-        if executor == "ray":
-            start_ray(max_parallel)
-        ctx = RunContext(ledger=ledger, ops_root=ops, signer=load_or_create_signing_key(ops),
-                         keyring=load_keyring(ops), sandbox=sandbox, finish=integration_finish,
-                         executor_kind=executor, image=image if executor == "container" else None)
-        if spawn_threads is not None and executor == "local":  # 0: workers started on the run loop's thread
-            from coordinator.executors.local import LocalExecutor
-            ctx.executor = LocalExecutor(sandbox=sandbox, max_concurrency=max_parallel, spawn_threads=spawn_threads)
-        blobs0 = tree_bytes(ops / "blobs")
-        follower = None
-        if telemetry:  # live spans to $OTEL_EXPORTER_OTLP_ENDPOINT and Prometheus metrics, as `dome run` does:
-            # the records reach the follower through the run's view (here one that prints nothing)
-            from coordinator.observe.follow import Follower
-            from coordinator.observe.live import ViewTap
-            from coordinator.observe.metrics import Metrics
-            from coordinator.observe.tracing import sink_from_env
-            follower = Follower(ledger, None, spans=sink_from_env(), metrics=Metrics(), tapped=True).start()
-            ctx.view = ViewTap(_QuietView(), follower)
-        loop = RunLoop.start(queue, ctx)
-        sampler = start_sampler(loop.work)
-        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        out = loop.run()
-        if follower is not None:
-            follower.close()  # its drain and the last export are the run's cost too
-        wall = time.perf_counter() - t0
-        r1 = resource.getrusage(resource.RUSAGE_SELF)
-        peak_bytes = stop_sampler(sampler)
-        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-        sys_cpu = r1.ru_stime - r0.ru_stime  # the kernel's share (file creation, fsync)
-        records = ledger.events(out.run_id)
-        by_topic: dict[str, int] = {}
-        largest = 0  # the largest integration record's payload: constant whatever N
-        for r in records:
-            size = len(canonical_json(r.to_json() if hasattr(r, "to_json") else r.__dict__))
-            by_topic[r.topic] = by_topic.get(r.topic, 0) + size
-            if r.topic.split(".")[0] in ("integration", "gate", "promotion"):
-                largest = max(largest, len(canonical_json(r.payload)))
-        event_bytes = sum(by_topic.values())
-        blob_bytes = tree_bytes(ops / "blobs") - blobs0
-        verified = None
-        if verify:  # `dome verify`'s checks, in this process, after the figures above were taken
-            from coordinator.integration.verify import verify_run
-            t1 = time.perf_counter()
-            rep = verify_run(ledger, out.run_id, load_keyring(ops), ops_root=ops)
-            verified = {"valid": rep.valid, "status": str(rep.status.value), "seconds": round(time.perf_counter() - t1, 1)}
-        ledger.close()
-        return {"n": n, "db": "postgres" if db else "sqlite", "executor": executor, "sandbox": sandbox, "status": out.status,
-                **({"root": str(root)} if keep else {}),
-                "succeeded": out.counts.get("succeeded"), "wall_s": round(wall, 1),
-                "cpu_ms_per_task": round(1000 * cpu / n, 1),
-                "sys_cpu_ms_per_task": round(1000 * sys_cpu / n, 1),
-                "loop_cpu_ms_per_task": round(1000 * loop.timings.get("coordinator_cpu_s", 0.0) / n, 2),
-                "launch_cpu_ms_per_task": round(1000 * loop.timings.get("launch_cpu_s", 0.0) / n, 2),
-                "spawner_cpu_ms_per_task": round(1000 * getattr(getattr(loop.executor, "spawner", None), "cpu_s", 0.0)
-                                                 / n, 2),
-                "peak_rss_mb": round(r1.ru_maxrss / 1024, 1),
-                "peak_scratch_mb": round(peak_bytes / 2**20, 1), "events": len(records),
-                "ledger_bytes_per_task": round(event_bytes / n), "blob_bytes_per_task": round(blob_bytes / n),
-                "largest_integration_record_bytes": largest, "verified": verified,
-                "max_parallel": max_parallel, "telemetry": telemetry,
-                **({"spans_exported": follower.spans.exporter.exported, "gap_reads": follower.gap_reads,
-                    "export_failures": follower.spans.failures} if follower is not None else {}),
-                "bytes_per_task_by_topic": {t: round(b / n) for t, b in
-                                            sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}
-    finally:
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+    ops = root / "ops"
+    ledger = Ledger.open(db, ops)
+    records = ledger.events(run_id)
+    by_topic: dict[str, int] = {}
+    largest = 0  # the largest integration record's payload: constant whatever N
+    for r in records:
+        size = len(canonical_json(r.to_json() if hasattr(r, "to_json") else r.__dict__))
+        by_topic[r.topic] = by_topic.get(r.topic, 0) + size
+        if r.topic.split(".")[0] in ("integration", "gate", "promotion"):
+            largest = max(largest, len(canonical_json(r.payload)))
+    verified = None
+    if verify:
+        from coordinator.integration.verify import verify_run
+        t1 = time.perf_counter()
+        rep = verify_run(ledger, run_id, load_keyring(ops), ops_root=ops)
+        verified = {"valid": rep.valid, "status": str(rep.status.value), "seconds": round(time.perf_counter() - t1, 1)}
+    ledger.close()
+    return {"events": len(records), "ledger_bytes_per_task": round(sum(by_topic.values()) / n),
+            "blob_bytes_per_task": round(tree_bytes(ops / "blobs") / n),
+            "largest_integration_record_bytes": largest, "verified": verified,
+            "bytes_per_task_by_topic": {t: round(b / n) for t, b in sorted(by_topic.items(), key=lambda kv: -kv[1])[:6]}}
 
 
 def records_only(n: int) -> dict:
@@ -355,11 +458,17 @@ def main(argv: list[str] | None = None) -> int:
                          "user's project folder holds them; 'tmp' puts them in the temp dir beside the scratch")
     ap.add_argument("--records", default=None,
                     help="comma-separated N: build only the integration records and run.finished of N proposals")
+    ap.add_argument("--idle-seconds", type=float, default=5.0,
+                    help="how long to measure the idle machine's CPU rate before the runs")
+    ap.add_argument("--tree", default=str(ROOT),
+                    help="comma-separated dome source trees to run (default: this one); with several, each N "
+                         "runs once per tree, alternating, so the arms see the same machine")
     ap.add_argument("--telemetry", default="off",
                     help="off, on or off,on: live traces (OTLP/HTTP to a sink in this process) and metrics")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one run in this process
-    ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)  # internal: the caller removes the folder
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: the timed run, in its own process
+    ap.add_argument("--analyse", default=None, help=argparse.SUPPRESS)  # internal: RUN_ID, the ledger figures
+    ap.add_argument("--root", default=None, help=argparse.SUPPRESS)  # internal: the folder `prepare` made
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--sample-dir", default=None, help=argparse.SUPPRESS)  # internal: the scratch sampler
     ap.add_argument("--spawn-threads", type=int, default=None,
@@ -369,21 +478,124 @@ def main(argv: list[str] | None = None) -> int:
         sample_until_stdin_closes(Path(a.sample_dir))
         return 0
     if a.one:
-        print(json.dumps(one(a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.verify,
-                             a.spawn_threads, None if a.project_dir == "tmp" else a.project_dir, a.keep,
-                             a.telemetry == "on")))
+        row = one(Path(a.root), a.one, a.url, a.sandbox, a.max_parallel, a.executor, a.image, a.spawn_threads,
+                  a.telemetry == "on")
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        row.update(process_cpu_s=me.ru_utime + me.ru_stime, process_sys_s=me.ru_stime,
+                   children_cpu_s=kids.ru_utime + kids.ru_stime)  # the whole process, interpreter start-up included
+        print(json.dumps(row))
+        return 0
+    if a.analyse:
+        n = len(json.loads((Path(a.root) / "work.queue.json").read_text())["tasks"])
+        print(json.dumps(analyse(Path(a.root), n, a.url, a.analyse, a.verify)))
         return 0
     if a.records:
         for n in (int(x) for x in a.records.split(",")):
             print(json.dumps(records_only(n)), flush=True)
         return 0
     rows: list[dict] = []
-    kept: list[str] = []
+    kept: list[Path] = []
     try:
         return _configurations(a, rows, kept)
     finally:
-        for root in kept:
+        for root in kept:  # every run's folder, a failed run's too
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _child(args: list[str], env: dict[str, str], timed: bool) -> tuple[dict, dict]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), *args]
+    if timed:
+        rc, out, err, window = timed_process(cmd, env)
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=7200)
+        rc, out, err, window = proc.returncode, proc.stdout, proc.stderr, {}
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(args[:2])} exited with {rc}:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1]), window
+
+
+def figures(n: int, run: dict, window: dict, idle: float) -> dict:
+    """Per-task figures (ms) of one timed run (pure)."""
+    cost = run.get("cost") or {}
+    machine = window["machine_busy_s"] - idle * window["wall_s"] - run["sampler_cpu_s"]
+    per = lambda seconds: None if seconds is None else round(1000 * seconds / n, 2)  # noqa: E731
+    tree = window.get("tree_group_cpu_s")
+    return {"machine_cpu_ms_per_task": per(machine),
+            "tree_cpu_ms_per_task": per(None if tree is None else tree - run["sampler_cpu_s"]),
+            "coordinator_cpu_ms_per_task": per(run["process_cpu_s"]),
+            "sys_cpu_ms_per_task": per(run["process_sys_s"]),
+            "waited_cpu_ms_per_task": per(run["children_cpu_s"]),
+            "workers_cgroup_cpu_ms_per_task": per(cost.get("workers_cpu_s")) if cost.get(
+                "workers_measured_by") == "cgroup" else None,
+            "reported_total_cpu_ms_per_task": per(cost.get("total_cpu_s")),
+            "run_cpu_ms_per_task": per(run["run_cpu_s"]),  # start + run only, as the earlier tables measured
+            "loop_cpu_ms_per_task": per(run["loop_cpu_s"]), "launch_cpu_ms_per_task": per(run["launch_cpu_s"]),
+            "spawner_cpu_ms_per_task": per(run["spawner_cpu_s"]),
+            "wall_s": round(window["wall_s"], 1), "idle_machine_cpu_per_s": round(idle, 3)}
+
+
+def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[Path]) -> int:
+    trees = [os.path.abspath(t) for t in a.tree.split(",") if t]
+    kinds = [k for k in a.executor.split(",") if k]
+    image = a.image
+    if "container" in kinds and not image:
+        image = subprocess.run(["bash", str(ROOT / "ops" / "container" / "build.sh")], check=True,
+                               capture_output=True, text=True, timeout=7200).stdout.strip().splitlines()[-1]
+    project_dir = None if a.project_dir == "tmp" else os.path.abspath(a.project_dir)
+    idle = idle_rate(a.idle_seconds)
+    sink = None  # the OTLP sink of `--telemetry on`, started on first use
+    if idle > 0.8 * (os.cpu_count() or 1):
+        print(f"note: the idle machine is busy ({idle:.2f} of {os.cpu_count()} cores): the machine figure means "
+              "little now; the process tree's cgroup figure does not depend on it", file=sys.stderr)
+    for db, kind in ((d, k) for d in a.db.split(",") for k in kinds):
+        pg = Postgres() if db == "postgres" else None
+        url = pg.__enter__() if pg else None
+        try:
+            for n, tree, tel in ((int(x), t, m) for x in a.sizes.split(",") for t in trees
+                                 for m in a.telemetry.split(",")):
+                env = {**os.environ, "PYTHONPATH": tree, "DOME_BENCH_TREE": tree}
+                if tel == "on" and "OTEL_EXPORTER_OTLP_ENDPOINT" not in env:
+                    sink = sink or otlp_sink()  # spans go somewhere that accepts them, outside the timed tree
+                    env.update(OTEL_TRACES_EXPORTER="otlp",
+                               OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.server_address[1]}")
+                root = prepare(n, a.max_parallel, project_dir)
+                kept.append(root)  # removed after the last configuration (see `one`)
+                common = [*(["--url", url] if url else []), "--root", str(root)]
+                try:
+                    run, window = _child(["--one", str(n), "--sandbox", a.sandbox, "--executor", kind,
+                                          "--telemetry", tel,
+                                          "--max-parallel", str(a.max_parallel), *common,
+                                          *(["--image", image] if image else []),
+                                          *(["--spawn-threads", str(a.spawn_threads)]
+                                            if a.spawn_threads is not None else [])], env, timed=True)
+                    ledger, _ = _child(["--analyse", run["run_id"], *common, *(["--verify"] if a.verify else [])],
+                                       env, timed=False)
+                except RuntimeError as exc:
+                    print(exc, file=sys.stderr)
+                    return 1
+                row = {"n": n, "db": "postgres" if url else "sqlite", "executor": kind, "sandbox": a.sandbox,
+                       "telemetry": tel,
+                       **({"tree": tree} if len(trees) > 1 else {}),
+                       "status": run["status"], "succeeded": run["succeeded"], **figures(n, run, window, idle),
+                       "peak_rss_mb": run["peak_rss_mb"], "peak_scratch_mb": run["peak_scratch_mb"],
+                       "max_parallel": a.max_parallel, **ledger}
+                rows.append(row)
+                if not a.json:
+                    print(json.dumps(row), flush=True)
+        finally:
+            if pg:
+                pg.__exit__()
+    if a.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        cols = [("db", "db", 8), ("executor", "executor", 9), ("N", "n", 6), ("status", "status", 9),
+                ("tree ms/task", "tree_cpu_ms_per_task", 12), ("machine ms/task", "machine_cpu_ms_per_task", 15), ("coord ms/task", "coordinator_cpu_ms_per_task", 13),
+                ("waited ms/task", "waited_cpu_ms_per_task", 14), ("workers ms/task", "workers_cgroup_cpu_ms_per_task", 15),
+                ("RSS MB", "peak_rss_mb", 7), ("ledger B/task", "ledger_bytes_per_task", 13), ("wall s", "wall_s", 7)]
+        print("\n" + " ".join(f"{h:>{w}}" for h, _, w in cols))
+        for r in rows:
+            print(" ".join(f"{str(r.get(k, '')):>{w}}" for _, k, w in cols))
+    return 0
 
 
 def otlp_sink():
@@ -405,51 +617,6 @@ def otlp_sink():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
-
-
-def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[str]) -> int:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    kinds = [k for k in a.executor.split(",") if k]
-    image = a.image
-    if "container" in kinds and not image:
-        image = subprocess.run(["bash", str(ROOT / "ops" / "container" / "build.sh")], check=True,
-                               capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    sink = None
-    if "on" in a.telemetry.split(","):
-        sink = otlp_sink()
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink.server_address[1]}"
-    for db, kind, tel in ((d, k, t) for d in a.db.split(",") for k in kinds for t in a.telemetry.split(",")):
-        pg = Postgres() if db == "postgres" else None
-        url = pg.__enter__() if pg else None
-        try:
-            for n in (int(x) for x in a.sizes.split(",")):
-                cmd = [sys.executable, __file__, "--one", str(n), "--sandbox", a.sandbox, "--executor", kind,
-                       "--max-parallel", str(a.max_parallel), *(["--url", url] if url else []),
-                       *(["--image", image] if image else []), *(["--verify"] if a.verify else []),
-                       "--project-dir", a.project_dir, "--keep", "--telemetry", tel]
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                if proc.returncode != 0:
-                    print(proc.stderr[-3000:], file=sys.stderr)
-                    return 1
-                row = json.loads(proc.stdout.strip().splitlines()[-1])
-                kept.append(row.pop("root"))  # removed after the last configuration (see `one`)
-                rows.append(row)
-                if not a.json:
-                    print(json.dumps(row), flush=True)
-        finally:
-            if pg:
-                pg.__exit__()
-    if a.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        print(f"\n{'db':>8} {'executor':>9} {'N':>6} {'status':>9} {'CPU ms/task':>11} {'of it sys':>9} {'peak RSS MB':>11} {'scratch MB':>10} "
-              f"{'ledger B/task':>13} {'blob B/task':>11} {'largest rec B':>13} {'wall s':>7}")
-        for r in rows:
-            print(f"{r['db']:>8} {r['executor']:>9} {r['n']:>6} {r['status']:>9} {r['cpu_ms_per_task']:>11} {r['sys_cpu_ms_per_task']:>9} {r['peak_rss_mb']:>11} "
-                  f"{r['peak_scratch_mb']:>10} {r['ledger_bytes_per_task']:>13} {r['blob_bytes_per_task']:>11} "
-                  f"{r.get('largest_integration_record_bytes', ''):>13} "
-                  f"{r['wall_s']:>7}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from registry.canonical import digest_json
 from registry.diffs import DIFF_GIT_ARGS, describe_diff
 from registry.sealing import seal
 
+from .gitdir import init_git_dir
+
 LOCKFILES = ("package-lock.json", "poetry.lock", "Cargo.lock", "uv.lock", "requirements.txt",
              "pyproject.toml", "go.sum", "yarn.lock", "Pipfile.lock", "setup.py", "setup.cfg")
 
@@ -56,18 +58,26 @@ def base_objects(scratch: Path) -> Path:
     return root / "objects" if (root / "objects").is_dir() else root
 
 
-def canonical_worktree_diff(scratch: Path, base_ref: str, objects: Path | None = None) -> bytes:
+def canonical_worktree_diff(scratch: Path, base_ref: str, objects: Path | None = None,
+                            base_index: tuple[bytes, int] | None = None) -> bytes:
     """Raw `git diff --binary --full-index` of the checkout's changes against base_ref,
     computed with a fresh private git directory (the checkout's .git is never read).
-    It sits beside the checkout, under the scratch quota, where the action cannot write."""
+    It sits beside the checkout, under the scratch quota, where the action cannot write.
+    `base_index`: the index file of the base checkout as the runtime's own checkout wrote it,
+    read before the action ran (so the action could not touch it), and its mtime: its stat
+    data lets `git add` skip every file the action left alone, and no `read-tree` is needed."""
     with tempfile.TemporaryDirectory(prefix=".dome-diff-", dir=scratch.parent) as tmp:
         git_dir = Path(tmp) / "git"
-        subprocess.run(["git", "init", "-q", "--bare", "--template=", str(git_dir)], check=True,
-                       capture_output=True, timeout=GIT_TIMEOUT_S,
-                       env={"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "PATH": "/usr/bin:/bin",
-                            "HOME": tmp})
-        (git_dir / "objects" / "info" / "alternates").write_text(f"{objects or base_objects(scratch)}\n")
-        _git(git_dir, scratch, "-c", "core.bare=false", "read-tree", base_ref)
+        init_git_dir(git_dir, bare=True, alternates=objects or base_objects(scratch))
+        if base_index is not None:
+            data, mtime_ns = base_index
+            (git_dir / "index").write_bytes(data)
+            # with the checkout's own mtime: git takes every entry written in that same second as
+            # racily clean and compares its content, so an edit that kept a file's size and second
+            # is still seen (git compares whole seconds)
+            os.utime(git_dir / "index", ns=(mtime_ns, mtime_ns))
+        else:
+            _git(git_dir, scratch, "-c", "core.bare=false", "read-tree", base_ref)
         _git(git_dir, scratch, "-c", "core.bare=false", "add", "-A")
         args = list(DIFF_GIT_ARGS)
         args.insert(1, "--cached")
@@ -86,13 +96,15 @@ def _risk(touched: list[str], stats: dict[str, int], declared: str | None) -> di
 def build_proposal(scratch: Path, *, spawn: dict[str, Any], profile: dict[str, Any],
                    intent_tags: list[str] | None = None, declared_constraints: dict[str, Any] | None = None,
                    risk: str | None = None, budgets_used: dict[str, Any] | None = None,
-                   exit_code: int | None = None, upload: Any = None) -> tuple[dict[str, Any], bytes] | None:
+                   exit_code: int | None = None, upload: Any = None,
+                   base_index: tuple[bytes, int] | None = None) -> tuple[dict[str, Any], bytes] | None:
     """(proposal, canonical diff bytes), or None when the checkout is unchanged.
 
     `upload(canonical_bytes) -> digest` stores the diff (the gateway's
-    put_artifact); its digest becomes `diff_ref`."""
+    put_artifact); its digest becomes `diff_ref`. `base_index`: see canonical_worktree_diff."""
     base_ref = spawn["base_ref"]
-    raw = canonical_worktree_diff(scratch, base_ref)
+    raw = canonical_worktree_diff(scratch, base_ref, base_index=base_index) if base_index is not None \
+        else canonical_worktree_diff(scratch, base_ref)
     if not raw.strip():
         return None
     d = describe_diff(raw, base_ref)

@@ -32,6 +32,7 @@ from registry.signing import Keyring, PublicKey, SignatureError, dsse_verify
 
 from . import sandbox_limits
 from .cancel import CancellationToken
+from .gitdir import init_git_dir
 from .intents import IntentContext, handler_action, resolve
 
 PAYLOAD_TYPE = "application/vnd.dome.toolprofile+json"
@@ -112,20 +113,24 @@ def _git(cwd: Path, *args: str) -> str:
                           timeout=600).stdout.strip()
 
 
-def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> None:
-    """A private checkout of exactly `sha` (objects shared read-only with base_git)."""
+def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> tuple[bytes, int]:
+    """A private checkout of exactly `sha` (objects shared read-only with base_git); returns its
+    index file as git wrote it, before any action ran, and that file's mtime (the diff starts
+    from them: see proposal.canonical_worktree_diff)."""
     scratch.parent.mkdir(parents=True, exist_ok=True)
     # what `clone --shared` does, without opening base_git as a repository: it may belong to another
     # uid (a container's worker user reading the coordinator's mirror), which git refuses to open
     objects = base_git / "objects" if (base_git / "objects").is_dir() else base_git / ".git" / "objects"
-    # no template: none of git's sample hooks, description or info/exclude (18 files fewer per checkout)
-    _git(scratch.parent, "init", "--quiet", "--template=", str(scratch))
-    (scratch / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    # written here, not by `git init`: no template (no sample hooks, description or info/exclude)
+    # and one git process fewer per attempt
+    init_git_dir(scratch / ".git", bare=False, alternates=objects)
     _git(scratch, "checkout", "--quiet", "--detach", sha)
     actual = _git(scratch, "rev-parse", "HEAD^{tree}")
     if actual != tree:
         raise WorkerStartError("base tree hash mismatch", code="BASE_TREE_MISMATCH",
                                details={"expected": tree, "actual": actual})
+    index = scratch / ".git" / "index"
+    return index.read_bytes(), index.stat().st_mtime_ns
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         pub = load_public_key(os.environ.get("DOME_COORDINATOR_PUB", "/dome/coordinator.pub"))
         profile = verify_own_grant(spawn, pub)
         scratch = Path(os.environ.get("DOME_SCRATCH", "/dome/scratch")) / "repo"
-        checkout(Path(os.environ.get("DOME_BASE_GIT", "/dome/base.git")), scratch,
-                 spawn["base_ref"], spawn["base_tree_hash"])
+        base_index = checkout(Path(os.environ.get("DOME_BASE_GIT", "/dome/base.git")), scratch,
+                              spawn["base_ref"], spawn["base_tree_hash"])
         from .client import GatewayClient
         gw = spawn["gateway"]
         worker_key = load_worker_key(os.environ.get("DOME_WORKER_KEY"), profile)
@@ -182,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                                declared_constraints=task.get("declared_constraints"), risk=task.get("risk"),
                                budgets_used={"calls": client.used["calls"], "bytes": client.used["bytes"],
                                              "wall_seconds": round(time.monotonic() - t0, 3)},
-                               upload=lambda data: client.put_artifact_carried(data, "text/x-diff", "patch.diff"))
+                               upload=lambda data: client.put_artifact_carried(data, "text/x-diff", "patch.diff"),
+                               base_index=base_index)
         proposal_id = None
         summary = dict(result.summary)
         if built is None:  # nothing to change: a success unless the task requires a patch (below)

@@ -6,10 +6,10 @@ __all__ = ["AttemptFiles", "ExitInfo", "Executor", "Limits", "SandboxUnavailable
 
 
 def make_executor(kind: str, *, sandbox: str = "bwrap", max_concurrency: int = 4, limits: Limits | None = None,
-                  image: str | None = None, gateway_bind: str | None = None):
+                  image: str | None = None, gateway_bind: str | None = None, intents: tuple[str, ...] = ()):
     if kind == "local":
         from .local import LocalExecutor
-        return LocalExecutor(sandbox=sandbox, max_concurrency=max_concurrency, limits=limits)
+        return LocalExecutor(sandbox=sandbox, max_concurrency=max_concurrency, limits=limits, intents=intents)
     if gateway_bind is not None and kind != "ray":
         from .ray_executor import GatewayBindInvalid
         raise GatewayBindInvalid("a gateway bind is for the Ray executor (workers on other hosts)",

@@ -27,9 +27,12 @@ from typing import Any, Callable, Mapping
 
 from .attempts import close_fds, fd_of, log_file, log_tail
 from .base import AttemptFiles, ExitInfo, Limits, dispatch_error
-from .sandbox import (bwrap_argv, cpus_per_worker, direct_argv, direct_env, launch_argv, memory_cgroup_parent,
-                      oom_kills, pids_cgroup_parent, read_cgroup_file, refused_forks, require_bwrap)
+from .sandbox import (bwrap_argv, cgroup_cpu_ns, cpuacct_cgroup_parent, cpus_per_worker, direct_argv, direct_env,
+                      launch_argv, memory_cgroup_parent, oom_kills, pids_cgroup_parent, read_cgroup_file,
+                      refused_forks, require_bwrap)
 from .spawner import Spawner
+from .zygote import Zygote, zygote_argv
+from .zygote import worker_start as start_mode
 
 STDERR_TAIL = 4096
 
@@ -74,7 +77,34 @@ class _Slot:
     rest of a start. The limit counters only grow, so each attempt is judged on what it
     added: `counted` holds them as the slot's previous attempt left them."""
     groups: dict[str, Path]
-    counted: dict[str, int] = field(default_factory=lambda: {"refused_forks": 0, "oom_kills": 0})
+    counted: dict[str, int] = field(default_factory=lambda: {"refused_forks": 0, "oom_kills": 0, "cpu_ns": 0})
+
+
+@dataclass
+class CpuTally:
+    """The attempts' CPU as the executor saw it: `process_s`, the attempt processes it reaped
+    (with what they reaped: the whole worker where no sandbox is; the launcher and bwrap's
+    outer process under bwrap, whose inner processes nobody waits for), and `group_s`, what
+    the attempts' cgroups counted (every process of the attempt, the launcher after it joined)."""
+    process_s: float = 0.0
+    group_s: float = 0.0
+    groups: int = 0  # attempts whose cgroup counted
+    helper: Callable[[], float] = lambda: 0.0  # CPU of a live helper the attempts share (the zygote)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_process(self, seconds: float) -> None:
+        with self.lock:
+            self.process_s += seconds
+
+    def add_group(self, ns: int) -> None:
+        with self.lock:
+            self.group_s += max(0, ns) / 1e9
+            self.groups += 1
+
+    def snapshot(self) -> dict[str, float | int]:
+        helper = self.helper()  # counted with the workers: it is their start-up, paid once per run
+        with self.lock:
+            return {"process_s": self.process_s, "group_s": self.group_s + helper, "groups": self.groups}
 
 
 @functools.lru_cache(maxsize=1)
@@ -144,7 +174,8 @@ class LocalExecutor:
     deferred_files = True  # dispatch takes a function that writes the attempt's files (run on the spawner)
 
     def __init__(self, *, sandbox: str = "bwrap", max_concurrency: int = 4, limits: Limits | None = None,
-                 spawn_threads: int = SPAWN_THREADS) -> None:
+                 spawn_threads: int = SPAWN_THREADS, worker_start: str | None = None,
+                 intents: tuple[str, ...] = ()) -> None:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"unknown sandbox {sandbox!r}")
         if sandbox == "bwrap":
@@ -155,7 +186,10 @@ class LocalExecutor:
         self.cgroup_parent = pids_cgroup_parent() if sandbox == "bwrap" else None
         memory = memory_cgroup_parent() if sandbox == "bwrap" else None
         self.memory_parent, self.memory_version = memory if memory else (None, None)
-        for parent in (self.cgroup_parent, self.memory_parent):  # left by a coordinator that was killed
+        # the attempts' CPU: under bwrap it shows in no process accounting of the coordinator's
+        self.cpu_parent = cpuacct_cgroup_parent() if sandbox == "bwrap" else None
+        self.cpu = CpuTally()
+        for parent in (self.cgroup_parent, self.memory_parent, self.cpu_parent):  # left by a coordinator that was killed
             for child in (parent.iterdir() if parent is not None else ()):
                 try:
                     if child.name.startswith(SLOT_PREFIX) and _owner_gone(child.name) and child.is_dir():
@@ -172,11 +206,15 @@ class LocalExecutor:
         self._free: list[_Slot] = []  # empty slots, ready for the next attempt
         self._slots: list[_Slot] = []  # every slot this executor made and has not removed
         self.spawner = Spawner(spawn_threads)  # Popen off the run loop's thread (0: on the caller's)
+        # sandboxed workers forked from a pre-initialised runtime (see zygote.py), started with the first
+        self.worker_start = start_mode(worker_start) if sandbox == "bwrap" else "fresh"
+        self._zygote: Zygote | None = None
+        self.intents = tuple(intents)  # the run's: the zygote imports their handlers ahead
 
     def _take_slot(self) -> _Slot | None:
         """An empty slot for an attempt: a free one, else a new one (None where the host lets
         dome create no cgroup)."""
-        if self.cgroup_parent is None and self.memory_parent is None:
+        if self.cgroup_parent is None and self.memory_parent is None and self.cpu_parent is None:
             return None
         with self._lock:
             while self._free:
@@ -193,13 +231,15 @@ class LocalExecutor:
         mem_file = "memory.limit_in_bytes" if self.memory_version == "v1" else "memory.max"
         for controller, parent, limit_file, value in (
                 ("pids", self.cgroup_parent, "pids.max", self.limits.max_processes),
-                ("memory", self.memory_parent, mem_file, self.limits.memory_mb * 1024 * 1024)):
+                ("memory", self.memory_parent, mem_file, self.limits.memory_mb * 1024 * 1024),
+                ("cpuacct", self.cpu_parent, None, 0)):
             if parent is None:
                 continue
             cg = parent / name
             try:
                 cg.mkdir(exist_ok=True)
-                (cg / limit_file).write_text(str(value))
+                if limit_file is not None:  # cpuacct only counts
+                    (cg / limit_file).write_text(str(value))
                 out[controller] = cg
             except OSError:
                 _rmdir(cg)
@@ -254,6 +294,8 @@ class LocalExecutor:
         key_fd = None  # a pipe holding the key of a key file, for bwrap to copy
         cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
         try:
+            if self.sandbox == "bwrap" and self._zygote_ready():
+                return self._popen_zygote(files, slot, cpus, log_file(files))
             if self.sandbox == "bwrap":
                 mem_key = fd_of(files.worker_key)
                 key_fd = _key_pipe(files.worker_key) if mem_key is None else None
@@ -281,6 +323,64 @@ class LocalExecutor:
                 os.close(key_fd)
                 files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
 
+    def _zygote_ready(self) -> bool:
+        """Whether this attempt starts from the zygote: started with the first, given up on for
+        good once it could not start or has died (the rest start fresh)."""
+        if self.worker_start != "zygote":
+            return False
+        if self._zygote is None:
+            try:
+                self._zygote = Zygote(self.intents)
+            except OSError:
+                self.worker_start = "fresh"
+                return False
+            self.cpu.helper = self._zygote.cpu_s
+        if not self._zygote.alive:
+            self.worker_start = "fresh"
+            return False
+        return True
+
+    def _popen_zygote(self, files: AttemptFiles, slot: _Slot | None, cpus: int, path: Path) -> subprocess.Popen:
+        """The attempt's sandbox, built as for a fresh worker, with the stub as its program; the
+        zygote forks the worker into it (zygote.py)."""
+        assert self._zygote is not None
+        cgs = slot.groups if slot is not None else {}
+        info_r, info_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        status_r, status_w = os.pipe()
+        key_fd = None
+        theirs = [info_r, ready_r, status_w]  # the zygote's (with the log)
+        mine = [info_w, ready_w, status_r]  # bwrap's
+        try:
+            mem_key = fd_of(files.worker_key)
+            key_fd = _key_pipe(files.worker_key) if mem_key is None else None
+            argv = bwrap_argv(files, bwrap=self.bwrap, limits=self.limits, cgroups=cgs,
+                              worker_key_fd=key_fd if mem_key is None else mem_key, cpus=cpus,
+                              spawn_fd=fd_of(files.spawn_json), task_fd=fd_of(files.task_json),
+                              counted=slot.counted if slot is not None else None)
+            argv, request = zygote_argv(argv, info_w, ready_w, status_r)
+            request["cgroups"] = [str(g) for g in cgs.values()]
+            try:
+                log = open(path, "wb")
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                log = open(path, "wb")
+            with log:
+                popen = subprocess.Popen(launch_argv(self.limits, cgs, argv), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                         pass_fds=(*files.fds, *mine, *((key_fd,) if key_fd is not None else ())))
+                for fd in mine:
+                    os.close(fd)
+                mine = []
+                # refused: the stub reads no status and exits 2, a worker that could not start
+                self._zygote.spawn(request, [log.fileno(), *theirs])
+            return popen
+        finally:
+            for fd in (*mine, *theirs, *((key_fd,) if key_fd is not None else ())):
+                os.close(fd)
+            if key_fd is not None:
+                files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
+
     def running(self) -> list[str]:
         with self._lock:
             return sorted(self._procs)
@@ -303,7 +403,11 @@ class LocalExecutor:
         if kills > slot.counted["oom_kills"]:
             violations.append({"kind": "memory_limit", "limit_mb": self.limits.memory_mb,
                                "oom_kills": kills - slot.counted["oom_kills"]})
-        slot.counted = {"refused_forks": forks, "oom_kills": kills}
+        cpu_group = slot.groups.get("cpuacct") or slot.groups.get("pids")  # v2: every group has cpu.stat
+        cpu_ns = cgroup_cpu_ns(cpu_group) if cpu_group is not None else None
+        if cpu_ns is not None:
+            self.cpu.add_group(cpu_ns - slot.counted.get("cpu_ns", 0))
+        slot.counted = {"refused_forks": forks, "oom_kills": kills, "cpu_ns": cpu_ns or 0}
         if empty:  # one that still holds a process is never handed out again (shutdown removes it)
             with self._lock:
                 self._free.append(slot)
@@ -313,7 +417,7 @@ class LocalExecutor:
         out: list[ExitInfo] = []
         with self._lock:
             done = [(n, p) for n, p in self._procs.items()
-                    if p.state in ("failed", "cancelled") or (p.state == "started" and p.popen.poll() is not None)]
+                    if p.state in ("failed", "cancelled") or (p.state == "started" and self._reaped(p.popen))]
             for n, _ in done:
                 del self._procs[n]
         for neid, proc in done:
@@ -328,6 +432,21 @@ class LocalExecutor:
                                 signal=-rc if rc is not None and rc < 0 else None,
                                 stderr_tail=tail, violations=violations))
         return out
+
+    def _reaped(self, popen: subprocess.Popen) -> bool:
+        """Whether the attempt's process has exited (reaped here with its resource usage: the
+        launcher and bwrap's outer process, or the whole worker where no sandbox is)."""
+        if popen.returncode is not None:
+            return True
+        try:
+            pid, status, usage = os.wait4(popen.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (Popen.wait): its usage is in the children's total
+            return popen.poll() is not None
+        if pid == 0:
+            return False
+        popen.returncode = os.waitstatus_to_exitcode(status)
+        self.cpu.add_process(usage.ru_utime + usage.ru_stime)
+        return True
 
     def kill(self, node_execution_id: str, reason: str) -> None:
         with self._lock:
@@ -362,6 +481,8 @@ class LocalExecutor:
                 pass
         self.poll()
         self.spawner.close()  # only now: a worker dies with the thread that started it
+        if self._zygote is not None:
+            self._zygote.close()
         with self._lock:
             slots, self._slots, self._free = self._slots, [], []
         for slot in slots:  # nothing of the executor's is left in the host's cgroups

@@ -316,6 +316,39 @@ def memory_cgroup_parent() -> tuple[Path, str] | None:
     return None
 
 
+def cpuacct_cgroup_parent() -> Path | None:
+    """cgroup v1: a `dome` group to create per-attempt CPU counters in, nested under this
+    process's own cpuacct group (so whatever counts the coordinator's tree, a benchmark's group
+    or the host's, still counts its workers), or None (cgroup v2 needs none: every group, the
+    pids one included, has `cpu.stat`)."""
+    root, own = CGROUP_FS / "cpuacct", _own_cgroup("cpuacct")
+    if own is None or not (root / "cpuacct.usage").exists():
+        return None
+    parent = root / own.lstrip("/") / "dome"
+    try:
+        parent.mkdir(exist_ok=True)
+        return parent if _probe(parent, "cpuacct.usage") else None
+    except OSError:
+        return None
+
+
+def cgroup_cpu_ns(cgroup: Path) -> int | None:
+    """CPU time (ns) every process that ever ran in this group spent there: cpuacct.usage (v1)
+    or cpu.stat's usage_usec (v2); None where the group keeps no such counter."""
+    try:
+        return int(read_cgroup_file(cgroup / "cpuacct.usage").strip())
+    except (OSError, ValueError):
+        pass
+    try:
+        for line in read_cgroup_file(cgroup / "cpu.stat").splitlines():
+            key, _, val = line.partition(" ")
+            if key == "usage_usec":
+                return int(val) * 1000
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def read_cgroup_file(path: Path | str) -> str:
     """A cgroup file's text, in one open and one read (they are small; this runs per attempt)."""
     fd = os.open(path, os.O_RDONLY)

@@ -103,6 +103,7 @@ class Explanation:
     # proposals above low risk and the rules that raised them (integration.policy.risk_sources)
     risk_sources: list[dict[str, Any]] = field(default_factory=list)
     domain: str = ""  # the policy preset the run used
+    cost: dict[str, Any] | None = None  # run.finished's CPU figures (coordinator.run_cost), None before they existed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -413,6 +414,7 @@ class Explainer:
         self.ex.consent_token_file = p.get("consent_token_file")
         self.ex.blocked_tasks = int((p.get("counts") or {}).get("blocked") or 0)
         self.ex.partial = bool(p.get("partial"))
+        self.ex.cost = dict(p["cost"]) if isinstance(p.get("cost"), Mapping) else None
         rows = p.get("tasks_not_landed") if self.ex.partial else None
         self.ex.tasks_not_landed = [dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
 
@@ -508,6 +510,8 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
             out += [_fit(f"        | {line}", w) for line in t.stderr_tail.splitlines()]
     if ex.blocked_tasks:
         out.append(f"  {ex.blocked_tasks} task(s) did not run: they depend on a task that failed")
+    if ex.cost:
+        out.append("  cost: " + cost_line(ex.cost))
     out += risk_lines(ex, w)
     landed = [p for p in ex.proposals if p.status == "applied" and ":split-" not in p.proposal_id]
     others = [p for p in ex.not_landed if ":split-" not in p.proposal_id]
@@ -522,6 +526,15 @@ def verdict_lines(ex: Explanation, width: int = 100) -> list[str]:
     return [line for item in out for line in _fit(item, w).split("\n")]  # wrapped items: one line each
 
 
+def cost_line(cost: Mapping[str, Any]) -> str:
+    """What a run cost in CPU, in words: the total, then its parts."""
+    def s(key: str) -> str:
+        v = cost.get(key)
+        return "not measured" if v is None else f"{float(v):.1f} s"
+    return (f"{s('total_cpu_s')} of CPU (coordinator {s('coordinator_cpu_s')}, workers {s('workers_cpu_s')}, "
+            f"git and other processes {s('waited_cpu_s')})")
+
+
 def risk_lines(ex: Explanation, width: int = 100) -> list[str]:
     """Which proposal raised the run's risk above low, by which rule, with its figures."""
     from coordinator.integration.policy import describe_source
@@ -533,6 +546,13 @@ def risk_lines(ex: Explanation, width: int = 100) -> list[str]:
     if out and ex.domain:
         out.insert(0, f"  policy preset: {ex.domain}")
     return out
+def cost_line(cost: Mapping[str, Any]) -> str:
+    """What a run cost in CPU, in words: the total, then its parts."""
+    def s(key: str) -> str:
+        v = cost.get(key)
+        return "not measured" if v is None else f"{float(v):.1f} s"
+    return (f"{s('total_cpu_s')} of CPU (coordinator {s('coordinator_cpu_s')}, workers {s('workers_cpu_s')}, "
+            f"git and other processes {s('waited_cpu_s')})")
 
 
 def _fit(line: str, width: int) -> str:

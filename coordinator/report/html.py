@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Mapping
 
+from .explain import cost_line
 from .model import ReportModel
 from .svg import color_for, evidence_graph_svg, timeline_svg
 
@@ -273,6 +274,7 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
         ("seed", man.get("determinism_seed", "")),
         ("waves / attempts", f"{m.waves} / {len(m.attempts)}"), ("duration", f"{m.duration_s:.1f} s"),
         ("events in ledger", m.event_count),
+        *((("CPU", cost_line(fin["cost"])),) if isinstance(fin.get("cost"), Mapping) else ()),
     ])
     links = _scroll(_table(["link", "status", "detail"], [[l.get("link"), l.get("status"), l.get("detail", "")]
                                                           for l in m.gate.get("links", [])])) if m.gate else \

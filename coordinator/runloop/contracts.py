@@ -51,7 +51,9 @@ def make_run_executor(wq: WorkQueue, *, kind: str, sandbox: str, max_parallel: i
 
     return make_executor(kind, sandbox=sandbox, max_concurrency=max_parallel or int(wq.scheduling.get("max_parallel", 4)),
                          limits=replace(Limits.from_work_queue(wq.limits), tool_dirs=tuple(dict.fromkeys(tool_dirs))),
-                         image=image, gateway_bind=gateway_bind)
+                         image=image, gateway_bind=gateway_bind,
+                         # what the pre-started worker runtime imports ahead (coordinator.executors.zygote)
+                         intents=tuple(sorted({str(t.action_spec.get("intent")) for t in wq.graph.nodes.values()})))
 
 
 @dataclass
@@ -88,11 +90,13 @@ class RunOutcome:
     counts: dict[str, int] = field(default_factory=dict)
     awaiting_consent: bool = False  # held at the human gate: `dome promote RUN --consent TOKEN`
     consent_token_file: str | None = None
+    cost: dict[str, Any] | None = None  # the run's CPU (coordinator_cpu_s, workers_cpu_s, ...): run_cost.run_cost
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "head": self.head,
                 "promoted_ref": self.promoted_ref, "ops_path": self.ops_path, "counts": self.counts,
-                "awaiting_consent": self.awaiting_consent, "consent_token_file": self.consent_token_file}
+                "awaiting_consent": self.awaiting_consent, "consent_token_file": self.consent_token_file,
+                "cost": self.cost}
 
 
 def default_finish(fc: FinishedRun) -> dict[str, Any]:

@@ -471,8 +471,10 @@ class RunLoop(AttemptLifecycle):
         counts = {k: sum(1 for v in status.values() if v == k) for k in ("succeeded", "failed", "blocked", "pending",
                                                                           "ready", "running")}
         counts["attempts"] = st.total_attempts
+        from coordinator.run_cost import current_cost
+        # what the run cost the machine (this process's share of it, on a resumed run)
         payload = {**result, "counts": counts, "proposals": [p["proposal_id"] for p in self._accepted_proposals()],
-                   "finished_at": utc_stamp()}
+                   "finished_at": utc_stamp(), "cost": current_cost(self.executor)}
         payload = offload_finish_lists(self.ctx.ledger.blobs, payload)  # no payload grows with N
         self.writer.append(rs.RUN_FINISHED, payload, signed=True)
         self._export()
@@ -487,4 +489,4 @@ class RunLoop(AttemptLifecycle):
                           promoted_ref=finished.get("promoted_ref"), ops_path=str(self.ops_dir),
                           counts=dict(finished.get("counts", {})),
                           awaiting_consent=bool(finished.get("awaiting_consent")),
-                          consent_token_file=finished.get("consent_token_file"))
+                          consent_token_file=finished.get("consent_token_file"), cost=finished.get("cost"))

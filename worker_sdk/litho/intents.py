@@ -33,6 +33,9 @@ from worker_sdk.intents import IntentContext, IntentFailed, IntentResult
 from . import api
 
 METRICS_SUFFIX = ".litho.json"
+# what a pre-initialised runtime may import before it forks a litho worker (worker_sdk/zygote.py):
+# imports only, which start no thread and touch no device
+PRELOAD = ("torch", "worker_sdk.litho.engine", "worker_sdk.litho.forward")
 
 
 def _path(ctx: IntentContext, value: str) -> Path:

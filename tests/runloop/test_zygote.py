@@ -1,0 +1,82 @@
+"""Sandboxed workers forked from a pre-initialised runtime (worker_sdk/zygote.py): each attempt
+still gets a fresh bubblewrap sandbox and reads its own spawn spec and grant; the worker the
+zygote forks into it holds no capability, sees only the sandbox's environment and processes,
+and is counted and limited in the attempt's cgroups."""
+from __future__ import annotations
+
+import pytest
+
+from coordinator.executors.base import AttemptFiles
+from coordinator.executors.sandbox import bwrap_argv
+from coordinator.executors.zygote import worker_start, zygote_argv
+from tests.conftest import git
+from coordinator.runloop.finish import integration_finish
+from tests.runloop.conftest import cmd_task, run_queue, write_queue
+
+
+def _files(tmp_path) -> AttemptFiles:
+    for name in ("base.git", "scratch", "logs"):
+        (tmp_path / name).mkdir()
+    for name in ("spawn.json", "coordinator.pub", "gw.sock"):
+        (tmp_path / name).write_text("")
+    return AttemptFiles(spawn_json=tmp_path / "spawn.json", coordinator_pub=tmp_path / "coordinator.pub",
+                        gateway_socket=tmp_path / "gw.sock", base_git=tmp_path / "base.git",
+                        scratch=tmp_path / "scratch", log_dir=tmp_path / "logs")
+
+
+def test_the_zygote_form_keeps_every_sandbox_option_and_runs_the_stub(tmp_path) -> None:
+    argv = bwrap_argv(_files(tmp_path), cpus=2)
+    zargv, request = zygote_argv(argv, 7, 8, 9)
+    cut = argv.index("--")
+    assert zargv[:cut] == argv[:cut]  # the same mounts, namespaces, limits and environment
+    assert zargv[cut:cut + 4] == ["--as-pid-1", "--info-fd", "7", "--"]
+    assert zargv[cut + 4:cut + 6] == ["/bin/sh", "-c"] and "/proc/self/fd/8" in zargv[-1] \
+        and "/proc/self/fd/9" in zargv[-1]
+    assert request["argv"] == ["/dome/spawn.json"] and request["cwd"] == "/dome/scratch"
+    assert request["env"]["DOME_SCRATCH"] == "/dome/scratch" and request["env"]["DOME_WORKER_CPUS"] == "2"
+    with pytest.raises(ValueError):
+        zygote_argv(["bwrap", "--", "sh", "-c", "true"], 7, 8, 9)
+
+
+def test_the_start_mode_is_zygote_unless_fresh_is_asked(monkeypatch) -> None:
+    monkeypatch.delenv("DOME_WORKER_START", raising=False)
+    assert worker_start() == "zygote" and worker_start("fresh") == "fresh"
+    monkeypatch.setenv("DOME_WORKER_START", "fresh")
+    assert worker_start() == "fresh"
+    with pytest.raises(ValueError):
+        worker_start("warm")
+
+
+# what the worker process (the command's parent) is: its capabilities, environment and groups
+PROBE = ("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/$PPID/status > status.txt; "
+         "tr '\\0' '\\n' < /proc/$PPID/environ | sort > environ.txt; cat /proc/$PPID/cgroup > cgroup.txt; "
+         "ls /proc | grep -c '^[0-9]' > procs.txt")
+
+
+def test_a_zygote_worker_holds_nothing_the_sandbox_does_not_give(git_repo, ops_root, ledger_env, tmp_path,
+                                                                 monkeypatch) -> None:
+    monkeypatch.setenv("DOME_ZYGOTE_TEST_SENTINEL", "coordinator-only")
+    monkeypatch.delenv("DOME_WORKER_START", raising=False)
+    q = write_queue(tmp_path, git_repo, [cmd_task("probe", PROBE, max_attempts=1)])
+    loop, out = run_queue(q, ops_root, ledger_env, sandbox="bwrap", finish=integration_finish)
+    assert out.status == "promoted", out
+    assert loop.executor.worker_start == "zygote"
+    assert loop.executor._zygote.proc.poll() is not None  # the zygote ends with its run
+
+    def shown(name: str) -> str:
+        return git(git_repo, "show", f"refs/heads/dome/out:{name}")
+
+    status = dict(line.split(":\t") for line in shown("status.txt").splitlines())
+    assert {k: v for k, v in status.items() if k.startswith("Cap")} == {
+        k: "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+    assert status["NoNewPrivs"] == "1"
+    env = dict(line.split("=", 1) for line in shown("environ.txt").splitlines() if "=" in line)
+    # the environment the process started with (the zygote's own, four variables): nothing of the
+    # coordinator's; the worker's variables are set on top of it from the sandbox's (--setenv)
+    assert "DOME_ZYGOTE_TEST_SENTINEL" not in env
+    assert set(env) <= {"PATH", "PYTHONPATH", "LANG", "PYTHONDONTWRITEBYTECODE"}
+    # at the root of the sandbox's cgroup namespace, which is the attempt's groups (a process
+    # outside them would show a path climbing out of that root)
+    groups = {line.split(":")[1]: line.split(":")[2] for line in shown("cgroup.txt").splitlines()}
+    assert groups["pids"] == groups["memory"] == groups["cpuacct"] == "/"
+    assert int(shown("procs.txt")) <= 6  # the sandbox's own PID namespace: the stub, the worker, this probe
