@@ -546,13 +546,6 @@ def risk_lines(ex: Explanation, width: int = 100) -> list[str]:
     if out and ex.domain:
         out.insert(0, f"  policy preset: {ex.domain}")
     return out
-def cost_line(cost: Mapping[str, Any]) -> str:
-    """What a run cost in CPU, in words: the total, then its parts."""
-    def s(key: str) -> str:
-        v = cost.get(key)
-        return "not measured" if v is None else f"{float(v):.1f} s"
-    return (f"{s('total_cpu_s')} of CPU (coordinator {s('coordinator_cpu_s')}, workers {s('workers_cpu_s')}, "
-            f"git and other processes {s('waited_cpu_s')})")
 
 
 def _fit(line: str, width: int) -> str:
