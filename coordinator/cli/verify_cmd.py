@@ -74,6 +74,7 @@ def render_text(rep) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from coordinator.integration.verify import verify_run
     from coordinator.keys import load_keyring
+    from ledger import RecordUnreadable
     try:
         ledger = open_ledger(args)
         try:
@@ -82,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
             keyring = load_keyring(args.ops_root)
             rep = verify_run(ledger, args.run_id, keyring,
                              repo=Path(args.repo) if args.repo else None, ops_root=Path(args.ops_root))
-            risk = risk_of(ledger, args.run_id)
+            try:
+                risk = risk_of(ledger, args.run_id)
+            except RecordUnreadable:  # verify_run already names the record; the verdicts cannot be read
+                risk = None
         finally:
             ledger.close()
     except DomeError as exc:
@@ -92,11 +96,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"dome verify: {exc.code}: {exc.message}", file=sys.stderr)
         return exit_code(exc)
     if args.json:
-        print(json.dumps({**rep.to_dict(), "risk_sources": risk.risk_sources, "policy_preset": risk.domain},
-                         sort_keys=True))
+        print(json.dumps({**rep.to_dict(), "risk_sources": risk.risk_sources if risk else [],
+                          "policy_preset": risk.domain if risk else ""}, sort_keys=True))
     else:
         from coordinator.report.explain import risk_lines
-        print("\n".join([*render_text(rep), *risk_lines(risk)]))
+        print("\n".join([*render_text(rep), *(risk_lines(risk) if risk else [])]))
     return 0 if rep.valid else 1
 
 

@@ -89,8 +89,9 @@ def test_verify_cli_fails_when_a_git_object_is_changed(promoted) -> None:
 def test_verify_cli_unknown_run_is_invalid(promoted) -> None:
     _, ops, _ = promoted
     rc, out = _verify(ops, "no-such-run")
-    assert rc == 1 and not out["valid"]
-    assert [(f["kind"], f["status"]) for f in out["failures"]] == [("run_exists", "missing")]
+    # an unknown run is bad input (exit 2, like every command), not a check that ran and failed
+    assert rc == 2 and not out["valid"]
+    assert out["error"]["code"] == "RUN_NOT_FOUND"
 
 
 def test_promote_cli_consumes_consent_once(big_repo: Path, tmp_path: Path) -> None:
