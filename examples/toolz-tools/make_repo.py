@@ -7,8 +7,11 @@ The repository is the source distribution of toolz 0.12.1 from PyPI, as
 published (BSD 3-clause, LICENSE.txt; its own 180 tests in toolz/tests),
 committed on `main`. `dome run examples/toolz-tools/work.queue.json` then runs
 pyupgrade on each module and four `ruff check --fix` passes over the whole
-tree (overlapping edits), plus one task that breaks `frequencies`; the
-project's own pytest validates the integration head.
+tree but the tests (overlapping edits), plus one task that breaks `frequencies`;
+the project's own pytest validates the integration head. The passes leave
+toolz/tests alone: the tests judge the change, and by default a proposal that
+changes them waits for a person (docs/security.md, evidence the change cannot
+rewrite).
 """
 from __future__ import annotations
 

@@ -54,9 +54,11 @@ def test_tool_workers_on_a_pypi_project_promote_on_the_default_policy(toolz_run)
     no_change = {n for n, p in done.items() if (p.get("summary") or {}).get("no_change")}
     assert "ruff-c4" in no_change and len(no_change) >= 5
     assert (done["pyupgrade-functoolz"]["summary"]["exit_code"], done["ruff-c4"]["summary"]["exit_code"]) == (1, 1)
-    # the risk rose (ruff's import sort touches 25 files) and the verdict says who, by which rule
+    # the risk rose (ruff's import sort touches setup.py, a dependency file) and the verdict says who, by which rule;
+    # the passes leave the tests alone, so no proposal changes what judges it and no person is asked
     assert "policy preset: software" in out
-    assert "risk medium: raised by ruff-i" in out and "size rule: 25 files" in out
+    assert "risk medium: raised by ruff-i" in out and "dependency files setup.py" in out
+    assert "held at the human gate" not in out
     gate = [e["payload"] for e in events if e["topic"] == "gate.computed"][-1]
     assert gate["passed"] and gate["required_suites"] == ["tests"]
     # the bad task is ejected, its failing test named with the first lines of its output
@@ -76,7 +78,7 @@ def test_tool_workers_on_a_pypi_project_promote_on_the_default_policy(toolz_run)
     assert tests.returncode == 0 and "180 passed" in tests.stdout, tests.stdout[-2000:]
     verify = dome_cli("verify", toolz_run["run_id"], "--ops-root", str(toolz_run["ops"]))
     assert verify.returncode == 0 and "VALID" in verify.stdout, verify.stdout + verify.stderr
-    assert "risk medium: raised by ruff-i" in verify.stdout and "size rule: 25 files" in verify.stdout
+    assert "risk medium: raised by ruff-i" in verify.stdout and "dependency files setup.py" in verify.stdout
 
 
 PROBE = """<script>
@@ -130,9 +132,9 @@ def test_the_report_of_that_run_in_chromium(toolz_run) -> None:
     assert rows["ruff-c4"] == "no change" and rows["bad-frequencies"] == "changed"
     # the ejected task and its failing test, in the report
     assert BAD_TEST in dom and "risk medium: raised by ruff-i" in dom
-    # full file lists: ruff-i's 25 files are all there, folded
+    # full file lists: ruff-i's 15 files are all there, folded
     ruff_i = next(r for r in page.tables["Proposals"][1:] if r[0] == "ruff-i")
-    assert "25 file(s)" in ruff_i[3] and "setup.py" in ruff_i[3]
+    assert "15 file(s)" in ruff_i[3] and "setup.py" in ruff_i[3]
     # a split says which files landed
     split = [r for r in page.tables["Proposals"][1:] if r[2] == "split"]
     assert split and all(" landed" in r[3] and "(landed)" in r[3] for r in split)
