@@ -66,3 +66,30 @@ def test_recorded_evidence_re_evaluates_to_the_recorded_decisions(name: str) -> 
         assert decide(records, facts, run_id, policy) == want, (name, variation)
         done += 1
     assert done == len(names)
+
+
+def test_correctly_signed_but_inconsistent_records_are_judged_link_by_link() -> None:
+    """The signed-inconsistent family: every record carries a valid signature, one field
+    disagrees with the rest; each link rule must name it (the trailer's digest, the plan's
+    digest against the proposal's, the consent's token digest against its request...)."""
+    signed = [n for n in CASES if "signed-inconsistent" in json.loads((RECORDED / f"{n}.json").read_text())
+              .get("families", [])]
+    assert signed, "no recording of the signed-inconsistent family"
+    details: set[str] = set()
+    for name in signed:
+        case = json.loads((RECORDED / f"{name}.json").read_text())
+        for variation, i in case["variations"].items():
+            if not variation.startswith("signed-"):
+                continue
+            links = case["decisions"][i]["links"]
+            assert not any(l["link"].startswith(("signature:", "binding:")) for l in links), (name, variation)
+            bad = {(l["link"].split(":")[0], l["detail"]) for l in links if l["status"] != "ok"}
+            details |= {d for _, d in bad}
+            if variation.startswith("signed-consent"):
+                assert ("consent", "human approval required by policy") in bad, (name, variation)
+            if variation.startswith("signed-diff-trailer") and bad:
+                assert bad == {("checkpoint", "commit trailers do not name this proposal")}, (name, variation)
+    assert {"plan digest differs from the verified proposal", "commit trailers do not name this proposal",
+            "diff digest differs from the plan", "applied on another base",
+            "checkpoint tree differs from the ApplyResult",
+            "the recorded policy differs from the digest it records"} <= details
