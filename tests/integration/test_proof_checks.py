@@ -285,3 +285,10 @@ def test_two_proposals_that_split_an_exec_bit_between_them_do_not_both_land(tmp_
     assert out.why[dropped]["state"] in ("dropped", "rejected"), out.why
     mode = git(repo, "ls-tree", out.tree, "run.sh").split()[0]
     assert mode == (EXEC if out.included == ["b-edit"] else FILE)
+
+
+def test_task_files_cannot_be_judged_without_the_runs_work_queue(tmp_path: Path) -> None:
+    got = ex.check_tasks(tmp_path, [], None, "r1", lambda d: b"")
+    assert _kinds(got) == [("export_tasks", "missing", "tasks/")]
+    bad = ex.check_tasks(tmp_path, [], {"tasks": "not a list"}, "r1", lambda d: b"")
+    assert _kinds(bad) == [("export_tasks", "missing", "tasks/")] and "cannot rebuild" in bad[0].detail
