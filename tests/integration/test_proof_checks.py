@@ -116,7 +116,7 @@ def test_event_files_required_only_through_run_finished(tmp_path: Path) -> None:
 @attack("export-tamper")
 def test_a_work_queue_with_the_same_json_in_another_rendering_fails(tmp_path: Path) -> None:
     from registry.canonical import digest_json
-    q = {"tasks": [{"id": "a"}], "version": 1}
+    q = {"version": 1, "tasks": [{"id": "a", "argv": ["x"]}]}  # keys out of order: the file sorts them
     f = tmp_path / "work.queue.json"
     f.write_text(json.dumps(q, indent=2, sort_keys=True) + "\n")
     started = {"work_queue_digest": digest_json(q)}
