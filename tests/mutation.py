@@ -9,9 +9,11 @@ Each mutant is one small change (a comparison turned round or moved by one, a
 condition negated, `and`/`or` swapped, a loop that runs zero times, an `except`
 that no longer catches) made by a cosmic-ray operator in a private copy of the
 checkout (hard links; the mutated file is replaced, never written through a link).
-Only the fast test files mapped to its module run against it, with `-x`: a test
-that fails (or a run past the time limit) kills the mutant, one that passes lets
-it survive. The report gives the kill rate per module and every survivor as
+The fast test files mapped to its module are run once under coverage.py, which
+records which test executed each line; a mutant then runs only the tests that
+executed its statement (with `-x`). A test that fails (or a run past the time
+limit) kills the mutant; one that passes lets it survive, as does a mutant whose
+statement no mapped test executes (it is reported as not covered, without a run). The report gives the kill rate per module and every survivor as
 `file:line operator: the mutated line`. Survivors judged equivalent (no test can
 tell them from the original) are listed in EQUIVALENT with the reason, and are
 left out of the counts; docs/development.md names them.
@@ -26,6 +28,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,6 +112,21 @@ def _function_lines(source: str, names: Iterable[str]) -> list[tuple[int, int]]:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in want]
 
 
+def statement_lines(source: str) -> dict[int, int]:
+    """Line -> the first line of the innermost statement holding it (what coverage.py records)."""
+    best: dict[int, tuple[int, int]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.stmt):
+            start, end = node.lineno, node.end_lineno or node.lineno
+            if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.Try, ast.ClassDef)):
+                body = min((c.lineno for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)), default=end + 1)
+                end = min(end, body - 1)  # the header only: a body line belongs to its own statement
+            for line in range(start, end + 1):
+                if line not in best or end - start < best[line][1] - best[line][0]:
+                    best[line] = (start, end)
+    return {line: span[0] for line, span in best.items()}
+
+
 def mutants_of(target: Target, root: Path = ROOT) -> Iterator[tuple[Mutant, str]]:
     """Every mutant of a target with the mutated source; lines marked `pragma: no mutate` are left alone."""
     from cosmic_ray.ast import ast_nodes, get_ast
@@ -167,18 +185,45 @@ class Sandbox:
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def pytest(self, tests: tuple[str, ...], timeout: float) -> tuple[str, float]:
-        """('passed' | 'failed' | 'timeout', seconds)."""
+    def pytest(self, tests: Iterable[str], timeout: float, coverage_of: str | None = None) -> tuple[str, float]:
+        """('passed' | 'failed' | 'timeout', seconds); with `coverage_of` (a path), under coverage.py
+        recording which test ran each line of that file (`who_ran` reads it)."""
         env = {**os.environ, "PYTHONPATH": str(self.dir), "PYTHONPYCACHEPREFIX": str(self.dir / ".pyc")}
         env.pop("PYTEST_ADDOPTS", None)
-        argv = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow",
-                "--no-header", "-o", "addopts=--import-mode=importlib", *tests]
+        head = [sys.executable, "-m", "pytest"]
+        if coverage_of is not None:
+            rc = self.dir / ".mutation-coveragerc"
+            rc.write_text(f"[run]\ndynamic_context = test_function\ndata_file = {self.dir / '.mutation-coverage'}\n"
+                          f"include = {self.dir / coverage_of}\n")
+            (self.dir / ".mutation-coverage").unlink(missing_ok=True)
+            head = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest"]
+        argv = [*head, "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "--no-header",
+                "-o", "addopts=--import-mode=importlib", *tests]
         t0 = time.monotonic()
         try:
             proc = subprocess.run(argv, cwd=self.dir, env=env, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return "timeout", time.monotonic() - t0
         return ("passed" if proc.returncode == 0 else "failed"), time.monotonic() - t0
+
+    def who_ran(self, target: Target) -> dict[int, set[str]]:
+        """Statement line -> the test node ids (file::function) that executed it; a line run while
+        importing (no test's context) maps to every test file of the target."""
+        from coverage import CoverageData
+        data = CoverageData(basename=str(self.dir / ".mutation-coverage"))
+        data.read()
+        files = {t[:-3].replace("/", "."): t for t in target.tests}
+        out: dict[int, set[str]] = {}
+        for measured in data.measured_files():
+            for line, contexts in data.contexts_by_lineno(measured).items():
+                ids = out.setdefault(line, set())
+                for ctx in contexts:
+                    if not ctx:
+                        ids.update(target.tests)
+                        continue
+                    mod = next((m for m in sorted(files, key=len, reverse=True) if ctx.startswith(m + ".")), None)
+                    ids.add(f"{files[mod]}::{ctx[len(mod) + 1:].split('.')[0]}" if mod else ctx)
+        return out
 
 
 @dataclass
@@ -201,32 +246,43 @@ def run(targets: list[Target], *, sample: int | None, seed: int, out: list[dict]
     box = Sandbox()
     try:
         limits: dict[str, float] = {}
+        ran: dict[str, dict[int, set[str]]] = {}
+        stmt: dict[str, dict[int, int]] = {}
         for t in targets:
             if any(c[0] is t for c in chosen):
-                state, took = box.pytest(t.tests, 900)
+                state, took = box.pytest(t.tests, 1800, coverage_of=t.path)
                 if state != "passed":
                     raise SystemExit(f"mutation: the tests of {t.path} fail without a mutant: {' '.join(t.tests)}")
-                limits[t.path] = took * 3 + 20
-                print(f"mutation: {t.path}: baseline {took:.1f}s ({' '.join(t.tests)})", file=sys.stderr)
-        for target, m, src in chosen:
+                limits[t.path] = took * 2 + 30
+                ran[t.path], stmt[t.path] = box.who_ran(t), statement_lines((ROOT / t.path).read_text())
+                print(f"mutation: {t.path}: baseline {took:.1f}s under coverage ({' '.join(t.tests)})",
+                      file=sys.stderr)
+        for i, (target, m, src) in enumerate(chosen, start=1):
             tally = tallies[target.path]
             if m.key in EQUIVALENT:
                 tally.equivalent += 1
                 continue
-            box.put(target.path, src)
-            try:
-                state, took = box.pytest(target.tests, limits[target.path])
-            finally:
-                box.put(target.path, (ROOT / target.path).read_text())
+            tests = sorted(ran[target.path].get(stmt[target.path].get(m.line, m.line), ()))
+            if not tests:
+                state, took = "passed", 0.0  # no mapped test executes this statement
+            else:
+                box.put(target.path, src)
+                try:
+                    state, took = box.pytest(tests, limits[target.path])
+                finally:
+                    box.put(target.path, (ROOT / target.path).read_text())
             if state == "passed":
                 tally.survived += 1
-                print(f"SURVIVED {m.describe()}", flush=True)
             elif state == "timeout":
                 tally.timeouts += 1
             else:
                 tally.killed += 1
+            word = "SURVIVED" if state == "passed" else state
+            print(f"[{i}/{len(chosen)}] {word} ({len(tests)} tests, {took:.1f}s) {m.describe()}",
+                  file=sys.stderr, flush=True)
             out.append({"path": m.path, "line": m.line, "operator": m.operator, "before": m.before.strip(),
-                        "after": m.after.strip(), "outcome": state, "seconds": round(took, 2)})
+                        "after": m.after.strip(), "outcome": state, "seconds": round(took, 2),
+                        "tests": len(tests)})
     finally:
         box.close()
     return tallies
@@ -251,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(m.describe())
         return 0
     sample = CI_SAMPLE if args.ci else args.sample
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the sandbox is removed on the way out
     results: list[dict] = []
     tallies = run(targets, sample=sample, seed=args.seed, out=results)
     if args.json:
@@ -265,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         bad += t.survived
     for r in results:
         if r["outcome"] == "passed":
-            print(f"  survivor {r['path']}:{r['line']} {r['operator'].split('/')[-1]}: {r['after']}")
+            why = "" if r["tests"] else " (no mapped test runs it)"
+            print(f"  survivor {r['path']}:{r['line']} {r['operator'].split('/')[-1]}: {r['after']}{why}")
     total = sum(t.judged for t in tallies.values())
     killed = sum(t.killed + t.timeouts for t in tallies.values())
     print(f"total: {killed}/{total} killed" + (f" ({100.0 * killed / total:.1f}%)" if total else ""))

@@ -18,7 +18,6 @@ from coordinator.integration.tree_rules import entry_rejections
 from ledger import Ledger
 from registry.canonical import canonical_json
 from registry.signing import Keyring, SigningKey, dsse_sign
-from tests.attacks import attack
 
 KEY = SigningKey(b"\x05" * 32)
 KEYRING = Keyring({KEY.kid: KEY.public})
@@ -37,7 +36,6 @@ def _kinds(results) -> list[tuple[str, str, str | None]]:
 
 # -- exported files: byte for byte, not length for length --------------------------------
 
-@attack("export-tamper")
 def test_a_gate_file_changed_in_one_byte_of_the_same_length_fails(tmp_path: Path) -> None:
     gate = Record(4, T_GATE, {"passed": True, "missing": [], "links": [{"link": "policy", "status": "ok"}]})
     f = tmp_path / "gate" / "gate.decision.json"
@@ -80,7 +78,6 @@ def _events(tmp_path: Path, n: int = 3):
         ledger.close()
 
 
-@attack("export-tamper")
 def test_an_event_file_changed_in_one_byte_of_the_same_length_fails(tmp_path: Path) -> None:
     from ledger.export import render
     evs = _events(tmp_path)
@@ -113,7 +110,6 @@ def test_event_files_required_only_through_run_finished(tmp_path: Path) -> None:
         ("export_events", "missing", "events/")]
 
 
-@attack("export-tamper")
 def test_a_work_queue_with_the_same_json_in_another_rendering_fails(tmp_path: Path) -> None:
     from registry.canonical import digest_json
     q = {"version": 1, "tasks": [{"id": "a", "argv": ["x"]}]}  # keys out of order: the file sorts them
@@ -143,7 +139,6 @@ def _intoto(path: Path, statements=STATEMENTS, key: SigningKey = KEY, trailing: 
     return path
 
 
-@attack("export-tamper")
 @pytest.mark.parametrize("trailing", [True, False])
 def test_an_intoto_file_missing_its_last_statement_fails(tmp_path: Path, trailing: bool) -> None:
     f = _intoto(tmp_path / "e.jsonl", trailing=trailing)
@@ -248,7 +243,6 @@ def _exec_repo(tmp_path: Path) -> Path:
     return repo
 
 
-@attack("mode-sneak")
 def test_the_canvas_alone_refuses_an_existing_file_gaining_the_exec_bit(tmp_path: Path) -> None:
     """The tree rule judged on a real canvas, with the diff-level checks out of the way:
     what the canvas would write is 644 -> 755 on an existing file."""
@@ -263,7 +257,6 @@ def test_the_canvas_alone_refuses_an_existing_file_gaining_the_exec_bit(tmp_path
         assert keep.clean and not keep.violations  # losing the bit is fine
 
 
-@attack("mode-sneak")
 def test_two_proposals_that_split_an_exec_bit_between_them_do_not_both_land(tmp_path: Path) -> None:
     """The base has an executable `run.sh`. Proposal A clears its bit (allowed); proposal B,
     written against the same base, edits its text with the base's mode on its `index` line
@@ -292,3 +285,31 @@ def test_task_files_cannot_be_judged_without_the_runs_work_queue(tmp_path: Path)
     assert _kinds(got) == [("export_tasks", "missing", "tasks/")]
     bad = ex.check_tasks(tmp_path, [], {"tasks": "not a list"}, "r1", lambda d: b"")
     assert _kinds(bad) == [("export_tasks", "missing", "tasks/")] and "cannot rebuild" in bad[0].detail
+
+
+def test_every_file_is_judged_after_an_unreadable_or_unaccounted_one(tmp_path: Path) -> None:
+    from coordinator.integration.verify_result import CheckKind
+    root = tmp_path / "d"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "x").mkdir()                      # where a file should be: unreadable
+    (root / "a" / "y").write_bytes(b"2-changed")    # differs
+    (root / "a" / "w").write_bytes(b"?")            # not accounted for, sorted first
+    (root / "a" / "z").write_bytes(b"3")            # fine
+    got = ex._compare(CheckKind.EXPORT_TASKS, {"a/x": b"1", "a/y": b"2", "a/z": b"3", "a/v": b"0"},
+                      ex._files(root / "a"), ["a/v"])
+    assert [(r.status.value, r.subject) for r in got] == [
+        ("missing", "a/v"), ("failed", "a/w"), ("failed", "a/x"), ("failed", "a/y")]
+
+
+def test_the_older_rendering_is_accepted_for_every_event_after_an_odd_file(tmp_path: Path) -> None:
+    evs = _events(tmp_path)
+    run = tmp_path / "run"
+    (run / "events").mkdir(parents=True)
+    (run / "events" / "a-note.json").write_text("{}")         # no record: judged as unaccounted
+    (run / "events" / "event.0.json").mkdir()                 # unreadable, and no record either
+    for e in evs:
+        (run / "events" / f"event.{e.sequence}.json").write_text(
+            json.dumps(e.to_json(), indent=2, sort_keys=True) + "\n")
+    got = ex.check_events(run, evs, required_through=evs[-1].sequence, run_loop=True)
+    assert [(r.status.value, r.subject) for r in got] == [
+        ("failed", "events/a-note.json"), ("failed", "events/event.0.json")]

@@ -208,7 +208,6 @@ def test_verify_refuses_an_untruthful_partial_record(finished, gate_rows, includ
     assert not check.ok and bad in check.detail, check.detail
 
 
-@attack("partial-record-lie")
 @pytest.mark.parametrize("included", [["p-a", "p-b"], ["p-a", "p-b:split-1"]])
 def test_verify_refuses_a_smuggled_proposal_of_a_task_not_landed_alone(included):
     """Everything else about the partial record is true (b failed, run.finished and the gate

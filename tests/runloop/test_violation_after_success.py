@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 from coordinator import runstate as rs
 from coordinator.executors.local import LocalExecutor
-from tests.attacks import attack
 from tests.runloop.conftest import cmd_task, run_queue, write_queue
 
 VIOLATION = {"kind": "process_limit", "limit": 64, "refused_forks": 3}
@@ -31,7 +30,6 @@ class SweepFinds(LocalExecutor):
         return out
 
 
-@attack("sandbox-exhaustion")
 def test_a_violation_found_after_a_reported_success_fails_the_attempt(git_repo, ops_root, ledger_env, tmp_path):
     ledger, _, _ = ledger_env
     executor = SweepFinds(sandbox="none", max_concurrency=1)
