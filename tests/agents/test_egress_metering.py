@@ -68,6 +68,7 @@ def test_a_reply_without_usage_is_charged_the_whole_reservation_never_zero() -> 
         assert mt.usage_of(reply) is None, reply
         assert mt.charge(mt.usage_of(reply), res) == (300, 50)
     assert mt.usage_of({"usage": {"prompt_tokens": 3, "completion_tokens": 0}}) == (3, 0)
+    assert mt.usage_of({"usage": {"prompt_tokens": 0, "completion_tokens": 2}}) == (0, 2)
     assert mt.usage_of({"usage": {"prompt_tokens": 3, "completion_tokens": -1}}) is None
 
 
