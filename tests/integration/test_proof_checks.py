@@ -306,10 +306,11 @@ def test_the_older_rendering_is_accepted_for_every_event_after_an_odd_file(tmp_p
     run = tmp_path / "run"
     (run / "events").mkdir(parents=True)
     (run / "events" / "a-note.json").write_text("{}")         # no record: judged as unaccounted
-    (run / "events" / "event.0.json").mkdir()                 # unreadable, and no record either
-    for e in evs:
+    first, *rest = evs
+    (run / "events" / f"event.{first.sequence}.json").mkdir()  # a record's file, unreadable
+    for e in rest:
         (run / "events" / f"event.{e.sequence}.json").write_text(
             json.dumps(e.to_json(), indent=2, sort_keys=True) + "\n")
     got = ex.check_events(run, evs, required_through=evs[-1].sequence, run_loop=True)
     assert [(r.status.value, r.subject) for r in got] == [
-        ("failed", "events/a-note.json"), ("failed", "events/event.0.json")]
+        ("failed", "events/a-note.json"), ("failed", f"events/event.{first.sequence}.json")]
