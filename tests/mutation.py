@@ -299,7 +299,7 @@ class Tally:
 
 
 def run(targets: list[Target], *, sample: int | None, seed: int, out: list[dict],
-        fork: bool = True) -> dict[str, Tally]:
+        fork: bool = True, log: Path | None = None) -> dict[str, Tally]:
     chosen: list[tuple[Target, Mutant, str]] = [(t, m, src) for t in targets for m, src in mutants_of(t)]
     if sample is not None and sample < len(chosen):
         chosen = sorted(random.Random(seed).sample(chosen, sample), key=lambda x: (x[1].path, x[1].line))
@@ -347,6 +347,9 @@ def run(targets: list[Target], *, sample: int | None, seed: int, out: list[dict]
             out.append({"path": m.path, "line": m.line, "operator": m.operator, "before": m.before.strip(),
                         "after": m.after.strip(), "outcome": state, "seconds": round(took, 2),
                         "tests": len(tests)})
+            if log is not None:  # one line per mutant as it is judged: a run cut short keeps what it found
+                with log.open("a") as f:
+                    f.write(json.dumps(out[-1]) + "\n")
     finally:
         box.close()
     return tallies
@@ -359,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=CI_SEED)
     ap.add_argument("--ci", action="store_true", help=f"the CI sample: {CI_SAMPLE} mutants of {', '.join(CI_TARGETS)}")
     ap.add_argument("--list", action="store_true", help="print the mutants, run nothing")
-    ap.add_argument("--json", type=Path, help="write every mutant's outcome here")
+    ap.add_argument("--json", type=Path, help="write every mutant's outcome here (JSON lines, as they come)")
     ap.add_argument("--no-fork", action="store_true", help="start a fresh interpreter for every mutant")
     args = ap.parse_args(argv)
     names = list(CI_TARGETS) if args.ci else args.module
@@ -374,9 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     sample = CI_SAMPLE if args.ci else args.sample
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the sandbox is removed on the way out
     results: list[dict] = []
-    tallies = run(targets, sample=sample, seed=args.seed, out=results, fork=not args.no_fork)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        args.json.write_text("")
+    tallies = run(targets, sample=sample, seed=args.seed, out=results, fork=not args.no_fork, log=args.json)
     bad = 0
     for path, t in tallies.items():
         if not t.judged and not t.equivalent:
