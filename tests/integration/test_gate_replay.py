@@ -93,3 +93,29 @@ def test_correctly_signed_but_inconsistent_records_are_judged_link_by_link() -> 
             "diff digest differs from the plan", "applied on another base",
             "checkpoint tree differs from the ApplyResult",
             "the recorded policy differs from the digest it records"} <= details
+
+
+def test_a_split_layer_escalates_the_required_suites_and_keeps_its_parents_evidence() -> None:
+    """A plan entry naming `<proposal>:split-N` is judged by its parent's verified record (not
+    by the plan's digest, which is the part's) and adds the policy's escalate_on_split suites."""
+    import dataclasses
+
+    from coordinator.integration.evidence import policy_from_record, sign_artifact
+    case = json.loads((RECORDED / "clean.json").read_text())
+    recs = records(case)
+    pol = dataclasses.replace(policy_from_record(next(r for r in recs if r.topic == "integration.policy").artifact),
+                              escalate_on_split=("lint",))
+    keyring = Keyring({KEY.kid: KEY.public})
+    whole = evaluate_chain(recs, keyring=keyring, facts=GitFacts(commits=case["facts"]), run_id="run-1", policy=pol)
+    assert "lint" not in whole.required_suites
+    plan = max((r for r in recs if r.topic == "integration.stack_plan"), key=lambda r: r.sequence)
+    entries = [dict(e) for e in plan.artifact["ordered_proposals"]]
+    entries[0] = {**entries[0], "proposal_id": entries[0]["proposal_id"] + ":split-1", "diff_digest": "sha256:" + "0" * 64}
+    split_plan = type(plan)(plan.sequence, plan.topic, sign_artifact({**plan.artifact, "ordered_proposals": entries},
+                                                                      KEY))
+    split = evaluate_chain([split_plan if r is plan else r for r in recs], keyring=keyring,
+                           facts=GitFacts(commits=case["facts"]), run_id="run-1", policy=pol)
+    assert "lint" in split.required_suites
+    links = {l.link: l for l in split.links}
+    assert f"proposal:{entries[0]['proposal_id']}" not in links  # the parent's record stands for the part
+    assert links["validation:lint"].status == "missing"
