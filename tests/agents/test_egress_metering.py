@@ -85,7 +85,9 @@ def test_prices_round_up_to_the_micro_dollar() -> None:
 
 
 def test_the_account_snapshot_round_trips_and_matches_the_fold() -> None:
-    a = mt.Account().reserved("r1", 100, 7).reserved("r2", 50, 3).settled("r1", 30, 2)
+    two = mt.Account().reserved("r1", 100, 7).reserved("r2", 50, 3)
+    assert (two.tokens, two.cost_micros, two.calls, two.open_reservations) == (150, 10, 0, 2)
+    a = two.settled("r1", 30, 2)
     assert (a.tokens, a.cost_micros, a.calls, a.open_reservations) == (80, 5, 1, 1)
     snap = a.snapshot()
     assert snap == {"tokens_settled": 30, "cost_micros_settled": 2, "calls": 1, "open": {"r2": [50, 3]}}

@@ -314,3 +314,18 @@ def test_the_older_rendering_is_accepted_for_every_event_after_an_odd_file(tmp_p
     got = ex.check_events(run, evs, required_through=evs[-1].sequence, run_loop=True)
     assert [(r.status.value, r.subject) for r in got] == [
         ("failed", "events/a-note.json"), ("failed", f"events/event.{first.sequence}.json")]
+
+
+def test_a_chain_of_links_is_followed_up_to_the_hop_limit_and_refused_past_it() -> None:
+    """The first link plus MAX_LINK_HOPS more are followed; one more is a loop (a bound on the
+    work, like the kernel's ELOOP; a chain that long escaping is caught either way)."""
+    from coordinator.integration.tree_rules import MAX_LINK_HOPS, symlink_escape
+
+    def chain(n: int):
+        tree = {f"l{i}": (LINK, f"l{i + 1}") for i in range(n - 1)}
+        tree[f"l{n - 1}"] = (LINK, "file.txt")
+        tree["file.txt"] = (FILE, "file.txt")
+        return tree.get, lambda oid: oid.encode()
+
+    assert symlink_escape("l0", *chain(MAX_LINK_HOPS + 1)) is None
+    assert symlink_escape("l0", *chain(MAX_LINK_HOPS + 2)) == "symlink loop"
