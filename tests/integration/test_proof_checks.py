@@ -329,3 +329,14 @@ def test_a_chain_of_links_is_followed_up_to_the_hop_limit_and_refused_past_it() 
 
     assert symlink_escape("l0", *chain(MAX_LINK_HOPS + 1)) is None
     assert symlink_escape("l0", *chain(MAX_LINK_HOPS + 2)) == "symlink loop"
+
+
+def test_an_escaping_link_is_charged_to_the_apply_that_made_it_and_named_with_its_target() -> None:
+    from coordinator.integration.tree_rules import tree_rejections
+    before = {"old": (LINK, "../outside")}      # the base's link already escaped: not this apply's fault
+    after = {**before, "x": (LINK, "../../etc/passwd"), "ok": (LINK, "file.txt"), "file.txt": (FILE, "f")}
+    read = lambda oid: oid.encode()  # noqa: E731 - the object id is the link's text here
+    got = tree_rejections({"x": after["x"], "ok": after["ok"]}, before=before.get, after=after.get,
+                          links=["x", "ok", "old"], read=read, policy=IntegrationPolicy())
+    assert [(r.code, r.details) for r in got] == [
+        ("POLICY_SYMLINK_ESCAPE", {"path": "x", "target": "../../etc/passwd"})]
