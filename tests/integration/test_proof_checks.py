@@ -283,8 +283,9 @@ def test_two_proposals_that_split_an_exec_bit_between_them_do_not_both_land(tmp_
 def test_task_files_cannot_be_judged_without_the_runs_work_queue(tmp_path: Path) -> None:
     got = ex.check_tasks(tmp_path, [], None, "r1", lambda d: b"")
     assert _kinds(got) == [("export_tasks", "missing", "tasks/")]
+    assert got[0].detail == "cannot rebuild without the run's work queue"
     bad = ex.check_tasks(tmp_path, [], {"tasks": "not a list"}, "r1", lambda d: b"")
-    assert _kinds(bad) == [("export_tasks", "missing", "tasks/")] and "cannot rebuild" in bad[0].detail
+    assert _kinds(bad) == [("export_tasks", "missing", "tasks/")] and bad[0].detail.startswith("cannot rebuild: ")
 
 
 def test_every_file_is_judged_after_an_unreadable_or_unaccounted_one(tmp_path: Path) -> None:
