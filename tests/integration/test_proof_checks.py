@@ -341,3 +341,52 @@ def test_an_escaping_link_is_charged_to_the_apply_that_made_it_and_named_with_it
                           links=["x", "ok", "old"], read=read, policy=IntegrationPolicy())
     assert [(r.code, r.details) for r in got] == [
         ("POLICY_SYMLINK_ESCAPE", {"path": "x", "target": "../../etc/passwd"})]
+
+
+def test_the_export_listing_names_every_file_and_only_empty_folders(tmp_path: Path) -> None:
+    root = tmp_path / "tasks"
+    (root / "a" / "outputs").mkdir(parents=True)
+    (root / "a" / "task.result.json").write_text("{}")
+    (root / "a" / "outputs" / "x.diff").write_text("d")
+    (root / "b" / "empty").mkdir(parents=True)
+    (root / "c").mkdir()
+    (root / "c" / "z.json").write_text("{}")
+    assert sorted(ex._files(root)) == ["tasks/a/outputs/x.diff", "tasks/a/task.result.json", "tasks/b/empty",
+                                       "tasks/c/z.json"]
+    assert ex._files(tmp_path / "none") == {}
+
+
+def test_a_gate_record_without_its_exported_file_is_missing(tmp_path: Path) -> None:
+    gate = Record(4, T_GATE, {"passed": True})
+    assert _kinds(ex.check_gate(tmp_path, [gate])) == [("export_gate", "missing", ex.GATE_FILE)]
+
+
+def test_sorted_keys_are_part_of_the_rendering(tmp_path: Path) -> None:
+    """Indented but unsorted, the work queue is the same JSON with the same digest and still not
+    dome's file; an in-toto envelope with its keys unsorted is not dome's line."""
+    from registry.canonical import digest_json
+    q = {"version": 1, "tasks": [{"id": "a"}]}
+    (tmp_path / "work.queue.json").write_text(json.dumps(q, indent=2) + "\n")
+    res, _ = ex.check_work_queue(tmp_path, {"work_queue_digest": digest_json(q)})
+    assert _kinds(res) == [("export_work_queue", "failed", "work.queue.json")]
+    f = tmp_path / "e.jsonl"
+    f.write_text("\n".join(json.dumps(dsse_sign(ex.INTOTO_PAYLOAD, canonical_json(s), KEY)) for s in STATEMENTS)
+                 + "\n")  # dsse_sign's own key order: payloadType, payload, signatures
+    got = ex.check_intoto(f, STATEMENTS, KEYRING)
+    assert [r.subject for r in got] == [f"{ex.INTOTO_FILE}#{i}" for i in (1, 2, 3)]
+    assert all("not in dome's rendering" in r.detail for r in got)
+
+
+def test_a_record_after_run_finished_with_a_key_id_but_no_signature_is_unsigned(tmp_path: Path) -> None:
+    import dataclasses
+    ledger = Ledger.open(None, tmp_path / "ops")
+    try:
+        fin = ledger.append("r1", ex.RUN_FINISHED, {"status": "blocked"}, signer=KEY)
+        late = ledger.append("r1", "promotion.computed", {"a": 1}, signer=KEY)
+        evs = ledger.events("r1")
+    finally:
+        ledger.close()
+    for change in ({"signature": None}, {"kid": None}):
+        cut = [dataclasses.replace(e, **change) if e.sequence == late.sequence else e for e in evs]
+        got = ex.check_signed_after_finish(cut, fin.sequence, KEYRING)
+        assert [(r.status.value, r.detail) for r in got] == [("failed", "unsigned record after run.finished")]
