@@ -119,3 +119,24 @@ def test_a_split_layer_escalates_the_required_suites_and_keeps_its_parents_evide
     links = {l.link: l for l in split.links}
     assert f"proposal:{entries[0]['proposal_id']}" not in links  # the parent's record stands for the part
     assert links["validation:lint"].status == "missing"
+
+
+def test_the_policy_in_force_is_checked_against_the_recorded_one_only() -> None:
+    from coordinator.integration.evidence import policy_from_record
+    case = json.loads((RECORDED / "clean.json").read_text())
+    recs = records(case)
+    keyring, facts = Keyring({KEY.kid: KEY.public}), GitFacts(commits=case["facts"])
+    same = policy_from_record(next(r for r in recs if r.topic == "integration.policy").artifact)
+    res = evaluate_chain(recs, keyring=keyring, facts=facts, run_id="run-1", policy=same)
+    assert res.passed and not [l for l in res.links if l.link == "policy"]
+    unrecorded = [r for r in recs if r.topic != "integration.policy"]
+    res = evaluate_chain(unrecorded, keyring=keyring, facts=facts, run_id="run-1", policy=same)
+    assert res.passed and not [l for l in res.links if l.link == "policy"]  # nothing recorded to differ from
+
+
+def test_a_plan_whose_layers_all_lack_apply_results_has_no_head() -> None:
+    case = json.loads((RECORDED / "clean.json").read_text())
+    recs = [r for r in records(case) if r.topic != "integration.apply_result"]
+    res = evaluate_chain(recs, keyring=Keyring({KEY.kid: KEY.public}), facts=GitFacts(commits=case["facts"]),
+                         run_id="run-1")
+    assert res.head_ref is None and not res.passed and res.base_ref is not None
