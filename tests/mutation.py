@@ -89,6 +89,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "the records before the decision feed intoto_statements, which keeps only the sequences the decision's "
         "evidence_refs name; a decision cannot name its own sequence (it is assigned when the decision is "
         "appended), so adding the decision itself changes nothing",
+    ("coordinator/integration/gate.py", "core/ReplaceFalseWithTrue", "human: bool = False"):
+        "GateState.human's default is never read: check_consent sets it first thing, and a fold the stack "
+        "plan stopped returns a ChainResult with human_gate False without reading the state",
 }
 
 # The CI sample: these targets only (fast tests), this many mutants, this seed.

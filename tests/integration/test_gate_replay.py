@@ -140,3 +140,59 @@ def test_a_plan_whose_layers_all_lack_apply_results_has_no_head() -> None:
     res = evaluate_chain(recs, keyring=Keyring({KEY.kid: KEY.public}), facts=GitFacts(commits=case["facts"]),
                          run_id="run-1")
     assert res.head_ref is None and not res.passed and res.base_ref is not None
+
+
+def _clean(**over):
+    """The clean case's records, keyring and facts, and its recorded policy with `over` changed."""
+    import dataclasses
+
+    from coordinator.integration.evidence import policy_from_record
+    case = json.loads((RECORDED / "clean.json").read_text())
+    recs = records(case)
+    pol = policy_from_record(next(r for r in recs if r.topic == "integration.policy").artifact)
+    return recs, Keyring({KEY.kid: KEY.public}), GitFacts(commits=case["facts"]), dataclasses.replace(pol, **over)
+
+
+def test_every_required_suite_is_judged_after_one_that_passed() -> None:
+    """unit passes on the head; `zz-more`, required too and sorted after it, has no report."""
+    from coordinator.integration.evidence import sign_artifact
+    recs, keyring, facts, pol = _clean()
+    req = next(r for r in recs if r.topic == "integration.requirements")
+    more = type(req)(req.sequence, req.topic, sign_artifact(
+        {**req.artifact, "required_suites": [*req.artifact["required_suites"], "zz-more"]}, KEY))
+    res = evaluate_chain([more if r is req else r for r in recs], keyring=keyring, facts=facts, run_id="run-1",
+                         policy=pol)
+    got = {l.link: l.status for l in res.links if l.link.startswith("validation:")}
+    assert got == {"validation:unit": "ok", "validation:zz-more": "missing"}
+
+
+def test_per_layer_reports_count_only_when_every_layer_passed() -> None:
+    from coordinator.integration.evidence import sign_artifact
+    recs, keyring, facts, pol = _clean(validation_counts="per_layer_or_final")
+    report = next(r for r in recs if r.topic == "integration.validation_report")
+    applied = [r.artifact for r in recs if r.topic == "integration.apply_result" and r.artifact.get("applied")]
+    rest = [r for r in recs if r.topic != "integration.validation_report"]
+    top = max(r.sequence for r in recs)
+
+    def layers(failing_at: int | None, suites=("unit",)):
+        return [type(report)(top + 1 + i + 10 * k, report.topic, sign_artifact(
+            {**report.artifact, "suite": s, "head_ref": a["head_ref"], "included_proposals": [a["proposal_id"]],
+             "passed": i != failing_at}, KEY)) for k, s in enumerate(suites) for i, a in enumerate(applied)]
+
+    ok = evaluate_chain(rest + layers(None), keyring=keyring, facts=facts, run_id="run-1", policy=pol)
+    assert {l.link: (l.status, l.detail) for l in ok.links}["validation:unit"] == ("ok", "per-layer reports")
+    bad = evaluate_chain(rest + layers(1), keyring=keyring, facts=facts, run_id="run-1", policy=pol)
+    assert {l.link: l.status for l in bad.links}["validation:unit"] == "missing"
+    two = dict(pol.suites_by_risk)
+    two.update({k: ("unit", "zz-more") for k in two})
+    import dataclasses
+    both = evaluate_chain(rest + layers(None, ("unit",)), keyring=keyring, facts=facts, run_id="run-1",
+                          policy=dataclasses.replace(pol, suites_by_risk=two))
+    got = {l.link: l.status for l in both.links if l.link.startswith("validation:")}
+    assert got == {"validation:unit": "ok", "validation:zz-more": "missing"}
+
+
+def test_a_path_under_the_human_gate_asks_for_consent_at_low_risk() -> None:
+    recs, keyring, facts, pol = _clean(human_gate_paths=("f0.txt",), human_gate_risk=())
+    res = evaluate_chain(recs, keyring=keyring, facts=facts, run_id="run-1", policy=pol)
+    assert res.human_gate and {l.link: l.status for l in res.links}["consent"] == "missing"
