@@ -77,7 +77,9 @@ TARGETS: tuple[Target, ...] = (
     Target("coordinator/integration/verify.py", (INTEG + "test_verify_verdict.py", INTEG + "test_verify_exports.py")),
     Target("coordinator/integration/proposals.py", (INTEG + "test_proposals.py", INTEG + "test_hostile_proposals.py")),
     Target("coordinator/egress/gate.py", ("tests/agents/test_egress_metering.py", "tests/agents/test_egress_gate.py")),
-    Target("coordinator/grants.py", ("tests/grants/test_verify.py",)),
+    Target("coordinator/grants.py", ("tests/grants/test_verify.py", "tests/grants/test_call_mac.py",
+                                     "tests/grants/test_issued_warm.py", "tests/grants/test_scope.py",
+                                     "tests/grants/test_group_commit.py", "tests/grants/test_issue_path.py")),
     Target("registry/toolprofile.py", ("tests/grants/test_verify.py", "tests/grants/test_call_mac.py")),
     Target("coordinator/preflight.py", ("tests/runloop/test_bad_input.py",)),
 )
