@@ -36,6 +36,7 @@ TASK_ABANDONED = "task.abandoned"  # a node the run will not try again (its code
 PATCH_SUBMITTED = "patch.submitted"
 ARTIFACT_PUT = "artifact.put"
 SANDBOX_VIOLATION = "sandbox.violation"
+SANDBOX_VIOLATION_CODE = "SANDBOX_VIOLATION"  # the error code an attempt failed by a sandbox limit carries
 
 TERMINAL_ATTEMPT_TOPICS = (TASK_COMPLETED, TASK_FAILED, TASK_TIMEOUT, TASK_CANCELLED, TASK_LOST)
 
@@ -187,6 +188,16 @@ class _Folding:
                                                            succeeded_by, ns.acked, last_error), self.owned)
             self.ended = self.ended.add(neid, self.owned)
             self.lost_attempts += topic == TASK_LOST
+        elif topic == SANDBOX_VIOLATION:
+            # a limit the executor found after the worker reported success: the attempt did not
+            # succeed after all (the limits held, the output is not to be trusted). Once acked, the
+            # winner's proposal is integrated and the record stands as history.
+            neid = payload.get("node_execution_id") or _get(event, "node_execution_id")
+            node_id = (self.executions.get(neid) or {}).get("node_id") if neid else None
+            ns = self.nodes.get(node_id, _NEW) if node_id is not None else _NEW
+            if node_id is not None and ns.succeeded_by == neid and not ns.acked:
+                self.nodes = self.nodes.set(node_id, NodeState(ns.attempts, ns.failures + 1, ns.active, None,
+                                                               False, SANDBOX_VIOLATION_CODE), self.owned)
         elif topic == TASK_ABANDONED:
             node_id = _get(event, "node_id") or payload.get("node_id")
             ns = self.nodes.get(node_id, _NEW)

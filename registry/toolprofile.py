@@ -71,7 +71,8 @@ def rfc3339(dt: datetime) -> str:
     """The UTC second of `dt` as "YYYY-MM-DDTHH:MM:SSZ" (the same instant, the same text)."""
     text = _RFC3339.get(dt)
     if text is None:
-        text = dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        u = dt.astimezone(timezone.utc)  # four-digit years: strftime's %Y writes year 1 as "1" on glibc
+        text = f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}Z"
         if len(_RFC3339) >= 64:
             _RFC3339.clear()
         _RFC3339[dt] = text

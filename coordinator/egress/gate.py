@@ -229,12 +229,7 @@ class EgressGate:
         except ValueError:
             reply = None
         usage = mt.usage_of(reply)
-        if usage is not None:
-            tin, tout = usage
-        elif status == 200:
-            tin, tout = res.tokens_in_bound, res.output_cap  # no usage reported: the whole reservation is charged
-        else:
-            tin, tout = 0, 0
+        tin, tout = mt.charge(usage, res)  # no usage reported (an error reply too): the whole reservation
         response_digest = self.blobs.put(rbody) if rbody else None
         call = {"reservation_id": rid, "profile_id": profile["profile_id"], "model": model, "host": host,
                 "path": path, "status": status, "tokens_in": tin, "tokens_out": tout,

@@ -12,7 +12,10 @@ reserved before it is forwarded and settled when it returns:
   is what is left of the budget after the input bound;
 - the settlement replaces the reservation by the provider's `usage`
   (prompt_tokens, completion_tokens), or keeps the whole reservation when
-  the reply has no usage.
+  the reply has no usable usage (`charge`): whatever its status, an error
+  reply or a connection lost after the request went out included, since the
+  gate cannot know what the provider billed. A call is never charged zero
+  because the provider did not say.
 
 Every `egress.reserved` and `model.call` event carries the node's account
 after it (`account_after`: settled tokens, cost and calls, and the open
@@ -136,6 +139,14 @@ def reserve(*, account: Account, budgets: Mapping[str, Any], request_bytes: int,
         raise ValueError("a model call needs a token budget or an output cap")  # grants from cards always have one
     cap = max(1, min(caps))
     return Reservation(in_bound, cap, in_bound + cap, price.cost_micros(in_bound, cap))
+
+
+def charge(usage: tuple[int, int] | None, reservation: Reservation) -> tuple[int, int]:
+    """(tokens_in, tokens_out) a settled call is charged: the reported usage, else the
+    whole reservation (its input bound and the output cap the gate wrote)."""
+    if usage is not None:
+        return usage
+    return reservation.tokens_in_bound, reservation.output_cap
 
 
 def usage_of(reply: Any) -> tuple[int, int] | None:

@@ -96,6 +96,8 @@ def check_policy(st: GateState) -> None:
     if st.policy is None:
         if recs:
             st.policy = policy_from_record(recs[-1].artifact)
+            if st.policy.digest != recs[-1].artifact.get("policy_digest"):  # signed, but not what it names
+                st.add("policy", "invalid", "the recorded policy differs from the digest it records")
         else:
             st.add("policy", "missing", "no signed policy record")
             st.policy = IntegrationPolicy()

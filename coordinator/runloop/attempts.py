@@ -232,8 +232,14 @@ class AttemptLifecycle:
                     self.executor.kill(loser, "endgame loser")
                     self._end_attempt(loser, rs.TASK_CANCELLED, {"reason": "another attempt won",
                                                                  "winner": ns.succeeded_by}, "endgame: another attempt won")
-                if not ns.acked:
-                    acks.append(nid)
+                if ns.acked:
+                    continue
+                if ns.succeeded_by in self.live:
+                    # its process is not reaped yet: the executor's sweep of its cgroups may still find
+                    # a limit it hit, which fails the attempt; ack once it has exited
+                    self._to_check.add(nid)
+                    continue
+                acks.append(nid)
         if acks:
             drafts = [(rs.TASK_ACK, {"node_execution_id": st.node(n).succeeded_by, "accepted": True,
                                      "proposal_id": (st.proposal_of.get(st.node(n).succeeded_by)

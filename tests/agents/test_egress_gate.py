@@ -238,3 +238,48 @@ def test_runtime_card_is_closed_and_its_model_must_be_on_its_allowlist():
     with pytest.raises(RuntimeCardInvalid):
         check_card({**card(), "model": "other"})
     assert grant_terms(card()) == {"allow_hosts": [HOST], "allow_models": [MODEL], "budgets": {"max_tokens": 20000}}
+
+
+def _post(env, gw, path: str, body: bytes) -> bytes:
+    """A correctly signed POST of `path` on the allowed host, straight to the gate's socket."""
+    proof = gw.proof("egress", {"host": HOST, "path": path, "body_digest": digest_bytes(body)})
+    return _raw(env["sock"], b"POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\ndome-call-proof: %s\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                % (path.encode(), HOST.encode(), gw.token.encode(), proof.encode(), len(body), body))
+
+
+def test_only_the_routes_operations_are_forwarded(env):
+    """The host and model are allowed; a path that is not one of the route's operations is
+    refused before anything reaches the upstream (its files, its admin API, a lookalike)."""
+    gw = env["attempt"]("ne-a")
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "[script:chat] hi"}]}).encode()
+    before = len(env["llm"].requests)
+    for path in ("/v1/files", "/v1/chat/completions/x", "/v1/chat/completion", "/v2/chat/completions",
+                 "/v1/chat/completions/../files", "/"):
+        out = _post(env, gw, path, body)
+        assert out.startswith(b"HTTP/1.1 403") and b"EGRESS_OPERATION_NOT_ALLOWED" in out, (path, out[:300])
+    assert len(env["llm"].requests) == before
+    _post(env, gw, "/v1/chat/completions?trace=1", body)  # the query is not part of the operation: forwarded
+    assert len(env["llm"].requests) == before + 1
+    assert env["llm"].requests[-1]["path"] == "/v1/chat/completions?trace=1"
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_a_reply_without_usage_is_charged_its_whole_reservation(env, status):
+    """Whatever the status, a reply that reports no usage costs the whole reservation:
+    a provider that does not say what it billed is never taken to have billed nothing."""
+    gw = env["attempt"]("ne-a", budgets={"max_tokens": 5000})
+    env["llm"].reply = lambda path, body: (status, {"id": "x", "object": "chat.completion", "model": MODEL,
+                                                    "choices": [{"index": 0, "finish_reason": "stop",
+                                                                 "message": {"role": "assistant", "content": "hi"}}]})
+    client = make_client(card(budgets={"max_tokens": 5000}), gw, env["sock"]).with_options(max_retries=0)
+    try:
+        _chat(client, max_completion_tokens=100)
+    except Exception:  # noqa: BLE001 - the 500 reaches the caller as the SDK's error
+        assert status != 200
+    calls = [e.payload for e in env["ledger"].events(RUN) if e.topic == mt.CALL_TOPIC]
+    reserved = {e.payload["reservation_id"]: e.payload for e in env["ledger"].events(RUN) if e.topic == mt.RESERVED_TOPIC}
+    assert len(calls) == 1 and calls[0]["status"] == status and calls[0]["usage_reported"] is False
+    charged = calls[0]["tokens_in"] + calls[0]["tokens_out"]
+    assert charged == reserved[calls[0]["reservation_id"]]["tokens_reserved"] and calls[0]["tokens_out"] == 100
+    assert mt.Account.from_snapshot(calls[0]["account_after"]).tokens == charged > 0

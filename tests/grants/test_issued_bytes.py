@@ -5,8 +5,9 @@ its signed bytes falls back to the general encoder."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from coordinator.gateway import auth
@@ -80,18 +81,30 @@ def test_the_shipped_registrys_scope_is_derived_once_and_equals_a_fresh_derivati
     assert c.scope.budgets != a.scope.budgets
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.datetimes(timezones=st.sampled_from([None, __import__("datetime").timezone.utc]) |
-                             st.builds(__import__("datetime").timezone,
-                                       st.timedeltas(min_value=__import__("datetime").timedelta(hours=-12),
-                                                     max_value=__import__("datetime").timedelta(hours=12)))),
-                min_size=1, max_size=6))
-def test_a_remembered_rfc3339_text_is_the_formatting_of_that_instant(dts) -> None:
-    from datetime import timezone
+# Instants a datetime can hold in UTC whatever their offset (up to 12 h either way): datetime(1, 1, 1)
+# at +01:00 is an instant before year 1, which no datetime holds (astimezone raises OverflowError).
+_OFFSETS = st.sampled_from([None, _dt.timezone.utc]) | st.builds(
+    _dt.timezone, st.timedeltas(min_value=_dt.timedelta(hours=-12), max_value=_dt.timedelta(hours=12)))
+_INSTANTS = st.datetimes(min_value=_dt.datetime(1, 1, 2), max_value=_dt.datetime(9999, 12, 30), timezones=_OFFSETS)
 
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@example([_dt.datetime(1, 1, 2, tzinfo=_dt.timezone(_dt.timedelta(hours=12)))])
+@example([_dt.datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=_dt.timezone(_dt.timedelta(hours=-12)))])
+@example([_dt.datetime(999, 5, 6, 7, 8, 9, tzinfo=_dt.timezone.utc)])
+@given(st.lists(_INSTANTS, min_size=1, max_size=6))
+def test_a_remembered_rfc3339_text_is_the_formatting_of_that_instant(dts) -> None:
     from registry import toolprofile as tp
     for dt in dts + dts:
-        assert tp.rfc3339(dt) == dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        u = dt.astimezone(_dt.timezone.utc).replace(microsecond=0, tzinfo=None)
+        text = tp.rfc3339(dt)
+        assert text == u.isoformat() + "Z"  # isoformat writes every year with four digits
+        assert tp.parse_rfc3339(text) == u.replace(tzinfo=_dt.timezone.utc)
+
+
+def test_year_one_is_written_with_four_digits() -> None:
+    from registry import toolprofile as tp
+    assert tp.rfc3339(_dt.datetime(1, 1, 2, 3, 4, 5, tzinfo=_dt.timezone.utc)) == "0001-01-02T03:04:05Z"
 
 
 def test_generated_keys_are_distinct_and_sign() -> None:

@@ -197,11 +197,17 @@ def test_every_field_of_a_signed_grant_altered_after_signing_is_rejected(world: 
 
 
 # ---------------------------------------------------------------- state checks
-def test_single_use_grant_is_spent_by_its_first_successful_write(world: World) -> None:
+def test_single_use_grant_is_spent_by_its_first_successful_terminal_write(world: World) -> None:
     g = world.issue()
     assert g.payload["single_use"] is True
-    assert _attempt(world, g.token, method="put_artifact") is None  # writes before the terminal one are fine
-    assert _attempt(world, g.token, method="submit_patch") is None
+    """The spec's "first successful write call" is the terminal write: the writes an attempt
+    makes before it (artifacts, its patch) leave the grant usable, and the first successful
+    `complete_task` spends it for every method."""
+    for _ in range(2):  # writes before the terminal one, repeated: none of them spends it
+        assert _attempt(world, g.token, method="put_artifact") is None
+        assert _attempt(world, g.token, method="submit_patch") is None
+    calls = [e.payload for e in world.events() if e.topic == "grant.call"]
+    assert len(calls) == 4 and not any(c["spent_jti"] for c in calls)
     assert _attempt(world, g.token, method="complete_task") is None  # the terminal write spends it
     for method in ("complete_task", "read_file", "put_artifact"):
         before = len(world.events())

@@ -3,7 +3,15 @@ signatures), the git facts read for them, and the decision the gate gave on each
 fixed set of variations (a record dropped, a signature forged, a commit gone, another
 policy in force, another run).
 
-`python -m tests.integration.gate_corpus DIR` records a new corpus with today's code;
+A case may also carry the variation family "signed-inconsistent": every record stays
+correctly signed by the run's key, but one field is made to disagree with the rest of
+the evidence (a proposal's diff digest, a layer's base or tree, a commit's
+`Dome-Diff-Digest` trailer, a consent's token digest...), so each link rule is judged on
+what it compares, not on a signature. Cases recorded before that family have only the
+first one.
+
+`python -m tests.integration.gate_corpus DIR [--family signed-inconsistent] [--suffix S]
+[SCENARIO...]` records a new corpus with today's code (files `<scenario><suffix>.json`);
 `tests/integration/test_gate_replay.py` re-evaluates the committed one and requires the
 same decisions byte for byte. A recorded file is never edited: a change that makes the
 gate decide differently says why and records a new one.
@@ -35,6 +43,57 @@ def records(case: dict[str, Any]) -> list[Record]:
 
 def _facts(raw: dict[str, Any]) -> GitFacts:
     return GitFacts(commits=raw)
+
+
+FAMILY_INCONSISTENT = "signed-inconsistent"
+OTHER_DIGEST = "sha256:" + "e" * 64
+OTHER_OID = "f" * 40
+
+
+def _resigned(r: Record, **changes: Any) -> Record:
+    """The record with some fields changed, signed again by the run's key (a valid signature)."""
+    return Record(r.sequence, r.topic, sign_artifact({**r.artifact, **changes}, KEY))
+
+
+def _signed_inconsistent(recs: list[Record], facts: dict[str, Any], gf: GitFacts) -> Iterator[
+        tuple[str, list[Record], GitFacts, str, IntegrationPolicy | None]]:
+    """Correctly signed records (or git facts) that disagree with the rest of the evidence."""
+    def swap(r: Record, **changes: Any) -> list[Record]:
+        new = _resigned(r, **changes)
+        return [new if x is r else x for x in recs]
+
+    edits: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "integration.proposal_verified": lambda a: {"diff_digest": OTHER_DIGEST},
+        "integration.policy": lambda a: {"policy_digest": OTHER_DIGEST},
+        "integration.requirements": lambda a: {"required_suites": [*a.get("required_suites", []), "extra-suite"]},
+        "promotion.consent_granted": lambda a: {"token_digest": OTHER_DIGEST},
+        "promotion.consent_requested": lambda a: {"token_digest": OTHER_DIGEST},
+    }
+    for r in recs:
+        if r.topic in edits:
+            yield f"signed-{r.topic.split('.')[1]}-{r.sequence}", swap(r, **edits[r.topic](r.artifact)), gf, RUN_ID, None
+        if r.topic == "promotion.consent_granted":
+            yield f"signed-consent-head-{r.sequence}", swap(r, head_ref=OTHER_OID), gf, RUN_ID, None
+            yield f"signed-consent-id-{r.sequence}", swap(r, consent_id="consent-other"), gf, RUN_ID, None
+        if r.topic == "integration.apply_result" and r.artifact.get("applied"):
+            for field, value in (("diff_digest", OTHER_DIGEST), ("base_ref", OTHER_OID),
+                                 ("head_tree_hash", OTHER_OID)):
+                yield f"signed-apply-{field}-{r.sequence}", swap(r, **{field: value}), gf, RUN_ID, None
+        if r.topic == "integration.validation_report":
+            yield f"signed-validation-head-{r.sequence}", swap(r, head_ref=OTHER_OID), gf, RUN_ID, None
+            yield (f"signed-validation-included-{r.sequence}",
+                   swap(r, included_proposals=list(r.artifact.get("included_proposals", []))[:-1]), gf, RUN_ID, None)
+        if r.topic == "integration.stack_plan":
+            entries = [dict(e) for e in r.artifact.get("ordered_proposals", [])]
+            if entries:
+                entries[0]["diff_digest"] = OTHER_DIGEST
+                yield f"signed-plan-digest-{r.sequence}", swap(r, ordered_proposals=entries), gf, RUN_ID, None
+    for oid, info in sorted(facts.items()):
+        trailers = info.get("trailers_all") or {}
+        if trailers.get("Dome-Diff-Digest"):  # the proposal named, its digest another
+            wrong = [f"{v.split(' ', 1)[0]} {OTHER_DIGEST}" for v in trailers["Dome-Diff-Digest"]]
+            changed = {**facts, oid: {**info, "trailers_all": {**trailers, "Dome-Diff-Digest": wrong}}}
+            yield f"signed-diff-trailer-{oid[:12]}", recs, _facts(changed), RUN_ID, None
 
 
 def variations(case: dict[str, Any]) -> Iterator[tuple[str, list[Record], GitFacts, str,
@@ -74,6 +133,8 @@ def variations(case: dict[str, Any]) -> Iterator[tuple[str, list[Record], GitFac
             changed = {**facts, oid: {**facts[oid], field: [] if field == "parents" else
                                       ({} if field == "trailers_all" else "0" * 40)}}
             yield f"{field}-{oid[:12]}", recs, _facts(changed), RUN_ID, None
+    if FAMILY_INCONSISTENT in case.get("families", ()):
+        yield from _signed_inconsistent(recs, facts, gf)
 
 
 def decide(records: list[Record], facts: GitFacts, run_id: str, policy: IntegrationPolicy | None) -> str:
@@ -132,10 +193,12 @@ def _scenarios() -> dict[str, Callable[[Path, Path], Any]]:
     return {"clean": clean, "culprit": culprit, "failing": failing, "consent": consent}
 
 
-def record(out: Path) -> None:
+def record(out: Path, *, families: tuple[str, ...] = (), suffix: str = "", only: tuple[str, ...] = ()) -> None:
     from coordinator.integration.recorder import git_facts, records_of
     out.mkdir(parents=True, exist_ok=True)
     for name, make in _scenarios().items():
+        if only and name not in only:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             repo = Path(tmp) / "r"
             repo.mkdir()
@@ -146,6 +209,8 @@ def record(out: Path) -> None:
             facts = {k: dict(v) for k, v in git_facts(repo_dir, recs).commits.items()}
         case: dict[str, Any] = {"records": [{"sequence": r.sequence, "topic": r.topic, "artifact": r.artifact}
                                             for r in recs], "facts": facts}
+        if families:
+            case["families"] = list(families)
         texts: list[str] = []
         case["variations"] = {}
         for v, rs, f, run, pol in variations(case):
@@ -154,12 +219,14 @@ def record(out: Path) -> None:
                 texts.append(text)
             case["variations"][v] = texts.index(text)
         case["decisions"] = [json.loads(t) for t in texts]
-        (out / f"{name}.json").write_text(dump(case))
+        (out / f"{name}{suffix}.json").write_text(dump(case))
 
 
 def dump(case: dict[str, Any]) -> str:
     """One record, commit and decision a line: small diffs, readable by eye."""
     lines = ["{"]
+    if case.get("families"):
+        lines.append(f'"families": {json.dumps(case["families"])},')
     for key in ("records", "decisions"):
         items = [json.dumps(x, sort_keys=True) for x in case[key]]
         lines.append(f'"{key}": [\n' + ",\n".join(items) + "\n],")
@@ -179,5 +246,16 @@ def _repo(where: Path) -> Path:
     return where
 
 
+def main(argv: list[str]) -> None:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m tests.integration.gate_corpus")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("scenarios", nargs="*", help="record only these (default: all)")
+    ap.add_argument("--family", action="append", default=[], choices=[FAMILY_INCONSISTENT])
+    ap.add_argument("--suffix", default="", help="added to each file name (a new recording never replaces an old one)")
+    args = ap.parse_intermixed_args(argv)
+    record(args.out, families=tuple(args.family), suffix=args.suffix, only=tuple(args.scenarios))
+
+
 if __name__ == "__main__":
-    record(Path(sys.argv[1]))
+    main(sys.argv[1:])

@@ -115,6 +115,19 @@ def _intoto_payload_swap(path: Path) -> None:
     path.write_bytes(b"\n".join(lines))
 
 
+def _flip_byte(path: Path) -> None:
+    """One byte changed, the length kept (a length comparison would not see it)."""
+    data = bytearray(path.read_bytes())
+    i = data.index(b'"', len(data) // 2)
+    data[i + 1] = ord("Z") if data[i + 1] != ord("Z") else ord("Y")
+    path.write_bytes(bytes(data))
+
+
+def _intoto_drop_last_line(path: Path) -> None:
+    lines = path.read_bytes().rstrip(b"\n").split(b"\n")
+    path.write_bytes(b"\n".join(lines[:-1]) + b"\n")
+
+
 def _intoto_drop_line(path: Path) -> None:
     lines = path.read_bytes().split(b"\n")
     path.write_bytes(b"\n".join(lines[1:]))
@@ -178,11 +191,28 @@ TAMPER = {
 }
 
 
+# tampers a length comparison or a line count that ignores the last line would miss
+TAMPER_KEEPING_SHAPE = {
+    "gate_decision_same_length": (lambda d: (_flip_byte(p := d / "gate" / "gate.decision.json"), p)[1],
+                                  "export_gate", "failed"),
+    "intoto_last_line_removed": (lambda d: (_intoto_drop_last_line(p := d / "promotion" / "evidence.intoto.jsonl"),
+                                            p)[1], "export_intoto", "failed"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPER_KEEPING_SHAPE))
+def test_a_tamper_that_keeps_the_files_length_or_its_first_lines_fails(run_copy, name: str) -> None:
+    _tampered_fails(run_copy, name, *TAMPER_KEEPING_SHAPE[name])
+
+
 @attack("export-tamper")
 @pytest.mark.parametrize("name", sorted(TAMPER))
 def test_tampering_with_an_exported_file_makes_verify_fail_naming_the_file(run_copy, name: str) -> None:
+    _tampered_fails(run_copy, name, *TAMPER[name])
+
+
+def _tampered_fails(run_copy, name: str, tamper, kind: str, status: str) -> None:
     ops, run_id, rdir = run_copy
-    tamper, kind, status = TAMPER[name]
     path = tamper(rdir)
     rel = path.relative_to(rdir).as_posix()
     out = _verify_here(ops, run_id)
@@ -271,3 +301,79 @@ def test_promoted_ref_must_hold_the_decisions_head(finished_run, run_copy) -> No
         assert rc == 1 and _failures(out).get(("target_ref", ref)) == "missing"
     finally:
         git(repo, "update-ref", ref, head)
+
+
+# -- correctly signed, inconsistent decisions: each verify check judged alone ------------------
+
+def _append_signed(ops: Path, run_id: str, topic: str, artifact: dict) -> None:
+    """Append a record signed by the run's own key (the admin's, as `dome promote` signs)."""
+    from coordinator.integration.evidence import sign_artifact
+    from coordinator.keys import load_or_create_signing_key
+    key = load_or_create_signing_key(ops)
+    ledger = Ledger.open(None, ops)
+    try:
+        ledger.append(run_id, topic, sign_artifact(artifact, key), signer=key)
+    finally:
+        ledger.close()
+
+
+def _last_record(ops: Path, run_id: str, topic: str):
+    from coordinator.integration.recorder import records_of
+    ledger = Ledger.open(None, ops)
+    try:
+        return [r for r in records_of(ledger, run_id) if r.topic == topic][-1]
+    finally:
+        ledger.close()
+
+
+def _redecide(ops: Path, run_id: str, **changes) -> dict:
+    from coordinator.integration.evidence import T_PROMOTION
+    promo = _last_record(ops, run_id, T_PROMOTION).artifact
+    _append_signed(ops, run_id, T_PROMOTION, {**promo, **changes})
+    return promo
+
+
+def test_a_signed_decision_whose_evidence_ref_digest_is_another_fails_that_ref(promoted_copy) -> None:
+    ops, run_id, _ = promoted_copy
+    from coordinator.integration.evidence import T_PROMOTION
+    refs = [dict(r) for r in _last_record(ops, run_id, T_PROMOTION).artifact["evidence_refs"]]
+    refs[0]["digest"] = "sha256:" + "e" * 64
+    _redecide(ops, run_id, evidence_refs=refs)
+    out = _verify_here(ops, run_id)
+    assert _failures(out).get(("evidence_ref", f"{refs[0]['kind']}:{refs[0]['object_id']}")) == "failed", out["failures"]
+    others = [c for c in out["checks"] if c["kind"] == "evidence_ref" and c["status"] == "ok"]
+    assert len(others) == len(refs) - 1
+
+
+def test_a_signed_decision_naming_another_head_fails_the_promoted_head_check(promoted_run, promoted_copy) -> None:
+    repo, _, _ = promoted_run
+    ops, run_id, _ = promoted_copy
+    from coordinator.integration.evidence import T_PROMOTION
+    head = _last_record(ops, run_id, T_PROMOTION).artifact["from_head_ref"]
+    _redecide(ops, run_id, from_head_ref=git(repo, "rev-parse", f"{head}^"))
+    assert _failures(_verify_here(ops, run_id)).get(("promoted_head", None)) == "failed"
+
+
+def test_a_signed_decision_naming_another_policy_fails_the_policy_version_check(promoted_copy) -> None:
+    ops, run_id, _ = promoted_copy
+    _redecide(ops, run_id, policy_digest="sha256:" + "e" * 64)
+    out = _verify_here(ops, run_id)
+    assert _failures(out).get(("policy_version", None)) == "failed", out["failures"]
+
+
+def test_a_signed_apply_result_naming_a_commit_of_another_tree_fails_the_replay(promoted_run, promoted_copy) -> None:
+    """A later, correctly signed ApplyResult names a checkpoint whose tree is not what the
+    layer's diff makes on its parent: the replay rebuilds the tree and the two differ."""
+    repo, _, _ = promoted_run
+    ops, run_id, _ = promoted_copy
+    from coordinator.integration.evidence import T_APPLY, T_PROMOTION
+    apply = _last_record(ops, run_id, T_APPLY).artifact
+    base = apply["base_ref"]
+    wrong = git(repo, "commit-tree", f"{base}^{{tree}}", "-p", base, "-m",
+                f"other\n\nDome-Proposal: {apply['proposal_id']}\nDome-Diff-Digest: {apply['proposal_id']} "
+                f"{apply['diff_digest']}")
+    promo = _last_record(ops, run_id, T_PROMOTION).artifact
+    _append_signed(ops, run_id, T_APPLY, {**apply, "head_ref": wrong})
+    _append_signed(ops, run_id, T_PROMOTION, promo)
+    out = _verify_here(ops, run_id)
+    assert _failures(out).get(("tree", wrong[:12])) == "failed", out["failures"]

@@ -206,3 +206,20 @@ def test_verify_accepts_an_honest_partial_record():
 def test_verify_refuses_an_untruthful_partial_record(finished, gate_rows, included, bad):
     check = _partial_check(finished, gate_rows, included)
     assert not check.ok and bad in check.detail, check.detail
+
+
+@pytest.mark.parametrize("included", [["p-a", "p-b"], ["p-a", "p-b:split-1"]])
+def test_verify_refuses_a_smuggled_proposal_of_a_task_not_landed_alone(included):
+    """Everything else about the partial record is true (b failed, run.finished and the gate
+    both name b); only a proposal of b is among the included ones, whole or as a split."""
+    from coordinator.integration.verify import _partial
+    from coordinator.integration.verify_result import VerifyReport
+    recs = _records([{"node_id": "b", "status": "failed"}]) + [SimpleNamespace(
+        topic="integration.proposal_verified", artifact={"proposal_id": "p-b", "node_id": "b"})]
+    rep = VerifyReport("r")
+    _partial(rep, _events(HONEST), recs, 9, included)
+    (check,) = [c for c in rep.checks if c.kind.value == "partial_run"]
+    assert not check.ok and check.detail == f"included proposals of tasks not landed: {included[1]}", check.detail
+    rep = VerifyReport("r")
+    _partial(rep, _events(HONEST), recs, 9, ["p-a"])
+    assert [c.ok for c in rep.checks if c.kind.value == "partial_run"] == [True]
