@@ -163,8 +163,11 @@ def bin_edges(samples: Sequence[float], bins: int, log: bool) -> list[float]:
         hi = lo * 1.01 + 1e-9
     if log:
         a, b = math.log10(lo), math.log10(hi)
-        return [10 ** (a + (b - a) * i / bins) for i in range(bins + 1)]
-    return [lo + (hi - lo) * i / bins for i in range(bins + 1)]
+        edges = [10 ** (a + (b - a) * i / bins) for i in range(bins + 1)]
+    else:
+        edges = [lo + (hi - lo) * i / bins for i in range(bins + 1)]
+    edges[0], edges[-1] = lo, hi  # exact: rounding must not leave the extreme samples outside
+    return edges
 
 
 def counts(samples: Sequence[float], edges: Sequence[float]) -> list[int]:
