@@ -4,7 +4,8 @@
                                  [--masks-dir DIR] [--json OUT] [--threads N]
                                  [--preset mrc-quality] [--mrc MIN_FEATURE_NM MIN_AREA_NM2]
                                  [--mrc-halo NM] [--min-space NM] [--bridge-weight W]
-                                 [--pvb-weight W] [--band-weight W] [--exact-too]
+                                 [--pvb-weight W] [--band-weight W] [--exact-too] [--svg PATH]
+    python benchmarks/iccad13.py --svg-from RESULT.json --svg PATH   (plot a saved result only)
 
 Conventions: masks are optimised and evaluated by this engine at 1 nm on a
 2048^2 canvas, three corners (focus d=1.00 / 1.02, defocus d=0.98), resist
@@ -49,16 +50,45 @@ def published(data_dir: Path, fill: str) -> dict[tuple[str, str], dict[int, dict
     return out
 
 
+def best_published(pub: dict[tuple[str, str], dict[int, dict]], cases: list[int]) -> list[tuple[str, str]]:
+    """The published rows with the lowest mean L2 and the lowest mean PVB over `cases` (rows in their own
+    evaluation never count), the rows the verdict compares against."""
+    full = [(key, per) for key, per in sorted(pub.items())
+            if all(c in per for c in cases) and not any(key[0].startswith(m) for m in OWN_EVALUATION)]
+    best = []
+    for column in ("L2_nm2", "PVB_nm2"):
+        if full:
+            key = min(full, key=lambda kv: sum(float(kv[1][c][column]) for c in cases))[0]
+            if key not in best:
+                best.append(key)
+    return best
+
+
+def plot_quality(results: list[dict], pub: dict[tuple[str, str], dict[int, dict]], metric: str,
+                 label: str = "dome") -> str:
+    """SVG: per-clip L2 or PVB (`metric`: l2_nm2 or pvb_nm2) of these masks beside the best published
+    rows in the same convention (pure)."""
+    from benchmarks.svgplot import Series, line_plot
+
+    cases = [r["case"] for r in results]
+    column = {"l2_nm2": "L2_nm2", "pvb_nm2": "PVB_nm2"}[metric]
+    series = [Series(label, [(r["case"], r[metric]) for r in results], lines=False)]
+    for method, setting in best_published(pub, cases):
+        per = pub[(method, setting)]
+        series.append(Series(f"{method} (published)", [(c, float(per[c][column])) for c in cases], lines=False))
+    name = {"l2_nm2": "L2", "pvb_nm2": "PV band"}[metric]
+    return line_plot(series, title=f"ICCAD 2013: {name} per clip", x_label="clip (M1_test N)",
+                     y_label=f"{name} (nm², lower is better)", x_ticks=sorted(cases))
+
+
+def write_plots(path: Path, results: list[dict], fill: str, label: str = "dome") -> None:
+    """L2 into PATH, PVB beside it (PATH's stem + '-pvb')."""
+    pub = published(ROOT / "examples" / "iccad13" / "data", fill)
+    path.write_text(plot_quality(results, pub, "l2_nm2", label))
+    path.with_name(path.stem + "-pvb" + path.suffix).write_text(plot_quality(results, pub, "pvb_nm2", label))
+
+
 def main() -> int:
-    import torch
-
-    from worker_sdk.litho.api import kernels_dir
-    from worker_sdk.litho.engine import evaluate
-    from worker_sdk.litho.forward import get_model
-    from worker_sdk.litho.ilt import ILTConfig
-    from worker_sdk.litho.iltbatch import optimize_mask
-    from worker_sdk.litho.layout import load_layout, placement, rasterize, save_mask_png, write_mask_layout
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fill", choices=["lithobench", "exact"], default="lithobench")
     ap.add_argument("--cases", default="1,2,3,4,5,6,7,8,9,10")
@@ -66,7 +96,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--masks-dir")
     ap.add_argument("--json")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", help="default: cuda when there is one, else cpu")
     ap.add_argument("--threads", type=int, help="CPU threads (default: $DOME_WORKER_CPUS, else the CPU affinity)")
     ap.add_argument("--mrc", type=int, nargs=2, metavar=("MIN_FEATURE_NM", "MIN_AREA_NM2"),
                     help="clean each mask to these mask rules before it is evaluated (as optimize's mrc does)")
@@ -79,7 +109,26 @@ def main() -> int:
                     "MIN_FEATURE_NM - 1)")
     ap.add_argument("--exact-too", action="store_true", help="also score each mask in the exact-area convention")
     ap.add_argument("--preset", help="an optimize preset (mrc-quality): fills in what the flags leave out")
+    ap.add_argument("--svg", metavar="PATH", help="also plot per-clip L2 into PATH and PVB beside it, with the "
+                    "best published rows")
+    ap.add_argument("--svg-from", metavar="JSON", help="only plot: a result as --json wrote it, into --svg's PATH")
     args = ap.parse_args()
+    if args.svg_from:
+        if not args.svg:
+            ap.error("--svg-from needs --svg PATH")
+        saved = json.loads(Path(args.svg_from).read_text())
+        write_plots(Path(args.svg), saved["results"], saved["fill"], saved.get("label", "dome"))
+        return 0
+    import torch
+
+    from worker_sdk.litho.api import kernels_dir
+    from worker_sdk.litho.engine import evaluate
+    from worker_sdk.litho.forward import get_model
+    from worker_sdk.litho.ilt import ILTConfig
+    from worker_sdk.litho.iltbatch import optimize_mask
+    from worker_sdk.litho.layout import load_layout, placement, rasterize, save_mask_png, write_mask_layout
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     from worker_sdk.litho.threads import apply_threads
 
     apply_threads(args.threads)
@@ -167,6 +216,8 @@ def main() -> int:
         print(f"ours: PVB {avg['pvb_nm2']:.0f} vs best published {best_pvb[1]:.0f} ({best_pvb[0]}): "
               f"{'below' if verdict['pvb_below_best'] else 'NOT below'}")
     exact_avg = _print_exact_table(results, data, cases) if args.exact_too and args.fill != "exact" else None
+    if args.svg:
+        write_plots(Path(args.svg), results, args.fill)
     if args.json:
         Path(args.json).write_text(json.dumps({"fill": args.fill, "results": results, "average": avg,
                                                "exact_area_average": exact_avg, "verdict": verdict},

@@ -223,12 +223,28 @@ def query_region_overhead(tmp: Path, env: dict[str, str], calls: int, rounds: in
     return direct, door
 
 
+def plot_samples(samples_ms: dict[str, list[float]]) -> str:
+    """SVG: one latency histogram per kind of call, log-spaced bins (pure)."""
+    from benchmarks.svgplot import histogram
+
+    return histogram(samples_ms, title="MCP front door: latency per call over stdio",
+                     x_label="wall time per call (ms, log scale)", y_label="calls", bins=48, log_x=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--svg", metavar="PATH", help="also plot the per-call latency distributions into PATH")
+    ap.add_argument("--samples", metavar="JSON", help="also save the per-call latencies (ms) into JSON")
+    ap.add_argument("--svg-from", metavar="JSON", help="only plot: latencies as --samples saved them, into --svg's PATH")
     a = ap.parse_args()
+    if a.svg_from:
+        if not a.svg:
+            ap.error("--svg-from needs --svg PATH")
+        Path(a.svg).write_text(plot_samples(json.loads(Path(a.svg_from).read_text())["samples_ms"]))
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="dome-mcp-bench-"))
     env = {**os.environ, "PYTHONPATH": str(REPO), "DOME_MCP_CACHE_DIR": str(tmp / "cache")}
     dome = [sys.executable, "-m", "coordinator.cli.main", "mcp", "--ops-root", str(tmp / "ops")]
@@ -262,6 +278,13 @@ def main() -> int:
     res.update({"validation_ms_dome": v_ours * 1e3, "validation_ms_generic_jsonschema": v_generic * 1e3})
     load = os.getloadavg()[0]
     res["load_avg_1m"] = load
+    samples = {"dome health": ours, "minimal SDK echo": base, "query_region, KLayout API direct": q_direct,
+               "query_region, through dome mcp": q_door}
+    samples_ms = {k: [round(v * 1e3, 4) for v in vs] for k, vs in samples.items()}
+    if a.samples:
+        Path(a.samples).write_text(json.dumps({"load_avg_1m": load, "calls": a.calls, "samples_ms": samples_ms}) + "\n")
+    if a.svg:
+        Path(a.svg).write_text(plot_samples(samples_ms))
     if a.json:
         print(json.dumps({k: round(v, 4) for k, v in res.items()}))
         return 0

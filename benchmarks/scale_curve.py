@@ -466,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--telemetry", default="off",
                     help="off, on or off,on: live traces (OTLP/HTTP to a sink in this process) and metrics")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--svg", metavar="PATH", help="also plot coordinator CPU per task against N into PATH")
+    ap.add_argument("--svg-from", metavar="JSON", help="only plot: rows as --json prints them (a row may name "
+                    "its 'series'), into --svg's PATH")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: the timed run, in its own process
     ap.add_argument("--analyse", default=None, help=argparse.SUPPRESS)  # internal: RUN_ID, the ledger figures
     ap.add_argument("--root", default=None, help=argparse.SUPPRESS)  # internal: the folder `prepare` made
@@ -474,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spawn-threads", type=int, default=None,
                     help="local executor: threads that start workers (0: on the run loop's thread, as before)")
     a = ap.parse_args(argv)
+    if a.svg_from:
+        if not a.svg:
+            ap.error("--svg-from needs --svg PATH")
+        Path(a.svg).write_text(plot_rows(json.loads(Path(a.svg_from).read_text())))
+        return 0
     if a.sample_dir:
         sample_until_stdin_closes(Path(a.sample_dir))
         return 0
@@ -534,6 +542,26 @@ def figures(n: int, run: dict, window: dict, idle: float) -> dict:
             "wall_s": round(window["wall_s"], 1), "idle_machine_cpu_per_s": round(idle, 3)}
 
 
+def series_label(row: dict) -> str:
+    """The line a row belongs to: its own 'series', else its configuration."""
+    if row.get("series"):
+        return row["series"]
+    tree = f", {Path(row['tree']).name}" if row.get("tree") else ""
+    return f"{row['db']}, {row['executor']}, sandbox {row['sandbox']}, telemetry {row.get('telemetry', 'off')}{tree}"
+
+
+def plot_rows(rows: list[dict]) -> str:
+    """SVG: the coordinator's CPU per task against N, one line per configuration (pure)."""
+    from benchmarks.svgplot import Series, line_plot
+
+    lines: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r.get("coordinator_cpu_ms_per_task") is not None:
+            lines.setdefault(series_label(r), []).append((r["n"], r["coordinator_cpu_ms_per_task"]))
+    return line_plot([Series(k, v) for k, v in lines.items()], title="Coordinator CPU per task against N",
+                     x_label="N (tasks in the run, log scale)", y_label="coordinator CPU per task (ms)", log_x=True)
+
+
 def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[Path]) -> int:
     trees = [os.path.abspath(t) for t in a.tree.split(",") if t]
     kinds = [k for k in a.executor.split(",") if k]
@@ -585,6 +613,8 @@ def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[Path]) -
         finally:
             if pg:
                 pg.__exit__()
+    if a.svg and rows:
+        Path(a.svg).write_text(plot_rows(rows))
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
