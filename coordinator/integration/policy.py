@@ -47,7 +47,8 @@ run's base commit (never from a proposal); `#` starts a comment."""
 # The size rule's defaults: more files or more changed lines than these makes a proposal medium risk.
 SIZE_RISK_FILES = 20
 SIZE_RISK_LINES = 500
-UNRECORDED_AT_DEFAULT = frozenset({"validation_inputs_from"})
+UNRECORDED_AT_DEFAULT = frozenset({"validation_inputs_from", "size_risk_files", "size_risk_lines",
+                                   "size_risk_to", "domain"})
 """Fields added after policies were recorded: left out of `to_dict` (and the digest) at their default."""
 VALIDATION_INPUTS_FROM = ("base", "head")
 
