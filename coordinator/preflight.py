@@ -187,11 +187,13 @@ def _check_grants(wq: WorkQueue) -> None:
 def _check_suites(wq: WorkQueue) -> None:
     from registry.intents import SUITES_WITHOUT_CONFIG
 
-    from .integration.policy import IntegrationPolicy
+    from .integration.policy import IntegrationPolicy, fitted_to_queue
     from .integration.validation import suite_name
+    from .integration.validation_inputs import provided_suites
 
-    policy = IntegrationPolicy.load(wq.policy, domain=wq.domain)
     risks = sorted({n.risk_level for n in wq.graph.nodes.values()})
+    policy = fitted_to_queue(IntegrationPolicy.load(wq.policy, domain=wq.domain), provided_suites(wq.validations),
+                             risks)
     defined = {suite_name(v) for v in wq.validations}
     missing = [s for s in policy.required_suites(risks) if s not in defined and s not in SUITES_WITHOUT_CONFIG]
     if missing:

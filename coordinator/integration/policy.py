@@ -269,6 +269,22 @@ def size_rule_fields(rule: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def fitted_to_queue(policy: IntegrationPolicy, provided: Any, declared: Any = ()) -> IntegrationPolicy:
+    """A preset's policy that never requires, for a risk class only a rule can raise a proposal to
+    (the size rule, a dependency file: no task `declared` it), a suite the work queue cannot
+    provide: `provided` names the suites it declares, by name and kind
+    (`validation_inputs.provided_suites`), and suites that need no definition (`litho.resim`)
+    count too. A risk class a task declares keeps every suite the preset names, and pre-flight
+    refuses a queue that lacks one; so does a policy that names no preset."""
+    if not policy.domain:
+        return policy
+    from registry.intents import SUITES_WITHOUT_CONFIG
+
+    have, keep = set(SUITES_WITHOUT_CONFIG) | set(provided), set(declared)
+    fitted = {k: v if k in keep else tuple(x for x in v if x in have) for k, v in policy.suites_by_risk.items()}
+    return policy if fitted == dict(policy.suites_by_risk) else replace(policy, suites_by_risk=fitted)
+
+
 def apply_preset(policy: IntegrationPolicy, presets: Mapping[str, Any], domain: str | None) -> IntegrationPolicy:
     """`policy` with the named preset's suites, split escalation, human gate and size rule."""
     if not domain or domain not in presets:

@@ -135,6 +135,11 @@ def suite_name(suite: Mapping[str, Any]) -> str:
     return "tests" if suite.get("suite") == "command" else str(suite["suite"])
 
 
+def provided_suites(validations: Iterable[Mapping[str, Any]]) -> set[str]:
+    """What a work queue's suites can satisfy: each suite's name and its kind."""
+    return {x for v in validations or () for x in (suite_name(v), str(v.get("suite")))}
+
+
 def required_inputs(suites: Iterable[Mapping[str, Any]], repo_globs: Iterable[str] = ()
                     ) -> dict[str, tuple[str, ...]]:
     """Suite name -> its input globs, for the required suites."""

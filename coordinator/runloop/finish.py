@@ -43,8 +43,12 @@ def repo_policy_for(wq: Any, repo: Any, base_ref: str) -> Any:
     """The queue's policy plus the protected paths the repository lists in
     `.dome/protected-paths` at the run's base commit."""
     from coordinator.integration import gitio
-    from coordinator.integration.policy import REPO_PROTECTED_FILE, IntegrationPolicy, parse_protected_file
-    policy = IntegrationPolicy.load(wq.policy, domain=getattr(wq, "domain", None))
+    from coordinator.integration.policy import (REPO_PROTECTED_FILE, IntegrationPolicy, fitted_to_queue,
+                                                parse_protected_file)
+    from coordinator.integration.validation_inputs import provided_suites
+    declared = {n.risk_level for n in wq.graph.nodes.values()} if hasattr(wq, "graph") else ()
+    policy = fitted_to_queue(IntegrationPolicy.load(wq.policy, domain=getattr(wq, "domain", None)),
+                             provided_suites(getattr(wq, "validations", ())), declared)
     proc = gitio.git(repo, "show", f"{base_ref}:{REPO_PROTECTED_FILE}", check=False)
     if proc.returncode == 0:
         policy = policy.with_protected(parse_protected_file(proc.stdout.decode("utf-8", "replace")))

@@ -158,3 +158,27 @@ ERROR toolz/tests/test_y.py::test_z - fixture 'q' not found
     assert got[1]["first_lines"] == ["ValueError: nope"]
     assert got[2]["first_lines"] == ["fixture 'q' not found"]
     assert failing_tests("FAIL: test_a (mod.Case)\nok") == [{"name": "test_a", "first_lines": []}]
+
+
+def test_a_preset_never_requires_for_a_raised_risk_a_suite_the_queue_cannot_run() -> None:
+    """The fullchip stitch touches every tile's files: the size rule makes it medium, and the eda
+    preset's DRC suite is one the tiled queue does not declare. A risk class no task declares asks
+    only for what the queue provides; a declared one keeps the preset's every suite."""
+    from coordinator.integration.policy import fitted_to_queue
+    from coordinator.integration.validation_inputs import provided_suites
+
+    eda = IntegrationPolicy.load("default", domain="eda")
+    assert "drc" in eda.suites_by_risk["medium"]
+    provided = provided_suites([{"suite": "litho.resim", "name": "litho_resim"},
+                                {"suite": "command", "name": "tests", "argv": ["true"]}])
+    fitted = fitted_to_queue(eda, provided, declared={"low"})
+    assert fitted.suites_by_risk["medium"] == ("tests",)
+    assert fitted.suites_by_risk["high"] == ("tests", "litho.resim")
+    assert fitted.suites_by_risk["low"] == eda.suites_by_risk["low"]
+    kept = fitted_to_queue(eda, provided, declared={"low", "medium"})
+    assert kept.suites_by_risk["medium"] == eda.suites_by_risk["medium"]
+    with_drc = fitted_to_queue(eda, provided | {"drc"}, declared={"low"})
+    assert with_drc.suites_by_risk == eda.suites_by_risk
+    # a policy that names no preset is left as it is
+    plain = IntegrationPolicy.load("default")
+    assert fitted_to_queue(plain, set(), declared=set()) is plain
