@@ -76,16 +76,14 @@ def run(args: argparse.Namespace) -> int:
         if os.environ.get("DOME_MCP_NO_FASTPATH") != "1":
             from coordinator.mcp.fastpath import serve
 
-            return serve(args.ops_root, args.consent_mode, args.db, allow=_allow(args))
+            return serve(args.ops_root, args.consent_mode, args.db, allow=_allow(args), log_format=cfg["log_format"])
     from coordinator.mcp.dispatch import ToolHost
 
     host = ToolHost(ops_root=args.ops_root, consent_mode=args.consent_mode, db_url=args.db,
                     rollout_signal=args.action == "serve", allow=_allow(args))
     host.supervisor.call_timeout_s = cfg["call_timeout_s"]
-    from coordinator.observe.tracing import tracing_wanted
-    if cfg["log_format"] == "json" or tracing_wanted(os.environ):
-        from coordinator.observe.mcp_door import instrument
-        instrument(host, log_format=cfg["log_format"])
+    from coordinator.mcp.fastpath import close_observation, observe
+    observe(host, cfg["log_format"])
     if args.action == "consent":
         if not args.scope:
             return _usage(args, "--scope RUN_ID is required", "dome mcp consent TOOL --scope RUN_ID")
@@ -115,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from coordinator.mcp.server import run_stdio
 
-    run_stdio(host)
+    try:
+        run_stdio(host)
+    finally:
+        close_observation(host)
     return 0
 
 

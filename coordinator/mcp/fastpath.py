@@ -208,7 +208,8 @@ class FastFront:
         return True
 
 
-def serve(ops_root: str, consent_mode: str | None, db_url: str | None, *, allow: list[str] | None = None) -> int:
+def serve(ops_root: str, consent_mode: str | None, db_url: str | None, *, allow: list[str] | None = None,
+          log_format: str = "text") -> int:
     from registry.stdio_guard import claim_stdout
 
     claim = claim_stdout()
@@ -229,6 +230,7 @@ def serve(ops_root: str, consent_mode: str | None, db_url: str | None, *, allow:
             host = ToolHost(ops_root=ops_root, consent_mode=consent_mode, db_url=db_url, rollout_signal=True,
                             allow=allow)
             loaded["host"] = host
+            observe(host, log_format)
             loaded["server"] = build_server(host, client=stdio_client())  # named by the process that started us
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread
             loaded["error"] = exc
@@ -244,8 +246,28 @@ def serve(ops_root: str, consent_mode: str | None, db_url: str | None, *, allow:
         return 0
     import anyio
 
-    anyio.run(_serve_sdk, loaded["server"], front)
+    try:
+        anyio.run(_serve_sdk, loaded["server"], front)
+    finally:
+        close_observation(loaded["host"])
     return 0
+
+
+def observe(host: Any, log_format: str) -> None:
+    """Each tool call's span (when OTEL_* asks for traces) and JSON log line (on stderr, when asked):
+    the stdio door's calls are traced like the HTTP door's. Nothing is loaded when neither is on."""
+    from coordinator.observe.tracing import tracing_wanted
+
+    if log_format == "json" or tracing_wanted(os.environ):
+        from coordinator.observe.mcp_door import instrument
+        instrument(host, log_format=log_format)
+
+
+def close_observation(host: Any) -> None:
+    """The spans still in the exporter's batch leave before the process does."""
+    door = getattr(host, "door_telemetry", None)
+    if door is not None:
+        door.close()
 
 
 async def _serve_sdk(server: Any, front: FastFront) -> None:

@@ -96,6 +96,10 @@ OTHER_OWNED_ENV = frozenset({
     "DOME_MCP_TOKEN", "DOME_MCP_ALLOW", "DOME_MCP_NO_FASTPATH", "DOME_MCP_TEST_TOOLS", "DOME_MCP_CACHE_DIR",
     "DOME_MCP_CONFORMANCE", "DOME_MCP_DIRECT", "DOME_MCP_INSPECTOR", "DOME_MCP_INSPECTOR_VERSION",
     "DOME_SERVE_TOKEN",
+    # the MCP door's path policy and worker sandbox (coordinator/mcp/paths.py, worker_sandbox.py), its
+    # HTTP guard (coordinator/mcp/httpguard.py) and its ref policy (coordinator/mcp/refpolicy.py)
+    "DOME_MCP_READ_ROOTS", "DOME_MCP_WRITE_ROOTS", "DOME_MCP_DECK_ROOTS", "DOME_MCP_SANDBOX",
+    "DOME_MCP_HEADER_TIMEOUT_S", "DOME_MCP_BODY_TIMEOUT_S", "DOME_MCP_AGENT_REFS", "DOME_MCP_RISK_FLOOR",
 })
 
 

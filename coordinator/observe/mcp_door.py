@@ -25,7 +25,7 @@ class DoorTelemetry:
         self.json_logs = log_format == "json"
         self.errors = 0
 
-    def call(self, tool: str, ok: bool, ms: float, error: dict[str, Any] | None) -> None:
+    def call(self, tool: str, ok: bool, ms: float, error: dict[str, Any] | None, *, client: str | None = None) -> None:
         code = (error or {}).get("code")
         rid = REQUEST_ID.get()
         try:
@@ -34,14 +34,15 @@ class DoorTelemetry:
                 from ledger.otel import STATUS_ERROR, STATUS_OK, Span
                 end = time.time_ns()
                 attrs = {"dome.tool": tool, "dome.ok": ok, **({"dome.code": code} if code else {}),
-                         **({"dome.request_id": rid} if rid else {})}
+                         **({"dome.request_id": rid} if rid else {}), **({"dome.client": client} if client else {})}
                 self.spans.emit([Span(secrets.token_hex(16), secrets.token_hex(8), None, f"mcp {tool}",
                                       end - int(ms * 1e6), end, attrs, (STATUS_OK if ok else STATUS_ERROR, code),
                                       True)])
             if self.json_logs:
                 from .logs import emit
                 emit({"level": "info" if ok else "warning", "msg": "mcp.call", "tool": tool, "ok": ok,
-                      "ms": round(ms, 3), "request_id": rid, **({"code": code} if code else {})})
+                      "ms": round(ms, 3), "request_id": rid, **({"client": client} if client else {}),
+                      **({"code": code} if code else {})})
         except Exception:  # noqa: BLE001
             self.errors += 1
 
@@ -58,9 +59,10 @@ def instrument(host: Any, *, log_format: str | None = None) -> DoorTelemetry:
     door = DoorTelemetry(log_format=log_format or os.environ.get("DOME_LOG_FORMAT", "text"))
     inner = host.telemetry.call
 
-    def call(tool: str, *, ok: bool, ms: float, error: dict[str, Any] | None = None, retries: int = 0) -> None:
-        inner(tool, ok=ok, ms=ms, error=error, retries=retries)
-        door.call(tool, ok, ms, error)
+    def call(tool: str, *, ok: bool, ms: float, error: dict[str, Any] | None = None, retries: int = 0,
+             client: str | None = None) -> None:
+        inner(tool, ok=ok, ms=ms, error=error, retries=retries, client=client)
+        door.call(tool, ok, ms, error, client=client)
 
     host.telemetry.call = call
     host.door_telemetry = door

@@ -311,7 +311,7 @@ def render_html(m: ReportModel, clips: list[ClipSection] | None = None,
     if clips:
         clip_html = ("<h2>Lithography: per-clip results</h2>" + litho_summary_html(clips, quick_iterations)
                      + "".join(_clip_html(c) for c in clips))
-    clip_html += "".join(c.tile_map for c in clips)
+    clip_html += "".join(c.tile_map for c in clips or ())  # the live page draws without clips
     clip_html += drc_html(m.drc)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

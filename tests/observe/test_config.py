@@ -63,3 +63,18 @@ def test_otel_environment(env, want) -> None:
 def test_otel_values_dome_cannot_honour_are_refused(env) -> None:
     with pytest.raises(TelemetryConfigInvalid):
         tracing_wanted(env)
+
+
+def test_every_variable_dome_reads_in_an_owned_namespace_is_known() -> None:
+    """A variable that some part of dome reads must never be refused as a typo: every
+    DOME_MCP_/DOME_SERVE_/DOME_LOG_/DOME_MAX_ name in the product's source is a setting or listed."""
+    import re
+
+    from coordinator.observe.config import OTHER_OWNED_ENV, OWNED_PREFIXES, SETTINGS
+    from tests.conftest import REPO_ROOT
+
+    pattern = re.compile(r"\b(?:%s)[A-Z0-9_]+\b" % "|".join(OWNED_PREFIXES))
+    read = {m for pkg in ("coordinator", "worker_sdk", "registry", "ledger")
+            for path in (REPO_ROOT / pkg).rglob("*.py") for m in pattern.findall(path.read_text())}
+    known = {s.env for s in SETTINGS} | OTHER_OWNED_ENV
+    assert read - known == set(), sorted(read - known)
