@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"dome serve: http://{host}:{port}/ (token: $DOME_SERVE_TOKEN or {ops_root / 'serve.token'})",
               file=sys.stderr)
     try:
-        uvicorn.run(build_app(state), host=host, port=port, log_level="warning", lifespan="off")
+        uvicorn.run(build_app(state, json_logs=cfg["log_format"] == "json"), host=host, port=port,
+                    log_level="warning", lifespan="off")
     finally:
         ledger.close()
     return EXIT_OK

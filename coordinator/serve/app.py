@@ -85,7 +85,43 @@ def authorized(headers: dict[bytes, bytes], cookies: str, token: str) -> bool:
     return False
 
 
-def build_app(state: ServeState) -> Any:
+def build_app(state: ServeState, *, json_logs: bool = False) -> Any:
+    """The read-only page's ASGI app; with `json_logs`, one JSON line on stderr per request
+    (method, path, status, milliseconds, its request id and the run it names)."""
+    app = _build_app(state)
+    return _logged(app) if json_logs else app
+
+
+def _logged(app: Any) -> Any:
+    import secrets
+    import time
+
+    from coordinator.observe.logs import emit
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        t0, status = time.perf_counter(), [0]
+        rid = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")[:128] or secrets.token_hex(8)
+
+        async def watch(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.start":
+                status[0] = int(message.get("status") or 0)
+            await send(message)
+
+        try:
+            await app(scope, receive, watch)
+        finally:
+            parts = str(scope.get("path", "")).split("/")
+            emit({"level": "info" if status[0] < 400 else "warning", "msg": "serve.request",
+                  "method": scope.get("method"), "path": scope.get("path"), "status": status[0],
+                  "ms": round((time.perf_counter() - t0) * 1e3, 3), "request_id": rid,
+                  **({"run_id": parts[2]} if len(parts) > 2 and parts[1] == "runs" and parts[2] else {})})
+
+    return asgi
+
+
+def _build_app(state: ServeState) -> Any:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse

@@ -62,3 +62,23 @@ def test_serve_over_postgres(pg_url, ops_root) -> None:  # noqa: F811
         conn.execute(f"CREATE DATABASE {name}")
     with Ledger.open(pg_url.replace("@/postgres?", f"@/{name}?"), ops_root) as ledger:
         _check(ledger, ops_root)
+
+
+def test_serve_logs_each_request_as_json_with_its_request_id_and_run(ops_root, capsys) -> None:
+    import json
+
+    from starlette.testclient import TestClient
+
+    from coordinator.serve.app import ServeState, build_app
+    from ledger import Ledger
+    with Ledger.open(None, ops_root) as ledger:
+        append_sample_run(ledger, "run-logged")
+        client = TestClient(build_app(ServeState(ledger, ops_root, TOKEN), json_logs=True),
+                            headers={"Authorization": f"Bearer {TOKEN}", "x-request-id": "req-7"})
+        assert client.get("/runs/run-logged").status_code == 200
+        assert client.get("/runs/nope").status_code == 404
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    reqs = [x for x in lines if x.get("msg") == "serve.request"]
+    assert [(r["path"], r["status"], r["run_id"], r["request_id"]) for r in reqs] == [
+        ("/runs/run-logged", 200, "run-logged", "req-7"), ("/runs/nope", 404, "nope", "req-7")]
+    assert reqs[1]["level"] == "warning" and all(r["ms"] >= 0 for r in reqs)
