@@ -73,6 +73,7 @@ TARGETS: tuple[Target, ...] = (
     Target("coordinator/integration/binding.py", ("tests/grants/test_binding.py",)),
     Target("coordinator/egress/metering.py", ("tests/agents/test_egress_metering.py",)),
     Target("worker_sdk/sandbox_limits.py", ("tests/runloop/test_limits_judgement.py",)),
+    Target("registry/sandbox_verdict.py", ("tests/runloop/test_limits_judgement.py",)),
     Target("coordinator/executors/local.py", ("tests/runloop/test_limits_judgement.py",), ("_sweep",)),
     Target("coordinator/integration/verify.py", (INTEG + "test_verify_verdict.py", INTEG + "test_verify_exports.py")),
     Target("coordinator/integration/proposals.py", (INTEG + "test_proposals.py", INTEG + "test_hostile_proposals.py")),
@@ -97,7 +98,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
 }
 
 # The CI sample: these targets only (fast tests), this many mutants, this seed.
-CI_TARGETS = ("export_checks", "integration/gate.py", "tree_rules", "binding", "metering", "sandbox_limits")
+CI_TARGETS = ("export_checks", "integration/gate.py", "tree_rules", "binding", "metering", "sandbox_limits",
+              "sandbox_verdict")
 CI_SAMPLE, CI_SEED = 24, 31
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.errors import DomeError
+from registry.sandbox_verdict import counter_violations
 
 IN_CGROUP = Path("/dome/cgroup")
 FULL_BELOW_BYTES = 1024 * 1024  # a capped tmpfs with less than this left was filled to its limit
@@ -52,17 +53,12 @@ def _cgroup_file(root: Path, controller: str, name: str) -> Path:
 def violations(budget: dict[str, Any], *, cgroup_root: Path = IN_CGROUP, tmp: str = "/tmp",
                scratch: str = "/dome/scratch") -> list[dict[str, Any]]:
     """The limits an attempt ran into, from its cgroups' counters and its tmpfs mounts."""
-    out: list[dict[str, Any]] = []
     cgroup_root = Path(budget.get("cgroup_root") or cgroup_root)  # a container reads its own at /sys/fs/cgroup
-    # a reused cgroup's counters hold its earlier attempts' too: only what this attempt added counts
-    before = budget.get("counted") or {}
-    forks = _counter(_cgroup_file(cgroup_root, "pids", "pids.events"), "max") - int(before.get("refused_forks", 0))
-    if forks > 0:
-        out.append({"kind": "process_limit", "limit": budget.get("max_processes"), "refused_forks": forks})
-    kills = max(_counter(_cgroup_file(cgroup_root, "memory", name), "oom_kill")
-                for name in ("memory.events", "memory.oom_control")) - int(before.get("oom_kills", 0))
-    if kills > 0:
-        out.append({"kind": "memory_limit", "limit_mb": budget.get("memory_mb"), "oom_kills": kills})
+    out = counter_violations(
+        refused_forks=_counter(_cgroup_file(cgroup_root, "pids", "pids.events"), "max"),
+        oom_kills=max(_counter(_cgroup_file(cgroup_root, "memory", name), "oom_kill")
+                      for name in ("memory.events", "memory.oom_control")),
+        before=budget.get("counted"), max_processes=budget.get("max_processes"), memory_mb=budget.get("memory_mb"))
     for kind, path, key in (("tmp_limit", tmp, "tmp_mb"), ("disk_limit", scratch, "disk_mb")):
         free = _free_bytes(path)
         if budget.get(key) and free is not None and free < FULL_BELOW_BYTES:

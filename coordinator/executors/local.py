@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from registry.sandbox_verdict import counter_violations
+
 from .attempts import close_fds, fd_of, log_file, log_tail
 from .base import AttemptFiles, ExitInfo, Limits, dispatch_error
 from .sandbox import (bwrap_argv, cgroup_cpu_ns, cpuacct_cgroup_parent, cpus_per_worker, direct_argv, direct_env,
@@ -396,13 +398,8 @@ class LocalExecutor:
         pids, mem = slot.groups.get("pids"), slot.groups.get("memory")
         forks = refused_forks(pids) if pids is not None else 0
         kills = oom_kills(mem, self.memory_version) if mem is not None else 0
-        violations: list[dict[str, Any]] = []
-        if forks > slot.counted["refused_forks"]:
-            violations.append({"kind": "process_limit", "limit": self.limits.max_processes,
-                               "refused_forks": forks - slot.counted["refused_forks"]})
-        if kills > slot.counted["oom_kills"]:
-            violations.append({"kind": "memory_limit", "limit_mb": self.limits.memory_mb,
-                               "oom_kills": kills - slot.counted["oom_kills"]})
+        violations = counter_violations(refused_forks=forks, oom_kills=kills, before=slot.counted,
+                                        max_processes=self.limits.max_processes, memory_mb=self.limits.memory_mb)
         cpu_group = slot.groups.get("cpuacct") or slot.groups.get("pids")  # v2: every group has cpu.stat
         cpu_ns = cgroup_cpu_ns(cpu_group) if cpu_group is not None else None
         if cpu_ns is not None:

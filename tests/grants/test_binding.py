@@ -37,3 +37,20 @@ def test_a_key_the_grant_lacks_is_not_judged_and_odd_meta_is_ignored() -> None:
     grant = {**GRANT, "wave_id": None}
     assert binding_mismatches({"wave_id": "w9", "worker_run_meta": "not a mapping"}, grant) == []
     assert bind({"wave_id": "w9"}, grant)["wave_id"] == "w9"  # a grant value of None overrides nothing
+
+
+def test_only_a_resolver_naming_its_own_spawn_may_carry_resolves() -> None:
+    """The pure rule behind PROPOSAL_PROVENANCE_FORGED: `resolves` passes only when it names the
+    submitting attempt's recorded resolver spawn; every other coordinator-owned field never does."""
+    from coordinator.integration.binding import forged_provenance
+
+    spawn = {"proposal_id": "pp-1", "origin": "pp-0"}
+    mine = {"resolves": {"proposal_id": "pp-1", "origin_proposal_id": "pp-0"}}
+    assert forged_provenance({"diff_digest": "sha256:x"}, None) == []
+    assert forged_provenance(mine, spawn) == []
+    assert forged_provenance(mine, None) == [{"field": "resolves", "claimed": mine["resolves"]}]
+    other = {"resolves": {"proposal_id": "pp-1", "origin_proposal_id": "pp-9"}}
+    assert [f["field"] for f in forged_provenance(other, spawn)] == ["resolves"]
+    assert [f["field"] for f in forged_provenance({"resolves": {"proposal_id": "pp-2"}}, spawn)] == ["resolves"]
+    assert [f["field"] for f in forged_provenance({"resolves": "pp-1"}, spawn)] == ["resolves"]
+    assert [f["field"] for f in forged_provenance({**mine, "binding_mismatches": []}, spawn)] == ["binding_mismatches"]

@@ -101,7 +101,8 @@ def _sweep(tmp_path: Path, *, forks: int, ooms: int, counted: dict[str, int], pr
 def test_the_executor_sweep_charges_each_attempt_what_it_added(tmp_path: Path, forks, ooms, counted, want) -> None:
     got, slot, ex, proc = _sweep(tmp_path, forks=forks, ooms=ooms, counted=counted)
     assert got == want
-    assert slot.counted == {"refused_forks": forks, "oom_kills": ooms}  # the next attempt starts from here
+    # the next attempt starts from here (no CPU group in this slot: nothing of CPU was counted)
+    assert slot.counted == {"refused_forks": forks, "oom_kills": ooms, "cpu_ns": 0}
     assert ex._free == [slot] and proc.slot is None  # an empty slot is handed out again
     again = _sweep_again(ex, slot)
     assert again == []  # the same counters judged again charge nothing
