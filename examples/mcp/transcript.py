@@ -113,7 +113,11 @@ class _Server:
         env = {**os.environ, "PYTHONPATH": str(REPO), "CONSENT_MODE": "strict",
                "DOME_MCP_CACHE_DIR": str(tmp / "cache"),
                # the operator lets agents' runs promote under refs/heads/dome/ (the example's ref)
-               "DOME_MCP_AGENT_REFS": "refs/heads/dome/"}
+               "DOME_MCP_AGENT_REFS": "refs/heads/dome/",
+               # the path policy: agents read dome's checkout (the ICCAD data) and the work folder,
+               # and write only there (and in their artifact folder)
+               "DOME_MCP_READ_ROOTS": os.pathsep.join([str(REPO), str(tmp / "work")]),
+               "DOME_MCP_WRITE_ROOTS": str(tmp / "work")}
         self.proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "mcp", "--ops-root",
                                       str(tmp / "ops")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, cwd=REPO, env=env)
@@ -145,9 +149,11 @@ def run(name: str) -> dict[str, Any]:
     """Run a scenario against a fresh server; return the transcript."""
     scen = SCENARIOS[name]
     tmp = Path(tempfile.mkdtemp(prefix=f"dome-mcp-{name}-"))
-    env = {"ICCAD13": str(iccad13_data()), "TMP": str(tmp)}
+    work = tmp / "work"  # what the agent may read and write: apart from the server's ops root
+    work.mkdir()
+    env = {"ICCAD13": str(iccad13_data()), "TMP": str(work)}
     if any("{QUEUE}" in json.dumps(s) for s in scen["steps"]):
-        env["QUEUE"] = _make_queue(tmp)
+        env["QUEUE"] = _make_queue(work)
     server = _Server(tmp)
     try:
         server.send(INIT)

@@ -14,7 +14,7 @@ from coordinator.mcp.refpolicy import RefPolicy, decide, effective_risk
 from tests.attacks import attack
 from tests.conftest import REPO_ROOT
 
-from .conftest import connect, make_host, poll_done
+from .conftest import connect, make_host, poll_done, work
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +29,7 @@ def _queue(tmp_path: Path, repo: Path, promote_to: str, name: str) -> Path:
     q = json.loads((REPO_ROOT / "examples" / "hello.queue.json").read_text())
     q.update(repo=str(repo), promote_to=promote_to, if_target_moved="stack")
     q["tasks"] = [dict(q["tasks"][0], risk="low")]
-    path = tmp_path / f"{name}.queue.json"
+    path = work(tmp_path / "ops") / f"{name}.queue.json"  # a queue the agent may read (a root of the host)
     path.write_text(json.dumps(q))
     return path
 
