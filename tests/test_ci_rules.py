@@ -2,6 +2,7 @@
 ends with its skip count."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def test_uses_it():
 
 def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str | None) -> pytest.RunResult:
     shutil.copy(REPO / "tests" / "conftest.py", pytester.path / "conftest.py")
+    # the copied conftest imports the suite's helpers (`tests.attacks`): the repository is on the path
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     pytester.makepyfile(test_inner=INNER, test_module_skip=MODULE_SKIP)
     if ci is None:
         monkeypatch.delenv("CI", raising=False)
