@@ -37,6 +37,12 @@ class WorkQueueError(DomeError):
     code = "WORK_QUEUE_INVALID"
 
 
+class OnConflictInvalid(WorkQueueError):
+    """A task's `on_conflict` / `rerun_max_tries` that cannot work (`details.tasks` names each)."""
+
+    code = "ON_CONFLICT_INVALID"
+
+
 class WorkQueueGraphError(WorkQueueError):
     """Graph rules failed. `details.problems` lists every offending id by kind."""
 
@@ -57,6 +63,7 @@ class Node:
     max_attempts: int
     timeout_s: float
     endgame_duplicates: int | None = None  # the task's own endgame_duplicates; None: the queue's setting
+    conflict_reruns: int | None = None  # on_conflict: rerun -> its tries, drop -> 0; None: the queue's setting
 
     @property
     def action_spec(self) -> Mapping[str, Any]:
@@ -247,7 +254,47 @@ def _node(nid: str, src: Mapping[str, Any], rnd: int | None, ndeps: list[str],
         timeout_s=float(src.get("timeout_s", float(budgets.get("default_timeout_s", DEFAULT_TIMEOUT_S)))),
         endgame_duplicates=(int(src["endgame_duplicates"]) if src.get("endgame_duplicates") is not None
                             else None),
+        conflict_reruns=conflict_reruns(src),
     )
+
+
+RERUN_INTENTS = frozenset({"command"})  # a rerun re-runs the same program on the head
+
+
+def conflict_reruns(task: Mapping[str, Any]) -> int | None:
+    """The reruns a conflict of this task's proposal may get: `on_conflict: rerun` -> its
+    `rerun_max_tries` (default 1), `drop` -> 0, absent -> None (the queue decides)."""
+    mode = task.get("on_conflict")
+    if mode is None:
+        return None
+    return int(task.get("rerun_max_tries", 1)) if mode == "rerun" else 0
+
+
+def on_conflict_problems(tasks: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each task whose conflict setting cannot work, with why (pure)."""
+    out = []
+    for t in tasks:
+        mode, intent = t.get("on_conflict"), (t.get("action_spec") or {}).get("intent")
+        if mode == "rerun" and intent not in RERUN_INTENTS:
+            out.append({"node_id": t.get("node_id"), "on_conflict": mode, "intent": intent,
+                        "problem": f"a rerun runs the task's command again; intent {intent!r} is not a command"})
+        elif "rerun_max_tries" in t and mode != "rerun":
+            out.append({"node_id": t.get("node_id"), "on_conflict": mode,
+                        "rerun_max_tries": t["rerun_max_tries"],
+                        "problem": "rerun_max_tries bounds reruns, and the task does not ask for them "
+                                   "(on_conflict is not \"rerun\")"})
+    return out
+
+
+def check_on_conflict(tasks: list[Mapping[str, Any]]) -> None:
+    """Raise OnConflictInvalid naming every task whose conflict setting cannot work."""
+    bad = on_conflict_problems(tasks)
+    if bad:
+        raise OnConflictInvalid(
+            f"task {bad[0]['node_id']!r}: {bad[0]['problem']}", details={"tasks": bad},
+            hints=["on_conflict \"rerun\" is for command tasks; other intents take \"drop\" or the "
+                   "queue's scheduling.resolver_max_tries",
+                   "give rerun_max_tries only together with \"on_conflict\": \"rerun\""])
 
 
 def _round_dependencies(nid: str, r: int, deps: list[str], member_of: Mapping[str, tuple[list[str], int]]) -> list[str]:
@@ -299,6 +346,7 @@ def build_graph(tasks: list[Mapping[str, Any]], scheduling: Mapping[str, Any] | 
     deps = _dependencies(by_id, problems)
     member_of = _annotated_cycles(by_id, deps, problems)
     problems.raise_any()
+    check_on_conflict(tasks)
     return finish_graph(_unroll(by_id, deps, member_of, scheduling or {}))
 
 

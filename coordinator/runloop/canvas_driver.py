@@ -13,6 +13,12 @@ re-walks the recorded batches in order on a fresh canvas: each step whose
 record is already in the ledger is adopted (nothing recorded twice; the
 checkpoint commits are deterministic, so they are the same objects), and
 the first step not found carries on for real.
+
+A queue whose tasks ask for reruns (`on_conflict: rerun`) gets a driver even
+without `integrate_during_run`: a finish-stage driver that integrates nothing
+while tasks run, then stacks every accepted proposal in one batch once the
+task graph is done (the finish stage), spawns the reruns that batch asks for
+on its head, stacks what they propose, and only then goes to the gate.
 """
 from __future__ import annotations
 
@@ -32,7 +38,9 @@ from coordinator.integration.stacking import Stacker
 from coordinator.integration.validation import SuiteRunner, suite_name
 from registry.signing import Keyring
 
+from ..scheduler import statuses
 from . import resolver as rv
+from .partial import decide
 from .contracts import SIGNED_TOPICS
 from .finish import AnnouncedValidator, bind_proposals, outcome_of, repo_policy_for, task_meta_of
 from .baseline import T_BATCH, CanvasFacts, CanvasPolicy, advance_to, batch_due, fold_canvas, fold_events
@@ -59,7 +67,9 @@ class CanvasDriver:
         self.wq = loop.wq
         self.ipolicy = repo_policy_for(self.wq, self.repo, self.base_ref)
         meta, self.critical = task_meta_of(self.wq.graph)
-        self.task_meta = rv.with_resolver_nodes(meta, policy.resolver_max_tries)
+        # the queue's resolver tries hold with in-run integration only; a task's on_conflict always
+        self.limits = rv.TryLimits.of(self.wq.graph, policy.resolver_max_tries if policy.during_run else 0)
+        self.task_meta = rv.with_resolver_nodes(meta, self.limits.most)
         events = loop.ctx.ledger.events(self.run_id)
         self.facts: CanvasFacts = fold_events(events)
         self.rfacts: rv.ResolverFacts = rv.fold_resolver_events(events)
@@ -95,7 +105,7 @@ class CanvasDriver:
             validations=list(self.wq.validations), policy=self.ipolicy, seed=self.loop.seed,
             promote_to=self.wq.promote_to, sandbox=self.loop.ctx.sandbox, task_meta=self.task_meta,
             critical_ids=self.critical, wave_bases=self.integration_bases(),
-            resolver_hook=self if self.policy.resolver_max_tries > 0 else None, derivation_pool=pool)
+            resolver_hook=self if self.limits.most > 0 else None, derivation_pool=pool)
 
     def integration_bases(self) -> frozenset[str]:
         """Wave bases that are integration heads of this run (a proposal may start there)."""
@@ -155,34 +165,56 @@ class CanvasDriver:
         """Integrate a batch if one is due, then start the resolvers it asked for; True when it did anything."""
         did = False
         waiting = self.waiting()
-        if batch_due(len(waiting), len(self.loop.live), self.policy.batch_size):
+        if self._due(waiting):
             self.integrate(waiting)
             did = True
-        if self.policy.resolver_max_tries > 0:
-            for origin_id, tries in rv.exhausted_now(self.rfacts, self.policy.resolver_max_tries):
+        if self.limits.most > 0:
+            for origin_id, tries in rv.exhausted_now(self.rfacts, self.limits):
                 self._exhaust(origin_id, tries)
                 did = True
-            for origin_id, req, try_no in rv.to_spawn(self.rfacts, self.policy.resolver_max_tries):
+            for origin_id, req, try_no in rv.to_spawn(self.rfacts, self.limits):
                 self._spawn_resolver(origin_id, req, try_no)
                 did = True
         return did
 
+    def _due(self, waiting: Sequence[Mapping[str, Any]]) -> bool:
+        if self.policy.during_run:
+            return batch_due(len(waiting), len(self.loop.live), self.policy.batch_size)
+        # the finish stage: every task settled, nothing running, and the run integrates at all
+        return bool(waiting) and not self.loop.live and self._tasks_done() and self._integrates()
+
+    def _tasks_done(self) -> bool:
+        with self.loop.writer.lock:
+            self.loop.ready.refresh(self.loop.writer.state)
+            return bool(self.loop.ready.done())
+
+    def _integrates(self) -> bool:
+        """Will the finish stage integrate (tasks failed and the queue promotes nothing then)?"""
+        try:
+            return decide(statuses(self.loop.graph, self.loop.writer.state), self.wq.if_tasks_fail).integrate
+        except ValueError:  # a task not settled yet: not the finish stage
+            return False
+
     def busy(self) -> bool:
         """Is there integration work the run must not finish without?"""
-        if self.waiting():
+        if self.waiting() and (self.policy.during_run or self._integrates()):
             return True
-        n = self.policy.resolver_max_tries
-        return n > 0 and bool(rv.to_spawn(self.rfacts, n) or rv.exhausted_now(self.rfacts, n))
+        return self.limits.most > 0 and bool(rv.to_spawn(self.rfacts, self.limits)
+                                             or rv.exhausted_now(self.rfacts, self.limits))
 
     # -- resolvers ---------------------------------------------------------------
     def available(self, proposal_id: str) -> bool:
         """Stacker hook: may this conflict go to a resolver worker?"""
-        return rv.available(self.rfacts, proposal_id, self.policy.resolver_max_tries)
+        return rv.available(self.rfacts, proposal_id, self.limits)
 
     def why_not(self, proposal_id: str) -> str | None:
         o = rv.origin(self.rfacts, proposal_id)
         used = rv.tries_used(self.rfacts, o)
-        return f"resolver tried {used} time(s), the most policy allows" if used else None
+        if not used:
+            return None
+        if self.limits.reruns(self.rfacts.node_of.get(o)):
+            return f"rerun tried {used} time(s), the task's rerun_max_tries"
+        return f"resolver tried {used} time(s), the most policy allows"
 
     def __call__(self, request: Mapping[str, Any]) -> None:
         """Stacker hook: the request is in the ledger (integration.resolver_request); tick() spawns."""
@@ -190,7 +222,7 @@ class CanvasDriver:
     def _exhaust(self, origin_id: str, tries: int) -> None:
         self._open()
         assert self.emit is not None
-        reason = f"resolver tried {tries} time(s) without a proposal that lands"
+        reason = rv.exhausted_reason(self.rfacts, origin_id, tries, self.limits)
         self.emit(rv.T_EXHAUSTED, {"artifact_kind": "dome.resolver_exhausted/v1", "proposal_id": origin_id,
                                    "object_id": f"resolver-exhausted:{origin_id}", "tries": tries,
                                    "reason": reason})
@@ -223,6 +255,8 @@ class CanvasDriver:
                    "conflict_decision": inp["conflict_decision"],
                    "conflict_fingerprint": req.get("conflict_fingerprint"),
                    "base_ref": head, "base_tree_hash": tree, "base_source": "integration_head"}
+        if self.limits.reruns(node_id):  # the task asked for it: say so, and its bound
+            spawned.update({"on_conflict": "rerun", "max_tries": self.limits.for_node(node_id)})
         self.loop.writer.append_many([(rv.T_SPAWNED, spawned, keys), *drafts],
                                      signed=SIGNED_TOPICS | {rv.T_SPAWNED})
         self.loop.launch([launch])
@@ -364,9 +398,11 @@ class CanvasDriver:
 def driver_for(loop: Any) -> CanvasDriver | None:
     """The loop's canvas driver when the queue integrates during the run and the run has a finish stage."""
     policy = CanvasPolicy.from_scheduling(loop.wq.scheduling)
-    if not policy.during_run or loop.ctx.finish is None:
+    if loop.ctx.finish is None:
         return None
-    return CanvasDriver(loop, policy)
+    if policy.during_run or rv.TryLimits.of(loop.wq.graph, 0).most > 0:  # reruns need one in the finish stage
+        return CanvasDriver(loop, policy)
+    return None
 
 
 __all__ = ["CanvasDriver", "driver_for"]
