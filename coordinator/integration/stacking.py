@@ -175,6 +175,8 @@ class Stacker:
                               resolver_available=resolver_ok)
         if dec.action == "drop":
             dec = self._why_dropped(pid, dec)
+        elif dec.action == "resolver":
+            dec = self._how_resolved(pid, dec)
         self.emit(T_CONFLICT, {**dec.to_dict(), "run_id": self.canvas.run_id,
                                "head_ref": self.canvas.head})
         if dec.action == "reorder":
@@ -203,6 +205,12 @@ class Stacker:
         why = getattr(self.resolver_hook, "why_not", None)
         reason = why(pid) if why is not None else None
         return replace(dec, reason=f"{dec.reason} ({reason})") if reason else dec
+
+    def _how_resolved(self, pid: str, dec: ConflictDecision) -> ConflictDecision:
+        """The hook's own words for the resolver it will start (a task's rerun says so)."""
+        how = getattr(self.resolver_hook, "how", None)
+        reason = how(pid) if how is not None else None
+        return replace(dec, reason=reason) if reason else dec
 
     def _not_applied(self, pid: str, digest: str, conflicts: list[dict[str, Any]],
                      dec: ConflictDecision) -> None:

@@ -216,6 +216,15 @@ class CanvasDriver:
             return f"rerun tried {used} time(s), the task's rerun_max_tries"
         return f"resolver tried {used} time(s), the most policy allows"
 
+    def how(self, proposal_id: str) -> str | None:
+        """Stacker hook: the conflict decision's reason when the task asked for reruns itself."""
+        o = rv.origin(self.rfacts, proposal_id)
+        node = self.rfacts.node_of.get(o)
+        if not self.limits.reruns(node):
+            return None
+        return (f"rerun {rv.original_node(str(node))}'s command on the current head (on_conflict: rerun, "
+                f"try {rv.tries_used(self.rfacts, o) + 1} of {self.limits.for_node(node)})")
+
     def __call__(self, request: Mapping[str, Any]) -> None:
         """Stacker hook: the request is in the ledger (integration.resolver_request); tick() spawns."""
 
