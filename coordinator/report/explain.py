@@ -263,8 +263,10 @@ class Explainer:
     def _on_resolver_spawned(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:
         self.resolver_of[str(p.get("node_execution_id"))] = str(p.get("origin") or pid)
         o = self.fate(str(p.get("origin") or pid))
-        self.ex.decisions.append(Decision(seq, "resolver", f"resolver {p.get('node_id')} (try {p.get('try')}) "
-                                          f"starts on the integration head {str(p.get('base_ref'))[:12]} for "
+        what = (f"rerun {p.get('node_id')} (try {p.get('try')} of {p.get('max_tries')}, on_conflict: rerun)"
+                if p.get("on_conflict") == "rerun" else f"resolver {p.get('node_id')} (try {p.get('try')})")
+        self.ex.decisions.append(Decision(seq, "resolver", f"{what} starts on the integration head "
+                                          f"{str(p.get('base_ref'))[:12]} for "
                                           f"{o.node_id or _short(o.proposal_id)}", o.proposal_id))
 
     def _on_integration_resolver_exhausted(self, ev: _Obj, p: _Obj, seq: int, node: Any, pid: str) -> None:

@@ -191,6 +191,20 @@ def test_a_rerun_that_fails_drops_the_original_with_the_reason_in_the_verdict(gi
     assert reason in json.dumps([r for r in final["rejected"] if r["proposal_id"] == gave_up[0]["proposal_id"]])
     verdict = "\n".join(explain(out.run_id, [e.to_json() for e in ev]).verdict_lines(width=400))
     assert "dropped: rerun of" in verdict and "COMMAND_FAILED" in verdict, verdict
+    decisions = [d.text for d in explain(out.run_id, [e.to_json() for e in ev]).decisions]
+    assert any(t.startswith("rerun ") and "(try 1 of 1, on_conflict: rerun) starts on the integration head" in t
+               for t in decisions), decisions
+
+
+def test_a_run_whose_task_failed_integrates_nothing_though_its_tasks_ask_for_reruns(
+        git_repo, ops_root, ledger_env, tmp_path):
+    """The finish stage's integration waits for the tasks and asks the queue first: with
+    promote_nothing (the default) a failed task means no batch, no rerun, and the run ends."""
+    tasks = [cmd_task("apple", _add("apple"), on_conflict="rerun"),
+             cmd_task("broken", "exit 1", on_conflict="rerun", max_attempts=1)]
+    out, ev = _in_process(git_repo, ops_root, ledger_env, tmp_path, tasks)
+    assert out.status == "failed"
+    assert not {e.topic for e in ev} & {"integration.batch", "resolver.spawned", "integration.stack_plan"}
 
 
 # -- real runs: `dome run`, bubblewrap, real git -----------------------------------------------
