@@ -95,7 +95,7 @@ class CanvasDriver:
     def on_record(self, rec: Any) -> None:
         self.facts = fold_canvas(self.facts, rec.topic, rec.payload or {})
         self.rfacts = rv.fold_resolvers(self.rfacts, rec.topic, rec.payload or {},
-                                        getattr(rec, "node_execution_id", None))
+                                        getattr(rec, "node_execution_id", None), getattr(rec, "node_id", None))
 
     def _context(self, proposals: Sequence[Mapping[str, Any]],
                  pool: Sequence[Mapping[str, Any]] | None = None) -> FinishContext:

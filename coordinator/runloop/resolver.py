@@ -33,7 +33,6 @@ T_EXHAUSTED = "integration.resolver_exhausted"
 T_CONFLICT = "integration.conflict_decision"
 T_REJECTED = "integration.proposal_rejected"
 T_EJECTED = "integration.ejected"
-T_VERIFIED = "integration.proposal_verified"
 PATCH_SUBMITTED = "patch.submitted"
 FAILED = ("task.failed", "task.timeout", "task.cancelled")
 LOST = "task.lost"
@@ -110,7 +109,9 @@ def origin(facts: ResolverFacts, proposal_id: str) -> str:
     return pid
 
 
-def fold_resolvers(facts: ResolverFacts, topic: str, p: Mapping[str, Any], neid: str | None = None) -> ResolverFacts:
+def fold_resolvers(facts: ResolverFacts, topic: str, p: Mapping[str, Any], neid: str | None = None,
+                   node_id: str | None = None) -> ResolverFacts:
+    """One record applied; `neid` and `node_id` are the envelope's (the coordinator's word)."""
     if topic == T_REQUEST and p.get("proposal_id"):
         return replace(facts, requests={**facts.requests, request_key(p): dict(p)})
     if topic == T_CONFLICT and p.get("action") == "resolver":
@@ -122,13 +123,13 @@ def fold_resolvers(facts: ResolverFacts, topic: str, p: Mapping[str, Any], neid:
         return _not_landed(facts, [str(p["proposal_id"])], f"rejected at verification ({codes or 'refused'})")
     if topic == T_EJECTED:
         return _not_landed(facts, [str(x) for x in p.get("proposal_ids") or []], "ejected: validation failed")
-    if topic == T_VERIFIED and p.get("proposal_id") and p.get("node_id"):
-        return replace(facts, node_of={**facts.node_of, str(p["proposal_id"]): str(p["node_id"])})
     if topic == T_SPAWNED and p.get("node_execution_id"):
         att = Attempt(str(p["origin"]), str(p["request"]), int(p["try"]), str(p["node_id"]))
         return replace(facts, attempts={**facts.attempts, str(p["node_execution_id"]): att})
     if topic == T_EXHAUSTED and p.get("proposal_id"):
         return replace(facts, exhausted=facts.exhausted | {str(p["proposal_id"])})
+    if topic == PATCH_SUBMITTED and p.get("proposal_id") and node_id:  # whose task a chain is
+        facts = replace(facts, node_of={**facts.node_of, str(p["proposal_id"]): str(node_id)})
     n = neid or p.get("node_execution_id")
     if n in facts.attempts:
         att = facts.attempts[str(n)]
@@ -163,9 +164,11 @@ def fold_resolver_events(events: Any, facts: ResolverFacts | None = None) -> Res
     out = facts or ResolverFacts()
     for e in events:
         if isinstance(e, Mapping):
-            out = fold_resolvers(out, e["topic"], e.get("payload") or {}, e.get("node_execution_id"))
+            out = fold_resolvers(out, e["topic"], e.get("payload") or {}, e.get("node_execution_id"),
+                                 e.get("node_id"))
         else:
-            out = fold_resolvers(out, e.topic, e.payload or {}, getattr(e, "node_execution_id", None))
+            out = fold_resolvers(out, e.topic, e.payload or {}, getattr(e, "node_execution_id", None),
+                                 getattr(e, "node_id", None))
     return out
 
 

@@ -134,13 +134,15 @@ def test_the_bound_is_the_tasks_own_and_a_task_can_refuse_the_queues_resolvers()
 
 
 def _chain_events(rerun_fate: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    head = [("integration.proposal_verified", {"proposal_id": "pp-a", "node_id": "a"}),
+    head = [("patch.submitted", {"proposal_id": "pp-a", "node_execution_id": "ne-a"}),
             ("integration.resolver_request", {"proposal_id": "pp-a", "conflict_fingerprint": "f1"}),
             ("resolver.spawned", {"node_execution_id": "ne-r", "origin": "pp-a", "request": "pp-a|f1", "try": 1,
                                   "node_id": "a@resolve1", "proposal_id": "pp-a"}),
             ("patch.submitted", {"node_execution_id": "ne-r", "proposal_id": "pp-r"}),
             ("task.completed", {"node_execution_id": "ne-r", "outcome": "succeeded"})]
-    return [{"topic": t, "payload": p} for t, p in head + rerun_fate]
+    # the envelope's node_id is the coordinator's (the grant's), not the worker's word
+    return [{"topic": t, "payload": p, "node_id": "a" if p.get("node_execution_id") == "ne-a" else None}
+            for t, p in head + rerun_fate]
 
 
 @pytest.mark.parametrize("fate,words", [
@@ -246,3 +248,36 @@ def test_dome_run_settles_an_in_run_conflict_by_rerunning_the_command_on_the_hea
     verified = {e.payload["node_id"]: e.sequence for e in ev if e.topic == "integration.proposal_verified"}
     banana_done = next(e.sequence for e in ev if e.topic == "task.completed" and e.node_id == "banana")
     assert verified["apple"] < banana_done
+
+
+@pytest.mark.slow
+def test_a_finish_stage_rerun_lost_to_a_killed_coordinator_runs_again_on_resume(tmp_path):
+    """kill -9 right after the rerun is spawned, then `dome run --resume`: the rerun is lost
+    (not charged) and dispatched again, the run is promoted with both tasks' work, no
+    integration step is recorded twice, and the run verifies."""
+    from collections import Counter
+
+    from tests.conftest import make_repo
+    from tests.runloop.test_crash_points import _steps, assert_resumed_cleanly, kill_chain
+
+    def make_queue(tmp: Path) -> tuple[Path, Path]:
+        repo = _repo(make_repo(tmp / "repo"))
+        return repo, write_queue(tmp, repo, _tasks(on_conflict="rerun"), validations=[SORTED],
+                                 scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
+
+    def judge(out: dict, run_id: str, repo: Path, ops: Path, tmpdir: Path) -> None:
+        from ledger import Ledger
+
+        assert out["status"] == "promoted", out
+        assert git(repo, "show", f"{out['head']}:list.txt") == "apple\nbanana\ncherry\nmango"
+        with Ledger.open(None, ops) as led:
+            ev = [{"topic": e.topic, "payload": e.payload} for e in led.events(run_id)]
+        spawned = [e["payload"] for e in ev if e["topic"] == "resolver.spawned"]
+        assert len(spawned) == 2 and Counter(s["try"] for s in spawned) == {1: 2}  # the lost try is not charged
+        assert [e for e in ev if e["topic"] == "task.lost"]
+        assert not [e for e in ev if e["topic"] == "integration.resolver_exhausted"]
+        twice = [k for k, n in _steps(ev).items() if n > 1]
+        assert not twice, "\n".join(str(k[:3]) for k in twice)
+        assert_resumed_cleanly(run_id, repo, ops, tmpdir)
+
+    assert kill_chain(tmp_path, ["resolver.spawned"], make_queue, judge) == []
