@@ -405,7 +405,8 @@ class CanvasDriver:
 
 
 def driver_for(loop: Any) -> CanvasDriver | None:
-    """The loop's canvas driver when the queue integrates during the run and the run has a finish stage."""
+    """The loop's canvas driver when the run has a finish stage and the queue integrates during the
+    run or has a task that asks for reruns (`on_conflict: rerun`); None keeps the one-pass finish."""
     policy = CanvasPolicy.from_scheduling(loop.wq.scheduling)
     if loop.ctx.finish is None:
         return None

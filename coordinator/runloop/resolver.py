@@ -58,7 +58,7 @@ class ResolverFacts:
     attempts: Mapping[str, Attempt] = field(default_factory=dict)  # node_execution_id -> attempt
     origin_of: Mapping[str, str] = field(default_factory=dict)  # a resolver's proposal id -> origin
     exhausted: frozenset[str] = frozenset()
-    node_of: Mapping[str, str] = field(default_factory=dict)  # proposal id -> its (bound) node id
+    node_of: Mapping[str, str] = field(default_factory=dict)  # proposal id -> the node its patch.submitted names
     not_landed: Mapping[str, str] = field(default_factory=dict)  # proposal id -> why it did not land
 
 

@@ -64,7 +64,8 @@ def _assert_settled_by_a_rerun(repo: Path, head: str, ev: list[Any]) -> None:
     assert sp["origin"] == origin and sp["node_id"] == rv.resolver_node_id(task, 1)
     assert sp["on_conflict"] == "rerun" and sp["max_tries"] == 1 and sp["base_source"] == "integration_head"
     # the rerun starts from the integration head as it was when the conflict was found
-    heads = [e.payload["commit"] for e in ev if e.topic == "integration.checkpoint" and e.sequence < spawned[0].sequence]
+    heads = [e.payload["commit"] for e in ev
+             if e.topic == "integration.checkpoint" and e.sequence < spawned[0].sequence]
     assert sp["base_ref"] == heads[-1]
     # its own attempt: a node_execution_id and a grant of its own, dispatched as a resolver, the same command
     neid = sp["node_execution_id"]
