@@ -166,6 +166,22 @@ def test_a_rerun_whose_proposal_does_not_land_spends_its_try_and_the_drop_says_s
     assert [(o, t) for o, _, t in rv.to_spawn(facts, two)] == [("pp-a", 2)] and rv.exhausted_now(facts, two) == []
 
 
+def test_a_chains_bound_comes_from_the_coordinators_record_not_the_workers_claim() -> None:
+    """A worker of a task without reruns submits a proposal claiming to be the rerun task's: its
+    conflict gets that task's bound only if the fold believed the claim (it reads the envelope's
+    node_id, which the gateway takes from the grant)."""
+    limits = rv.TryLimits.of(build_graph([cmd_task("a", "true", on_conflict="rerun", rerun_max_tries=3),
+                                          cmd_task("b", "true")]), 0)
+    lying = {"topic": "patch.submitted", "node_id": "b", "node_execution_id": "ne-b",
+             "payload": {"proposal_id": "pp-b", "node_execution_id": "ne-b", "node_id": "a",
+                         "proposal": {"proposal_id": "pp-b", "node_id": "a"}}}
+    request = {"topic": "integration.resolver_request",
+               "payload": {"proposal_id": "pp-b", "conflict_fingerprint": "f"}}
+    facts = rv.fold_resolver_events([lying, request])
+    assert rv.limit(limits, facts, "pp-b") == 0 and not rv.available(facts, "pp-b", limits)
+    assert rv.to_spawn(facts, limits) == [] and rv.exhausted_now(facts, limits) == [("pp-b", 0)]
+
+
 # -- runs (in-process, no sandbox: the decisions) ----------------------------------------------
 
 def test_without_the_field_a_finish_stage_conflict_is_dropped_as_before(git_repo, ops_root, ledger_env, tmp_path):
