@@ -90,7 +90,8 @@ def stdio_client() -> Client:
         exe = Path(os.readlink(f"/proc/{ppid}/exe")).name
     except OSError:
         exe = "unknown"
-    return Client(f"stdio:{exe}[{ppid}]")
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", exe)[:64] or "unknown"  # a name each ledger record can carry
+    return Client(f"stdio:{safe}[{ppid}]")
 
 
 class ClientBook:
