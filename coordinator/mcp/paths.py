@@ -115,8 +115,11 @@ def operator_token_digest(state_dir: Path, *, announce: Callable[[str], None]) -
     path = state_dir / TOKEN_FILE
     if not os.path.lexists(path):
         token = _secrets.token_urlsafe(32)
-        _write_private(state_dir, DIGEST_PREFIX + token_digest(token) + "\n", exclusive=True)
-        announce(f"dome mcp: a new operator token (shown once; {path} keeps only its SHA-256): {token}")
+        try:
+            _write_private(state_dir, DIGEST_PREFIX + token_digest(token) + "\n", exclusive=True)
+            announce(f"dome mcp: a new operator token (shown once; {path} keeps only its SHA-256): {token}")
+        except FileExistsError:  # another door made it first: that one's token stands
+            pass
     content = _read_trusted(path, state_dir)
     if content.startswith(DIGEST_PREFIX):
         digest = content[len(DIGEST_PREFIX):]

@@ -272,6 +272,20 @@ def test_a_new_token_file_is_0600_in_a_0700_folder_and_holds_only_a_hash(tmp_pat
     assert (state / "http.token").stat().st_mode & 0o777 == 0o600 and state.stat().st_mode & 0o777 == 0o700
 
 
+def test_a_plain_token_file_that_cannot_be_rewritten_is_refused_with_what_to_do(tmp_path) -> None:
+    from coordinator.mcp.paths import TokenFilePlain, operator_token_digest
+
+    state = tmp_path / "ops" / "mcp"
+    state.mkdir(parents=True, mode=0o700)
+    (state / "http.token").write_text("plain-token-of-an-older-dome")
+    (state / "http.token").chmod(0o600)
+    (state / f".http.token.{os.getpid()}.tmp").mkdir()  # the rewrite's scratch name is taken: it cannot write
+    with pytest.raises(TokenFilePlain) as e:
+        operator_token_digest(state, announce=lambda line: None)
+    assert "remove" in " ".join(e.value.hints) and e.value.code == "TOKEN_FILE_PLAIN"
+    assert "plain-token-of-an-older-dome" not in json.dumps(e.value.details)
+
+
 async def _calls_as(url: str, token: str) -> bool:
     """Whether a real SDK client holding `token` is served (False: the door answered 401)."""
     try:
