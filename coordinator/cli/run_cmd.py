@@ -183,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
             executor.shutdown()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "AGENT_REFS", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR", "INVALID_EVENT",
-            "PATH_OUTSIDE_ROOTS"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "AGENT_REFS", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR",
+            "INVALID_EVENT", "PATH_OUTSIDE_ROOTS"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)
