@@ -98,6 +98,8 @@ def _render_spliced(rec: EventRecord) -> bytes:
     body = _payload_text(rec)
     kid, sig = rec.kid, rec.signature
     sigs = f'[{{"keyid":{_scalar(kid)},"sig":{_scalar(sig)}}}]' if kid and sig else "[]"
+    by = rec.submitted_by
+    submitted = "" if by is None else f'"submitted_by":{_scalar(by)},'
     head = (f'{{"canonicalization":{_scalar(rec.canonicalization)},"dsse":{{"payload":"'
             f'{base64.b64encode(rec.record_bytes).decode("ascii")}","payloadType":{_PAYLOAD_TYPE_JSON},'
             f'"signatures":{sigs}}},"event_id":{_scalar(rec.event_id)},"kid":{_scalar(kid)},'
@@ -105,7 +107,7 @@ def _render_spliced(rec: EventRecord) -> bytes:
     tail = (f',"payload_digest":{_scalar(rec.payload_digest)},"prev_digest":{_scalar(rec.prev_digest)},'
             f'"record_digest":{_scalar(rec.record_digest)},"run_id":{_scalar(rec.run_id)},'
             f'"schema_version":{_scalar(rec.schema_version)},"sequence":{_scalar(rec.sequence)},'
-            f'"signature":{_scalar(sig)},"task_id":{_scalar(rec.task_id)},"topic":{_scalar(rec.topic)},'
+            f'"signature":{_scalar(sig)},{submitted}"task_id":{_scalar(rec.task_id)},"topic":{_scalar(rec.topic)},'
             f'"ts":{_scalar(rec.ts)},"wave_id":{_scalar(rec.wave_id)}}}\n')
     return b"".join((head.encode("utf-8"), body, tail.encode("utf-8")))
 

@@ -7,6 +7,12 @@ A record's bytes are the RFC 8785 canonical JSON of the envelope
     payload_digest, prev_digest, run_id, schema_version, sequence, task_id,
     topic, ts, wave_id
 
+and, on every record of a run submitted by a named client (the MCP front
+door's `run_submit`), `submitted_by`, the client's name: the run's first
+record fixes it and each later record of the run repeats it, so every record
+names who asked for the run under the same digest and signature. A run
+started any other way has no such key, and its bytes are as they always were.
+
 The ledger stores those exact bytes (``record_bytes``). ``record_digest`` is
 sha256 over them; the next record of the run names it as ``prev_digest``
 (the first record of a run has ``prev_digest`` null), which makes each run a
@@ -41,6 +47,36 @@ RECORD_KEYS = (
 )
 # registry/schemas/common.json identifier and control_event.json topic patterns
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}")
+SUBMITTED_BY = "submitted_by"
+# a client name as a record carries it: ASCII that RFC 8785 writes unescaped (the stdio door's
+# `stdio:python3[4242]` too), so it is spliced into the bytes as it is
+_SUBMITTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+\[\]-]{0,199}")
+_SUBMITTED_KEY = b',"submitted_by":"'
+_PAYLOAD_DIGEST_AT = b',"payload_digest":"'
+
+
+def check_submitter(value: Any) -> None:
+    """InvalidEvent unless `value` is a client name a record may carry (or None: no submitter)."""
+    if value is not None and (type(value) is not str or not _SUBMITTER.fullmatch(value)):
+        raise InvalidEvent(f"submitted_by {value!r} is not a client name a record can carry",
+                           details={"field": "submitted_by"},
+                           hints=["1-200 of letters, digits and . _ : @ / + - [ ], starting with a letter or digit"])
+
+
+def submitter_of(data: bytes) -> str | None:
+    """The `submitted_by` a record's bytes carry, or None. Only scalars follow the payload, so the
+    key is looked for after the last `"payload_digest"` (a payload may hold either key itself)."""
+    tail = data[data.rfind(_PAYLOAD_DIGEST_AT):]
+    i = tail.find(_SUBMITTED_KEY)
+    if i < 0:
+        return None
+    start = i + len(_SUBMITTED_KEY)
+    return tail[start:tail.index(b'"', start)].decode("ascii")
+
+
+def _submitted_part(submitted_by: str | None) -> str:
+    return "" if submitted_by is None else f'"submitted_by":"{submitted_by}",'
+
 _TOPIC = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 
 
@@ -79,9 +115,18 @@ class EventRecord:
     record_bytes: bytes = field(repr=False)
     record_digest: str = ""
 
+    @property
+    def submitted_by(self) -> str | None:
+        """The client that submitted the record's run, when one did (read from the signed bytes)."""
+        return submitter_of(self.record_bytes)
+
     def envelope(self) -> dict[str, Any]:
         """The signed fields as a dict (what record_bytes encode)."""
-        return {k: getattr(self, k) for k in RECORD_KEYS}
+        out = {k: getattr(self, k) for k in RECORD_KEYS}
+        submitted_by = self.submitted_by
+        if submitted_by is not None:
+            out[SUBMITTED_BY] = submitted_by
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The export form: the envelope, its digest and signature, and the
@@ -152,7 +197,7 @@ def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
          payload_canonical: bytes, payload_digest: str, prev_digest: str | None,
          wave_id: str | None = None, node_id: str | None = None,
          node_execution_id: str | None = None, task_id: str | None = None,
-         kid: str | None = None) -> bytes:
+         kid: str | None = None, submitted_by: str | None = None) -> bytes:
     """The exact record bytes (RFC 8785) for these fields.
 
     Every field but the payload is checked against its schema pattern
@@ -187,12 +232,14 @@ def seal(*, run_id: str, sequence: int, event_id: str, ts: str, topic: str,
     if kid is not None and _VALID_KIDS.get(kid) is not True:
         _check("kid", kid, _KID)
         _VALID_KIDS[kid] = True
+    check_submitter(submitted_by)
     q = lambda v: "null" if v is None else f'"{v}"'  # noqa: E731 - values are checked ASCII
     head = (f'{{"canonicalization":"{CANONICALIZATION}","event_id":"{event_id}",'
             f'"kid":{q(kid)},"node_execution_id":{q(node_execution_id)},"node_id":{q(node_id)},'
             f'"payload":')
     tail = (f',"payload_digest":"{payload_digest}","prev_digest":{q(prev_digest)},'
             f'"run_id":"{run_id}","schema_version":"{SCHEMA_VERSION}","sequence":{sequence},'
+            f'{_submitted_part(submitted_by)}'
             f'"task_id":{q(task_id)},"topic":"{topic}","ts":"{ts}","wave_id":{q(wave_id)}}}')
     return b"".join((head.encode("ascii"), payload_canonical, tail.encode("ascii")))
 
@@ -208,7 +255,7 @@ def sign_record(data: bytes, signer: SigningKey) -> str:
 
 def build(*, run_id: str, sequence: int, event_id: str, ts: str, draft: EventDraft,
           prev_digest: str | None, signer: SigningKey | None,
-          payload_canonical: bytes | None = None) -> EventRecord:
+          payload_canonical: bytes | None = None, submitted_by: str | None = None) -> EventRecord:
     """A complete record for `draft` at `sequence` (pure apart from signing)."""
     pc = payload_canonical if payload_canonical is not None else payload_bytes(draft.payload)
     pd = "sha256:" + sha256_hex(pc)
@@ -219,7 +266,8 @@ def build(*, run_id: str, sequence: int, event_id: str, ts: str, draft: EventDra
     data = seal(run_id=run_id, sequence=sequence, event_id=event_id, ts=ts, topic=draft.topic,
                 payload_canonical=pc, payload_digest=pd, prev_digest=prev_digest,
                 wave_id=draft.wave_id, node_id=draft.node_id,
-                node_execution_id=draft.node_execution_id, task_id=draft.task_id, kid=kid)
+                node_execution_id=draft.node_execution_id, task_id=draft.task_id, kid=kid,
+                submitted_by=submitted_by)
     return make_record(
         schema_version=SCHEMA_VERSION, sequence=sequence, event_id=event_id, ts=ts,
         topic=draft.topic, run_id=run_id, wave_id=draft.wave_id, node_id=draft.node_id,
@@ -247,14 +295,17 @@ def make_record(**fields: Any) -> EventRecord:
 def build_batch(*, run_id: str, drafts: Sequence[EventDraft], payloads: Sequence[bytes],
                 first_sequence: int, prev_digest: str | None, ts: str, event_ids: Sequence[str],
                 signer: SigningKey | None,
-                signers: Sequence[SigningKey | None] | None = None) -> tuple[list[EventRecord], list[tuple]]:
+                signers: Sequence[SigningKey | None] | None = None,
+                submitted_by: str | None = None) -> tuple[list[EventRecord], list[tuple]]:
     """Records for consecutive drafts (the append hot path) and their storage
     rows (ROW_COLUMNS order). Same bytes as `build` for each event; the fields
     shared by the batch (run_id, ts, kid) are checked once. `signers`, when
-    given, names each draft's signer (None: unsigned) in place of `signer`."""
+    given, names each draft's signer (None: unsigned) in place of `signer`. `submitted_by`: the
+    run's submitter, carried by every record of the batch (None: the key is left out)."""
     if run_id is None:
         raise InvalidEvent("run_id is required")
     _check_id("run_id", run_id)
+    check_submitter(submitted_by)
     _check("ts", ts, _TIMESTAMP)
     if prev_digest is not None:
         _check("prev_digest", prev_digest, _DIGEST)
@@ -273,6 +324,7 @@ def build_batch(*, run_id: str, drafts: Sequence[EventDraft], payloads: Sequence
     head0 = f'{{"canonicalization":"{CANONICALIZATION}","event_id":"'
     tail_mid = f'","prev_digest":'
     tail_run = f',"run_id":"{run_id}","schema_version":"{SCHEMA_VERSION}","sequence":'
+    task_part = f',{_submitted_part(submitted_by)}"task_id":'
     ts_part = f',"ts":"{ts}","wave_id":'
     valid_ids, valid_topics, ident, sha = _VALID_IDS, _VALID_TOPICS, _IDENTIFIER.fullmatch, hashlib.sha256
     new = object.__new__
@@ -295,8 +347,8 @@ def build_batch(*, run_id: str, drafts: Sequence[EventDraft], payloads: Sequence
         data = b"".join((
             (f'{head0}{event_id}{kid_part}{q(neid)},"node_id":{q(node_id)},"payload":').encode("ascii"),
             pc,
-            (f',"payload_digest":"{pd}{tail_mid}{q(prev_digest)}{tail_run}{seq},'
-             f'"task_id":{q(task_id)},"topic":"{topic}"{ts_part}{q(wave_id)}}}').encode("ascii"),
+            (f',"payload_digest":"{pd}{tail_mid}{q(prev_digest)}{tail_run}{seq}'
+             f'{task_part}{q(task_id)},"topic":"{topic}"{ts_part}{q(wave_id)}}}').encode("ascii"),
         ))
         rd = "sha256:" + sha(data).hexdigest()
         sig = sign_record(data, signer) if signer is not None else None
@@ -361,4 +413,5 @@ def from_record_bytes(data: bytes, *, signature: str | None, digest: str | None 
 
 __all__ = ["EventDraft", "EventRecord", "PAYLOAD_TYPE", "SCHEMA_VERSION", "MAX_PAYLOAD_BYTES",
            "RECORD_KEYS", "CORRELATION_KEYS", "build", "seal", "payload_bytes", "record_digest",
-           "sign_record", "from_record_bytes", "loads_record", "make_record", "build_batch"]
+           "sign_record", "from_record_bytes", "loads_record", "make_record", "build_batch", "SUBMITTED_BY",
+           "check_submitter", "submitter_of"]

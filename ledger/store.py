@@ -34,8 +34,8 @@ from .engine import Engines, default_url, make_engines
 from .errors import (GrantReplayed, IdempotencyKeyReused, InvalidEvent, LedgerNotFound, LedgerUnavailable,
                      RecordUnreadable, SequenceConflict)
 from .models import events, revocations
-from .record import (EventDraft, EventRecord, build_batch, loads_record, make_record,
-                     payload_bytes)
+from .record import (EventDraft, EventRecord, build_batch, check_submitter, loads_record, make_record,
+                     payload_bytes, submitter_of)
 from .verify import VERIFY_COLUMNS, LedgerVerifyReport, verify_run
 
 Clock = Callable[[], str]
@@ -69,7 +69,9 @@ _SQL_IDEM_GET = ("SELECT result, request_digest FROM idempotency_records "
                  "WHERE run_id = :run_id AND method = :method AND idempotency_key = :key")
 _SQL_IDEM_PUT = ("INSERT INTO idempotency_records (run_id, method, idempotency_key, request_digest, result, "
                  "created_at) VALUES (:run_id, :method, :key, :request_digest, :result, :created_at)")
+_FIRST_RECORD = "SELECT record_bytes FROM events WHERE run_id = :r AND sequence = 1"
 _TEXT: dict[str, Any] = {}
+_UNREAD = object()  # a run whose submitter this ledger has not read yet
 
 
 def _record_from_row(run_id: str, r: Sequence[Any]) -> EventRecord:
@@ -177,11 +179,14 @@ class LedgerTransaction:
                          "actual_sequence": seq},
                 hints=["re-read the run's events, re-decide, and append again"])
         ts = self._ledger._clock()  # one commit, one time
+        submitter = self._ledger._submitters.get(run_id, _UNREAD)
+        if submitter is _UNREAD:  # a run this process did not start: its first record says
+            submitter = self._ledger._submitters[run_id] = self._first_submitter(run_id) if seq else None
         with _no_cyclic_gc():
             records, rows = build_batch(run_id=run_id, drafts=drafts, payloads=payloads,
                                         first_sequence=seq + 1, prev_digest=prev, ts=ts,
                                         event_ids=self._ledger._new_ids(len(drafts)), signer=signer,
-                                        signers=signers)
+                                        signers=signers, submitted_by=submitter)
         seq, prev = records[-1].sequence, records[-1].record_digest
         try:
             if self._fast is not None:
@@ -197,6 +202,10 @@ class LedgerTransaction:
         if self._ledger._crash is not None:
             self.topics.extend(d.topic for d in drafts)
         return records
+
+    def _first_submitter(self, run_id: str) -> str | None:
+        row = self._row(_FIRST_RECORD, {"r": run_id})
+        return submitter_of(bytes(row[0])) if row is not None else None
 
     def last_payload(self, run_id: str, topics: Sequence[str], *, node_id: str | None = None) -> dict[str, Any] | None:
         """The payload of a run's latest event with one of these topics (and node), read
@@ -333,6 +342,8 @@ class Ledger:
         self._wconn: Connection | None = None
         self._open: LedgerTransaction | None = None  # the writer connection's open transaction (its thread holds _lock)
         self._crash = crashpoint.from_env()  # None unless a crash test asks for it
+        # run -> the client that submitted it (None: no one named), as its records carry it
+        self._submitters: dict[str, str | None] = {}
 
     @classmethod
     def open(cls, db_url: str | None = None, ops_root: Path | str = Path("ops"), *,
@@ -358,6 +369,12 @@ class Ledger:
                                     details={"url": url},
                                     hints=["check --db / --ops-root and file permissions"]) from exc
         return cls(engines, ops_root, clock=clock)
+
+    def submitted_by(self, run_id: str, client: str) -> None:
+        """Every record of the new run `run_id` carries `client` (given before its first record;
+        a process that carries on an existing run takes the name from the run's first record)."""
+        check_submitter(client)
+        self._submitters[run_id] = client
 
     def close(self) -> None:
         with self._lock:

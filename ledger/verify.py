@@ -9,7 +9,9 @@ Order of checks for each stored row, so each failure has one code:
 5. payload_digest is the digest of the canonical payload, and the payload
    column holds exactly those canonical bytes;
 6. sequence follows the previous record of the run (1, 2, 3, ...) and
-   prev_digest is the previous record's digest (null for the first).
+   prev_digest is the previous record's digest (null for the first);
+7. the record carries the same `submitted_by` as the run's first record
+   (both none, or the same client name).
 Nothing is re-canonicalized before the digest and signature are checked.
 """
 from __future__ import annotations
@@ -24,7 +26,8 @@ from registry.canonical import CANONICALIZATION, canonical_json, digest_bytes, s
 from registry.errors import DomeError
 from registry.signing import Keyring
 
-from .record import PAYLOAD_TYPE, RECORD_KEYS, SCHEMA_VERSION, loads_record
+from .record import (PAYLOAD_TYPE, RECORD_KEYS, SCHEMA_VERSION, SUBMITTED_BY, check_submitter, loads_record,
+                     submitter_of)
 
 # Columns read for verification, in this order.
 VERIFY_COLUMNS = ("id", "run_id", "sequence", "event_id", "ts", "topic", "wave_id", "node_id",
@@ -35,6 +38,7 @@ _ENVELOPE_COLUMNS = ("run_id", "sequence", "event_id", "ts", "topic", "wave_id",
                      "node_execution_id", "task_id", "payload_digest", "canonicalization",
                      "schema_version", "prev_digest", "kid")
 _KEYSET = frozenset(RECORD_KEYS)
+_KEYSET_SUBMITTED = _KEYSET | {SUBMITTED_BY}  # a run a named client submitted
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,10 @@ def _check_signature(data: bytes, kid: Any, signature: Any, keyring: Keyring) ->
         raise _Bad(exc.code, f"signature does not verify: {exc.message}", kid=kid) from None
 
 
-def check_row(row: Sequence[Any], prev: tuple[int, str] | None, keyring: Keyring) -> tuple[int, str]:
+def check_row(row: Sequence[Any], prev: tuple[int, str, str | None] | None,
+              keyring: Keyring) -> tuple[int, str, str | None]:
     """Check one row (VERIFY_COLUMNS order) against its predecessor in the run;
-    return (sequence, digest) to chain the next one. Raises _Bad."""
+    return (sequence, digest, the run's submitter) to chain the next one. Raises _Bad."""
     col = dict(zip(VERIFY_COLUMNS, row))
     data = _as_bytes(col["record_bytes"])
     digest = "sha256:" + sha256_hex(data)
@@ -125,8 +130,13 @@ def check_row(row: Sequence[Any], prev: tuple[int, str] | None, keyring: Keyring
         env = loads_record(data)
     except (ValueError, UnicodeDecodeError):
         raise _Bad("RECORD_MALFORMED", "record bytes are not JSON") from None
-    if not isinstance(env, dict) or set(env) != _KEYSET:
+    if not isinstance(env, dict) or (set(env) != _KEYSET and set(env) != _KEYSET_SUBMITTED):
         raise _Bad("RECORD_MALFORMED", "record bytes do not hold exactly the envelope keys")
+    submitter = env.get(SUBMITTED_BY)
+    try:
+        check_submitter(submitter)
+    except DomeError:
+        raise _Bad("RECORD_MALFORMED", "submitted_by is not a client name") from None
     try:
         canonical = canonical_json(env)
     except DomeError:
@@ -166,7 +176,10 @@ def check_row(row: Sequence[Any], prev: tuple[int, str] | None, keyring: Keyring
     if env["prev_digest"] != expected_prev:
         raise _Bad("CHAIN_BROKEN", "prev_digest does not name the previous record",
                    expected=expected_prev, stored=env["prev_digest"])
-    return env["sequence"], digest
+    if prev is not None and submitter != prev[2]:
+        raise _Bad("SUBMITTER_MISMATCH", "the record names another submitter than the run's first record",
+                   expected=prev[2], stored=submitter)
+    return env["sequence"], digest, submitter
 
 
 def verify_run(run_id: str, rows: Iterable[Sequence[Any]], keyring: Keyring,
@@ -204,6 +217,7 @@ def _verify_run(run_id: str, rows: Iterable[Sequence[Any]], keyring: Keyring,
                 seq = col["sequence"] if isinstance(col["sequence"], int) else (prev[0] + 1 if prev else 1)
                 stored = col["record_digest"]
                 prev = (seq, stored if isinstance(stored, str)
-                        else "sha256:" + sha256_hex(_as_bytes(col["record_bytes"])))
+                        else "sha256:" + sha256_hex(_as_bytes(col["record_bytes"])),
+                        prev[2] if prev else submitter_of(_as_bytes(col["record_bytes"])))
             except _Bad:
                 prev = None

@@ -172,6 +172,14 @@ class PathPolicy:
                                        "your artifact folder)"])
 
 
+def check_run_inputs(read_roots: tuple[Path, ...], queue: Path, repo: Path) -> None:
+    """PathOutsideRoots unless a submitted run's queue file and repository both lie under the read roots
+    (each resolved first): an agent may only run what it could read."""
+    policy = PathPolicy.of(read=read_roots, write=())
+    policy.read(str(queue), field="work_queue")
+    policy.read(str(repo), field="work_queue.repo")
+
+
 def reserve(path: Path, *, overwrite: bool) -> None:
     """Create `path` for writing without following a link planted at it, or refuse an existing file.
 

@@ -2,7 +2,7 @@
 
     dome mcp                          serve MCP on stdin/stdout
     dome mcp --http 127.0.0.1:8765    streamable HTTP; bearer token from $DOME_MCP_TOKEN
-                                      or OPS_ROOT/mcp/http.token (created 0600)
+                                      or the SHA-256 kept in OPS_ROOT/mcp/http.token
     dome mcp consent --tool promote --scope RUN_ID     mint a single-use consent token
     dome mcp call TOOL '{"json": "args"}' --json       call a tool directly (no MCP framing)
     dome mcp tools --json                              print tools/list

@@ -60,8 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "under PREFIX (else it is held at the human gate; the MCP front door sets it)")
     parser.add_argument("--agent-risk-floor", default=None, metavar="LEVEL",
                         help="with --agent-refs: the lowest risk the queue counts as (default medium)")
+    parser.add_argument("--read-roots", default=None, metavar="ROOTS",
+                        help="the queue file and its repository must lie under these folders (os.pathsep-"
+                             "separated, links and .. resolved first); the MCP front door sets it")
     parser.add_argument("--submitted-by", default=None, metavar="CLIENT",
-                        help="the client that submitted the run (recorded in run.started)")
+                        help="the client that submitted the run (in run.started, and carried by every "
+                             "record of the run; the MCP front door sets it)")
     parser.add_argument("--log-format", choices=["text", "json"], default=None,
                         help="stderr: the live view (text) or one JSON object per ledger event (json); "
                              "default $DOME_LOG_FORMAT, else text")
@@ -110,6 +114,12 @@ def run(args: argparse.Namespace) -> int:
         seen_as = args.sandbox if args.executor != "container" else "container"
         prepared = None if args.resume else prepare(args.work_queue, integrate=True, tool_dirs=tool_dirs,
                                                     sandbox=seen_as, ops_root=ops_root)
+        if args.submitted_by is not None:  # a name every record can carry, refused before anything exists
+            from ledger.record import check_submitter
+            check_submitter(args.submitted_by)
+        if prepared is not None and args.read_roots is not None:  # the loaded queue and repo, not a copy
+            from registry.pathpolicy import check_run_inputs, split_roots
+            check_run_inputs(split_roots(args.read_roots), prepared.queue_path, prepared.repo)
         reasons = list(args.require_consent)
         if prepared is not None and args.agent_refs:
             from coordinator.mcp.refpolicy import RefPolicy, reasons_for
@@ -173,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
             executor.shutdown()
         report_error("run", exc, as_json=args.json)
         bad_input = isinstance(exc, (SchemaValidationError, WorkQueueError)) or exc.code.startswith((
-            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "AGENT_REFS", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR"))
+            "BASE_REF", "RUN_NOT_FOUND", "EGRESS_", "AGENT_REFS", "GATEWAY_BIND", "RAY_IMAGE", "CONTAINER_IMAGE", "SCRATCH_DIR",
+            "INVALID_EVENT", "PATH_OUTSIDE_ROOTS"))
         return 2 if bad_input else 3
     view.close()
     why = run_reasons(ledger, outcome.run_id, sys.stderr if args.json else sys.stdout)

@@ -34,7 +34,7 @@ from . import paths as host_paths
 from .catalog import Replay, ToolSpec, default_specs, specs_from_flat_contract
 from .consent import ConsentBook
 from .context import CallContext, Handler, Progress
-from .identity import LOCAL, Client, scope_allows
+from .identity import LOCAL, ArtifactOwners, Client, scope_allows
 from ..toolcore import InputSchema, error_object
 from .faults import Fault, FaultCategory, SessionNotFound, UnknownTool
 from .jobs import Job, JobStore
@@ -104,7 +104,7 @@ class ToolHost:
         self.gone_sessions: dict[str, dict[str, Any]] = {}  # expired or lost: never restored again
         self.idempotent: dict[tuple[str, ...], dict[str, Any]] = {}  # (tool, client, key) -> first result
         self.ref_policy = ref_policy or RefPolicy.from_env()  # which refs an agent's run may move alone
-        self.artifact_owners: dict[str, str] = {}  # resource URI -> the client whose call wrote it
+        self.artifact_owners = ArtifactOwners(state)  # resource URI -> the client whose call wrote it (on disk)
         self._scope_tools: dict[str | None, frozenset[str]] = {}
         self.handlers: dict[str, Handler] = {"health": _health, "telemetry": _telemetry, "poll": _poll,
                                              "cancel": _cancel}
@@ -218,7 +218,7 @@ class ToolHost:
         """Which resource URIs a client may list and read: those its calls wrote (the operator: all)."""
         if client.operator:
             return lambda uri: True
-        return lambda uri: self.artifact_owners.get(uri) == client.name
+        return lambda uri: self.artifact_owners.owner(uri) == client.name
 
     def resolve_tool(self, name: str, allowed: Collection[str] | None = None) -> str | None:
         """The canonical name of a tool this caller may use, or None."""
@@ -286,7 +286,7 @@ class ToolHost:
                     for p in path_outputs(spec.name, args)]})
             for item in extra:
                 if item.get("type") == "resource_link":
-                    self.artifact_owners.setdefault(item["uri"], client.name)
+                    self.artifact_owners.claim(item["uri"], client.name)
             self.telemetry.call(tool, ok=True, ms=(time.perf_counter() - t0) * 1e3, retries=retries[0],
                                 client=client.name)
             self.telemetry.success()

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import anyio
 
-from .identity import OPERATOR, Client, ClientBook
+from .identity import OPERATOR, Client, ClientBook, token_digest
 
 CLIENT_KEY = "dome.client"
 DISCONNECT_KEY = "dome.http_disconnected"
@@ -66,12 +66,13 @@ def _refuse(status: int, code: str, message: str, headers: list[tuple[bytes, byt
 
 
 class HttpGuard:
-    def __init__(self, app: Any, *, operator_token: str | None, clients: ClientBook | None,
+    def __init__(self, app: Any, *, operator_digest: str | None, clients: ClientBook | None,
                  loopback: bool, port: int | None = None,
                  sessions_of: Callable[[str], int] | None = None,
                  sessions_per_client: int = DEFAULT_SESSIONS_PER_CLIENT) -> None:
         self.app = app
-        self.operator_token = operator_token.encode() if operator_token is not None else None
+        # the operator token's SHA-256 (hex): the token itself is held nowhere, in memory or on disk
+        self.operator_digest = operator_digest
         self.clients = clients
         self.loopback = loopback
         self.port = port
@@ -79,19 +80,22 @@ class HttpGuard:
         self.sessions_per_client = sessions_per_client
 
     def identify(self, headers: dict[bytes, bytes]) -> Client | None:
-        if self.operator_token is None:  # --no-auth on loopback: the local harness is the operator
+        if self.operator_digest is None:  # --no-auth on loopback: the local harness is the operator
             return Client(OPERATOR)
         auth = headers.get(b"authorization", b"")
         if auth[:7].lower() != b"bearer ":
             return None
-        presented = auth[7:].strip()
-        if hmac.compare_digest(presented, self.operator_token):
+        try:
+            presented = auth[7:].strip().decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        if hmac.compare_digest(token_digest(presented), self.operator_digest):
             return Client(OPERATOR)
         if self.clients is None:
             return None
         try:
-            return self.clients.lookup(presented.decode("ascii"))
-        except (UnicodeDecodeError, OSError, ValueError):
+            return self.clients.lookup(presented)
+        except (OSError, ValueError):
             return None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

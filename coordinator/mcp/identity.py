@@ -31,6 +31,7 @@ SCOPES = ("read", "run", "promote")  # each includes the one before it
 TOKEN_PREFIX = "dmc1_"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CLIENTS_FILE = "clients.json"
+OWNERS_FILE = "artifact_owners.jsonl"
 OPERATOR = "operator"
 
 
@@ -89,7 +90,8 @@ def stdio_client() -> Client:
         exe = Path(os.readlink(f"/proc/{ppid}/exe")).name
     except OSError:
         exe = "unknown"
-    return Client(f"stdio:{exe}[{ppid}]")
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", exe)[:64] or "unknown"  # a name each ledger record can carry
+    return Client(f"stdio:{safe}[{ppid}]")
 
 
 class ClientBook:
@@ -166,3 +168,45 @@ class ClientBook:
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps(data, indent=1, sort_keys=True))
         os.replace(tmp, self.path)
+
+
+class ArtifactOwners:
+    """Which client's call wrote each artifact (resource URI): the first to write it owns it.
+
+    Kept across restarts in `OPS_ROOT/mcp/artifact_owners.jsonl` (0600, append-only, one line
+    per new artifact), read once on first use. Only a call that wrote a new artifact appends;
+    a lookup is a dictionary read, so a small call touches no file."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / OWNERS_FILE
+        self._owners: dict[str, str] | None = None
+
+    def _loaded(self) -> dict[str, str]:
+        if self._owners is None:
+            owners: dict[str, str] = {}
+            try:
+                with open(self.path, "rb") as fh:
+                    for line in fh:
+                        try:
+                            rec = json.loads(line)
+                            owners.setdefault(str(rec["uri"]), str(rec["owner"]))
+                        except (ValueError, KeyError, TypeError):
+                            continue  # a line cut short by a crash: that artifact has no owner (the operator's)
+            except FileNotFoundError:
+                pass
+            self._owners = owners
+        return self._owners
+
+    def owner(self, uri: str) -> str | None:
+        return self._loaded().get(uri)
+
+    def claim(self, uri: str, client: str) -> None:
+        """`client` owns `uri` unless someone already does; a new claim is appended to the file."""
+        owners = self._loaded()
+        if uri in owners:
+            return
+        owners[uri] = client
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "ab") as fh:
+            fh.write(json.dumps({"uri": uri, "owner": client}, separators=(",", ":")).encode() + b"\n")

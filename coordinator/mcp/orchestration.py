@@ -22,6 +22,7 @@ import anyio
 
 from registry.errors import DomeError
 
+from . import paths as host_paths
 from .faults import ConsentRequired, Fault, FaultCategory
 
 if TYPE_CHECKING:
@@ -244,11 +245,14 @@ async def run_submit(args: dict[str, Any], ctx: "CallContext") -> dict[str, Any]
         for job in host.jobs.jobs.values():
             if job.tool == "run_submit" and job.idempotency_key == key and job.owner == owner:
                 return {"run_id": job.run_id, "job_id": job.job_id, "status": job.status, "deduplicated": True}
-    queue = Path(args["work_queue"])
+    queue = Path(args["work_queue"])  # resolved under the read roots by the host (TOOL_PATHS)
     if not queue.is_file():
         raise DomeError(f"work queue not found: {queue}", code="FILE_NOT_FOUND", details={"path": str(queue)})
-    # `dome run` applies the operator's ref policy to the very queue it loads (no window to swap it)
-    extra = [f"--agent-refs={host.ref_policy.prefix}", f"--agent-risk-floor={host.ref_policy.risk_floor}"]
+    host_paths.check_queue_repo(host.paths, queue)  # the repository too, before any process starts
+    # `dome run` applies the operator's ref policy and read roots to the very queue it loads (no window
+    # to swap the queue or its repository after these checks)
+    extra = [f"--agent-refs={host.ref_policy.prefix}", f"--agent-risk-floor={host.ref_policy.risk_floor}",
+             f"--read-roots={os.pathsep.join(map(str, host.paths.read_roots))}"]
     if owner:
         extra.append(f"--submitted-by={owner}")
     if "seed" in args:

@@ -12,24 +12,29 @@ where it opens files); this module only gathers the host's configuration:
   dome's own decks.
 
 A host whose roots hold its own secrets (the ops root with its keys, ledger
-and token file) refuses to start. The HTTP bearer token file is made 0600 in
-a 0700 folder, and one found with another mode, owner or type is refused.
+and token file) refuses to start. The HTTP door's operator token file keeps
+only the token's SHA-256 (identity.token_digest, as for named clients), 0600
+in a 0700 folder; one found with another mode, owner or type is refused.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets as _secrets
 import stat
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from registry.errors import DomeError
+
+from .identity import token_digest
 from registry.pathpolicy import (DECK_ENV, KLAYOUT_ENV, READ_ENV, WRITE_ENV, PathPolicy, SecretInRoot,
-                                 client_folder, secrets_inside, split_roots)
+                                 check_run_inputs, client_folder, secrets_inside, split_roots)
 
 ARTIFACTS = Path("mcp") / "artifacts"
 KLAYOUT_ARTIFACTS = Path("mcp") / "klayout"
 TOKEN_FILE = "http.token"
+MAX_QUEUE_BYTES = 4 * 1024 * 1024  # a bigger file is no queue the host reads; `dome run` decides
 LOCAL_CLIENT = "local"  # the stdio door's client folder until the client's own name is known
 
 
@@ -75,16 +80,70 @@ def artifact_base(policy: PathPolicy, client: str | None) -> Path:
     return policy.artifact_root / client_folder(client or LOCAL_CLIENT)
 
 
+def check_queue_repo(policy: PathPolicy, queue: Path) -> None:
+    """PathOutsideRoots unless the repository a (checked) queue names lies under the read roots.
+
+    `repo` is relative to the queue's folder unless absolute, as `dome run` reads it. A file that is
+    no queue is left to `dome run`, which refuses it with its own code (and checks these roots again
+    on the queue it loads)."""
+    try:
+        with open(queue, "rb") as fh:
+            raw = json.loads(fh.read(MAX_QUEUE_BYTES + 1)).get("repo")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return
+    if isinstance(raw, str) and raw:
+        check_run_inputs(policy.read_roots, queue, queue.parent / raw)
+
+
 # the bearer token file ------------------------------------------------------
-def load_or_create_token(state_dir: Path) -> str:
-    """The token in state_dir/http.token: created 0600 in a 0700 folder, or refused when found unsafe."""
+DIGEST_PREFIX = "sha256:"
+
+
+class TokenFilePlain(DomeError):
+    """The token file holds a plain token where only its hash may be (and could not be rehashed)."""
+
+    code = "TOKEN_FILE_PLAIN"
+
+
+def operator_token_digest(state_dir: Path, *, announce: Callable[[str], None]) -> str:
+    """The SHA-256 (hex) of the operator's token, kept in state_dir/http.token; never the token itself.
+
+    A new file is made 0600 in a 0700 folder and the new token is handed to `announce` once (the
+    operator's terminal). A file found with another mode, owner or type is refused. A file of an
+    older dome that holds the plain token is rehashed in place: the token stays valid, the file
+    keeps only its hash."""
     path = state_dir / TOKEN_FILE
     if not os.path.lexists(path):
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(state_dir, 0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(_secrets.token_urlsafe(32))
+        token = _secrets.token_urlsafe(32)
+        try:
+            _write_private(state_dir, DIGEST_PREFIX + token_digest(token) + "\n", exclusive=True)
+            announce(f"dome mcp: a new operator token (shown once; {path} keeps only its SHA-256): {token}")
+        except FileExistsError:  # another door made it first: that one's token stands
+            pass
+    content = _read_trusted(path, state_dir)
+    if content.startswith(DIGEST_PREFIX):
+        digest = content[len(DIGEST_PREFIX):]
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise TokenFileUnsafe("the token file holds no valid SHA-256", details={"path": str(path),
+                                  "reason": "malformed"}, hints=["remove it; dome mcp --http makes a new one"])
+        return digest
+    if not content:
+        raise TokenFileUnsafe("the token file is empty", details={"path": str(path), "reason": "empty"},
+                              hints=["remove it; dome mcp --http makes a new one"])
+    digest = token_digest(content)  # a plain token of an older dome: keep the token, drop its bytes
+    try:
+        _write_private(state_dir, DIGEST_PREFIX + digest + "\n", exclusive=False)
+    except OSError as exc:
+        raise TokenFilePlain("the token file holds the plain token and could not be rewritten with its hash",
+                             details={"path": str(path), "errno": exc.errno},
+                             hints=[f"make {state_dir} writable by this user and start again, or remove "
+                                    f"{path} (dome mcp --http then makes a new token and shows it once)"]) from None
+    announce(f"dome mcp: {path} held the plain operator token; it now keeps only its SHA-256 "
+             "(the token itself is unchanged)")
+    return digest
+
+
+def _read_trusted(path: Path, state_dir: Path) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:  # ELOOP: a symlink
@@ -96,7 +155,23 @@ def load_or_create_token(state_dir: Path) -> str:
             raise TokenFileUnsafe(f"the token file is unsafe: {problem}",
                                   details={"path": str(path), "reason": problem},
                                   hints=["remove it (dome mcp --http makes a new one 0600), or fix its owner and mode"])
-        return fh.read().strip()
+        return fh.read(4096).strip()
+
+
+def _write_private(state_dir: Path, text: str, *, exclusive: bool) -> None:
+    """state_dir/http.token := text, 0600 in a 0700 folder; created anew (O_EXCL) or replaced atomically."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(state_dir, 0o700)
+    target = state_dir / TOKEN_FILE
+    path = target if exclusive else state_dir / f".{TOKEN_FILE}.{os.getpid()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    if not exclusive and os.path.lexists(path):
+        os.unlink(path)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    if not exclusive:
+        os.replace(path, target)
 
 
 def token_file_problem(st: os.stat_result, folder: os.stat_result, uid: int) -> str | None:

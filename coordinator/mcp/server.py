@@ -8,6 +8,7 @@ private descriptors taken by `registry.stdio_guard`.
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Collection
@@ -162,25 +163,29 @@ async def serve_stdio(host: ToolHost) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def http_token(state_dir: Path) -> str:
-    """The bearer token: $DOME_MCP_TOKEN, else <ops>/mcp/http.token (created 0600 on first use)."""
+def http_token_digest(state_dir: Path) -> str:
+    """The SHA-256 of the operator's bearer token: of $DOME_MCP_TOKEN, else the one <ops>/mcp/http.token
+    keeps (a new token is made and shown once on stderr; the file never holds the token itself)."""
+    from .identity import token_digest
+
     env = os.environ.get("DOME_MCP_TOKEN")
     if env:
-        return env
-    from .paths import load_or_create_token  # 0600 in a 0700 folder; refused when found unsafe
+        return token_digest(env)
+    from .paths import operator_token_digest  # 0600 in a 0700 folder; refused when found unsafe
 
-    return load_or_create_token(state_dir)
+    return operator_token_digest(state_dir, announce=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def build_http_app(host: ToolHost, token: str | None, *, bind_host: str = "127.0.0.1",
+def build_http_app(host: ToolHost, token_digest: str | None, *, bind_host: str = "127.0.0.1",
                    stateless: bool = False, port: int | None = None,
                    sessions_per_client: int | None = None) -> Any:
-    """The ASGI app; `token=None` (no bearer auth) only for a loopback bind.
+    """The ASGI app; `token_digest=None` (no bearer auth) only for a loopback bind.
 
-    `token` is the operator's; named clients' tokens come from OPS_ROOT/mcp/clients.json.
+    `token_digest`: the SHA-256 of the operator's token (only the hash is held); named clients'
+    tokens come from OPS_ROOT/mcp/clients.json.
     """
     server = build_server(host)
     security = None
@@ -201,7 +206,7 @@ def build_http_app(host: ToolHost, token: str | None, *, bind_host: str = "127.0
             yield
 
     app.router.lifespan_context = lifespan
-    if token is None and bind_host not in LOOPBACK:
+    if token_digest is None and bind_host not in LOOPBACK:
         raise ValueError(f"serving without a bearer token is allowed on loopback only, not {bind_host}")
 
     def sessions_of(name: str) -> int:
@@ -215,7 +220,8 @@ def build_http_app(host: ToolHost, token: str | None, *, bind_host: str = "127.0
 
     app = wrap(app, host)  # inside the guard: /metrics answers only a bearer of a token
     extra = {"sessions_per_client": sessions_per_client} if sessions_per_client else {}
-    return HttpGuard(app, operator_token=token, clients=ClientBook(host.state_dir) if token is not None else None,
+    return HttpGuard(app, operator_digest=token_digest,
+                     clients=ClientBook(host.state_dir) if token_digest is not None else None,
                      loopback=bind_host in LOOPBACK, port=port, sessions_of=None if stateless else sessions_of,
                      **extra)
 
@@ -227,8 +233,8 @@ def serve_http(host: ToolHost, bind: str, *, stateless: bool = False, auth: bool
     addr = addr.strip("[]") or "127.0.0.1"
     if not auth and addr not in LOOPBACK:
         raise ValueError(f"--no-auth is allowed on a loopback address only, not {addr}")
-    token = http_token(host.state_dir) if auth else None
-    app = build_http_app(host, token, bind_host=addr, stateless=stateless, port=int(port))
+    digest = http_token_digest(host.state_dir) if auth else None
+    app = build_http_app(host, digest, bind_host=addr, stateless=stateless, port=int(port))
     uvicorn.run(app, host=addr, port=int(port), log_level="warning", lifespan="on",
                 http=header_timeout_protocol())
 

@@ -38,7 +38,7 @@ class RunContext:
     wave_base: Callable[[Any], tuple[str, str] | None] | None = None
     lease_ttl_s: float | None = None  # the run lease's time to live (default ledger.lease.DEFAULT_TTL_S)
     egress: Any = None  # coordinator.egress.config.EgressConfig: agent nodes reach model hosts through the gate
-    submitted_by: str | None = None  # the MCP client that submitted the run (recorded in run.started)
+    submitted_by: str | None = None  # the MCP client that submitted the run (run.started, and every record's envelope)
     tool_dirs: tuple[str, ...] = ()  # `dome run --tool-dir`: shown read-only to workers and validations
 
 

@@ -169,6 +169,8 @@ class RunLoop(AttemptLifecycle):
                if prep.base_source != "base_ref" else {}),
         }
         lease = LeaseKeeper.take(ctx.ledger, run_id, ctx.lease_ttl_s)
+        if ctx.submitted_by:  # every record of the run names the client (a resume reads it from the first)
+            ctx.ledger.submitted_by(run_id, ctx.submitted_by)
         loop = cls(ctx, wq, run_id, repo, (sha, tree), RunState(), started)
         loop.started, loop.lease = started, lease
         loop.writer.append(rs.RUN_STARTED, started, signed=True)

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Iterator
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, make_repo
 
 MODES = ["legacy", "2026-07-28"]  # the initialize handshake, and the stateless per-request envelope
 PATHS = ["inproc", "stdio"]
@@ -30,6 +30,13 @@ def work(ops_root: Path) -> Path:
     d = Path(ops_root) / "w"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    """A real git repository with one commit on main, under a root of the host (tmp_path/ops/w/repo):
+    run_submit refuses a queue whose repository lies outside the read roots."""
+    return make_repo(work(tmp_path / "ops") / "repo")
 
 
 def host_env(ops_root: Path, **extra: str) -> dict[str, str]:
@@ -82,16 +89,23 @@ async def poll_done(client: Client, job_id: str, timeout: float = 240) -> dict[s
 
 
 @contextmanager
-def http_host(ops_root: Path, token: str, *, extra_env: dict[str, str] | None = None,
-              extra_args: tuple[str, ...] = (), **env: str) -> Iterator[str]:
-    """`dome mcp --http` on a free loopback port with bearer `token`; yields its URL, stops it after."""
+def http_host(ops_root: Path, token: str | None, *, extra_env: dict[str, str] | None = None,
+              extra_args: tuple[str, ...] = (), stderr: Path | None = None, **env: str) -> Iterator[str]:
+    """`dome mcp --http` on a free loopback port with bearer `token` (None: the token file's); yields
+    its URL, stops it after. `stderr`: a file that gets the door's stderr."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    full = {**os.environ, **host_env(ops_root, **({"DOME_MCP_TOKEN": token} if token else {}), **env),
+            **(extra_env or {})}
+    if token is None:
+        full.pop("DOME_MCP_TOKEN", None)
+    err = open(stderr, "wb") if stderr is not None else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.main", "mcp", "--http", f"127.0.0.1:{port}",
                              "--ops-root", str(ops_root), *extra_args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
-                            env={**os.environ, **host_env(ops_root, DOME_MCP_TOKEN=token, **env), **(extra_env or {})})
+                            stderr=err, env=full)
+    if stderr is not None:
+        err.close()  # the child holds its own copy
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

@@ -181,6 +181,41 @@ async def test_resources_list_shows_only_the_callers_artifacts(door):
         assert e.value.error.code == -32002
 
 
+@attack("mcp-client-ownership")
+async def test_ownership_of_artifacts_and_jobs_survives_a_restart(tmp_path):
+    """Alice's artifact and job are hers after the door restarts: she still lists and reads them;
+    to bob they still do not exist."""
+    ops = tmp_path / "ops"
+    tokens = {n: _token(ops, "create", "--name", n, "--allow", "run")["token"] for n in ("alice", "bob")}
+    layouts = tmp_path / "layouts"
+    layouts.mkdir()
+    two_bars_gds(layouts / "two_bars.gds")
+    env = {"KLAYOUT_MCP_ALLOWED_ROOTS": str(layouts)}
+    with http_host(ops, OPERATOR, **env) as url:
+        door = {"url": url}
+        async with _client(door, tokens["alice"]) as alice:
+            sid = (await alice.call_tool("open_layout", {"path": str(layouts / "two_bars.gds")})
+                   ).structured_content["session_id"]
+            shot = await alice.call_tool("render_view", {"session_id": sid})
+            links = [str(c.uri) for c in shot.content if c.type == "resource_link"]
+            job = (await alice.call_tool("test_slow", {"steps": 1, "step_s": 0.0, "wait": False})).structured_content
+            assert links and job["job_id"].startswith("job_")
+    with http_host(ops, OPERATOR, **env) as url:  # a new process: nothing of the first is in memory
+        door = {"url": url}
+        async with _client(door, tokens["alice"]) as alice, _client(door, tokens["bob"]) as bob:
+            assert set(links) <= {str(r.uri) for r in (await alice.list_resources()).resources}
+            assert (await alice.read_resource(links[0])).contents
+            assert not (await alice.call_tool("poll", {"job_id": job["job_id"]})).is_error
+            assert not set(links) & {str(r.uri) for r in (await bob.list_resources()).resources}
+            with pytest.raises(MCPError) as e:
+                await bob.read_resource(links[0])
+            assert e.value.error.code == -32002
+            for tool in ("poll", "cancel"):
+                res = await bob.call_tool(tool, {"job_id": job["job_id"]})
+                assert res.is_error and res.structured_content["code"] == "JOB_NOT_FOUND", res.structured_content
+    assert (ops / "mcp" / "artifact_owners.jsonl").stat().st_mode & 0o777 == 0o600
+
+
 def test_a_half_sent_request_is_closed(door, monkeypatch):
     """The header timeout closes a connection whose request head never finishes, and the body
     timeout answers 408 to one whose body never does (both HEADER_S here)."""

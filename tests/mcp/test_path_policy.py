@@ -25,9 +25,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.attacks import attack
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, dome_cli, git, make_repo
 
-from .conftest import host_env, http_host, two_bars_gds
+from .conftest import host_env, http_host, job_files, two_bars_gds
 
 pytestmark = pytest.mark.anyio
 DOORS = ["stdio", "http"]
@@ -139,6 +139,54 @@ async def test_a_read_outside_the_read_roots_is_refused(kind, site) -> None:
         refused(res, "PATH_OUTSIDE_ROOTS")
 
 
+def _repo_queues(site: dict[str, Path]) -> tuple[Path, dict[str, Path]]:
+    """A git repository outside the roots, and queues inside a read root that reach it: by an absolute
+    path, by `..` from the queue's folder, and by a symlink inside the root."""
+    elsewhere = make_repo(site["ops"].parent / "elsewhere" / "repo")
+    (site["in"] / "link").symlink_to(elsewhere)
+    q = {**json.loads((REPO_ROOT / "examples" / "hello.queue.json").read_text()),
+         "promote_to": "refs/heads/dome/agents/repo-escape"}
+    queues = {}
+    for name, repo in (("absolute", str(elsewhere)), ("dotdot", "../elsewhere/repo"), ("symlink", "link")):
+        queues[name] = site["in"] / f"{name}.queue.json"
+        queues[name].write_text(json.dumps({**q, "repo": repo}))
+    return elsewhere, queues
+
+
+@attack("mcp-run-repo-outside")
+@pytest.mark.parametrize("kind", DOORS)
+async def test_run_submit_refuses_a_repository_outside_the_read_roots(kind, site) -> None:
+    elsewhere, queues = _repo_queues(site)
+    refs = git(elsewhere, "for-each-ref")
+    async with door(kind, site["ops"], roots(site)) as c:
+        for name, queue in queues.items():
+            res = await c.call_tool("run_submit", {"work_queue": str(queue), "idempotency_key": f"repo-{name}-1"})
+            obj = refused(res, "PATH_OUTSIDE_ROOTS")
+            assert obj["details"]["field"] == "work_queue.repo" and obj["details"]["access"] == "read", name
+            assert os.path.realpath(site["in"]) in obj["details"]["roots"], obj  # the root set it left
+            assert str(elsewhere) not in json.dumps(obj), name
+    # no run started, nothing written: no run folder, no job, the repository as it was
+    assert not (site["ops"] / "runs").exists() and job_files(site["ops"]) == []
+    assert git(elsewhere, "for-each-ref") == refs and git(elsewhere, "worktree", "list").count("\n") <= 1
+
+
+@attack("mcp-run-repo-outside")
+def test_dome_run_checks_the_queue_it_loads_against_the_read_roots(site) -> None:
+    """The door's `dome run --read-roots` checks the queue and repository it loads itself, so a queue
+    swapped after the host's check still cannot reach a repository outside the roots."""
+    elsewhere, queues = _repo_queues(site)
+    ops = site["ops"] / "cli"
+    for name, queue in queues.items():
+        r = dome_cli("run", str(queue), f"--read-roots={site['in']}", "--ops-root", str(ops), "--json", timeout=120)
+        err = json.loads(r.stdout)["error"]
+        assert r.returncode == 2 and err["code"] == "PATH_OUTSIDE_ROOTS", (name, r.stdout, r.stderr)
+        assert err["details"]["field"] == "work_queue.repo", name
+    r = dome_cli("run", str(queues["absolute"]), f"--read-roots={elsewhere.parent}", "--ops-root", str(ops),
+                 "--json", timeout=120)
+    assert json.loads(r.stdout)["error"]["details"]["field"] == "work_queue"  # the queue file itself is outside
+    assert not ops.exists()
+
+
 @attack("mcp-deck-as-read")
 @pytest.mark.parametrize("kind", DOORS)
 async def test_an_observer_door_runs_no_deck(kind, site) -> None:
@@ -209,13 +257,73 @@ def test_a_planted_token_file_is_refused(tmp_path) -> None:
         assert b"planted-by-someone-else" not in r.stderr
 
 
-def test_a_new_token_file_is_0600_in_a_0700_folder(tmp_path) -> None:
-    from coordinator.mcp.paths import load_or_create_token
+def test_a_new_token_file_is_0600_in_a_0700_folder_and_holds_only_a_hash(tmp_path) -> None:
+    from coordinator.mcp.identity import token_digest
+    from coordinator.mcp.paths import operator_token_digest
 
     state = tmp_path / "ops" / "mcp"
-    tok = load_or_create_token(state)
-    assert len(tok) >= 32 and load_or_create_token(state) == tok
+    shown: list[str] = []
+    digest = operator_token_digest(state, announce=shown.append)
+    (line,) = shown
+    token = line.rsplit(" ", 1)[1]
+    assert len(token) >= 32 and token_digest(token) == digest
+    assert operator_token_digest(state, announce=shown.append) == digest and len(shown) == 1  # shown once
+    assert (state / "http.token").read_text() == f"sha256:{digest}\n"
     assert (state / "http.token").stat().st_mode & 0o777 == 0o600 and state.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_plain_token_file_that_cannot_be_rewritten_is_refused_with_what_to_do(tmp_path) -> None:
+    from coordinator.mcp.paths import TokenFilePlain, operator_token_digest
+
+    state = tmp_path / "ops" / "mcp"
+    state.mkdir(parents=True, mode=0o700)
+    (state / "http.token").write_text("plain-token-of-an-older-dome")
+    (state / "http.token").chmod(0o600)
+    (state / f".http.token.{os.getpid()}.tmp").mkdir()  # the rewrite's scratch name is taken: it cannot write
+    with pytest.raises(TokenFilePlain) as e:
+        operator_token_digest(state, announce=lambda line: None)
+    assert "remove" in " ".join(e.value.hints) and e.value.code == "TOKEN_FILE_PLAIN"
+    assert "plain-token-of-an-older-dome" not in json.dumps(e.value.details)
+
+
+async def _calls_as(url: str, token: str) -> bool:
+    """Whether a real SDK client holding `token` is served (False: the door answered 401)."""
+    try:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None) as c:
+                return not (await c.call_tool("health", {})).is_error
+    except Exception as exc:  # noqa: BLE001 - the SDK raises on a 401 (its exception type varies)
+        assert "401" in repr(exc) or "Unauthorized" in repr(exc) or isinstance(exc, (MCPError, ExceptionGroup)), exc
+        return False
+
+
+@attack("mcp-token-file")
+async def test_the_operator_token_file_keeps_only_a_hash(tmp_path) -> None:
+    """Whoever reads http.token learns nothing to call with: the door shows its new token once (stderr);
+    the file keeps its SHA-256, and that digest is no bearer token."""
+    ops = tmp_path / "ops"
+    with http_host(ops, None, stderr=tmp_path / "door.err") as url:
+        lines = [ln for ln in (tmp_path / "door.err").read_text().splitlines() if "new operator token" in ln]
+        token = lines[0].rsplit(" ", 1)[1]
+        held = (ops / "mcp" / "http.token").read_text()
+        assert token not in held and held.startswith("sha256:")
+        assert await _calls_as(url, token)
+        assert not await _calls_as(url, held.strip()) and not await _calls_as(url, held.strip()[7:])
+
+
+@attack("mcp-token-file")
+async def test_a_plain_token_file_of_an_older_dome_is_rehashed_on_start(tmp_path) -> None:
+    ops = tmp_path / "ops"
+    (ops / "mcp").mkdir(parents=True, mode=0o700)
+    old = ops / "mcp" / "http.token"
+    old.write_text("plain-token-of-an-older-dome-0123456789")
+    old.chmod(0o600)
+    with http_host(ops, None, stderr=tmp_path / "door.err") as url:
+        assert await _calls_as(url, "plain-token-of-an-older-dome-0123456789")  # the operator's token still works
+        assert "plain-token-of-an-older-dome" not in old.read_text() and old.read_text().startswith("sha256:")
+        assert old.stat().st_mode & 0o777 == 0o600
+        assert "plain-token-of-an-older-dome" not in (tmp_path / "door.err").read_text()
+        assert not await _calls_as(url, old.read_text().strip())
 
 
 @attack("mcp-token-file")

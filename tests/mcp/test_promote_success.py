@@ -3,14 +3,19 @@ gate (default policy) -> promote with the run's own single-use consent token -> 
 verify passes, a second promote with the same token refused."""
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import GATED_REF, gated_queue
+from tests.attacks import attack
+from tests.conftest import GATED_REF, REPO_ROOT, dome_cli, gated_queue
 
-from .conftest import connect, poll_done, work
+from .conftest import connect, http_host, poll_done, work
 
 pytestmark = pytest.mark.anyio
 
@@ -112,3 +117,35 @@ async def test_promote_passes_a_token_that_starts_with_a_dash_as_a_value(tmp_pat
                                                 "consent_token": token})
         assert not ok.is_error, ok.content[0].text
         assert _rev(git_repo, TO_REF) == ok.structured_content["head_ref"]
+
+
+@attack("mcp-run-attribution")
+async def test_every_record_of_a_run_a_client_submitted_names_the_client(tmp_path, git_repo):
+    """A named client over HTTP submits a gated run and promotes it with the person's token: every
+    record of the run, those `dome promote` writes after run.finished too, names the client in its
+    signed envelope, and both verifiers pass."""
+    ops = tmp_path / "ops"
+    queue = gated_queue(work(ops), git_repo)
+    made = dome_cli("mcp", "token", "create", "--name", "ci-agent", "--allow", "promote", "--ops-root", str(ops),
+                    "--json", timeout=120, cwd=REPO_ROOT)
+    token = json.loads(made.stdout)["token"]
+    with http_host(ops, "operator-token-for-attribution-0123") as url:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None) as client:
+                run_id, _ = await _held_run(client, queue, "submit-attributed-1")
+                consent = (ops / "runs" / run_id / "gate" / "consent.token").read_text().strip()  # the person's
+                ok = await client.call_tool("promote", {"run_id": run_id, "idempotency_key": "promote-attributed-1",
+                                                        "consent_token": consent})
+                assert not ok.is_error and ok.structured_content["status"] == "promoted", ok.content[0].text
+                events, since, more = [], 0, True
+                while more:  # every record, a page at a time
+                    page = (await client.call_tool("events", {"run_id": run_id, "since": since, "limit": 500})
+                            ).structured_content
+                    events, since, more = events + page["events"], page["next_since"], page["more"]
+    assert {"run.started", "run.finished", "promotion.computed"} <= {e["topic"] for e in events}
+    assert {e.get("submitted_by") for e in events} == {"ci-agent"}, {e["topic"] for e in events if
+                                                                       e.get("submitted_by") != "ci-agent"}
+    led = dome_cli("ledger", "verify", "--ops-root", str(ops), "--json", timeout=300)
+    assert led.returncode == 0 and json.loads(led.stdout)["ok"] is True, led.stdout
+    ver = dome_cli("verify", run_id, "--ops-root", str(ops), "--json", timeout=300)
+    assert ver.returncode == 0 and json.loads(ver.stdout)["valid"] is True, ver.stdout[-2000:]
