@@ -2,9 +2,11 @@
 which transaction a task's ack goes in (the decisions still replay from the ledger)."""
 from __future__ import annotations
 
+import time
+
 from coordinator import runstate as rs
 from coordinator.runloop.finish import integration_finish
-from coordinator.runloop.loop import make_decision
+from coordinator.runloop.loop import RunLoop, make_decision
 from coordinator.runstate import fold
 from coordinator.scheduler import SchedulerPolicy
 from coordinator.workqueue import load_work_queue
@@ -53,17 +55,39 @@ def test_the_finish_stage_reads_the_whole_run_once_for_the_export(git_repo, ops_
 
 
 def test_an_ack_goes_in_the_next_wave_s_transaction_and_the_decisions_replay(git_repo, ops_root, ledger_env,
-                                                                            tmp_path):
+                                                                            tmp_path, monkeypatch):
     ledger = ledger_env[0]
     commits = Commits()
     ledger._crash = commits
+    # an ack waits for its worker's process to be reaped; on a loaded machine the next wave can come
+    # first. The test removes that race: before a wave it waits for every finished worker to be
+    # reaped (the loop's own reap and supervise), so each ack is held when the next wave is made
+    held_at_wave: list[int] = []
+    schedule = RunLoop._schedule
+
+    def counted_schedule(self):
+        deadline = time.monotonic() + 30
+        while any(neid in self.writer.state.ended for neid in self.live) and time.monotonic() < deadline:
+            time.sleep(0.005)
+            self._reap()
+            self._supervise()
+        held = len(self._acks)
+        launched = schedule(self)
+        if launched:
+            held_at_wave.append(held)
+        return launched
+
+    monkeypatch.setattr(RunLoop, "_schedule", counted_schedule)
     q = write_queue(tmp_path, git_repo, _tasks(4), scheduling={"max_parallel": 1})
     _, out = run_queue(q, ops_root, ledger_env, sandbox="none")
     assert out.status == "completed"
     assert sum(c.count(rs.TASK_ACK) for c in commits.seen) == 4  # each task acked once
-    with_wave = [c for c in commits.seen if rs.TASK_ACK in c and rs.SCHEDULING_DECISION in c]
-    # the ack of a task whose slot the next wave takes is in that wave's commit, after its records
-    assert len(with_wave) >= 2, commits.seen
+    waves = [c for c in commits.seen if rs.SCHEDULING_DECISION in c]
+    assert len(waves) == len(held_at_wave) == 4, (commits.seen, held_at_wave)
+    # the acks held when a wave is written are in that wave's commit, after its records
+    assert held_at_wave == [0, 1, 1, 1], held_at_wave
+    assert [c.count(rs.TASK_ACK) for c in waves] == held_at_wave, (commits.seen, held_at_wave)
+    with_wave = [c for c in waves if rs.TASK_ACK in c]
     for c in with_wave:
         assert c.index(rs.TASK_ACK) > max(i for i, t in enumerate(c) if t == rs.TASK_DISPATCHED)
     events = ledger.events(out.run_id)
