@@ -47,6 +47,11 @@ import worker_sdk.proposal  # noqa: F401
 import worker_sdk.runtime  # noqa: F401
 import registry.schema_lite  # noqa: F401
 import _strptime  # noqa: F401,E402 - the grant's expiry is parsed with time.strptime
+import registry.toolprofile  # noqa: F401 - the grant's token and the call proofs
+
+# the SpawnSpec's checker, compiled from the schema files once here rather than in every attempt
+# (3.5 ms of CPU each); it depends on no request
+registry.schema_lite.is_valid("spawn_spec", {})
 
 MAX_REQUEST = 1 << 20
 RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
