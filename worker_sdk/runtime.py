@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         client.close()
         # the checkout is this worker's own: it goes with the attempt, deleted here at the
-        # worker's cost rather than file by file by the coordinator (which removes what is left)
-        import shutil
-        shutil.rmtree(scratch, ignore_errors=True)
+        # worker's cost rather than file by file by the coordinator (which removes what is left);
+        # a scratch that is a mount of its own (the sandbox's tmpfs) goes with the sandbox whole
+        if not os.path.ismount(scratch.parent):
+            import shutil
+            shutil.rmtree(scratch, ignore_errors=True)
