@@ -33,7 +33,7 @@ from .sandbox import (bwrap_argv, cgroup_cpu_ns, cpuacct_cgroup_parent, cpus_per
                       launch_argv, memory_cgroup_parent, oom_kills, pids_cgroup_parent, read_cgroup_file,
                       refused_forks, require_bwrap)
 from .spawner import Spawner
-from .zygote import Zygote, zygote_argv
+from .zygote import Zygote, direct_request, zygote_argv
 from .zygote import worker_start as start_mode
 
 STDERR_TAIL = 4096
@@ -61,6 +61,7 @@ class _Proc:
     popen: subprocess.Popen | None = None
     state: str = "queued"  # queued -> started | failed (the spawn raised) | cancelled (killed before it started)
     killed: str | None = None
+    cost_fd: int | None = None  # without a sandbox, from the zygote: the worker's CPU (nobody here reaps it)
     error: dict[str, Any] | None = None  # why the spawn failed (the typed error the run loop records)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -209,7 +210,7 @@ class LocalExecutor:
         self._slots: list[_Slot] = []  # every slot this executor made and has not removed
         self.spawner = Spawner(spawn_threads)  # Popen off the run loop's thread (0: on the caller's)
         # sandboxed workers forked from a pre-initialised runtime (see zygote.py), started with the first
-        self.worker_start = start_mode(worker_start) if sandbox == "bwrap" else "fresh"
+        self.worker_start = start_mode(worker_start)
         self._zygote: Zygote | None = None
         self.intents = tuple(intents)  # the run's: the zygote imports their handlers ahead
 
@@ -296,8 +297,10 @@ class LocalExecutor:
         key_fd = None  # a pipe holding the key of a key file, for bwrap to copy
         cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
         try:
-            if self.sandbox == "bwrap" and self._zygote_ready():
-                return self._popen_zygote(files, slot, cpus, log_file(files))
+            if self._zygote_ready():
+                if self.sandbox == "bwrap":
+                    return self._popen_zygote(files, slot, cpus, log_file(files))
+                return self._popen_direct(proc, cpus, log_file(files))
             if self.sandbox == "bwrap":
                 mem_key = fd_of(files.worker_key)
                 key_fd = _key_pipe(files.worker_key) if mem_key is None else None
@@ -383,6 +386,55 @@ class LocalExecutor:
             if key_fd is not None:
                 files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
 
+    def _popen_direct(self, proc: _Proc, cpus: int, path: Path) -> subprocess.Popen:
+        """No sandbox: a stub on the host under the launcher a fresh worker gets; the zygote forks the
+        worker beside it with the attempt's in-memory files (zygote.py)."""
+        assert self._zygote is not None and proc.files is not None
+        files = proc.files
+        ready_r, ready_w = os.pipe()
+        status_r, status_w = os.pipe()
+        cost_r, cost_w = os.pipe()
+        theirs = [cost_w, ready_r, status_w]
+        mine = [ready_w, status_r]
+        try:
+            carried = [fd for fd in (fd_of(files.spawn_json), fd_of(files.task_json), fd_of(files.worker_key))
+                       if fd is not None]
+            stub, request = direct_request(direct_argv(files), direct_env(files, cpus=cpus), os.getcwd(), carried,
+                                           ready_w, status_r)
+            try:
+                log = open(path, "wb")
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                log = open(path, "wb")
+            with log:
+                popen = subprocess.Popen(launch_argv(self.limits, {}, stub), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                         pass_fds=mine)
+                for fd in mine:
+                    os.close(fd)
+                mine = []
+                proc.cost_fd, cost_r = cost_r, -1
+                self._zygote.spawn(request, [log.fileno(), *theirs, *carried])
+            return popen
+        finally:
+            for fd in (*mine, *theirs, *((cost_r,) if cost_r >= 0 else ())):
+                os.close(fd)
+
+    def _read_cost(self, proc: _Proc) -> None:
+        """The unsandboxed worker's CPU, as the zygote's child wrote it before the stub exited."""
+        fd, proc.cost_fd = proc.cost_fd, None
+        if fd is None:
+            return
+        try:
+            os.set_blocking(fd, False)
+            data = os.read(fd, 64)
+            if data.strip().isdigit():
+                self.cpu.add_process(int(data) / 1e9)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     def running(self) -> list[str]:
         with self._lock:
             return sorted(self._procs)
@@ -418,6 +470,7 @@ class LocalExecutor:
             for n, _ in done:
                 del self._procs[n]
         for neid, proc in done:
+            self._read_cost(proc)
             violations = self._sweep(proc)
             if proc.state != "started":  # never ran: no exit status, no log worth reading
                 out.append(ExitInfo(neid, None, signal=int(signal.SIGKILL) if proc.state == "cancelled" else None,
