@@ -300,7 +300,9 @@ class LocalExecutor:
             if self._zygote_ready():
                 if self.sandbox == "bwrap":
                     return self._popen_zygote(files, slot, cpus, log_file(files))
-                return self._popen_direct(proc, cpus, log_file(files))
+                popen = self._popen_direct(proc, cpus, log_file(files))
+                if popen is not None:
+                    return popen
             if self.sandbox == "bwrap":
                 mem_key = fd_of(files.worker_key)
                 key_fd = _key_pipe(files.worker_key) if mem_key is None else None
@@ -386,9 +388,10 @@ class LocalExecutor:
             if key_fd is not None:
                 files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
 
-    def _popen_direct(self, proc: _Proc, cpus: int, path: Path) -> subprocess.Popen:
+    def _popen_direct(self, proc: _Proc, cpus: int, path: Path) -> subprocess.Popen | None:
         """No sandbox: a stub on the host under the launcher a fresh worker gets; the zygote forks the
-        worker beside it with the attempt's in-memory files (zygote.py)."""
+        worker beside it with the attempt's in-memory files (zygote.py). None when the command line
+        is not the worker's (it then starts as it is)."""
         assert self._zygote is not None and proc.files is not None
         files = proc.files
         ready_r, ready_w = os.pipe()
@@ -399,8 +402,11 @@ class LocalExecutor:
         try:
             carried = [fd for fd in (fd_of(files.spawn_json), fd_of(files.task_json), fd_of(files.worker_key))
                        if fd is not None]
-            stub, request = direct_request(direct_argv(files), direct_env(files, cpus=cpus), os.getcwd(), carried,
-                                           ready_w, status_r)
+            try:
+                stub, request = direct_request(direct_argv(files), direct_env(files, cpus=cpus), os.getcwd(),
+                                               carried, ready_w, status_r)
+            except ValueError:
+                return None
             try:
                 log = open(path, "wb")
             except FileNotFoundError:
