@@ -160,3 +160,41 @@ def test_a_base_with_an_ignore_file_is_left_to_git(tmp_path: Path) -> None:
     assert quick_diff(scratch, base) is None
     raw = canonical_worktree_diff(scratch, sha, base_index=base.index)
     assert b"y.txt" in raw and b"x.log" not in raw
+
+
+def _forge_snapshot(repo: Path, sha: str, tree: str, entries) -> None:
+    from registry.base_snapshot import SUBDIR, encode
+    from worker_sdk.checkout import blob_id
+    (repo / ".git" / SUBDIR).mkdir(exist_ok=True)
+    (repo / ".git" / SUBDIR / sha).write_bytes(
+        encode(sha, tree, [(p, "100644", blob_id(d), d) for p, d in entries]))
+
+
+def test_a_snapshot_naming_a_path_outside_the_checkout_is_not_used(tmp_path: Path) -> None:
+    import pytest
+
+    from worker_sdk.runtime import WorkerStartError
+    repo, sha, tree = _varied_repo(tmp_path)
+    for i, bad in enumerate(("../escape.txt", ".git/hooks/post-checkout", "d/../../escape.txt", "/abs.txt")):
+        _forge_snapshot(repo, sha, tree, [("a.txt", b"one\ntwo\n"), (bad, b"#!/bin/sh\n")])
+        scratch = tmp_path / f"s{i}" / "inner" / "repo"
+        base = checkout(repo / ".git", scratch, sha, tree)
+        assert base.files is None, bad  # git's own checkout instead
+        assert not (tmp_path / f"s{i}" / "inner" / "escape.txt").exists()
+        assert not (tmp_path / f"s{i}" / "escape.txt").exists()
+        assert not (scratch / ".git" / "hooks" / "post-checkout").exists()
+    _forge_snapshot(repo, sha, "0" * 40, [("a.txt", b"one\ntwo\n")])
+    with pytest.raises(WorkerStartError) as err:  # a snapshot of another tree is refused like git's
+        checkout(repo / ".git", tmp_path / "t" / "repo", sha, tree)
+    assert err.value.code == "BASE_TREE_MISMATCH"
+
+
+def test_a_damaged_snapshot_falls_back_to_git(tmp_path: Path) -> None:
+    from registry.base_snapshot import SUBDIR
+    from coordinator.runloop.snapshot import write_snapshot
+    repo, sha, tree = _varied_repo(tmp_path)
+    path = write_snapshot(repo / ".git", sha)
+    assert path == repo / ".git" / SUBDIR / sha
+    path.write_bytes(path.read_bytes()[:-3])  # cut short
+    base = checkout(repo / ".git", tmp_path / "s" / "repo", sha, tree)
+    assert base.files is None and git(tmp_path / "s" / "repo", "status", "--porcelain") == ""
