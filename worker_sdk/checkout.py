@@ -79,26 +79,27 @@ def checkout_snapshot(snap: Snapshot, scratch: Path, objects: Path) -> BaseCheck
     (scratch / ".git" / "HEAD").write_text(f"{snap.commit}\n")  # detached at the base, as git checkout leaves it
     stamp = (int(time.time()) - 2) * 10**9  # before anything the action can write
     made: set[str] = set()
+    files: dict[str, tuple[str, bytes, tuple]] = {}
+    rows = []
+    root = str(scratch)
     for e in snap.entries:
         parent, _, _ = e.path.rpartition("/")
         if parent and parent not in made:
             os.makedirs(scratch / parent, exist_ok=True)
             made.add(parent)
-        target = str(scratch / e.path)
+        target = f"{root}/{e.path}"
         if e.mode == "120000":
             os.symlink(bytes(e.data), target)
-            continue
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                     0o777 if e.mode == "100755" else 0o666)
-        try:
-            os.write(fd, e.data)
-            os.utime(fd, ns=(stamp, stamp))
-        finally:
-            os.close(fd)
-    files: dict[str, tuple[str, bytes, tuple]] = {}
-    rows = []
-    for e in snap.entries:
-        st = os.lstat(scratch / e.path)
+            st = os.lstat(target)
+        else:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o777 if e.mode == "100755" else 0o666)
+            try:
+                os.write(fd, e.data)
+                os.utime(fd, ns=(stamp, stamp))
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
         files[e.path] = (e.mode, bytes(e.data), _key(st))
         rows.append((e.path, _MODE_BITS[e.mode], e.oid, st))
     index = scratch / ".git" / "index"
