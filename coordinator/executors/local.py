@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 from registry.sandbox_verdict import counter_violations
 
@@ -172,6 +172,16 @@ def _rmdir(cg: Path, wait_s: float = 0.0) -> bool:
             time.sleep(0.01)
 
 
+def _open_log(path: Path) -> BinaryIO:
+    """The attempt's one log, opened for writing; its directory made where another hand wrote the
+    attempt's files without it."""
+    try:
+        return open(path, "wb")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "wb")
+
+
 class LocalExecutor:
     name = "local"
     deferred_files = True  # dispatch takes a function that writes the attempt's files (run on the spawner)
@@ -316,11 +326,7 @@ class LocalExecutor:
             argv = launch_argv(self.limits, cgs, argv)
             # one log per attempt (stdout and stderr together), in its directory: one file created, not two
             path = log_file(files)
-            try:
-                log = open(path, "wb")
-            except FileNotFoundError:  # attempt files written by another hand, without the directory
-                path.parent.mkdir(parents=True, exist_ok=True)
-                log = open(path, "wb")
+            log = _open_log(path)
             with log:
                 return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True, close_fds=True,
@@ -367,11 +373,7 @@ class LocalExecutor:
                               counted=slot.counted if slot is not None else None)
             argv, request = zygote_argv(argv, info_w, ready_w, status_r)
             request["cgroups"] = [str(g) for g in cgs.values()]
-            try:
-                log = open(path, "wb")
-            except FileNotFoundError:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                log = open(path, "wb")
+            log = _open_log(path)
             with log:
                 popen = subprocess.Popen(launch_argv(self.limits, cgs, argv), stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
@@ -407,11 +409,7 @@ class LocalExecutor:
                                                carried, ready_w, status_r)
             except ValueError:
                 return None
-            try:
-                log = open(path, "wb")
-            except FileNotFoundError:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                log = open(path, "wb")
+            log = _open_log(path)
             with log:
                 popen = subprocess.Popen(launch_argv(self.limits, {}, stub), stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
