@@ -1,10 +1,10 @@
 """Landlock (Linux >= 5.13) as the second sandbox layer, by raw syscalls.
 
-`restrict(writable=[...])` is called in the child between fork and exec of
-a worker's action (subprocess `preexec_fn`): from then on the process and
-everything it starts may read and execute anywhere the outer sandbox shows
-it, write only beneath `writable`, and (Landlock ABI >= 4) neither bind nor
-connect TCP sockets. Landlock cannot be lifted by the process itself.
+`restrict(writable=[...])` binds the calling thread and everything it starts
+from then on (the command intent calls it on a short-lived thread that then
+starts the worker's action): they may read and execute anywhere the outer
+sandbox shows them, write only beneath `writable`, and (Landlock ABI >= 4)
+neither bind nor connect TCP sockets. Landlock cannot be lifted by the process itself.
 
 Where the kernel has no Landlock, `available()` is 0 and `restrict` is a
 no-op returning 0; the bubblewrap layer still holds.

@@ -29,6 +29,7 @@ from registry.canonical import digest_json
 from registry.diffs import DIFF_GIT_ARGS, describe_diff
 from registry.sealing import seal
 
+from .checkout import BaseCheckout, quick_diff
 from .gitdir import init_git_dir
 
 LOCKFILES = ("package-lock.json", "poetry.lock", "Cargo.lock", "uv.lock", "requirements.txt",
@@ -97,14 +98,18 @@ def build_proposal(scratch: Path, *, spawn: dict[str, Any], profile: dict[str, A
                    intent_tags: list[str] | None = None, declared_constraints: dict[str, Any] | None = None,
                    risk: str | None = None, budgets_used: dict[str, Any] | None = None,
                    exit_code: int | None = None, upload: Any = None,
-                   base_index: tuple[bytes, int] | None = None) -> tuple[dict[str, Any], bytes] | None:
+                   base: BaseCheckout | None = None) -> tuple[dict[str, Any], bytes] | None:
     """(proposal, canonical diff bytes), or None when the checkout is unchanged.
 
     `upload(canonical_bytes) -> digest` stores the diff (the gateway's
-    put_artifact); its digest becomes `diff_ref`. `base_index`: see canonical_worktree_diff."""
+    put_artifact); its digest becomes `diff_ref`. `base`: what the runtime's checkout wrote, before
+    the action ran: the diff is computed from it without git where it can be (worker_sdk.checkout),
+    else by git from its index (canonical_worktree_diff)."""
     base_ref = spawn["base_ref"]
-    raw = canonical_worktree_diff(scratch, base_ref, base_index=base_index) if base_index is not None \
-        else canonical_worktree_diff(scratch, base_ref)
+    raw = quick_diff(scratch, base) if base is not None else None
+    if raw is None:
+        raw = canonical_worktree_diff(scratch, base_ref, base_index=base.index) if base is not None \
+            else canonical_worktree_diff(scratch, base_ref)
     if not raw.strip():
         return None
     d = describe_diff(raw, base_ref)

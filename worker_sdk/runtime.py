@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from registry.canonical import canonical_json
+from registry.base_snapshot import SUBDIR, Snapshot, SnapshotInvalid, decode
 from registry.errors import DomeError
 from registry.signing import Keyring, PublicKey, SignatureError, dsse_verify
 
 from . import sandbox_limits
 from .cancel import CancellationToken
+from .checkout import BaseCheckout, checkout_snapshot, safe_path
 from .gitdir import init_git_dir
 from .intents import IntentContext, handler_action, resolve
 
@@ -113,14 +115,21 @@ def _git(cwd: Path, *args: str) -> str:
                           timeout=600).stdout.strip()
 
 
-def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> tuple[bytes, int]:
-    """A private checkout of exactly `sha` (objects shared read-only with base_git); returns its
-    index file as git wrote it, before any action ran, and that file's mtime (the diff starts
-    from them: see proposal.canonical_worktree_diff)."""
+def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> BaseCheckout:
+    """A private checkout of exactly `sha` (objects shared read-only with base_git). Returns its
+    index file as written, before any action ran, and that file's mtime (the diff starts from
+    them: see proposal.canonical_worktree_diff), and, when the coordinator left a snapshot of the
+    base, the files as written (no git process at all: see worker_sdk.checkout)."""
     scratch.parent.mkdir(parents=True, exist_ok=True)
     # what `clone --shared` does, without opening base_git as a repository: it may belong to another
     # uid (a container's worker user reading the coordinator's mirror), which git refuses to open
     objects = base_git / "objects" if (base_git / "objects").is_dir() else base_git / ".git" / "objects"
+    snap = _snapshot(base_git, sha)
+    if snap is not None:
+        if snap.tree != tree:
+            raise WorkerStartError("base tree hash mismatch", code="BASE_TREE_MISMATCH",
+                                   details={"expected": tree, "actual": snap.tree})
+        return checkout_snapshot(snap, scratch, objects)
     # written here, not by `git init`: no template (no sample hooks, description or info/exclude)
     # and one git process fewer per attempt
     init_git_dir(scratch / ".git", bare=False, alternates=objects)
@@ -130,7 +139,19 @@ def checkout(base_git: Path, scratch: Path, sha: str, tree: str) -> tuple[bytes,
         raise WorkerStartError("base tree hash mismatch", code="BASE_TREE_MISMATCH",
                                details={"expected": tree, "actual": actual})
     index = scratch / ".git" / "index"
-    return index.read_bytes(), index.stat().st_mtime_ns
+    return BaseCheckout(index=(index.read_bytes(), index.stat().st_mtime_ns))
+
+
+def _snapshot(base_git: Path, sha: str) -> Snapshot | None:
+    """The coordinator's snapshot of `sha` in the base repository, if it left one that is usable."""
+    root = base_git if (base_git / "objects").is_dir() else base_git / ".git"
+    try:
+        snap = decode((root / SUBDIR / sha).read_bytes())
+    except (OSError, ValueError, KeyError, SnapshotInvalid):
+        return None
+    if snap.commit != sha or not all(safe_path(e.path) for e in snap.entries):
+        return None  # git's own checkout refuses such paths, with its reasons
+    return snap
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         pub = load_public_key(os.environ.get("DOME_COORDINATOR_PUB", "/dome/coordinator.pub"))
         profile = verify_own_grant(spawn, pub)
         scratch = Path(os.environ.get("DOME_SCRATCH", "/dome/scratch")) / "repo"
-        base_index = checkout(Path(os.environ.get("DOME_BASE_GIT", "/dome/base.git")), scratch,
+        base = checkout(Path(os.environ.get("DOME_BASE_GIT", "/dome/base.git")), scratch,
                               spawn["base_ref"], spawn["base_tree_hash"])
         from .client import GatewayClient
         gw = spawn["gateway"]
@@ -188,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                                budgets_used={"calls": client.used["calls"], "bytes": client.used["bytes"],
                                              "wall_seconds": round(time.monotonic() - t0, 3)},
                                upload=lambda data: client.put_artifact_carried(data, "text/x-diff", "patch.diff"),
-                               base_index=base_index)
+                               base=base)
         proposal_id = None
         summary = dict(result.summary)
         if built is None:  # nothing to change: a success unless the task requires a patch (below)
@@ -216,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         client.close()
         # the checkout is this worker's own: it goes with the attempt, deleted here at the
-        # worker's cost rather than file by file by the coordinator (which removes what is left)
-        import shutil
-        shutil.rmtree(scratch, ignore_errors=True)
+        # worker's cost rather than file by file by the coordinator (which removes what is left);
+        # a scratch that is a mount of its own (the sandbox's tmpfs) goes with the sandbox whole
+        if not os.path.ismount(scratch.parent):
+            import shutil
+            shutil.rmtree(scratch, ignore_errors=True)

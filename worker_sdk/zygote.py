@@ -24,6 +24,13 @@ pipe). The zygote forks; the child (`_enter`):
    `worker_sdk.runtime.main` on /dome/spawn.json: its own spec, its own grant, read only now;
 5. reports the grandchild's exit status on the status pipe.
 
+Without a sandbox (`--sandbox none`, the request's `sandbox` false) the stub runs on the host and
+writes its pid on the ready pipe; the child takes the stub's rlimits, forks the worker (no namespaces
+to enter; it keeps the privileges a fresh unsandboxed worker has), receives the attempt's in-memory
+files (spawn spec, task facts, key) as descriptors 3-5, kills the worker's process group when the
+stub dies first (the executor killed the attempt), and writes the worker's CPU on the request's
+second descriptor, since no process of the coordinator's waits for the worker.
+
 No state passes from one attempt to the next: each attempt is a fork of the zygote as it was after
 its imports, and the request bytes are parsed in the child only (the zygote clears its buffer after
 each fork). Python reseeds `random` in every child; secrets come from the kernel (os.urandom,
@@ -32,9 +39,11 @@ libsodium) at use.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import sys
@@ -47,11 +56,18 @@ import worker_sdk.proposal  # noqa: F401
 import worker_sdk.runtime  # noqa: F401
 import registry.schema_lite  # noqa: F401
 import _strptime  # noqa: F401,E402 - the grant's expiry is parsed with time.strptime
+import registry.toolprofile  # noqa: F401 - the grant's token and the call proofs
+
+# the SpawnSpec's checker, compiled from the schema files once here rather than in every attempt
+# (3.5 ms of CPU each); it depends on no request
+registry.schema_lite.is_valid("spawn_spec", {})
 
 MAX_REQUEST = 1 << 20
 RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
            resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
-MAX_FDS = 4  # log, info, ready, status
+BASE_FDS = 4  # log, info (or, without a sandbox, cost), ready, status
+MAX_FDS = BASE_FDS + 3  # without a sandbox also the attempt's in-memory files: spawn spec, task facts, key
+CARRIED_AT = 3  # where the worker finds those (the request's paths name /proc/self/fd/3...)
 NAMESPACES = ("user", "ipc", "uts", "net", "cgroup", "pid", "mnt")  # user first: it grants the rest
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -120,16 +136,21 @@ def _enter_namespaces(pid: int) -> None:
             os.close(fd)
 
 
-def _worker(req: dict, log_fd: int) -> int:
-    """In the sandbox (the grandchild): become a fresh worker, then run the runtime."""
+def _worker(req: dict, log_fd: int, carried: list[int] = (), *, sandboxed: bool = True) -> int:
+    """In the sandbox (the grandchild): become a fresh worker, then run the runtime. Without a
+    sandbox (`sandboxed` False) it keeps the privileges a fresh worker launched there has."""
     os.setsid()
-    drop_privileges()
+    if sandboxed:
+        drop_privileges()
     _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
-    os.closerange(3, 65536)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in carried]  # out of the way of the targets
+    for i, fd in enumerate(high):
+        os.dup2(fd, CARRIED_AT + i)
+    os.closerange(CARRIED_AT + len(high), 65536)
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
@@ -139,13 +160,86 @@ def _worker(req: dict, log_fd: int) -> int:
     return main(list(req["argv"]))
 
 
+def _run_worker(req: dict, log_fd: int, carried: list[int], sandboxed: bool) -> int:
+    """Fork the worker; returns its pid (in the parent)."""
+    child = os.fork()
+    if child == 0:
+        rc = 2
+        try:
+            rc = _worker(req, log_fd, carried, sandboxed=sandboxed)
+        except BaseException as exc:  # noqa: BLE001 - reported in the log like a fresh worker's
+            print(json.dumps({"dome_worker_error": {"code": "WORKER_START_FAILED",
+                                                    "message": f"{type(exc).__name__}: {exc}"}}),
+                  file=sys.stderr)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc if isinstance(rc, int) else 2)
+    return child
+
+
+def _exit_code(st: int) -> int:
+    status = os.waitstatus_to_exitcode(st)
+    return status if status >= 0 else 128 - status  # a signal: as a shell reports it
+
+
+def _direct(req: dict, log_fd: int, cost_fd: int, ready_fd: int, carried: list[int]) -> int:
+    """No sandbox (`--sandbox none`): the stub runs on the host and says its pid; the worker takes
+    its rlimits and dies with it (a kill of the attempt kills the stub's group), and its CPU goes
+    back on `cost_fd` (nobody else waits for it). Returns the worker's exit status."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < 32:  # the stub keeps its end open: a line, not EOF
+        chunk = os.read(ready_fd, 32)
+        if not chunk:
+            break
+        line += chunk
+    os.close(ready_fd)
+    if not line.strip().isdigit():
+        return 2
+    stub = int(line)
+    stub_fd = os.pidfd_open(stub)
+    for res in RLIMITS:
+        resource.setrlimit(res, resource.prlimit(stub, res))
+    child = _run_worker(req, log_fd, carried, sandboxed=False)
+    os.close(log_fd)
+    for fd in carried:
+        os.close(fd)
+    child_fd = os.pidfd_open(child)
+    poll = select.poll()
+    poll.register(stub_fd, select.POLLIN)
+    poll.register(child_fd, select.POLLIN)
+    while True:
+        ready = {fd for fd, _ in poll.poll()}
+        if child_fd in ready:
+            break
+        if stub_fd in ready:  # the attempt was killed (or the coordinator died): the worker goes too
+            for kill in (os.killpg, os.kill):  # its group; itself, should it not have made the group yet
+                try:
+                    kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            break
+    _, st, usage = os.wait4(child, 0)
+    try:
+        os.write(cost_fd, f"{round((usage.ru_utime + usage.ru_stime) * 1e9)}\n".encode())
+    except OSError:
+        pass
+    return _exit_code(st)
+
+
 def _enter(buf: memoryview, fds: list[int]) -> int:
     """The child of one request: into the attempt's sandbox, run the worker there, report its status."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    log_fd, info_fd, ready_fd, status_fd = fds
+    log_fd, info_fd, ready_fd, status_fd = fds[:BASE_FDS]
+    carried = fds[BASE_FDS:]
     status = 2  # the worker could not start
     try:
         req = json.loads(bytes(buf))
+        if not req.get("sandbox", True):
+            status = _direct(req, log_fd, info_fd, ready_fd, carried)
+            return 0
+        if carried:
+            raise OSError("a sandboxed worker gets its files through its sandbox, not from the zygote")
         info = json.loads(_read_all(info_fd))
         os.close(info_fd)
         if os.read(ready_fd, 1) != b"\n":
@@ -158,23 +252,10 @@ def _enter(buf: memoryview, fds: list[int]) -> int:
         for res in RLIMITS:  # the launcher's limits, as the sandbox's first process has them
             resource.setrlimit(res, resource.prlimit(pid, res))
         _enter_namespaces(pid)
-        child = os.fork()
-        if child == 0:
-            rc = 2
-            try:
-                rc = _worker(req, log_fd)
-            except BaseException as exc:  # noqa: BLE001 - reported in the log like a fresh worker's
-                print(json.dumps({"dome_worker_error": {"code": "WORKER_START_FAILED",
-                                                        "message": f"{type(exc).__name__}: {exc}"}}),
-                      file=sys.stderr)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(rc if isinstance(rc, int) else 2)
+        child = _run_worker(req, log_fd, [], sandboxed=True)
         os.close(log_fd)
         _, st = os.waitpid(child, 0)
-        status = os.waitstatus_to_exitcode(st)
-        status = status if status >= 0 else 128 - status  # a signal: as a shell reports it
+        status = _exit_code(st)
     except BaseException as exc:  # noqa: BLE001
         try:
             os.write(log_fd, (json.dumps({"dome_worker_error": {"code": "WORKER_START_FAILED",
@@ -206,7 +287,7 @@ def serve(sock: socket.socket) -> int:
         for level, kind, data in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds += list(memoryview(data).cast("i"))
-        if len(fds) == MAX_FDS:
+        if BASE_FDS <= len(fds) <= MAX_FDS:
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 from registry.sandbox_verdict import counter_violations
 
@@ -33,7 +33,7 @@ from .sandbox import (bwrap_argv, cgroup_cpu_ns, cpuacct_cgroup_parent, cpus_per
                       launch_argv, memory_cgroup_parent, oom_kills, pids_cgroup_parent, read_cgroup_file,
                       refused_forks, require_bwrap)
 from .spawner import Spawner
-from .zygote import Zygote, zygote_argv
+from .zygote import Zygote, direct_request, zygote_argv
 from .zygote import worker_start as start_mode
 
 STDERR_TAIL = 4096
@@ -61,6 +61,7 @@ class _Proc:
     popen: subprocess.Popen | None = None
     state: str = "queued"  # queued -> started | failed (the spawn raised) | cancelled (killed before it started)
     killed: str | None = None
+    cost_fd: int | None = None  # without a sandbox, from the zygote: the worker's CPU (nobody here reaps it)
     error: dict[str, Any] | None = None  # why the spawn failed (the typed error the run loop records)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -171,6 +172,16 @@ def _rmdir(cg: Path, wait_s: float = 0.0) -> bool:
             time.sleep(0.01)
 
 
+def _open_log(path: Path) -> BinaryIO:
+    """The attempt's one log, opened for writing; its directory made where another hand wrote the
+    attempt's files without it."""
+    try:
+        return open(path, "wb")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "wb")
+
+
 class LocalExecutor:
     name = "local"
     deferred_files = True  # dispatch takes a function that writes the attempt's files (run on the spawner)
@@ -209,7 +220,7 @@ class LocalExecutor:
         self._slots: list[_Slot] = []  # every slot this executor made and has not removed
         self.spawner = Spawner(spawn_threads)  # Popen off the run loop's thread (0: on the caller's)
         # sandboxed workers forked from a pre-initialised runtime (see zygote.py), started with the first
-        self.worker_start = start_mode(worker_start) if sandbox == "bwrap" else "fresh"
+        self.worker_start = start_mode(worker_start)
         self._zygote: Zygote | None = None
         self.intents = tuple(intents)  # the run's: the zygote imports their handlers ahead
 
@@ -296,8 +307,12 @@ class LocalExecutor:
         key_fd = None  # a pipe holding the key of a key file, for bwrap to copy
         cpus = cpus_per_worker(self.max_concurrency)  # workers size their thread pools from it
         try:
-            if self.sandbox == "bwrap" and self._zygote_ready():
-                return self._popen_zygote(files, slot, cpus, log_file(files))
+            if self._zygote_ready():
+                if self.sandbox == "bwrap":
+                    return self._popen_zygote(files, slot, cpus, log_file(files))
+                popen = self._popen_direct(proc, cpus, log_file(files))
+                if popen is not None:
+                    return popen
             if self.sandbox == "bwrap":
                 mem_key = fd_of(files.worker_key)
                 key_fd = _key_pipe(files.worker_key) if mem_key is None else None
@@ -311,11 +326,7 @@ class LocalExecutor:
             argv = launch_argv(self.limits, cgs, argv)
             # one log per attempt (stdout and stderr together), in its directory: one file created, not two
             path = log_file(files)
-            try:
-                log = open(path, "wb")
-            except FileNotFoundError:  # attempt files written by another hand, without the directory
-                path.parent.mkdir(parents=True, exist_ok=True)
-                log = open(path, "wb")
+            log = _open_log(path)
             with log:
                 return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True, close_fds=True,
@@ -362,11 +373,7 @@ class LocalExecutor:
                               counted=slot.counted if slot is not None else None)
             argv, request = zygote_argv(argv, info_w, ready_w, status_r)
             request["cgroups"] = [str(g) for g in cgs.values()]
-            try:
-                log = open(path, "wb")
-            except FileNotFoundError:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                log = open(path, "wb")
+            log = _open_log(path)
             with log:
                 popen = subprocess.Popen(launch_argv(self.limits, cgs, argv), stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
@@ -382,6 +389,55 @@ class LocalExecutor:
                 os.close(fd)
             if key_fd is not None:
                 files.worker_key.unlink(missing_ok=True)  # bwrap holds its copy: the key lives only in the sandbox
+
+    def _popen_direct(self, proc: _Proc, cpus: int, path: Path) -> subprocess.Popen | None:
+        """No sandbox: a stub on the host under the launcher a fresh worker gets; the zygote forks the
+        worker beside it with the attempt's in-memory files (zygote.py). None when the command line
+        is not the worker's (it then starts as it is)."""
+        assert self._zygote is not None and proc.files is not None
+        files = proc.files
+        ready_r, ready_w = os.pipe()
+        status_r, status_w = os.pipe()
+        cost_r, cost_w = os.pipe()
+        theirs = [cost_w, ready_r, status_w]
+        mine = [ready_w, status_r]
+        try:
+            carried = [fd for fd in (fd_of(files.spawn_json), fd_of(files.task_json), fd_of(files.worker_key))
+                       if fd is not None]
+            try:
+                stub, request = direct_request(direct_argv(files), direct_env(files, cpus=cpus), os.getcwd(),
+                                               carried, ready_w, status_r)
+            except ValueError:
+                return None
+            log = _open_log(path)
+            with log:
+                popen = subprocess.Popen(launch_argv(self.limits, {}, stub), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                         pass_fds=mine)
+                for fd in mine:
+                    os.close(fd)
+                mine = []
+                proc.cost_fd, cost_r = cost_r, -1
+                self._zygote.spawn(request, [log.fileno(), *theirs, *carried])
+            return popen
+        finally:
+            for fd in (*mine, *theirs, *((cost_r,) if cost_r >= 0 else ())):
+                os.close(fd)
+
+    def _read_cost(self, proc: _Proc) -> None:
+        """The unsandboxed worker's CPU, as the zygote's child wrote it before the stub exited."""
+        fd, proc.cost_fd = proc.cost_fd, None
+        if fd is None:
+            return
+        try:
+            os.set_blocking(fd, False)
+            data = os.read(fd, 64)
+            if data.strip().isdigit():
+                self.cpu.add_process(int(data) / 1e9)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def running(self) -> list[str]:
         with self._lock:
@@ -418,6 +474,7 @@ class LocalExecutor:
             for n, _ in done:
                 del self._procs[n]
         for neid, proc in done:
+            self._read_cost(proc)
             violations = self._sweep(proc)
             if proc.state != "started":  # never ran: no exit status, no log worth reading
                 out.append(ExitInfo(neid, None, signal=int(signal.SIGKILL) if proc.state == "cancelled" else None,

@@ -8,6 +8,11 @@ waits for the worker's exit status; the zygote forks a worker into that sandbox'
 which drops every capability before it reads its spawn spec. bwrap still exits with the worker's
 status, so the executor supervises, kills and sweeps an attempt exactly as before.
 
+Without a sandbox the same zygote starts the workers: the executor starts a stub on the host
+(under the same launcher a fresh worker gets) and the zygote forks the worker beside it
+(`direct_request`); the worker's CPU comes back on a pipe, since no process of the coordinator's
+reaps it.
+
 `DOME_WORKER_START=fresh` (or `LocalExecutor(worker_start="fresh")`) starts every worker as a
 fresh interpreter instead; so does an executor whose zygote could not start or has died.
 """
@@ -27,6 +32,10 @@ START_ENV = "DOME_WORKER_START"  # "zygote" (the default under bwrap) or "fresh"
 # pid 1 of the sandbox: say "ready" on one pipe, then exit with the status read from another
 # (through /proc: a POSIX shell's redirections name descriptors 0-9 only)
 STUB = 'echo > /proc/self/fd/{ready}; read rc < /proc/self/fd/{status} || exit 2; exit "$rc"'
+# without a sandbox: the stub runs on the host and tells the zygote its pid (whose rlimits the
+# worker takes and with whose death it is killed)
+DIRECT_STUB = 'echo $$ > /proc/self/fd/{ready}; read rc < /proc/self/fd/{status} || exit 2; exit "$rc"'
+CARRIED_AT = 3  # worker_sdk.zygote.CARRIED_AT: where the worker finds the attempt's in-memory files
 
 
 def worker_start(explicit: str | None = None) -> str:
@@ -62,6 +71,20 @@ def zygote_argv(argv: Sequence[str], info_fd: int, ready_fd: int, status_fd: int
     stub = ["/bin/sh", "-c", STUB.format(ready=int(ready_fd), status=int(status_fd))]
     return [*opts, "--as-pid-1", "--info-fd", str(info_fd), "--", *stub], {
         "env": env, "cwd": cwd, "argv": worker_args}
+
+
+def direct_request(argv: Sequence[str], env: Mapping[str, str], cwd: str, fds: Sequence[int],
+                   ready_fd: int, status_fd: int) -> tuple[list[str], dict[str, Any]]:
+    """An unsandboxed worker's command line (`direct_argv`) and environment (`direct_env`) turned into
+    the stub's command line and the zygote's request (pure). `fds`: the attempt's in-memory files
+    (`/proc/self/fd/N` in the arguments and environment), which the worker finds at 3, 4, 5."""
+    command = list(argv)
+    if "-m" not in command or command[command.index("-m") + 1] != "worker_sdk":
+        raise ValueError("not a worker's command line")
+    moved = {f"/proc/self/fd/{fd}": f"/proc/self/fd/{CARRIED_AT + i}" for i, fd in enumerate(fds)}
+    stub = ["/bin/sh", "-c", DIRECT_STUB.format(ready=int(ready_fd), status=int(status_fd))]
+    return stub, {"sandbox": False, "env": {k: moved.get(v, v) for k, v in env.items()}, "cwd": cwd,
+                  "argv": [moved.get(a, a) for a in command[command.index("-m") + 2:]], "cgroups": []}
 
 
 class Zygote:

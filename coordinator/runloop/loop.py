@@ -49,6 +49,7 @@ from ..scheduler import RETRY_BUDGET_EXHAUSTED, SchedulerPolicy, decide, statuse
 from ..preflight import Prepared, prepare
 from ..workqueue import WorkQueue, parse_work_queue
 from .derived_base import DerivedBase
+from .snapshot import write_snapshot
 from .contracts import SIGNED_TOPICS, FinishedRun, RunContext, RunOutcome, default_finish, make_run_executor
 from .manifest import (RunError, RunNotFound, environment, host_container_ref,
                        new_run_id, node_seed, registry_ref, utc_stamp)
@@ -245,6 +246,7 @@ class RunLoop(AttemptLifecycle):
                           capture_output=True).returncode != 0:
             subprocess.run(["git", "--git-dir", str(self.base_git), "fetch", "--quiet", str(self.repo), self.base_sha],
                            capture_output=True)
+        write_snapshot(self.base_git, self.base_sha)  # attempts check the base out without git
         import base64
         self.pub.write_text(f"{self.ctx.signer.kid} {base64.b64encode(self.ctx.signer.public.raw).decode()}\n")
         backend = GatewayBackend(run_id=self.run_id, writer=self.writer, blobs=self.ctx.ledger.blobs,
@@ -295,6 +297,7 @@ class RunLoop(AttemptLifecycle):
                           capture_output=True).returncode != 0:
             subprocess.run(["git", "--git-dir", str(self.base_git), "fetch", "--quiet", str(self.repo), sha],
                            capture_output=True, check=True)
+        write_snapshot(self.base_git, sha)  # once per commit: attempts check it out without git
 
     def _inputs(self, node_id: str, base: str | None = None) -> tuple[int, str]:
         nseed = node_seed(self.seed, node_id)

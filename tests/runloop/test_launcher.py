@@ -100,11 +100,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_no_executor_starts_a_worker_with_a_preexec_fn() -> None:
-    """A preexec_fn makes CPython fork the whole coordinator (or Ray worker) instead of vforking,
-    and runs Python between fork and exec: every executor starts workers through the launcher.
-    (Inside the worker, the command intent still applies Landlock in a preexec_fn: a Landlock
-    ruleset binds the calling thread, and no exec'd tool here can set one.)"""
+    """A preexec_fn makes CPython fork the whole coordinator (or Ray worker, or the worker runtime)
+    instead of vforking, and runs Python between fork and exec: every executor starts workers through
+    the launcher, and the worker's command intent applies Landlock on a thread of its own that then
+    starts the command (worker_sdk.intents.command.landlocked_popen)."""
     root = Path(__file__).resolve().parents[2]
-    offenders = [str(p.relative_to(root)) for pkg in ("coordinator", "ledger", "registry")
+    offenders = [str(p.relative_to(root)) for pkg in ("coordinator", "ledger", "registry", "worker_sdk")
                  for p in (root / pkg).rglob("*.py") if "preexec_fn=" in p.read_text()]
     assert offenders == []

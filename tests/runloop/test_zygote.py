@@ -80,3 +80,73 @@ def test_a_zygote_worker_holds_nothing_the_sandbox_does_not_give(git_repo, ops_r
     groups = {line.split(":")[1]: line.split(":")[2] for line in shown("cgroup.txt").splitlines()}
     assert groups["pids"] == groups["memory"] == groups["cpuacct"] == "/"
     assert int(shown("procs.txt")) <= 6  # the sandbox's own PID namespace: the stub, the worker, this probe
+
+
+# -- without a sandbox ---------------------------------------------------------------------------
+
+def test_an_unsandboxed_request_moves_the_in_memory_files_to_3_4_5() -> None:
+    from coordinator.executors.zygote import direct_request
+    stub, req = direct_request(["/usr/bin/python3", "-m", "worker_sdk", "/proc/self/fd/41"],
+                               {"DOME_TASK_META": "/proc/self/fd/42", "DOME_WORKER_KEY": "/proc/self/fd/43",
+                                "DOME_SCRATCH": "/x/scratch"}, "/x", [41, 42, 43], 8, 9)
+    assert req["sandbox"] is False and req["argv"] == ["/proc/self/fd/3"] and req["cwd"] == "/x"
+    assert req["env"] == {"DOME_TASK_META": "/proc/self/fd/4", "DOME_WORKER_KEY": "/proc/self/fd/5",
+                          "DOME_SCRATCH": "/x/scratch"}
+    assert stub[:2] == ["/bin/sh", "-c"] and "/proc/self/fd/8" in stub[2] and "/proc/self/fd/9" in stub[2]
+    with pytest.raises(ValueError):
+        direct_request(["sh", "-c", "true"], {}, "/", [], 8, 9)
+
+
+# burns some CPU in the command, then writes what the worker process (its parent) runs as
+BURN = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; tr '\\0' ' ' < /proc/$PPID/cmdline > cmdline.txt"
+
+
+def test_unsandboxed_workers_start_from_the_zygote_and_their_cpu_is_counted(git_repo, ops_root, ledger_env,
+                                                                             tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("DOME_WORKER_START", raising=False)
+    q = write_queue(tmp_path, git_repo, [cmd_task("t0", BURN, max_attempts=1)])
+    loop, out = run_queue(q, ops_root, ledger_env, sandbox="none", finish=integration_finish)
+    assert out.status == "promoted", out
+    assert loop.executor.worker_start == "zygote"
+    # a fork of the zygote, not a fresh `python -m worker_sdk SPEC`
+    assert "worker_sdk.zygote" in git(git_repo, "show", "refs/heads/dome/out:cmdline.txt")
+    cost = out.cost
+    # the worker's CPU came back from the zygote: the shell loop alone is well over the stub's
+    assert cost["workers_measured_by"] == "process" and cost["workers_cpu_s"] >= 0.1, cost
+
+
+def _stopped_zygote_forks() -> set[int]:
+    """Stopped processes forked from a zygote (they show its command line): the hanging test's worker."""
+    import os
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{name}/stat") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if b"worker_sdk.zygote" in cmd and state == "T":
+            found.add(int(name))
+    return found
+
+
+def test_killing_an_unsandboxed_attempt_kills_its_zygote_worker(git_repo, ops_root, ledger_env, tmp_path,
+                                                                monkeypatch) -> None:
+    import os
+    import time
+    monkeypatch.delenv("DOME_WORKER_START", raising=False)
+    before = _stopped_zygote_forks()
+    # the worker stops itself: only the executor's kill (at the attempt's timeout) can end it
+    q = write_queue(tmp_path, git_repo, [cmd_task("hang", "kill -STOP $PPID", max_attempts=1, timeout_s=2)])
+    loop, out = run_queue(q, ops_root, ledger_env, sandbox="none", finish=integration_finish)
+    assert out.status != "promoted" and loop.executor.worker_start == "zygote"
+    deadline = time.monotonic() + 10
+    while (left := _stopped_zygote_forks() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, "a stopped worker outlived its attempt"

@@ -17,8 +17,10 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 
 from ..cancel import Cancelled
@@ -67,11 +69,37 @@ def command_not_found(argv: list[str], path: str) -> IntentFailed:
         ["install the tool in the Python installation dome runs on, or name a folder in tool_dirs"])
 
 
+def landlocked_popen(argv: list[str], writable: list[str] | None, connect_ports: tuple[int, ...],
+                     **popen: Any) -> subprocess.Popen:
+    """Popen of argv under Landlock (`writable`; None: no Landlock). Landlock binds the thread that
+    restricts itself and whatever that thread starts, so the ruleset goes on a short-lived thread of
+    its own, which then starts the program: the runtime's other threads stay as they were, and with
+    no preexec_fn CPython starts the program by vfork rather than copying the whole runtime with fork
+    (most of a trivial command's cost)."""
+    if writable is None:
+        return subprocess.Popen(argv, **popen)
+    from .. import landlock
+
+    box: dict[str, Any] = {}
+
+    def start() -> None:
+        try:
+            landlock.restrict(writable, connect_ports=connect_ports)
+            box["proc"] = subprocess.Popen(argv, **popen)
+        except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=start, name="dome-landlocked-start")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["proc"]
+
+
 def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Path,
             connect_ports: tuple[int, ...] = ()) -> dict:
     """Run argv; returns {exit_code, stdout_tail, stderr_tail, logs} or raises."""
-    from .. import landlock
-
     tmp = Path(tempfile.mkdtemp(prefix="dome-cmd-"))
     out_path, err_path = tmp / "stdout", tmp / "stderr"
     base_env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
@@ -81,15 +109,11 @@ def execute(ctx: IntentContext, argv: list[str], env: dict[str, str], *, cwd: Pa
     writable = [str(cwd), str(tmp), "/dev"]
     max_procs = int(ctx.limits.get("max_processes", 0) or 0)
 
-    def preexec() -> None:
-        if use_landlock:
-            landlock.restrict(writable, connect_ports=connect_ports)
-
     ctx.token.check()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=out, stderr=err,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
+            proc = landlocked_popen(argv, writable if use_landlock else None, connect_ports, cwd=cwd, env=full_env,
+                                    stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
         except FileNotFoundError as exc:
             raise command_not_found(argv, full_env.get("PATH", "")) from exc
         violation = None
