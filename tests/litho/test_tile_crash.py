@@ -58,7 +58,7 @@ def _queue(tmp_path: Path, iccad13: Path) -> tuple[Path, Path, dict]:
     git(repo, "commit", "-q", "-m", "layout, kernels, tile plan")
     q = tile_queue(plan, layout=REQ["layout"], out=REQ["out"], tile_dir=REQ["tiling"]["dir"], kernels=REQ["kernels"],
                    name="tile-crash", batch_size=1, iterations=REQ["iterations"], repo=str(repo),
-                   promote_to="refs/heads/masks", endgame_max_duplicates=0)
+                   promote_to="refs/heads/masks", endgame_max_duplicates=0, clean_in_waves=False)
     # the tile tasks only: the crash and the retries are about them (stitch and evaluation
     # have their own end-to-end test); the branch must hold every finished core
     q["tasks"] = [t for t in q["tasks"] if t["node_id"].startswith("tiles-")]

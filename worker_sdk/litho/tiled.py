@@ -432,15 +432,21 @@ def _near(img: np.ndarray, r: int) -> np.ndarray:
     return (box > 0).astype(np.uint8)
 
 
-def stitch(plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, *,
-           token: CancellationToken = NEVER) -> None:
-    """Clean every raw core on a window of the raw cores around it; store the clean cores."""
-    lost = missing(plan, store, "raw")
+def clean_tiles(plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, tile_ids: Sequence[str], *,
+                token: CancellationToken = NEVER) -> list[str]:
+    """Clean the raw cores of `tile_ids` (each on the window of raw cores around it) and store the
+    clean cores; returns the tiles cleaned now. A tile's clean core reads only its own and its
+    neighbours' raw cores, so a tile task cleans as soon as those are in its folder, in the waves,
+    and the bytes are those a clean-up of the whole block gives."""
+    tiles = [plan.tile(tid) for tid in tile_ids]
+    need = {u.tile_id for t in tiles for u in (t, *plan.neighbours(t))}
+    lost = [tid for tid in sorted(need) if store.info("raw", tid) is None]
     if lost:
         raise BadRequest(f"{len(lost)} tile(s) not optimised yet", code="LITHO_TILES_MISSING",
                          details={"tiles": lost[:50], "count": len(lost)}, hints=["run the missing tiles first"])
     zero = np.zeros((plan.clip, plan.clip), dtype=np.uint8)
-    for t in plan.tiles:
+    done = []
+    for t in tiles:
         token.check()
         if store.info("clean", t.tile_id) is not None:
             continue
@@ -448,6 +454,15 @@ def stitch(plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, *,
         tgt = window_raster(index, plan.fill, plan.clip, plan.shift, t)
         ys, xs = _core_slices(t)
         store.save("clean", t.tile_id, _clean_core(raw, tgt, cfg, rules, (ys, xs)), {"wave": plan.wave_of(t)})
+        done.append(t.tile_id)
+    return done
+
+
+def stitch(plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, *,
+           token: CancellationToken = NEVER) -> list[str]:
+    """Clean every raw core not cleaned yet; returns the tiles cleaned here (none when the tile
+    tasks cleaned them in the waves)."""
+    return clean_tiles(plan, store, index, cfg, rules, [t.tile_id for t in plan.tiles], token=token)
 
 
 def mask_window(plan: TilePlan, store: TileStore, kind: str = "clean") -> Callable[[Tile], np.ndarray]:
