@@ -18,7 +18,6 @@ cores on the promoted branch are the ones the first attempts made.
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -26,36 +25,20 @@ import pytest
 
 from ledger.crashpoint import ENV as CRASH_ENV
 from ledger.crashpoint import EXIT_STATUS as CRASH_STATUS
-from tests.conftest import dome_cli, git, make_repo
-from worker_sdk.litho.tiledjob import prepare
+from tests.conftest import dome_cli
 from worker_sdk.litho.tilejournal import EXIT_HOOK, NAME_PREFIX
 from worker_sdk.litho.tilequeue import tile_queue
 
-from .test_tiled import two_clips, write_oas
+from .test_tile_retry import REQ, two_clip_repo
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-REQ = {"layout": "layouts/two.oas", "out": "masks/two.oas", "kernels": "kernels/iccad13", "fill": "lithobench",
-       "seed": 0, "iterations": 2, "threads": 1, "tiling": {"dir": "masks/two.tiles"}}
 LOST_TILE = "T_1_0"
-
-
-def _in(root: Path, req: dict) -> dict:
-    return {**req, **{k: str(root / req[k]) for k in ("layout", "out", "kernels")},
-            "tiling": {**req["tiling"], "dir": str(root / req["tiling"]["dir"])}}
 
 
 def _queue(tmp_path: Path, iccad13: Path) -> tuple[Path, Path, dict]:
     repo = tmp_path / "repo"
-    make_repo(repo)
-    (repo / "layouts").mkdir()
-    write_oas(two_clips(iccad13), repo / "layouts" / "two.oas")
-    for corner in ("focus", "defocus"):
-        shutil.copytree(iccad13 / "kernels_bin" / corner, repo / "kernels/iccad13/kernels_bin" / corner)
-    plan = prepare(_in(repo, REQ))
-    assert len(plan.tiles) == 6
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "layout, kernels, tile plan")
+    plan = two_clip_repo(repo, iccad13)
     q = tile_queue(plan, layout=REQ["layout"], out=REQ["out"], tile_dir=REQ["tiling"]["dir"], kernels=REQ["kernels"],
                    name="tile-crash", batch_size=1, iterations=REQ["iterations"], repo=str(repo),
                    promote_to="refs/heads/masks", endgame_max_duplicates=0, clean_in_waves=False)

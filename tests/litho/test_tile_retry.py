@@ -34,8 +34,9 @@ def _in(root: Path, req: dict) -> dict:
             "tiling": {**req["tiling"], "dir": str(root / req["tiling"]["dir"])}}
 
 
-def test_a_lost_tile_worker_is_retried_without_redoing_its_finished_tile(tmp_path: Path, iccad13: Path) -> None:
-    repo = tmp_path / "repo"
+def two_clip_repo(repo: Path, iccad13: Path):
+    """A git repository with two ICCAD 2013 clips side by side (2 x 3 tiles), the kernels and the
+    tile plan of REQ committed; returns the plan."""
     make_repo(repo)
     (repo / "layouts").mkdir()
     write_oas(two_clips(iccad13), repo / "layouts" / "two.oas")
@@ -45,6 +46,12 @@ def test_a_lost_tile_worker_is_retried_without_redoing_its_finished_tile(tmp_pat
     assert len(plan.tiles) == 6
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "layout, kernels, tile plan")
+    return plan
+
+
+def test_a_lost_tile_worker_is_retried_without_redoing_its_finished_tile(tmp_path: Path, iccad13: Path) -> None:
+    repo = tmp_path / "repo"
+    plan = two_clip_repo(repo, iccad13)
     reference = tmp_path / "reference"  # the uninterrupted run, in this process
     shutil.copytree(repo, reference, ignore=shutil.ignore_patterns(".git"))
 
