@@ -1,6 +1,6 @@
 """The fullchip example through `dome run`, phase by phase: the quick crop or the whole 462-tile block.
 
-    python benchmarks/fullchip_block.py [--layout block_quick|block] [--clean serial,waves]
+    python benchmarks/fullchip_block.py [--layout block_quick|block] [--clean serial,waves,seams]
                                         [--iterations N] [--timeout S] [--json PATH]
 
 Each `--clean` variant is one whole `dome run` of the same layout (tiles in
@@ -11,7 +11,9 @@ their ratio survives the machine's load:
 - `serial`: the stitch task cleans every tile, then assembles (the queue
   before the clean-up moved into the waves);
 - `waves`: each tile is cleaned by its own batch or a clean-up task in the
-  waves, and the stitch task only assembles.
+  waves, and the stitch task assembles and runs the seam check;
+- `seams`: as `waves`, and the seam windows are re-simulated by seam tasks in
+  the waves; the stitch task only compares their records.
 
 Per variant it prints the run's wall time, CPU (from `run.finished`), the
 tasks' walls grouped by kind (tile batches, clean-up tasks, stitch,
@@ -60,7 +62,8 @@ def queue_for(layout: str, clean: str, repo: Path, iterations: int | None, batch
     q = tile_queue(plan, layout=req["layout"], out=req["out"], tile_dir=req["tiling"]["dir"], kernels=mr.KERNELS,
                    name=f"fullchip-{layout}-{clean}", batch_size=batch, iterations=iters, mrc=mr.MRC,
                    promote_to=target, evaluate_level=level, endgame_max_duplicates=dups,
-                   clean_in_waves=(clean == "waves"), validations=[mr.TESTS_SUITE])
+                   clean_in_waves=(clean in ("waves", "seams")), seams_in_waves=(clean == "seams"),
+                   validations=[mr.TESTS_SUITE])
     q["repo"] = str(repo)
     return q
 
@@ -78,7 +81,7 @@ def phases(events: list[dict], report: dict) -> dict:
     tiles_run = 0
     for e in events:
         node = e.get("node_id") or ""
-        kind = node.split("-")[0] if node.startswith(("tiles-", "clean-")) else node
+        kind = node.split("-")[0] if node.startswith(("tiles-", "clean-", "seams-")) else node
         if e["topic"] == "task.dispatched":
             start[e["payload"].get("node_execution_id") or node] = _ts(e)
         elif e["topic"] == "task.completed":
@@ -130,8 +133,11 @@ def run_variant(layout: str, clean: str, work: Path, data: Path, iterations: int
                           timeout=60)
     report = json.loads(show.stdout) if show.returncode == 0 else {}
     res = {"layout": layout, "clean": clean, "status": out.get("status"), "cli_wall_s": round(wall, 1),
-           **phases(events, report)}
-    if out.get("status") != "promoted":
+           **phases(events, report), "seam_check": (report.get("tiling") or {}).get("seam_check"),
+           "metrics": report.get("metrics")}
+    if not report:  # promoted without the stitched mask: a partial run, not a result
+        res["status"] = f"{out.get('status')} without masks/{layout}.litho.json"
+    if res["status"] != "promoted":
         res["stderr_tail"] = r.stderr[-2000:]
     return res
 
@@ -161,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layout", choices=["block_quick", "block"], default="block_quick")
-    ap.add_argument("--clean", default="serial,waves", help="comma list of serial, waves (run in this order)")
+    ap.add_argument("--clean", default="serial,waves,seams",
+                    help="comma list of serial, waves, seams (run in this order)")
     ap.add_argument("--iterations", type=int, default=None, help="ILT iterations per tile (default: the example's)")
     ap.add_argument("--timeout", type=float, default=6 * 3600, help="seconds per run")
     ap.add_argument("--json", type=Path, default=None)
@@ -169,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     data = iccad13_data() or ROOT / "examples" / "iccad13" / "data"
     variants = [v.strip() for v in args.clean.split(",") if v.strip()]
-    bad = [v for v in variants if v not in ("serial", "waves")]
+    bad = [v for v in variants if v not in ("serial", "waves", "seams")]
     if bad:
         ap.error(f"unknown --clean variant(s): {bad}")
     work = Path(tempfile.mkdtemp(prefix="fullchip-bench-")) if args.keep is None else args.keep

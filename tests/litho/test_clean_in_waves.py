@@ -53,10 +53,22 @@ def test_each_tile_is_cleaned_once_by_a_task_whose_checkout_holds_its_neighbours
             assert all(plan.wave_of(u) < plan.wave_of(t) for u in plan.neighbours(t))
         else:
             assert tasks[n]["action_spec"]["params"]["tiling"]["tiles"] == tasks[n]["action_spec"]["params"]["tiling"]["clean"]
-    assert set(tasks["stitch"]["dependencies"]) == {n for n in tasks if n.startswith(("tiles-", "clean-"))}
-    off = _queue(plan, batch_size, clean_in_waves=False)  # the serial clean-up, as before
+    # each seam window is re-simulated once, after the tasks that optimised and cleaned the tiles under it
+    seam_of: dict[str, list[str]] = {}
+    for n, t in tasks.items():
+        for sid in t["action_spec"]["params"].get("tiling", {}).get("seams", []):
+            seam_of.setdefault(sid, []).append(n)
+    windows = tiled.seam_windows(plan)
+    assert sorted(seam_of) == sorted(w.tile_id for w in windows) and all(len(v) == 1 for v in seam_of.values())
+    for w in windows:
+        (n,) = seam_of[w.tile_id]
+        under = [u.tile_id for u in tiled.seam_tiles(plan, w)]
+        assert set(under) <= set(tasks[n]["action_spec"]["params"]["tiling"]["tiles"])
+        assert {owner[tid] for tid in under} | {cleaner[tid][0] for tid in under} <= set(tasks[n]["dependencies"])
+    assert set(tasks["stitch"]["dependencies"]) == {n for n in tasks if n.startswith(("tiles-", "clean-", "seams-"))}
+    off = _queue(plan, batch_size, clean_in_waves=False)  # the serial clean-up and seam check, as before
     assert not any("clean" in t["action_spec"]["params"].get("tiling", {}) for t in off["tasks"])
-    assert not any(t["node_id"].startswith("clean-") for t in off["tasks"])
+    assert not any(t["node_id"].startswith(("clean-", "seams-")) for t in off["tasks"])
 
 
 def _raw_store(root: Path, plan, layout, cfg) -> tiled.TileStore:
@@ -116,4 +128,61 @@ def test_a_request_to_clean_a_tile_it_does_not_hold_is_refused_before_any_ilt(ic
     with pytest.raises(BadRequest) as exc:
         api.optimize(req)
     assert exc.value.code == "LITHO_BAD_TILE_PLAN" and exc.value.details["tiles"] == ["T_1_1"]
+    assert not (tmp_path / "tiles" / "raw").exists()
+
+
+def _bands(plan, layout) -> tiled.SeamBands:
+    """Tiles' own prints for the comparison: here each tile's target (any bits will do)."""
+    index = PolygonIndex(layout)
+    bands = tiled.SeamBands()
+    for t in plan.tiles:
+        tgt = window_raster(index, plan.fill, plan.clip, plan.shift, t).astype(bool)
+        bands.keep(t, {c.name: tgt for c in DEFAULT.corners})
+    return bands
+
+
+@pytest.mark.slow
+def test_seam_records_made_in_the_waves_give_the_serial_seam_check(model32, iccad13, tmp_path):
+    layout = two_clips(iccad13)
+    plan = tiled.plan_layout(layout, model32, "lithobench")
+    cfg = ILTConfig.from_request({"iterations": 2, "mrc": MRC})
+    rules = api._mask_rules(MRC)
+    index = PolygonIndex(layout)
+    store = _raw_store(tmp_path / "tiles", plan, layout, cfg)
+    for t in plan.tiles:  # clean cores: the raw ones (the check compares whatever is stored)
+        store.put_raw("clean", t.tile_id, store.raw_bytes("raw", t.tile_id), store.info("raw", t.tile_id))
+    bands = _bands(plan, layout)
+    serial = tiled.seam_check(model32, plan, store, index, cfg, rules, window=DEFAULT, bands=bands)
+    windows = tiled.seam_windows(plan)
+    assert [w.tile_id for w in windows] == ["S_0_0", "S_0_1"] and serial["windows_in_waves"] == 0
+    for w in reversed(windows):  # made by separate tasks, in any order, stored in the folder
+        tiled.save_seam_record(store, tiled.seam_window(model32, plan, store, index, cfg, rules, w, window=DEFAULT))
+    done = tiled.seam_records(store)
+    assert sorted(done) == ["S_0_0", "S_0_1"]
+    waves = tiled.seam_check(model32, plan, store, index, cfg, rules, window=DEFAULT, bands=bands, done=done)
+    assert waves["windows_in_waves"] == 2
+    assert {k: v for k, v in waves.items() if k != "windows_in_waves"} == \
+        {k: v for k, v in serial.items() if k != "windows_in_waves"}
+    assert serial["print_mismatch_px"] > 0 and serial["mask_mismatch_px"] > 0  # the counts are exercised
+
+
+def test_a_seam_window_before_its_tiles_are_clean_is_refused(model32, iccad13, tmp_path):
+    layout = two_clips(iccad13)
+    plan = tiled.plan_layout(layout, model32, "lithobench")
+    cfg = ILTConfig.from_request({"iterations": 2, "mrc": MRC})
+    store = _raw_store(tmp_path / "tiles", plan, layout, cfg)
+    w = tiled.seam_windows(plan)[0]
+    with pytest.raises(BadRequest) as exc:
+        tiled.seam_window(model32, plan, store, PolygonIndex(layout), cfg, api._mask_rules(MRC), w, window=DEFAULT)
+    assert exc.value.code == "LITHO_TILES_MISSING" and exc.value.details["tiles"] == ["T_0_0", "T_0_1", "T_1_0", "T_1_1"]
+    assert tiled.seam_records(store) == {}
+
+
+def test_a_request_for_a_seam_window_the_plan_lacks_is_refused_before_any_ilt(iccad13, tmp_path, litho_env):
+    lay = str(write_oas(two_clips(iccad13), tmp_path / "two.oas"))
+    req = {"layout": lay, "out": str(tmp_path / "m.oas"), "iterations": 2, "threads": 1, "mrc": MRC,
+           "tiling": {"dir": str(tmp_path / "tiles"), "tiles": ["T_0_0"], "seams": ["S_0_0", "S_1_0"], "stitch": False}}
+    with pytest.raises(BadRequest) as exc:
+        api.optimize(req)
+    assert exc.value.code == "LITHO_UNKNOWN_TILE" and exc.value.details["seams"] == ["S_1_0"]
     assert not (tmp_path / "tiles" / "raw").exists()

@@ -5,7 +5,9 @@ puts each finished tile through the gateway and is then killed by the test
 hook (DOME_LITHO_TEST_EXIT_AFTER_TILES=1: a hard exit right after its first
 tile is durable). The coordinator retries the task; the retry receives the
 finished tile from the gateway, optimises only the other one, and the
-stitched mask is byte-identical to an uninterrupted run of the same request.
+stitched mask is byte-identical to an uninterrupted run of the same request
+(which cleans every tile in one serial pass, where the queue cleans them in
+the waves).
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ def test_a_lost_tile_worker_is_retried_without_redoing_its_finished_tile(tmp_pat
     q = tile_queue(plan, layout=REQ["layout"], out=REQ["out"], tile_dir=REQ["tiling"]["dir"], kernels=REQ["kernels"],
                    name="tile-retry", iterations=REQ["iterations"], repo=str(repo), promote_to="refs/heads/masks",
                    endgame_max_duplicates=0,  # the retry after a lost worker is watched here, not a duplicate
+                   seams_in_waves=False,  # no seam check here (below); the clean-up runs in the waves
                    validations=[{"suite": "command", "name": "tests", "argv": ["test", "-f", REQ["out"]],
                                  "required": True}])
     q["tasks"] = [t for t in q["tasks"] if t["node_id"] != "evaluate"]

@@ -172,7 +172,7 @@ def test_tile_queue_batches_waves_and_depends_on_earlier_neighbours(model32, icc
         need = {owner[u.tile_id] for tid in params["tiling"]["tiles"] for u in plan.neighbours(plan.tile(tid))
                 if plan.wave_of(u) < wave}
         assert set(t["dependencies"]) == need  # exactly the batches holding earlier-wave neighbours
-    clean_tasks = [t for t in q["tasks"] if t["node_id"].startswith("clean-")]
+    clean_tasks = [t for t in q["tasks"] if t["node_id"].startswith(("clean-", "seams-"))]
     assert set(tasks["stitch"]["dependencies"]) == {t["node_id"] for t in tile_tasks + clean_tasks}
     assert tasks["stitch"]["action_spec"]["params"]["tiling"] == {"dir": "m.tiles", "stitch": True}
     assert tasks["evaluate"]["dependencies"] == ["stitch"]
