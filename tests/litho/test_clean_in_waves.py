@@ -85,15 +85,18 @@ def _raw_store(root: Path, plan, layout, cfg) -> tiled.TileStore:
     return store
 
 
+def _setup(model32, iccad13):
+    """(layout, plan, ILT config, mask rules, polygon index) of the two-clip layout."""
+    layout = two_clips(iccad13)
+    plan = tiled.plan_layout(layout, model32, "lithobench")
+    return layout, plan, ILTConfig.from_request({"iterations": 2, "mrc": MRC}), api._mask_rules(MRC), PolygonIndex(layout)
+
+
 @pytest.mark.slow
 def test_cores_cleaned_in_the_waves_are_the_serial_clean_up_byte_for_byte(model32, iccad13, tmp_path):
     # two tiles (a clean-up is about 5 s a tile here): each cleaned alone by the task the queue
     # gives it, against both cleaned by one call in the other order, the stitch's own path
-    layout = two_clips(iccad13)
-    plan = tiled.plan_layout(layout, model32, "lithobench")
-    cfg = ILTConfig.from_request({"iterations": 2, "mrc": MRC})
-    rules = api._mask_rules(MRC)
-    index = PolygonIndex(layout)
+    layout, plan, cfg, rules, index = _setup(model32, iccad13)
     serial = _raw_store(tmp_path / "serial", plan, layout, cfg)
     waves = _raw_store(tmp_path / "waves", plan, layout, cfg)
     picked = ["T_0_0", "T_1_1"]  # one cleaned by a clean-up task, one by its own (last-wave) batch
@@ -121,16 +124,6 @@ def test_a_clean_up_short_of_a_neighbours_raw_core_is_refused_and_writes_nothing
     assert not (tmp_path / "tiles" / "clean").exists()
 
 
-def test_a_request_to_clean_a_tile_it_does_not_hold_is_refused_before_any_ilt(iccad13, tmp_path, litho_env):
-    lay = str(write_oas(two_clips(iccad13), tmp_path / "two.oas"))
-    req = {"layout": lay, "out": str(tmp_path / "m.oas"), "iterations": 2, "threads": 1, "mrc": MRC,
-           "tiling": {"dir": str(tmp_path / "tiles"), "tiles": ["T_0_0"], "clean": ["T_0_0", "T_1_1"], "stitch": False}}
-    with pytest.raises(BadRequest) as exc:
-        api.optimize(req)
-    assert exc.value.code == "LITHO_BAD_TILE_PLAN" and exc.value.details["tiles"] == ["T_1_1"]
-    assert not (tmp_path / "tiles" / "raw").exists()
-
-
 def _bands(plan, layout) -> tiled.SeamBands:
     """Tiles' own prints for the comparison: here each tile's target (any bits will do)."""
     index = PolygonIndex(layout)
@@ -143,11 +136,7 @@ def _bands(plan, layout) -> tiled.SeamBands:
 
 @pytest.mark.slow
 def test_seam_records_made_in_the_waves_give_the_serial_seam_check(model32, iccad13, tmp_path):
-    layout = two_clips(iccad13)
-    plan = tiled.plan_layout(layout, model32, "lithobench")
-    cfg = ILTConfig.from_request({"iterations": 2, "mrc": MRC})
-    rules = api._mask_rules(MRC)
-    index = PolygonIndex(layout)
+    layout, plan, cfg, rules, index = _setup(model32, iccad13)
     store = _raw_store(tmp_path / "tiles", plan, layout, cfg)
     for t in plan.tiles:  # clean cores: the raw ones (the check compares whatever is stored)
         store.put_raw("clean", t.tile_id, store.raw_bytes("raw", t.tile_id), store.info("raw", t.tile_id))
@@ -181,11 +170,16 @@ def test_a_seam_window_before_its_tiles_are_clean_is_refused(model32, iccad13, t
     assert tiled.seam_records(store) == {}
 
 
-def test_a_request_for_a_seam_window_the_plan_lacks_is_refused_before_any_ilt(iccad13, tmp_path, litho_env):
+@pytest.mark.parametrize("key, ids, code, bad", [
+    ("clean", ["T_0_0", "T_1_1"], "LITHO_BAD_TILE_PLAN", {"tiles": ["T_1_1"]}),  # a tile the request does not hold
+    ("seams", ["S_0_0", "S_1_0"], "LITHO_UNKNOWN_TILE", {"seams": ["S_1_0"]}),  # a seam window the plan lacks
+])
+def test_a_request_to_clean_or_check_what_it_cannot_is_refused_before_any_ilt(key, ids, code, bad, iccad13, tmp_path,
+                                                                              litho_env):
     lay = str(write_oas(two_clips(iccad13), tmp_path / "two.oas"))
     req = {"layout": lay, "out": str(tmp_path / "m.oas"), "iterations": 2, "threads": 1, "mrc": MRC,
-           "tiling": {"dir": str(tmp_path / "tiles"), "tiles": ["T_0_0"], "seams": ["S_0_0", "S_1_0"], "stitch": False}}
+           "tiling": {"dir": str(tmp_path / "tiles"), "tiles": ["T_0_0"], key: ids, "stitch": False}}
     with pytest.raises(BadRequest) as exc:
         api.optimize(req)
-    assert exc.value.code == "LITHO_UNKNOWN_TILE" and exc.value.details["seams"] == ["S_1_0"]
+    assert exc.value.code == code and {k: exc.value.details[k] for k in bad} == bad
     assert not (tmp_path / "tiles" / "raw").exists()
