@@ -2,7 +2,8 @@
 
 IHP SG13G2 Metal1 (scaled to the ICCAD 2013 node), a 3 um crop tiled 4 x 4:
 tile tasks in parity waves, each seeing its finished neighbours through its
-derived base, a stitch task that redoes no tile, a full-layout evaluation
+derived base, the mask clean-up per tile and the seam windows' re-simulation
+in the waves, a stitch task that redoes and cleans no tile, a full-layout evaluation
 with violations deduplicated across tiles, re-simulation as validation,
 promotion, and `dome verify`. The tile workers' peak RSS is recorded.
 3.5 minutes on the 2-core machine at load average 4-7, about 10 at load
@@ -72,7 +73,15 @@ def test_quick_fullchip_runs_tiles_in_waves_stitches_and_is_promoted(quick: dict
     assert stitch["metrics"]["l2_nm2"] < stitch["baseline_metrics"]["l2_nm2"]
     report = json.loads(git(quick["repo"], "show", f"{ref}:masks/block_quick.litho.json"))
     assert report["tiling"]["tiles_run"] == [] and len(report["tiling"]["tiles_resumed"]) == 16
+    # the clean-up ran in the waves: every tile cleaned once by a tile or clean-up task, none by the stitch
+    cleaned = sorted(tid for n, p in done.items() if n.startswith(("tiles-", "clean-"))
+                     for tid in p["summary"].get("tiles_cleaned", []))
+    assert len(cleaned) == 16 and len(set(cleaned)) == 16 and report["tiling"]["tiles_cleaned"] == []
     assert report["tiling"]["seam_check"]["passed"], report["tiling"]["seam_check"]
+    # the seam windows were re-simulated in the waves, each once; the stitch only compared
+    seamed = sorted(sid for n, p in done.items() if n.startswith("seams-") for sid in p["summary"]["seams_checked"])
+    assert len(seamed) == len(set(seamed)) == report["tiling"]["seam_check"]["windows"] == 9
+    assert report["tiling"]["seam_check"]["windows_in_waves"] == 9
     # the tile workers' memory is one tile's, whatever the layout
     rss = [done[t["node_id"]]["summary"]["peak_rss_mb"] for t in tile_tasks]
     print(f"fullchip quick: tile worker peak RSS max {max(rss):.0f} MiB; stitch {report['tiling']['peak_rss_mb']:.0f} MiB")

@@ -5,7 +5,9 @@ puts each finished tile through the gateway and is then killed by the test
 hook (DOME_LITHO_TEST_EXIT_AFTER_TILES=1: a hard exit right after its first
 tile is durable). The coordinator retries the task; the retry receives the
 finished tile from the gateway, optimises only the other one, and the
-stitched mask is byte-identical to an uninterrupted run of the same request.
+stitched mask is byte-identical to an uninterrupted run of the same request
+(which cleans every tile in one serial pass, where the queue cleans them in
+the waves).
 """
 from __future__ import annotations
 
@@ -34,8 +36,9 @@ def _in(root: Path, req: dict) -> dict:
             "tiling": {**req["tiling"], "dir": str(root / req["tiling"]["dir"])}}
 
 
-def test_a_lost_tile_worker_is_retried_without_redoing_its_finished_tile(tmp_path: Path, iccad13: Path) -> None:
-    repo = tmp_path / "repo"
+def two_clip_repo(repo: Path, iccad13: Path):
+    """A git repository with two ICCAD 2013 clips side by side (2 x 3 tiles), the kernels and the
+    tile plan of REQ committed; returns the plan."""
     make_repo(repo)
     (repo / "layouts").mkdir()
     write_oas(two_clips(iccad13), repo / "layouts" / "two.oas")
@@ -45,12 +48,19 @@ def test_a_lost_tile_worker_is_retried_without_redoing_its_finished_tile(tmp_pat
     assert len(plan.tiles) == 6
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "layout, kernels, tile plan")
+    return plan
+
+
+def test_a_lost_tile_worker_is_retried_without_redoing_its_finished_tile(tmp_path: Path, iccad13: Path) -> None:
+    repo = tmp_path / "repo"
+    plan = two_clip_repo(repo, iccad13)
     reference = tmp_path / "reference"  # the uninterrupted run, in this process
     shutil.copytree(repo, reference, ignore=shutil.ignore_patterns(".git"))
 
     q = tile_queue(plan, layout=REQ["layout"], out=REQ["out"], tile_dir=REQ["tiling"]["dir"], kernels=REQ["kernels"],
                    name="tile-retry", iterations=REQ["iterations"], repo=str(repo), promote_to="refs/heads/masks",
                    endgame_max_duplicates=0,  # the retry after a lost worker is watched here, not a duplicate
+                   seams_in_waves=False,  # no seam check here (below); the clean-up runs in the waves
                    validations=[{"suite": "command", "name": "tests", "argv": ["test", "-f", REQ["out"]],
                                  "required": True}])
     q["tasks"] = [t for t in q["tasks"] if t["node_id"] != "evaluate"]

@@ -165,13 +165,15 @@ def test_tile_queue_batches_waves_and_depends_on_earlier_neighbours(model32, icc
     for t in tile_tasks:
         params = t["action_spec"]["params"]
         assert params["tiling"]["stitch"] is False and params["seed"] == 0 and len(params["tiling"]["tiles"]) <= 3
+        assert set(params["tiling"].get("clean", [])) <= set(params["tiling"]["tiles"])
         waves = {plan.wave_of(plan.tile(tid)) for tid in params["tiling"]["tiles"]}
         assert len(waves) == 1  # a batch never mixes waves
         wave = waves.pop()
         need = {owner[u.tile_id] for tid in params["tiling"]["tiles"] for u in plan.neighbours(plan.tile(tid))
                 if plan.wave_of(u) < wave}
         assert set(t["dependencies"]) == need  # exactly the batches holding earlier-wave neighbours
-    assert set(tasks["stitch"]["dependencies"]) == {t["node_id"] for t in tile_tasks}
+    clean_tasks = [t for t in q["tasks"] if t["node_id"].startswith(("clean-", "seams-"))]
+    assert set(tasks["stitch"]["dependencies"]) == {t["node_id"] for t in tile_tasks + clean_tasks}
     assert tasks["stitch"]["action_spec"]["params"]["tiling"] == {"dir": "m.tiles", "stitch": True}
     assert tasks["evaluate"]["dependencies"] == ["stitch"]
     assert [v["suite"] for v in q["validations"]] == ["litho.resim"]

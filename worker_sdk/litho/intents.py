@@ -153,7 +153,8 @@ def _tile_batch(ctx: IntentContext, resp: dict[str, Any]) -> IntentResult:
     """A batch of tiles of a tiled layout: the finished cores are the proposal; the tiles' record the evidence."""
     t = resp["tiling"]
     summary = {"tiles_run": t["tiles_run"], "tiles_resumed": t["tiles_resumed"],
-               "tiles_restored": t.get("tiles_restored", []), "missing": len(t["missing"]),
+               "tiles_restored": t.get("tiles_restored", []), "tiles_cleaned": t.get("tiles_cleaned", []),
+               "seams_checked": t.get("seams_checked", []), "missing": len(t["missing"]),
                "dir": _rel(ctx, Path(t["dir"])), "seconds": t["seconds"], "peak_rss_mb": t["peak_rss_mb"]}
     ctx.progress(1.0, f"{len(t['tiles_run'])} tile(s) optimised")
     return IntentResult(summary=summary, evidence=[{"kind": "litho.tiles", "schema_version": resp["schema_version"],

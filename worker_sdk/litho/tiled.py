@@ -432,15 +432,21 @@ def _near(img: np.ndarray, r: int) -> np.ndarray:
     return (box > 0).astype(np.uint8)
 
 
-def stitch(plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, *,
-           token: CancellationToken = NEVER) -> None:
-    """Clean every raw core on a window of the raw cores around it; store the clean cores."""
-    lost = missing(plan, store, "raw")
+def clean_tiles(plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, tile_ids: Sequence[str], *,
+                token: CancellationToken = NEVER) -> list[str]:
+    """Clean the raw cores of `tile_ids` (each on the window of raw cores around it) and store the
+    clean cores; returns the tiles cleaned now. A tile's clean core reads only its own and its
+    neighbours' raw cores, so a tile task cleans as soon as those are in its folder, in the waves,
+    and the bytes are those a clean-up of the whole block gives."""
+    tiles = [plan.tile(tid) for tid in tile_ids]
+    need = {u.tile_id for t in tiles for u in (t, *plan.neighbours(t))}
+    lost = [tid for tid in sorted(need) if store.info("raw", tid) is None]
     if lost:
         raise BadRequest(f"{len(lost)} tile(s) not optimised yet", code="LITHO_TILES_MISSING",
                          details={"tiles": lost[:50], "count": len(lost)}, hints=["run the missing tiles first"])
     zero = np.zeros((plan.clip, plan.clip), dtype=np.uint8)
-    for t in plan.tiles:
+    done = []
+    for t in tiles:
         token.check()
         if store.info("clean", t.tile_id) is not None:
             continue
@@ -448,6 +454,15 @@ def stitch(plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, *,
         tgt = window_raster(index, plan.fill, plan.clip, plan.shift, t)
         ys, xs = _core_slices(t)
         store.save("clean", t.tile_id, _clean_core(raw, tgt, cfg, rules, (ys, xs)), {"wave": plan.wave_of(t)})
+        done.append(t.tile_id)
+    return done
+
+
+def stitch(plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, *,
+           token: CancellationToken = NEVER) -> list[str]:
+    """Clean every raw core not cleaned yet; returns the tiles cleaned here (none when the tile
+    tasks cleaned them in the waves)."""
+    return clean_tiles(plan, store, index, cfg, rules, [t.tile_id for t in plan.tiles], token=token)
 
 
 def mask_window(plan: TilePlan, store: TileStore, kind: str = "clean") -> Callable[[Tile], np.ndarray]:
@@ -541,47 +556,125 @@ class SeamBands:
         return wrote
 
 
-def seam_check(model, plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, *, window,
-               bands: SeamBands, token: CancellationToken = NEVER) -> dict[str, Any]:
-    """Re-simulate the stitched mask on windows centred on the seams and compare, in a band either
-    side of every seam: the prints with the tiles' own prints (`bands`, kept while the tiles were
-    evaluated), and the clean mask with the clean-up of the seam window itself."""
+def seam_window(model, plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, s: Tile, *, window,
+                band: int = SEAM_BAND_PX, token: CancellationToken = NEVER) -> dict[str, Any]:
+    """The part of the seam check that needs only the seam window's own cores (raw and clean of the
+    tiles it covers): its re-simulation and the clean-up of the window itself. Returns a record
+    (JSON-ready): the mask and L2 counts in the seam bands, and the window's prints inside the
+    bands, bit-packed; `seam_compare` sets them against the tiles' own prints. A task can make it
+    as soon as those tiles are clean, in the waves."""
+    import base64
+    import zlib
+
     from .engine import print_mask
 
-    band = bands.band
     zero = np.zeros((plan.clip, plan.clip), dtype=np.uint8)
-    checked = mismatch = thick = mask_mismatch = band_px = band_l2 = 0
+    need = [u.tile_id for u in seam_tiles(plan, s)]
+    lost = [tid for tid in need if store.info("clean", tid) is None or store.info("raw", tid) is None]
+    if lost:
+        raise BadRequest(f"{len(lost)} tile(s) not cleaned yet for seam window {s.tile_id}", code="LITHO_TILES_MISSING",
+                         details={"tiles": lost[:50], "count": len(lost), "seam": s.tile_id},
+                         hints=["clean the tiles under the seam window first"])
+    msk = store.window("clean", plan, s, zero)
+    raw = store.window("raw", plan, s, zero)
+    tgt = window_raster(index, plan.fill, plan.clip, plan.shift, s)
+    z = print_mask(model, msk, window=window, token=token)
+    sel = _seam_bands(plan, s, band)
+    c0, c1 = plan.halo, plan.halo + plan.core
+    box = (slice(c0 - band, c1 + band), slice(c0 - band, c1 + band))
+    cleaned = np.zeros_like(msk)
+    cleaned[box] = _clean_core(raw, tgt, cfg, rules, box)
+    prints = {name: base64.b64encode(zlib.compress(np.packbits(img.astype(bool)[sel]).tobytes(), 6)).decode("ascii")
+              for name, img in z.items()}
+    return {"seam": s.tile_id, "band_px": band, "seam_px": int(sel.sum()),
+            "mask_mismatch_px": int(np.count_nonzero((cleaned != msk) & sel)),
+            "seam_l2_px": int(np.count_nonzero((z["nominal"] != tgt.astype(bool)) & sel)), "prints": prints}
+
+
+def seam_tiles(plan: TilePlan, s: Tile) -> list[Tile]:
+    """The tiles whose cores the seam window s covers (the 2 x 2 around its crossing when the halo
+    is half a core): what its re-simulation reads."""
+    ox, oy = s.origin
+    n = plan.clip
+    return [u for u in plan.tiles if u.core[0] < ox + n and ox < u.core[2] and u.core[1] < oy + n and oy < u.core[3]]
+
+
+def _seam_bands(plan: TilePlan, s: Tile, band: int) -> np.ndarray:
+    """The seam window's pixels within `band` px of a seam through its core."""
+    ox, oy = s.origin
     core = plan.core
-    for s in seam_windows(plan):
-        token.check()
-        ox, oy = s.origin
-        msk = store.window("clean", plan, s, zero)
-        raw = store.window("raw", plan, s, zero)
-        tgt = window_raster(index, plan.fill, plan.clip, plan.shift, s)
-        z = print_mask(model, msk, window=window, token=token)
-        sel = np.zeros((plan.clip, plan.clip), dtype=bool)
-        sx, sy = (s.col + 1) * core - ox, (s.row + 1) * core - oy  # the seams through this window's core
-        c0, c1 = plan.halo, plan.halo + core
-        if s.col + 1 < plan.cols:
-            sel[c0:c1, sx - band:sx + band] = True
-        if s.row + 1 < plan.rows:
-            sel[sy - band:sy + band, c0:c1] = True
-        box = (slice(c0 - band, c1 + band), slice(c0 - band, c1 + band))
-        cleaned = np.zeros_like(msk)
-        cleaned[box] = _clean_core(raw, tgt, cfg, rules, box)
-        mask_mismatch += int(np.count_nonzero((cleaned != msk) & sel))
-        band_px += int(sel.sum())
-        band_l2 += int(np.count_nonzero((z["nominal"] != tgt.astype(bool)) & sel))
+    sel = np.zeros((plan.clip, plan.clip), dtype=bool)
+    sx, sy = (s.col + 1) * core - ox, (s.row + 1) * core - oy  # the seams through this window's core
+    c0, c1 = plan.halo, plan.halo + core
+    if s.col + 1 < plan.cols:
+        sel[c0:c1, sx - band:sx + band] = True
+    if s.row + 1 < plan.rows:
+        sel[sy - band:sy + band, c0:c1] = True
+    return sel
+
+
+def seam_compare(plan: TilePlan, records: Sequence[dict[str, Any]], bands: SeamBands) -> dict[str, Any]:
+    """The seam check's verdict from each window's record (`seam_window`) and the tiles' own prints
+    (`bands`, kept while the stitched mask was evaluated). Pure arithmetic on stored bits."""
+    import base64
+    import zlib
+
+    by_id = {s.tile_id: s for s in seam_windows(plan)}
+    checked = mismatch = thick = mask_mismatch = band_px = band_l2 = 0
+    for rec in records:
+        s = by_id[rec["seam"]]
+        sel = _seam_bands(plan, s, bands.band)
+        mask_mismatch += int(rec["mask_mismatch_px"])
+        band_px += int(rec["seam_px"])
+        band_l2 += int(rec["seam_l2_px"])
         near = [u for u in plan.tiles if u.row in (s.row, s.row + 1) and u.col in (s.col, s.col + 1)]
-        for name, img in z.items():
-            theirs = np.zeros_like(img, dtype=bool)
-            covered = np.zeros_like(img, dtype=bool)
+        n_sel = int(sel.sum())
+        for name, packed in rec["prints"].items():
+            img = np.zeros((plan.clip, plan.clip), dtype=bool)
+            img[sel] = np.unpackbits(np.frombuffer(zlib.decompress(base64.b64decode(packed)), dtype=np.uint8),
+                                     count=n_sel).astype(bool)
+            theirs = np.zeros_like(img)
+            covered = np.zeros_like(img)
             for u in near:
-                covered |= bands.paste(u, name, theirs, (ox, oy))
+                covered |= bands.paste(u, name, theirs, s.origin)
             xor = (img != theirs) & sel & covered
             mismatch += int(np.count_nonzero(xor))
             thick += int(np.count_nonzero(xor[1:, 1:] & xor[:-1, 1:] & xor[1:, :-1] & xor[:-1, :-1]))
         checked += 1
-    return {"windows": checked, "band_px": band, "seam_px": band_px, "print_mismatch_px": mismatch,
+    return {"windows": checked, "band_px": bands.band, "seam_px": band_px, "print_mismatch_px": mismatch,
             "print_mismatch_thick_px": thick, "mask_mismatch_px": mask_mismatch, "seam_l2_px": band_l2,
             "passed": mask_mismatch == 0 and thick <= SEAM_THICK_LIMIT * max(band_px, 1)}
+
+
+def seam_records(store: TileStore) -> dict[str, dict[str, Any]]:
+    """The seam windows' records a task already stored in the tile folder (`seams/<id>.json`)."""
+    out = {}
+    for p in sorted((store.root / "seams").glob("S_*.json")):
+        out[p.stem] = json.loads(p.read_text())
+    return out
+
+
+def save_seam_record(store: TileStore, rec: dict[str, Any]) -> None:
+    path = store.root / "seams" / f"{rec['seam']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, (json.dumps(rec, sort_keys=True) + "\n").encode())
+
+
+def seam_check(model, plan: TilePlan, store: TileStore, index: PolygonIndex, cfg, rules, *, window,
+               bands: SeamBands, token: CancellationToken = NEVER,
+               done: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Re-simulate the stitched mask on windows centred on the seams and compare, in a band either
+    side of every seam: the prints with the tiles' own prints (`bands`, kept while the tiles were
+    evaluated), and the clean mask with the clean-up of the seam window itself. Windows whose
+    record is in `done` (made in the waves) are not simulated again."""
+    done = done or {}
+    records = []
+    for s in seam_windows(plan):
+        token.check()
+        rec = done.get(s.tile_id)
+        if rec is None:
+            rec = seam_window(model, plan, store, index, cfg, rules, s, window=window, band=bands.band, token=token)
+        records.append(rec)
+    out = seam_compare(plan, records, bands)
+    out["windows_in_waves"] = sum(1 for s in seam_windows(plan) if s.tile_id in done)
+    return out

@@ -3,8 +3,12 @@
 The request's `tiling` object says where the finished tiles live (`dir`,
 default `<out>.tiles/` beside the mask), which tiles to run (`tiles`, default
 all), whether to stitch (`stitch`, default: when every tile is asked for),
-the halo (`halo_nm`, default the optical radius) and whether to run the seam
-check (`seam_check`, default true). A batch of tiles without stitching is how
+the halo (`halo_nm`, default the optical radius), which of its tiles to clean
+up once optimised (`clean`: a task whose checkout holds those tiles'
+neighbours cleans them in the waves, and the stitch only assembles), which
+seam windows to re-simulate (`seams`: once the tiles under them are clean;
+the stitch then only compares their records with the tiles' own prints) and
+whether to run the seam check (`seam_check`, default true). A batch of tiles without stitching is how
 a work queue spreads one layout over many workers; the stitch task then finds
 every tile in the folder and redoes none.
 """
@@ -49,6 +53,17 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
         for tid in only:
             plan.tile(tid)
     stitch = bool(opts.get("stitch", only is None))
+    to_clean = list(opts.get("clean") or [])
+    outside = sorted(set(to_clean) - set(only if only is not None else [t.tile_id for t in plan.tiles]))
+    if outside:
+        raise BadRequest("tiling.clean names tiles the task does not hold", code="LITHO_BAD_TILE_PLAN",
+                         details={"tiles": outside[:50]}, hints=["list them in tiling.tiles too"])
+    seam_ids = list(opts.get("seams") or [])
+    windows = {w.tile_id: w for w in tiled.seam_windows(plan)}
+    unknown = sorted(set(seam_ids) - set(windows))
+    if unknown:
+        raise BadRequest("tiling.seams names seam windows the plan does not have", code="LITHO_UNKNOWN_TILE",
+                         details={"seams": unknown[:50]}, hints=["seam windows are S_<row>_<col> of the plan"])
     if stitch and not req.get("out"):
         raise BadRequest("stitching writes the mask: give out", code="LITHO_BAD_TILE_PLAN")
     pin = tiled.store_pin(plan, inp.layout, cfg, req.get("mrc"), window)
@@ -77,6 +92,18 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     if journal is not None:
         info["tiles_restored"] = sorted(journal.restored)
     secs["tiles"] = _lap(mark)
+    if to_clean:
+        mark = time.perf_counter()
+        info["tiles_cleaned"] = sorted(tiled.clean_tiles(plan, store, index, cfg, rules, to_clean, token=token))
+        secs["clean"] = _lap(mark)
+    if seam_ids:
+        mark = time.perf_counter()
+        for sid in seam_ids:
+            token.check()
+            tiled.save_seam_record(store, tiled.seam_window(model64, plan, store, index, cfg, rules, windows[sid],
+                                                            window=window, token=token))
+        info["seams_checked"] = sorted(seam_ids)
+        secs["seams"] = _lap(mark)
     info["plan"].pop("waves")
     resp: dict[str, Any] = {"schema_version": "1.3.0", "tool": "optimize", "status": "completed", "tiling": info}
     ilt = {"iterations": sum(int(r.get("iterations") or 0) for r in done), "seed": cfg.seed,
@@ -92,7 +119,9 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
         info["peak_rss_mb"] = peak_rss_mb()
         return resp
     mark = time.perf_counter()
-    tiled.stitch(plan, store, index, cfg, rules, token=token)
+    info["tiles_cleaned"] = sorted(tiled.stitch(plan, store, index, cfg, rules, token=token))
+    secs["clean"] = _lap(mark)
+    mark = time.perf_counter()
     out = Path(req["out"])
     polygons = tiled.write_mask(plan, store, out)
     secs["stitch"] = _lap(mark)
@@ -103,7 +132,8 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     before = evaluate_streaming(model64, inp.layout, fill=inp.fill, halo=plan.halo, window=window, token=token)
     secs["evaluate"] = _lap(mark)
     mark = time.perf_counter()
-    seams = (tiled.seam_check(model64, plan, store, index, cfg, rules, window=window, bands=bands, token=token)
+    seams = (tiled.seam_check(model64, plan, store, index, cfg, rules, window=window, bands=bands, token=token,
+                              done=tiled.seam_records(store))
              if opts.get("seam_check", True) else None)
     secs["seam_check"] = _lap(mark)
     info["stitched"] = True

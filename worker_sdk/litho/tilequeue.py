@@ -6,9 +6,21 @@
   `stitch: false`). A batch depends on the batches of earlier waves that hold
   a neighbour of one of its tiles, so the coordinator's derived base gives it
   exactly the finished cores its halos need; batches of one wave run at once.
+- the clean-up runs in the waves, per tile: a tile's clean core reads only its
+  own and its neighbours' raw cores. A tile whose neighbours are all of earlier
+  waves is cleaned by its own batch (`tiling.clean`), right after its ILT; the
+  other tiles of a batch by a `clean-w<wave>-b<batch>` task that depends on the
+  batches holding the tiles and their neighbours (with `clean_in_waves=False`
+  the stitch task cleans every tile, as before).
+- the seam check's re-simulations run in the waves too: `seams-b<k>` tasks,
+  each a batch of seam windows (`tiling.seams`), after the tasks that
+  optimised and cleaned the tiles under them; each stores a record per window
+  (with `seams_in_waves=False`, or without the clean-up in the waves, the
+  stitch task re-simulates every window, as before).
 - one `litho.optimize` stitch task (depends on every batch): every tile is in
-  its checkout already, none is redone; it cleans, stitches and writes the
-  mask and its metrics report (`*.litho.json`).
+  its checkout already, none is redone, and every clean core too; it
+  assembles the mask, writes it with its metrics report (`*.litho.json`),
+  and judges the seams from the windows' records and the tiles' own prints.
 - one `litho.evaluate` task on the full layout and the stitched mask (depends
   on the stitch): its report lists `violations[]`, deduplicated across tiles
   (canonical and shadow records with `violation_group_id`).
@@ -31,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tiled import TilePlan
+from .tiled import TilePlan, seam_tiles, seam_windows
 
 
 def tile_blocking(plan: TilePlan) -> dict[str, int]:
@@ -64,11 +76,39 @@ def batches(plan: TilePlan, batch_size: int) -> list[tuple[int, list[str]]]:
     return out
 
 
+def _cleanable_in_batch(plan: TilePlan, tile_id: str) -> bool:
+    """Every neighbour of the tile is of an earlier wave: its batch's checkout holds them all."""
+    t = plan.tile(tile_id)
+    return all(plan.wave_of(u) < plan.wave_of(t) for u in plan.neighbours(t))
+
+
+def _seam_tasks(plan: TilePlan, tasks: list[dict[str, Any]], by_tile: dict[str, str], common: dict[str, Any],
+                tile_dir: str, batch_size: int, timeout_s: int) -> list[dict[str, Any]]:
+    """Seam windows in batches, each task after the tasks that optimised and cleaned the tiles
+    under its windows: the re-simulations of the seam check run in the waves."""
+    cleaner = {tid: t["node_id"] for t in tasks for tid in t["action_spec"]["params"]["tiling"].get("clean", [])}
+    out = []
+    windows = seam_windows(plan)
+    for k in range(0, len(windows), batch_size):
+        part = windows[k:k + batch_size]
+        under = sorted({u.tile_id for s in part for u in seam_tiles(plan, s)})
+        need = sorted({by_tile[tid] for tid in under} | {cleaner[tid] for tid in under})
+        out.append({
+            "node_id": f"seams-b{k // batch_size}", "description": f"seam windows {', '.join(s.tile_id for s in part)}",
+            "priority_group": 4, "required_capabilities": ["write"],
+            "required_outputs": ["patch_proposal", "evidence:litho"], "containers": [], "dependencies": need,
+            "risk": "low", "timeout_s": timeout_s,
+            "action_spec": {"intent": "litho.optimize", "params": {
+                **common, "tiling": {"dir": tile_dir, "tiles": under, "stitch": False,
+                                     "seams": [s.tile_id for s in part]}}}})
+    return out
+
+
 def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels: str, name: str,
                batch_size: int = 2, iterations: int | None = None, mrc: dict[str, Any] | None = None,
                promote_to: str = "refs/heads/masks", evaluate_level: str = "detailed",
                max_parallel: int = 2, timeout_s: int = 1800, repo: str = "repo",
-               endgame_max_duplicates: int = 1,
+               endgame_max_duplicates: int = 1, clean_in_waves: bool = True, seams_in_waves: bool = True,
                validations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The work queue (dome.work.queue/v1) that optimises, stitches and checks a tiled layout."""
     # one seed for every task: the tile folder is bound to the ILT settings, the seed included
@@ -84,17 +124,34 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
         node = f"tiles-w{wave}-b{k}"
         need = sorted({by_tile[u.tile_id] for tid in ids for u in plan.neighbours(plan.tile(tid))
                        if u.tile_id in by_tile})
+        tiling: dict[str, Any] = {"dir": tile_dir, "tiles": ids, "stitch": False}
+        own = [tid for tid in ids if clean_in_waves and _cleanable_in_batch(plan, tid)]
+        if own:
+            tiling["clean"] = own
         tasks.append({
             "node_id": node, "description": f"tiled ILT, wave {wave}: {', '.join(ids)}", "priority_group": wave,
             "required_capabilities": ["write"], "required_outputs": ["patch_proposal", "evidence:litho"],
             "containers": [], "dependencies": need, "risk": "low", "timeout_s": timeout_s,
-            "action_spec": {"intent": "litho.optimize", "params": {
-                **common, "tiling": {"dir": tile_dir, "tiles": ids, "stitch": False}}}})
+            "action_spec": {"intent": "litho.optimize", "params": {**common, "tiling": tiling}}})
         for tid in ids:
             by_tile[tid] = node
+    for k, (wave, ids) in enumerate(parts):
+        rest = [tid for tid in ids if clean_in_waves and not _cleanable_in_batch(plan, tid)]
+        if not rest:
+            continue
+        need = sorted({by_tile[u.tile_id] for tid in rest for u in (plan.tile(tid), *plan.neighbours(plan.tile(tid)))})
+        tasks.append({
+            "node_id": f"clean-w{wave}-b{k}", "description": f"mask clean-up, wave {wave}: {', '.join(rest)}",
+            "priority_group": wave, "required_capabilities": ["write"],
+            "required_outputs": ["patch_proposal", "evidence:litho"], "containers": [], "dependencies": need,
+            "risk": "low", "timeout_s": timeout_s,
+            "action_spec": {"intent": "litho.optimize", "params": {
+                **common, "tiling": {"dir": tile_dir, "tiles": rest, "stitch": False, "clean": rest}}}})
+    if clean_in_waves and seams_in_waves:
+        tasks += _seam_tasks(plan, tasks, by_tile, common, tile_dir, batch_size, timeout_s)
     tile_nodes = [t["node_id"] for t in tasks]
     tasks.append({
-        "node_id": "stitch", "description": "stitch the tiles into the mask (no tile is redone), seam check",
+        "node_id": "stitch", "description": "assemble the clean tiles into the mask (no tile is redone), seam check",
         "required_capabilities": ["write"], "required_outputs": ["patch_proposal", "evidence:litho"],
         "containers": [], "dependencies": tile_nodes, "risk": "low", "timeout_s": timeout_s,
         "action_spec": {"intent": "litho.optimize", "params": {
