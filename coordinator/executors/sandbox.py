@@ -418,8 +418,8 @@ def refused_forks(cgroup: Path) -> int:
 
 # The launcher: what the child must do between fork and the sandbox's exec (a
 # parent-death signal, rlimits, joining the attempt's cgroups), done by small
-# programs the child execs (util-linux's setpriv and prlimit, then sh for the
-# cgroup join), so a worker starts with vfork + exec instead of a full fork of
+# programs the child execs (util-linux's setpriv, then prlimit unless sh is dash,
+# whose ulimit sets the rlimits, then sh for the cgroup join), so a worker starts with vfork + exec instead of a full fork of
 # the coordinator (CPython only uses vfork when there is no preexec_fn). Where
 # setpriv or prlimit is missing, a few lines of Python (`python -S`) do the same.
 _JOIN = 'for g; do [ "$g" = -- ] && break; { echo $$ > "$g/cgroup.procs"; } 2>/dev/null || :; shift; done; shift; exec "$@"'
