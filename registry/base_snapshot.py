@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .canonical import canonical_json
 from .errors import DomeError
@@ -24,8 +25,7 @@ class SnapshotInvalid(DomeError):
     code = "BASE_SNAPSHOT_INVALID"
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):  # a tuple, not a frozen dataclass: a worker builds one per file at its start
     path: str
     mode: str
     oid: str

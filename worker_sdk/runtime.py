@@ -72,6 +72,9 @@ def load_public_key(path: str) -> PublicKey:
     return key
 
 
+EXPIRY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a grant's `expires_at`
+
+
 def verify_own_grant(spawn: dict[str, Any], pub: PublicKey, *, now: float | None = None) -> dict[str, Any]:
     try:
         payload, _ = dsse_verify(spawn["grant"], Keyring({pub.kid: pub}), expected_type=PAYLOAD_TYPE)
@@ -83,7 +86,7 @@ def verify_own_grant(spawn: dict[str, Any], pub: PublicKey, *, now: float | None
             raise WorkerStartError(f"my grant is bound to another {k}", code="GRANT_BINDING_MISMATCH",
                                    details={"field": k})
     from datetime import datetime, timezone
-    exp = datetime.strptime(profile["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    exp = datetime.strptime(profile["expires_at"], EXPIRY_FORMAT).replace(tzinfo=timezone.utc).timestamp()
     if (now or time.time()) > exp + 5:
         raise WorkerStartError("my grant has expired", code="GRANT_EXPIRED")
     return profile

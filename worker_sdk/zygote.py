@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import resource
@@ -47,6 +49,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 # what an attempt imports: loaded once here, shared copy-on-write by every fork
 import worker_sdk.client  # noqa: F401
@@ -61,6 +64,12 @@ import registry.toolprofile  # noqa: F401 - the grant's token and the call proof
 # the SpawnSpec's checker, compiled from the schema files once here rather than in every attempt
 # (3.5 ms of CPU each); it depends on no request
 registry.schema_lite.is_valid("spawn_spec", {})
+# and the expiry format's regular expression, which strptime compiles (with its locale tables) on its
+# first use: from a constant, so nothing of any attempt is in the cache the children share
+time.strptime("2000-01-01T00:00:00Z", worker_sdk.runtime.EXPIRY_FORMAT)
+# and OpenSSL's digests a worker uses (its first use of each looks the algorithm up), on empty input
+hashlib.sha1(b"")
+hmac.digest(b"", b"", "sha256")
 
 MAX_REQUEST = 1 << 20
 RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,

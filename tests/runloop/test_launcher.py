@@ -1,7 +1,8 @@
 """The worker launcher: the rlimits, the parent-death signal and the cgroup join that a
 preexec_fn used to set are set by the exec'd launcher, so the coordinator spawns with
-vfork; a worker started this way is as limited as before. Both forms are checked: the
-util-linux one (setpriv, prlimit, sh) and the Python one for hosts without them."""
+vfork; a worker started this way is as limited as before. Every form is checked: the
+util-linux one (setpriv, prlimit, sh), the one whose dash sets the rlimits itself (setpriv, sh)
+and the Python one for hosts without them."""
 from __future__ import annotations
 
 import os
@@ -24,10 +25,10 @@ def _launch(kind: str, limits: Limits, cgroups, argv: list[str]) -> list[str]:
         return python_launcher_argv(limits, cgroups, argv)
     tools = launcher_tools()
     assert tools is not None, "setpriv, prlimit and sh are part of the supported hosts"
-    return launcher_argv(limits, cgroups, argv, tools, hard_limits(limits, cgroups))
+    return launcher_argv(limits, cgroups, argv, tools, hard_limits(limits, cgroups), shell_ulimit=kind == "dash")
 
 
-KINDS = pytest.mark.parametrize("kind", ["util-linux", "python"])
+KINDS = pytest.mark.parametrize("kind", ["util-linux", "dash", "python"])
 
 
 def _run(argv: list[str]) -> str:
@@ -57,6 +58,29 @@ def test_a_limit_is_never_asked_above_the_hard_limit() -> None:
     argv = launcher_argv(LIMITS, None, ["w"], tools, hard)
     assert "--nofile=64:64" in argv and "--cpu=7:7" in argv and argv[-2:] == ["--", "w"]
     assert argv[:4] == ["setpriv", "--pdeathsig", "KILL", "--"] and "sh" not in argv
+    argv = launcher_argv(LIMITS, None, ["w"], tools, hard, shell_ulimit=True)
+    assert "ulimit -n 64 " in argv[6] and "ulimit -t 7 " in argv[6] and argv[4:6] == ["sh", "-c"]
+
+
+def test_the_dash_launcher_is_the_default_where_sh_is_dash_and_starts_one_program_fewer() -> None:
+    """Where /bin/sh is dash the launcher is setpriv then sh (its ulimit sets the rlimits): no prlimit."""
+    from coordinator.executors.sandbox import launch_argv, sh_is_dash
+    tools = launcher_tools()
+    assert tools is not None and sh_is_dash(tools[2]), "the supported hosts' sh is dash"
+    argv = launch_argv(LIMITS, None, ["/bin/true"])
+    assert tools[1] not in argv and argv[4:6] == [tools[2], "-c"]
+
+
+def test_a_limit_the_shell_cannot_set_stops_the_launch(tmp_path: Path) -> None:
+    """A refused ulimit (here above the hard limit) starts nothing, as prlimit's refusal does."""
+    tools = launcher_tools()
+    assert tools is not None
+    marker = tmp_path / "ran"
+    hard = {resource.RLIMIT_NOFILE: 1 << 30}  # above any real hard limit: dash's ulimit refuses it
+    argv = launcher_argv(Limits(max_open_files=1 << 30), None, ["/bin/sh", "-c", f"touch {marker}"], tools, hard,
+                         shell_ulimit=True)
+    assert subprocess.run(argv, capture_output=True, timeout=30).returncode == 125
+    assert not marker.exists()
 
 
 @KINDS

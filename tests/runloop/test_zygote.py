@@ -150,3 +150,22 @@ def test_killing_an_unsandboxed_attempt_kills_its_zygote_worker(git_repo, ops_ro
     for pid in left:
         os.kill(pid, 9)
     assert not left, "a stopped worker outlived its attempt"
+
+
+def test_the_zygote_compiles_the_grant_expiry_format_once_and_nothing_else() -> None:
+    """strptime compiles its pattern (and locale tables) on first use: the zygote does it once,
+    from the constant format, so a forked worker does not; no other pattern is cached there."""
+    import subprocess
+    import sys
+    probe = ("import worker_sdk.zygote, _strptime, worker_sdk.runtime as r; "
+             "print(list(_strptime._regex_cache) == [r.EXPIRY_FORMAT])")
+    out = subprocess.run([sys.executable, "-s", "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_a_snapshot_entry_is_a_plain_tuple() -> None:
+    """A worker builds one entry per base file at its start: a named tuple, with the fields by name."""
+    from registry.base_snapshot import Entry, decode, encode
+    snap = decode(encode("c" * 40, "t" * 40, [("b.txt", "100644", "o" * 40, b"bb"), ("a.txt", "100755", "p" * 40, b"a")]))
+    assert [(e.path, e.mode, e.data) for e in snap.entries] == [("a.txt", "100755", b"a"), ("b.txt", "100644", b"bb")]
+    assert isinstance(snap.entries[0], tuple) and Entry._fields == ("path", "mode", "oid", "data")
