@@ -20,9 +20,10 @@ from tests.agents.test_agent_run import CLI, SCRIPT, _agent_task
 from tests.attacks import attack
 from tests.conftest import dome_cli
 from tests.runloop.conftest import cmd_task, write_queue
-from tests.runloop.test_ray_cross_host import RESOURCE, _can_run, cluster  # noqa: F401 - the namespaced node
+from tests.runloop.ray_netns import can_run
+from tests.runloop.test_ray_cross_host import RESOURCE, cluster  # noqa: F401 - the namespaced node
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_can_run() is not None, reason=str(_can_run()))]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(can_run() is not None, reason=str(can_run()))]
 
 KEY_ENV = "DOME_TEST_MODEL_KEY"
 
@@ -30,7 +31,7 @@ KEY_ENV = "DOME_TEST_MODEL_KEY"
 # valid grant (none, a forged one, the attempt's own grant without its key's proof)
 SANDBOX_PROBE = r'''
 import json, socket, sys
-sys.path.insert(0, "/mnt/dome")  # dome's packages on the node (test_ray_cross_host.NODE_SCRIPT)
+sys.path.insert(0, "/mnt/dome")  # dome's packages on the node (ray_netns.NODE_SCRIPT)
 from registry import toolprofile as tp
 out = {}
 for name, addr in (("loopback", ("127.0.0.1", %(port)d)), ("coordinator", (%(head)r, %(port)d))):
