@@ -1,0 +1,89 @@
+"""The egress gate's edges: the request size limit to the byte (at the socket and in the
+decision), whether a call used more than its reservation, and stopping the listener.
+The scripted endpoint, grants and ledger are test_egress_gate's."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from coordinator.egress import metering as mt
+from coordinator.egress.gate import EgressGate
+from registry.canonical import digest_bytes
+from registry.toolprofile import PROOF_HEADER
+from tests.agents.helpers import HOST, MODEL, card
+from tests.agents.test_egress_gate import RUN, _chat, _post, env, llm  # noqa: F401 - env and llm are fixtures
+from worker_sdk.intents.agent import make_client
+
+PATH = "/v1/chat/completions"
+
+
+def _gate(env: dict, sock: Path, **config: Any) -> EgressGate:
+    """A second gate of the same run (verifier, ledger, routes), its configuration changed."""
+    g = env["gate"]
+    return EgressGate(run_id=RUN, verifier=g.verifier, config=dataclasses.replace(g.config, **config),
+                      transact=g.transact, blobs=g.blobs, socket_path=sock)
+
+
+def _calls(env: dict) -> list[dict]:
+    return [e.payload for e in env["ledger"].events(RUN) if e.topic == mt.CALL_TOPIC]
+
+
+def test_a_request_of_exactly_the_size_limit_is_forwarded_and_one_byte_more_is_refused(env, tmp_path: Path):
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "[script:chat] hi"}]}).encode()
+    gate = _gate(env, tmp_path / "small.sock", max_request_bytes=len(body))
+    gate.start()
+    try:
+        gw = env["attempt"]("ne-a")
+        out = _post({**env, "sock": str(gate.socket_path)}, gw, PATH, body)
+        assert out.startswith(b"HTTP/1.1 200"), out[:300]
+        before = len(env["llm"].requests)
+        over = body + b" "  # still the same JSON request, one byte longer
+        out = _post({**env, "sock": str(gate.socket_path)}, gw, PATH, over)  # refused at the socket
+        assert out.startswith(b"HTTP/1.1 413") and b"EGRESS_REQUEST_TOO_LARGE" in out
+        headers = {"host": HOST, "authorization": f"Bearer {gw.token}",  # and by the decision itself
+                   PROOF_HEADER: gw.proof("egress", {"host": HOST, "path": PATH, "body_digest": digest_bytes(over)})}
+        status, _, reply = gate.handle("POST", PATH, headers, over)
+        assert status == 413 and json.loads(reply)["error"]["code"] == "EGRESS_REQUEST_TOO_LARGE"
+        assert len(env["llm"].requests) == before
+    finally:
+        gate.stop()
+
+
+def test_a_call_is_over_its_reservation_only_when_it_used_more_and_its_latency_is_its_own(env):
+    """A reply without usage is charged exactly its reservation: not over it. A reply that
+    reports more output than the whole reservation (an upstream ignoring the cap) is over it.
+    The latency recorded is the upstream's, so never more than the whole call took."""
+    gw = env["attempt"]("ne-a", budgets={"max_tokens": 10**7})
+    client = make_client(card(budgets={"max_tokens": 10**7}), gw, env["sock"]).with_options(max_retries=0)
+    original = env["llm"].reply
+
+    def usage(u: dict | None):
+        def reply(path, body):
+            out = {k: v for k, v in original(path, body)[1].items() if k != "usage"}
+            return 200, (out if u is None else {**out, "usage": u})
+        return reply
+
+    env["llm"].reply = usage(None)
+    t0 = time.monotonic()
+    _chat(client, max_completion_tokens=100)
+    took_ms = (time.monotonic() - t0) * 1000
+    env["llm"].reply = usage({"prompt_tokens": 1, "completion_tokens": 10**6})
+    _chat(client, max_completion_tokens=100)
+    exact, over = _calls(env)
+    assert exact["usage_reported"] is False and exact["over_reservation"] is False
+    assert (over["usage_reported"], over["tokens_in"], over["tokens_out"]) == (True, 1, 10**6)
+    assert over["over_reservation"] is True
+    assert 0 < exact["latency_ms"] <= took_ms  # the upstream's time, within the call's own
+
+
+def test_stop_ends_the_listener_and_is_harmless_before_start(env, tmp_path: Path):
+    gate = _gate(env, tmp_path / "stop.sock")
+    gate.stop()  # never started: nothing to stop
+    gate.start()
+    thread = gate._thread
+    assert thread is not None and thread.is_alive() and gate.socket_path.exists()
+    gate.stop()
+    assert not thread.is_alive() and not gate.socket_path.exists()
