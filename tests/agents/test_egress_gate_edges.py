@@ -20,11 +20,19 @@ from worker_sdk.intents.agent import make_client
 PATH = "/v1/chat/completions"
 
 
-def _gate(env: dict, sock: Path, **config: Any) -> EgressGate:
+def _gate(env: dict, sock: Path, environ: dict | None = None, **config: Any) -> EgressGate:
     """A second gate of the same run (verifier, ledger, routes), its configuration changed."""
     g = env["gate"]
     return EgressGate(run_id=RUN, verifier=g.verifier, config=dataclasses.replace(g.config, **config),
-                      transact=g.transact, blobs=g.blobs, socket_path=sock)
+                      transact=g.transact, blobs=g.blobs, socket_path=sock, environ=environ)
+
+
+def _handle(gate: EgressGate, gw: Any, body: bytes) -> tuple[int, dict]:
+    """One correctly signed request straight to the gate's decision (no socket)."""
+    headers = {"host": HOST, "authorization": f"Bearer {gw.token}",
+               PROOF_HEADER: gw.proof("egress", {"host": HOST, "path": PATH, "body_digest": digest_bytes(body)})}
+    status, _, reply = gate.handle("POST", PATH, headers, body)
+    return status, json.loads(reply)
 
 
 def _calls(env: dict) -> list[dict]:
@@ -43,10 +51,8 @@ def test_a_request_of_exactly_the_size_limit_is_forwarded_and_one_byte_more_is_r
         over = body + b" "  # still the same JSON request, one byte longer
         out = _post({**env, "sock": str(gate.socket_path)}, gw, PATH, over)  # refused at the socket
         assert out.startswith(b"HTTP/1.1 413") and b"EGRESS_REQUEST_TOO_LARGE" in out
-        headers = {"host": HOST, "authorization": f"Bearer {gw.token}",  # and by the decision itself
-                   PROOF_HEADER: gw.proof("egress", {"host": HOST, "path": PATH, "body_digest": digest_bytes(over)})}
-        status, _, reply = gate.handle("POST", PATH, headers, over)
-        assert status == 413 and json.loads(reply)["error"]["code"] == "EGRESS_REQUEST_TOO_LARGE"
+        status, reply = _handle(gate, gw, over)  # and by the decision itself
+        assert status == 413 and reply["error"]["code"] == "EGRESS_REQUEST_TOO_LARGE"
         assert len(env["llm"].requests) == before
     finally:
         gate.stop()
@@ -87,3 +93,22 @@ def test_stop_ends_the_listener_and_is_harmless_before_start(env, tmp_path: Path
     assert thread is not None and thread.is_alive() and gate.socket_path.exists()
     gate.stop()
     assert not thread.is_alive() and not gate.socket_path.exists()
+
+
+def test_a_route_whose_key_is_missing_from_the_environment_forwards_nothing(env, tmp_path: Path):
+    gate = _gate(env, tmp_path / "nokey.sock", environ={})  # the route names DOME_TEST_MODEL_KEY; it is unset
+    gw = env["attempt"]("ne-a")
+    before = len(env["llm"].requests)
+    status, reply = _handle(gate, gw, json.dumps({"model": MODEL, "messages": []}).encode())
+    assert status == 503 and reply["error"]["code"] == "EGRESS_KEY_UNAVAILABLE"
+    assert reply["error"]["dome_error"]["details"]["key_env"] == "DOME_TEST_MODEL_KEY"
+    assert len(env["llm"].requests) == before
+
+
+def test_a_model_refusal_names_the_model_asked_for_and_the_allowlist(env):
+    gw = env["attempt"]("ne-a")
+    for model, named in (("gpt-expensive", "gpt-expensive"), (7, None)):
+        status, reply = _handle(env["gate"], gw, json.dumps({"model": model, "messages": []}).encode())
+        details = reply["error"]["dome_error"]["details"]
+        assert status == 403 and reply["error"]["code"] == "EGRESS_MODEL_NOT_ALLOWED"
+        assert details == {"model": named, "allow_models": [MODEL]}

@@ -152,3 +152,36 @@ def test_a_bearer_grant_egress_request_is_judged_by_the_grant_whatever_proof_it_
     for proof in (None, "dcm1.1800000005.00000000000000b7." + "0" * 64):
         p = world.verifier.verify_egress(g.token, run_id=RUN, audience=AUD, proof=proof, request=req, now=T1)
         assert p["jti"] == g.jti
+
+
+def test_a_revocation_earlier_in_the_same_uncommitted_batch_refuses_the_call(world: World) -> None:
+    """The call's transaction asks its own transaction whether the grant is revoked, so a
+    revocation stored earlier in the same ledger batch (one commit for a request's calls),
+    not yet committed, already refuses it."""
+    g = world.issue()
+    kw: dict[str, Any] = dict(run_id=RUN, wave_id=WAVE, audience=AUD, now=T1, args=ARGS)
+    with world.verifier.authorize(g.token, method="read_file", **kw):
+        pass  # this verifier has read the run's records: the revocation below is news to it
+    with world.ledger.batch():
+        world.ledger.revoke(jti=g.jti, profile_id=None, run_id=RUN, reason="earlier in this batch")
+        with pytest.raises(GrantError) as info:
+            with world.verifier.authorize(g.token, method="read_file", **kw):
+                pass
+    assert info.value.code == "GRANT_REVOKED"
+    assert [e.payload["outcome"] for e in world.events() if e.topic == "grant.call"] == ["ok"]
+
+
+def test_a_failed_grouped_read_is_charged_even_when_its_grant_was_revoked_meanwhile(world: World) -> None:
+    """A read-only call whose action fails is charged as failed, with no revocation check
+    (the call already ran): the action's own error reaches the caller, not GRANT_REVOKED."""
+    v = GrantVerifier(world.keyring, world.ledger, registry=world.registry, group_commit=True)
+    g = world.issue(caps=("read",))
+    try:
+        with pytest.raises(ZeroDivisionError):
+            with v.authorize(g.token, method="read_file", run_id=RUN, wave_id=WAVE, audience=AUD, now=T1,
+                             args=ARGS):
+                world.ledger.revoke(jti=g.jti, profile_id=None, run_id=RUN, reason="revoked while it ran")
+                1 / 0
+    finally:
+        v.close()
+    assert [e.payload["outcome"] for e in world.events() if e.topic == "grant.call"] == ["failed"]
