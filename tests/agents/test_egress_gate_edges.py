@@ -4,7 +4,10 @@ The scripted endpoint, grants and ledger are test_egress_gate's."""
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import json
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,7 @@ def test_stop_ends_the_listener_and_is_harmless_before_start(env, tmp_path: Path
     gate.start()
     thread = gate._thread
     assert thread is not None and thread.is_alive() and gate.socket_path.exists()
+    assert thread.daemon  # a gate left running never holds up the coordinator's exit
     gate.stop()
     assert not thread.is_alive() and not gate.socket_path.exists()
 
@@ -112,3 +116,64 @@ def test_a_model_refusal_names_the_model_asked_for_and_the_allowlist(env):
         details = reply["error"]["dome_error"]["details"]
         assert status == 403 and reply["error"]["code"] == "EGRESS_MODEL_NOT_ALLOWED"
         assert details == {"model": named, "allow_models": [MODEL]}
+
+
+def test_a_declared_oversize_request_is_refused_before_its_body_is_read(env, tmp_path: Path):
+    """The socket refuses a Content-Length past the limit (or one that is not a number) at
+    once and closes the connection: it never waits for, or reads, such a body."""
+    gate = _gate(env, tmp_path / "frame.sock", max_request_bytes=1000)
+    gate.start()
+    try:
+        for length in (b"1001", b"abc"):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            s.connect(str(gate.socket_path))
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %s\r\n\r\n" % (PATH.encode(), HOST.encode(),
+                                                                                         length))
+            out = b""
+            while chunk := s.recv(65536):  # to EOF: the gate closes the connection after its answer
+                out += chunk
+            s.close()
+            assert out.startswith(b"HTTP/1.1 413") and b"EGRESS_REQUEST_TOO_LARGE" in out, (length, out[:200])
+            head = out.split(b"\r\n\r\n", 1)[0].lower()  # the refusal's own headers go out with it
+            assert b"\r\ncontent-type: application/json" in head and b"\r\nx-should-retry: false" in head
+    finally:
+        gate.stop()
+
+
+def test_the_upstreams_content_type_is_passed_on_and_defaults_to_json(env, tmp_path: Path):
+    sent: list[str | None] = ["application/json; charset=utf-8", None]
+    reply = json.dumps({"id": "x", "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+
+    class Upstream(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(200)
+            ctype = sent.pop(0)
+            if ctype is not None:
+                self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        route = dataclasses.replace(env["gate"].config.routes[HOST], upstream=f"http://127.0.0.1:{server.server_port}")
+        gate = _gate(env, tmp_path / "ctype.sock", routes={HOST: route})
+        gw = env["attempt"]("ne-a")
+        seen = []
+        for _ in range(2):
+            body = json.dumps({"model": MODEL, "messages": []}).encode()
+            headers = {"host": HOST, "authorization": f"Bearer {gw.token}",
+                       PROOF_HEADER: gw.proof("egress", {"host": HOST, "path": PATH, "body_digest": digest_bytes(body)})}
+            status, out_headers, out = gate.handle("POST", PATH, headers, body)
+            assert status == 200 and out == reply
+            seen.append(out_headers["content-type"])
+        assert seen == ["application/json; charset=utf-8", "application/json"]
+    finally:
+        server.shutdown()
+        server.server_close()
