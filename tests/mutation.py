@@ -88,7 +88,8 @@ TARGETS: tuple[Target, ...] = (
     Target("registry/toolprofile.py", ("tests/grants/test_verify.py", "tests/grants/test_call_mac.py",
                                        "tests/grants/test_issued_bytes.py", "tests/grants/test_issued_warm.py",
                                        "tests/grants/test_verify_edges.py")),
-    Target("coordinator/preflight.py", ("tests/runloop/test_bad_input.py", "tests/runloop/test_tool_dirs.py")),
+    Target("coordinator/preflight.py", ("tests/runloop/test_bad_input.py", "tests/runloop/test_tool_dirs.py",
+                                        "tests/runloop/test_preflight_edges.py")),
 )
 
 # Survivors no test can tell from the original: (path, operator, the original line stripped) -> why.
