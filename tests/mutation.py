@@ -87,7 +87,7 @@ TARGETS: tuple[Target, ...] = (
                                      "tests/runloop/test_gateway_one_commit.py")),
     Target("registry/toolprofile.py", ("tests/grants/test_verify.py", "tests/grants/test_call_mac.py",
                                        "tests/grants/test_issued_bytes.py", "tests/grants/test_issued_warm.py",
-                                       "tests/grants/test_verify_edges.py")),
+                                       "tests/grants/test_verify_edges.py", "tests/grants/test_toolprofile_edges.py")),
     Target("coordinator/preflight.py", ("tests/runloop/test_bad_input.py", "tests/runloop/test_tool_dirs.py",
                                         "tests/runloop/test_preflight_edges.py")),
 )
