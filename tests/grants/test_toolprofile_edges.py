@@ -107,3 +107,63 @@ def test_base64url_has_one_spelling_per_byte_string() -> None:
         with pytest.raises(GrantError) as info:
             tp.b64u_decode(other)
         assert info.value.code == "GRANT_MALFORMED", other
+
+
+def test_base64_with_characters_outside_the_alphabet_is_refused_not_skipped() -> None:
+    """A lenient decoder would drop the stray characters and decode the rest: a second
+    spelling of the same bytes. Both the token's base64url and the envelope's base64 refuse them."""
+    with pytest.raises(GrantError) as info:
+        tp.b64u_decode("QUJD!!!!")
+    assert info.value.code == "GRANT_MALFORMED"
+    env = {"payloadType": "t", "payload": "e30=!", "signatures": [{"keyid": "k", "sig": "AAAA"}]}
+    with pytest.raises(GrantError) as info:
+        tp.envelope_to_token(env)
+    assert info.value.code == "GRANT_MALFORMED"
+    assert tp.parse_token(tp.envelope_to_token({**env, "payload": "e30="}))[1] == b"{}"
+
+
+def test_only_a_json_object_of_the_tool_profile_kind_is_a_grant_payload() -> None:
+    for body in (b'{"artifact_kind": "dome.event/v1"}', b"{}", b"[1, 2]", b'"dome.tool_profile/v1"'):
+        signed = tp.SignedEnvelope(payload_type=tp.PAYLOAD_TYPE, payload=body, kid="k")
+        with pytest.raises(GrantError) as info:
+            tp.check_payload_type(signed)
+        assert info.value.code == "GRANT_PAYLOAD_INVALID", body
+    ok = tp.SignedEnvelope(payload_type=tp.PAYLOAD_TYPE, payload=b'{"artifact_kind": "%s"}' % tp.ARTIFACT_KIND.encode(),
+                           kid="k")
+    assert tp.check_payload_type(ok) == {"artifact_kind": tp.ARTIFACT_KIND}
+
+
+def test_a_well_keyed_mac_proof_with_a_malformed_field_is_refused_as_malformed() -> None:
+    """Each field's form is checked on its own: a MAC made with the right key over a time
+    that is not ASCII digits or too long, a nonce too short or not hex, is still malformed."""
+    import hmac as hmac_
+
+    key = tp.call_mac_key(SigningKey.generate().seed)
+    p = {"jti": "j-1", "cnf": {"kid": "kid-w"}}
+
+    def proof(ts: str, nonce: str) -> str:
+        mac = hmac_.digest(key, tp._mac_message("j-1", "read_file", b"{}", None, ts, nonce), "sha256").hex()
+        return f"{tp.CALL_MAC_PREFIX}{ts}.{nonce}.{mac}"
+
+    good = "0123456789abcdef"
+    for ts, nonce, now in (("abc", good, 0), ("\uff11\uff12\uff13", good, 123), ("1" * 13, good, int("1" * 13)),
+                           ("1800000000", "zzzzzzzz", 1_800_000_000), ("1800000000", "abcdef1", 1_800_000_000)):
+        assert _code(tp.check_call_mac, p, proof(ts, nonce), key, method="read_file", args_canonical=b"{}",
+                     idempotency_key=None, now=now, leeway=30) == "GRANT_PROOF_INVALID", (ts, nonce)
+    mac_not_ascii = proof("1800000000", good)[:-1] + "\u00e9"
+    assert _code(tp.check_call_mac, p, mac_not_ascii, key, method="read_file", args_canonical=b"{}",
+                 idempotency_key=None, now=1_800_000_000, leeway=30) == "GRANT_PROOF_INVALID"
+    assert _code(tp.check_call_mac, p, proof("1800000000", good), key, method="read_file", args_canonical=b"{}",
+                 idempotency_key=None, now=1_800_000_000, leeway=30) is None
+
+
+def test_a_refused_mac_proof_names_the_grants_worker_key() -> None:
+    key = tp.call_mac_key(SigningKey.generate().seed)
+    p = {"jti": "j-1", "cnf": {"kid": "kid-w"}}
+    proof = tp.make_call_mac(tp.call_mac_key(SigningKey.generate().seed), jti="j-1", method="read_file", args={},
+                             idempotency_key=None, ts=1_800_000_000, nonce="0123456789abcdef")
+    for mac_key in (None, key):  # no key registered for the attempt; a proof under another key
+        with pytest.raises(GrantError) as info:
+            tp.check_call_mac(p, proof, mac_key, method="read_file", args_canonical=b"{}", idempotency_key=None,
+                              now=1_800_000_000, leeway=30)
+        assert info.value.code == "GRANT_PROOF_INVALID" and info.value.details == {"cnf_kid": "kid-w"}
