@@ -59,6 +59,7 @@ CALL_TOPIC = "grant.call"
 REJECTED_TOPIC = "grant.rejected"
 REVOKED_TOPIC = "grant.revoked"
 EGRESS_METHOD = "egress"  # what a call proof names for a request through the egress gate
+PROOF_SWEEP_AT = 100_000  # remembered call proofs past this many: the expired ones are dropped
 
 
 _REQUIRED_CLAIMS = frozenset({"jti", "profile_id", "run_id", "wave_id", "audience", "budgets", "single_use"})
@@ -175,7 +176,7 @@ class GrantVerifier:
                 proof_sig = tp.check_call_proof(p, proof, method=method, args={} if args is None else args,
                                                 idempotency_key=idempotency_key, now=t, leeway=self.leeway)
             seen = self._proofs.get(proof_sig)
-            if seen is not None and seen > t:
+            if seen is not None and seen >= t:  # remembered until the last instant it could be fresh
                 raise GrantProofReplayed("this call proof was already used", details={"method": method})
         self._check_time_and_state(v, t, run_id=run_id, ask_ledger=False)
         jti, profile_id = p["jti"], p["profile_id"]
@@ -281,7 +282,7 @@ class GrantVerifier:
             if sig is not None:
                 with self._lock:
                     seen = self._proofs.get(sig)
-                    if seen is not None and seen > t:
+                    if seen is not None and seen >= t:
                         raise GrantProofReplayed("this call proof was already used", details={"method": EGRESS_METHOD})
                     self._proofs[sig] = t + 2 * tp.MAX_LEEWAY_SECONDS
         except GrantError as err:
@@ -484,9 +485,9 @@ class GrantVerifier:
         if spend:
             with self._lock:
                 self._spent.add(g.jti)
-        if len(self._proofs) > 100_000:
+        if len(self._proofs) > PROOF_SWEEP_AT:
             with self._lock:
-                self._proofs = {s: e for s, e in self._proofs.items() if e > t}
+                self._proofs = {s: e for s, e in self._proofs.items() if e >= t}
 
     def _refund(self, g: VerifiedGrant, t: float, err: GrantError) -> None:
         """A call refused after it was charged in memory (revoked, replayed): not charged after all."""

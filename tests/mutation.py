@@ -77,12 +77,19 @@ TARGETS: tuple[Target, ...] = (
     Target("coordinator/executors/local.py", ("tests/runloop/test_limits_judgement.py",), ("_sweep",)),
     Target("coordinator/integration/verify.py", (INTEG + "test_verify_verdict.py", INTEG + "test_verify_exports.py")),
     Target("coordinator/integration/proposals.py", (INTEG + "test_proposals.py", INTEG + "test_hostile_proposals.py")),
-    Target("coordinator/egress/gate.py", ("tests/agents/test_egress_metering.py", "tests/agents/test_egress_gate.py")),
+    Target("coordinator/egress/gate.py", ("tests/agents/test_egress_metering.py", "tests/agents/test_egress_gate.py",
+                                          "tests/agents/test_egress_gate_edges.py")),
     Target("coordinator/grants.py", ("tests/grants/test_verify.py", "tests/grants/test_call_mac.py",
                                      "tests/grants/test_issued_warm.py", "tests/grants/test_scope.py",
-                                     "tests/grants/test_group_commit.py", "tests/grants/test_issue_path.py")),
-    Target("registry/toolprofile.py", ("tests/grants/test_verify.py", "tests/grants/test_call_mac.py")),
-    Target("coordinator/preflight.py", ("tests/runloop/test_bad_input.py",)),
+                                     "tests/grants/test_group_commit.py", "tests/grants/test_issue_path.py",
+                                     "tests/grants/test_verify_edges.py", "tests/scale/test_listing_cache.py",
+                                     "tests/runloop/test_gateway.py", "tests/runloop/test_gateway_rejections.py",
+                                     "tests/runloop/test_gateway_one_commit.py")),
+    Target("registry/toolprofile.py", ("tests/grants/test_verify.py", "tests/grants/test_call_mac.py",
+                                       "tests/grants/test_issued_bytes.py", "tests/grants/test_issued_warm.py",
+                                       "tests/grants/test_verify_edges.py", "tests/grants/test_toolprofile_edges.py")),
+    Target("coordinator/preflight.py", ("tests/runloop/test_bad_input.py", "tests/runloop/test_tool_dirs.py",
+                                        "tests/runloop/test_preflight_edges.py")),
 )
 
 # Survivors no test can tell from the original: (path, operator, the original line stripped) -> why.
@@ -95,6 +102,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("coordinator/integration/gate.py", "core/ReplaceFalseWithTrue", "human: bool = False"):
         "GateState.human's default is never read: check_consent sets it first thing, and a fold the stack "
         "plan stopped returns a ChainResult with human_gate False without reading the state",
+    ("coordinator/egress/gate.py", "core/AddNot", "if TYPE_CHECKING:"):
+        "the guarded import (ledger.Ledger) only names a type in an annotation; importing it at run time as "
+        "well loads a module the coordinator has loaded already and changes no behaviour",
+    ("coordinator/grants.py", "core/ReplaceOrWithAnd",
+     'if check_revoked and (getattr(tx, "is_revoked", None) or self.ledger.is_revoked)(g.jti, g.profile_id):'):
+        "every transaction of dome's ledgers has is_revoked, so the `and` asks the ledger's read connection "
+        "instead; a group commit's transaction holds only charges (never a revocation), so both read the "
+        "same committed revocations",
 }
 
 # The CI sample: these targets only (fast tests), this many mutants, this seed.
