@@ -385,6 +385,58 @@ def test_diff_exactly_at_the_limit_passes_one_byte_over_is_refused() -> None:
         assert got == want, (size, got)
 
 
+@attack("oversize-upload")
+def test_files_exactly_at_the_limit_pass_one_more_is_refused() -> None:
+    from coordinator.integration.proposals import check_policy
+
+    def diff_of(n: int) -> bytes:
+        return b"".join(f"diff --git a/f{k} b/f{k}\nnew file mode 100644\nindex {'0' * 40}..{'1' * 40}\n"
+                        f"--- /dev/null\n+++ b/f{k}\n@@ -0,0 +1 @@\n+x\n".encode() for k in range(n))
+
+    policy = IntegrationPolicy().with_(max_files=3)
+    assert check_policy(parse_diff(diff_of(3)), {}, policy) == []
+    assert [x.code for x in check_policy(parse_diff(diff_of(4)), {}, policy)] == ["POLICY_TOO_MANY_FILES"]
+
+
+@attack("oversize-upload")
+def test_a_binary_shrunk_under_the_limit_is_judged_by_its_new_size(tmp_path: Path) -> None:
+    """The forward literal is the file the tree will hold; the reverse literal (the old,
+    larger content) is only there to undo the change and is not charged."""
+    from coordinator.integration.proposals import check_policy
+    from tests.integration.conftest import worktree_diff
+    r = committed(tmp_path / "shrink", lambda x: (x / "blob.bin").write_bytes(os.urandom(3000)))
+    (r / "blob.bin").write_bytes(os.urandom(100))
+    parsed = parse_diff(worktree_diff(r))
+    binary = parsed.files[0].binary
+    assert binary is not None and [(k, n) for k, n, _ in binary.parts()] == [("literal", 100), ("literal", 3000)]
+    policy = IntegrationPolicy().with_(max_binary_bytes=2000)
+    assert check_policy(parsed, {}, policy) == []
+    assert [x.code for x in check_policy(parsed, {}, policy.with_(max_binary_bytes=99))] == ["POLICY_BINARY_TOO_LARGE"]
+
+
+@attack("oversize-upload")
+def test_the_total_size_charges_what_a_proposal_adds_not_what_it_removes(tmp_path: Path) -> None:
+    """A binary's size plus the added lines, or the canonical diff if that is larger: lines
+    a proposal removes count only through the canonical size, never beside a binary."""
+    from coordinator.integration.proposals import check_policy
+    from registry.diffs import serialize_diff
+    from tests.integration.conftest import worktree_diff
+    r = committed(tmp_path / "total", lambda x: (x / "t.txt").write_text("".join(f"line {i:03d} of the old text\n"
+                                                                                for i in range(40))))
+    (r / "t.txt").write_text("the new text\n")
+    (r / "zeros.bin").write_bytes(bytes(1000))
+    parsed = parse_diff(worktree_diff(r))
+    canonical = len(serialize_diff(parsed))
+    added = 1000 + len(b"+the new text\n")
+    removed = sum(len(ln) for fp in parsed.files for h in fp.hunks for ln in h.lines if ln[:1] != b"+")
+    assert added + removed > max(added, canonical)  # charging removed lines would refuse it
+    at = max(added, canonical)
+    for limit, want in ((at, []), (at - 1, ["POLICY_DIFF_TOO_LARGE"])):
+        got = [x.code for x in check_policy(parsed, {}, IntegrationPolicy().with_(max_total_bytes=limit),
+                                            canonical_size=canonical)]
+        assert got == want, (limit, got)
+
+
 @attack("symlink-chain-escape")
 def test_renaming_a_link_so_its_relative_target_escapes_is_refused(tmp_path: Path) -> None:
     """`d/e/l -> ../../x.txt` resolves to x.txt; the same link renamed to the top level points
