@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.integration.evidence import T_GATE, ChainResult, Link, Record
-from coordinator.integration.verify import _block_agrees
+from coordinator.integration.evidence import T_CONSENT_REQ, T_GATE, ChainResult, Link, Record, sign_artifact
+from coordinator.integration.verify import _block_agrees, _without_decision
 from coordinator.integration.verify_result import (CheckKind, CheckResult, RunVerdict, Status, VerifyReport,
                                                    failed, missing, ok)
+from registry.signing import Keyring, SigningKey
 
 
 def test_an_ok_check_cannot_say_data_is_missing() -> None:
@@ -97,3 +98,74 @@ def test_a_target_said_to_have_moved_is_rechecked_with_git(tmp_path: Path) -> No
     c = _block(tmp_path, ["target:refs/heads/main: invalid (moved since the base; not an ancestor of the head)"],
                [], _chain())
     assert c.status is Status.FAILED and "does not show it" in c.detail
+
+
+# -- a run with no promotion decision -----------------------------------------------------------
+
+def _undecided(gate_links: list[dict] | None, *, topics: tuple[str, ...] = (T_GATE, T_CONSENT_REQ),
+               signed: bool = True, passed: bool = False, run_status: str | None = "blocked") -> VerifyReport:
+    """`_without_decision` over records of these topics in this order; the gate record (when
+    one of them) holds these links, each not ok one named in `missing`."""
+    key = SigningKey.generate()
+    ring = Keyring()
+    ring.add(key.public)
+    gate = {"artifact_kind": "dome.gate_decision/v1", "links": gate_links or [], "passed": passed,
+            "missing": [f"{x['link']}: {x['status']}" for x in gate_links or [] if x["status"] != "ok"]}
+    signed_gate = sign_artifact(gate, key) if signed else gate
+    records = [Record(seq, topic, signed_gate if topic == T_GATE else {"artifact_kind": "x/v1"})
+               for seq, topic in enumerate(topics, start=3)]
+    rep = VerifyReport("run-1", run_status=run_status)
+    _without_decision(rep, records, ring)
+    return rep
+
+
+CONSENT = {"link": "consent", "status": "missing"}
+SUITE = {"link": "validation:unit", "status": "ok"}
+
+
+def test_a_run_held_for_consent_alone_is_awaiting_consent() -> None:
+    rep = _undecided([SUITE, CONSENT])
+    assert rep.outcome == "awaiting_consent" and rep.blocked_by == ["consent: missing"]
+    assert [(c.kind, c.status) for c in rep.checks] == [(CheckKind.BLOCK_AGREES, Status.OK)]
+    assert rep.status is RunVerdict.AWAITING_CONSENT
+
+
+@pytest.mark.parametrize("links,passed", [
+    ([{"link": "validation:unit", "status": "missing"}, CONSENT], False),  # misses more than consent
+    ([{"link": "consent", "status": "failed"}], False),                    # consent refused, not missing
+    ([{"link": "validation:unit", "status": "missing"}], False),           # no consent link at all
+    ([SUITE], False),                                                      # nothing missing
+    ([CONSENT], True),                                                     # a gate that says it passed
+])
+def test_a_consent_request_after_a_gate_that_misses_more_is_invalid(links, passed) -> None:
+    rep = _undecided(links, passed=passed)
+    assert rep.outcome == "awaiting_consent"
+    (check,) = rep.checks
+    assert (check.kind, check.status) == (CheckKind.BLOCK_AGREES, Status.FAILED)
+    assert "misses more than consent" in check.detail and rep.status is RunVerdict.INVALID
+
+
+def test_a_held_runs_gate_must_be_signed() -> None:
+    (check,) = _undecided([CONSENT], signed=False).checks
+    assert (check.kind, check.status) == (CheckKind.BLOCK_AGREES, Status.FAILED)
+    assert check.detail.startswith("gate decision: EVIDENCE_UNSIGNED")
+
+
+@pytest.mark.parametrize("topics,run_status", [
+    ((T_CONSENT_REQ, T_GATE), "blocked"),  # the request came before the gate: not held by this gate
+    ((T_GATE,), "blocked"),                # a gate and no request, no decision
+    ((T_GATE,), "failed"),                 # integration ran, so a decision is owed whatever the end
+    ((T_CONSENT_REQ,), "blocked"),         # a request with no gate
+    ((), "promoted"),                      # says promoted, nothing recorded
+    ((), None),                            # no lifecycle at all
+])
+def test_a_run_without_a_decision_that_is_not_held_lacks_it(topics, run_status) -> None:
+    rep = _undecided([CONSENT], topics=topics, run_status=run_status)
+    assert rep.outcome is None
+    assert [(c.kind, c.status) for c in rep.checks] == [(CheckKind.PROMOTION_DECISION, Status.MISSING)]
+
+
+@pytest.mark.parametrize("run_status", ["failed", "cancelled", "completed"])
+def test_a_run_that_ended_before_integration_owes_no_decision(run_status) -> None:
+    rep = _undecided(None, topics=(), run_status=run_status)
+    assert rep.checks == [] and rep.outcome is None
