@@ -415,6 +415,26 @@ def test_a_binary_shrunk_under_the_limit_is_judged_by_its_new_size(tmp_path: Pat
 
 
 @attack("oversize-upload")
+def test_a_binary_delta_is_charged_its_largest_part(tmp_path: Path) -> None:
+    """A delta's header gives the size of the delta, not of the file it makes, so both
+    directions count: a shrink whose forward delta is tiny is charged its reverse delta."""
+    import random
+    from coordinator.integration.proposals import check_policy
+    from tests.integration.conftest import worktree_diff
+    data = random.Random(7).randbytes(3000)
+    r = committed(tmp_path / "delta", lambda x: (x / "blob.bin").write_bytes(data))
+    (r / "blob.bin").write_bytes(data[:1000])
+    parsed = parse_diff(worktree_diff(r))
+    binary = parsed.files[0].binary
+    assert binary is not None
+    (fk, fwd, _), (rk, rev, _) = binary.parts()
+    assert (fk, rk) == ("delta", "delta") and fwd < 100 < 1500 < rev
+    assert check_policy(parsed, {}, IntegrationPolicy().with_(max_binary_bytes=rev)) == []
+    assert [x.code for x in check_policy(parsed, {}, IntegrationPolicy().with_(max_binary_bytes=rev - 1))] == [
+        "POLICY_BINARY_TOO_LARGE"]
+
+
+@attack("oversize-upload")
 def test_the_total_size_charges_what_a_proposal_adds_not_what_it_removes(tmp_path: Path) -> None:
     """A binary's size plus the added lines, or the canonical diff if that is larger: lines
     a proposal removes count only through the canonical size, never beside a binary."""
