@@ -103,6 +103,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("coordinator/integration/proposals.py", "core/AddNot", "if TYPE_CHECKING:"):
         "the import under it is for type annotations only (they are strings here); importing ObjectReader "
         "at run time as well changes nothing a caller can see",
+    ("coordinator/integration/proposals.py", "core/ReplaceOrWithAnd",
+     'g.git(self.repo, "read-tree", _tree or base_ref, env=env)'):
+        "read-tree of a commit reads that commit's tree, so the base commit and its tree give the same index; "
+        "the tree is never empty here (an unknown base returned before)",
+    ("coordinator/integration/proposals.py", "core/ReplaceFalseWithTrue",
+     "exists, tree, oids, links = inspector.base(base) if is_git_oid(base) else (False, None, {}, frozenset())"):
+        "a base that is not a commit id is refused as PROPOSAL_BASE_NOT_SHA before commit_exists is read, "
+        "and the apply check runs only for a base equal to the wave base, which is always a commit id",
     ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Gt_GtE",
      "if gates and asked and asked[-1].sequence > gates[-1].sequence:"):
         "a consent request and a gate decision are two records, and no two records of a run share a "

@@ -350,7 +350,7 @@ def test_the_gateway_path_rule_is_integrations() -> None:
     ("", "POLICY_PATH_INVALID"), ("a\x00b", "POLICY_PATH_INVALID"), ("a\\b", "POLICY_PATH_INVALID"),
     ("a//b", "POLICY_PATH_INVALID"), ("a/./b", "POLICY_PATH_INVALID"), ("./a", "POLICY_PATH_INVALID"),
     ("a/", "POLICY_PATH_INVALID"), ("/a", "POLICY_PATH_ABSOLUTE"), ("C:x", "POLICY_PATH_ABSOLUTE"),
-    ("a/../b", "POLICY_PATH_TRAVERSAL"), ("sub/.gitmodules", "POLICY_GITLINK"),
+    ("a/../b", "POLICY_PATH_TRAVERSAL"), ("sub/.gitmodules", "POLICY_GITLINK"), (".git/a/.GIT/b", "POLICY_PATH_GIT_DIR"),
 ])
 def test_each_malformed_path_is_refused_for_its_own_fault(path: str, code: str) -> None:
     assert [r.code for r in path_rejections(path)] == [code]
@@ -363,9 +363,36 @@ def test_a_dependency_file_is_one_wherever_it_lies(path: str) -> None:
     assert not is_dependency_file(path.replace(".", "_"), IntegrationPolicy())
 
 
+def test_a_dependency_glob_under_any_folder_names_the_top_level_file_too() -> None:
+    from coordinator.integration.proposals import is_dependency_file
+    policy = IntegrationPolicy().with_(dependency_globs=("**/deps.lock",))
+    assert [is_dependency_file(p, policy) for p in ("deps.lock", "a/deps.lock", "a/b/deps.lock", "deps.txt")] == [
+        True, True, True, False]
+
+
 def _link_diff(target: bytes) -> bytes:
     return (b"diff --git a/dir/l b/dir/l\nnew file mode 120000\nindex " + b"0" * 40 + b".." + b"1" * 40
             + b"\n--- /dev/null\n+++ b/dir/l\n@@ -0,0 +1 @@\n+" + target + b"\n\\ No newline at end of file\n")
+
+
+def test_a_symlink_whose_target_comes_as_a_binary_patch_is_refused() -> None:
+    import base64
+    import zlib
+    from coordinator.integration.proposals import check_policy
+    data = zlib.compress(b"a/b")
+    raw = (b"diff --git a/dir/l b/dir/l\nnew file mode 120000\nindex " + b"0" * 40 + b".." + b"1" * 40
+           + b"\nGIT binary patch\nliteral 3\n" + bytes([ord("A") + len(data) - 1]) + base64.b85encode(data, pad=True)
+           + b"\n\nliteral 0\nHcmV?d00001\n\n")
+    got = check_policy(parse_diff(raw), {}, IntegrationPolicy())
+    assert [r.code for r in got] == ["POLICY_SYMLINK_ESCAPE"]
+
+
+def test_a_path_through_base_links_names_the_first_link_once() -> None:
+    from coordinator.integration.proposals import check_policy
+    raw = (b"diff --git a/a/b/c b/a/b/c\nnew file mode 100644\nindex " + b"0" * 40 + b".." + b"1" * 40
+           + b"\n--- /dev/null\n+++ b/a/b/c\n@@ -0,0 +1 @@\n+x\n")
+    got = check_policy(parse_diff(raw), {}, IntegrationPolicy(), base_symlinks={"a", "a/b"})
+    assert [(r.code, r.details["symlink"]) for r in got] == [("POLICY_PATH_THROUGH_SYMLINK", "a")]
 
 
 @pytest.mark.parametrize("target,why", [
@@ -478,11 +505,22 @@ def test_the_total_size_charges_what_a_proposal_adds_not_what_it_removes(tmp_pat
     (r / "zeros.bin").write_bytes(bytes(1000))
     parsed = parse_diff(worktree_diff(r))
     canonical = len(serialize_diff(parsed))
-    added = 1000 + len(b"+the new text\n")
+    added = 1000 + sum(len(ln) for fp in parsed.files for h in fp.hunks for ln in h.lines if ln[:1] == b"+")
     removed = sum(len(ln) for fp in parsed.files for h in fp.hunks for ln in h.lines if ln[:1] != b"+")
     assert added + removed > max(added, canonical)  # charging removed lines would refuse it
     at = max(added, canonical)
     for limit, want in ((at, []), (at - 1, ["POLICY_DIFF_TOO_LARGE"])):
+        got = [x.code for x in check_policy(parsed, {}, IntegrationPolicy().with_(max_total_bytes=limit),
+                                            canonical_size=canonical)]
+        assert got == want, (limit, got)
+    # and the lines it adds do count beside a binary, where they make more than the canonical diff
+    (r / "new.txt").write_text("".join(f"added line {i}\n" for i in range(20)))
+    (r / "zeros.bin").write_bytes(bytes(1000))
+    parsed = parse_diff(worktree_diff(r))
+    canonical = len(serialize_diff(parsed))
+    added = 1000 + sum(len(ln) for fp in parsed.files for h in fp.hunks for ln in h.lines if ln[:1] == b"+")
+    assert added > canonical
+    for limit, want in ((added, []), (added - 1, ["POLICY_DIFF_TOO_LARGE"])):
         got = [x.code for x in check_policy(parsed, {}, IntegrationPolicy().with_(max_total_bytes=limit),
                                             canonical_size=canonical)]
         assert got == want, (limit, got)

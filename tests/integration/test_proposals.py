@@ -234,6 +234,28 @@ def test_the_apply_check_refuses_a_diff_made_against_another_blob(git_repo: Path
     assert not ok and "preimage" in why
 
 
+def test_the_apply_check_refuses_what_the_base_cannot_take(git_repo: Path) -> None:
+    """Each file of a diff is checked against the base: a new file the base already has, an
+    edit of a file it lacks, and an unknown base, whatever comes before them in the diff."""
+    _p, create = make_proposal(git_repo, "new", lambda r: (r / "A.txt").write_text("a\n"))
+    _p, edit = make_proposal(git_repo, "edit", lambda r: (r / "README.md").write_text("changed\n"))
+    gone = edit.replace(b"README.md", b"ghost.md")
+    other = edit.replace(git(git_repo, "rev-parse", "HEAD:README.md").encode(), b"e" * 40)
+    with ObjectReader(git_repo) as reader:
+        insp = BaseInspector(git_repo, reader)
+        base = head(git_repo)
+        assert insp.apply_check(base, diffs.parse_diff(create + edit)) == (True, "")
+        assert insp.apply_check(base, diffs.parse_diff(create + other))[0] is False  # after a new file
+        assert insp.apply_check(base, diffs.parse_diff(create + gone)) == (False, "ghost.md does not exist at base")
+        git(git_repo, "add", "-A")
+        (git_repo / "A.txt").write_text("a\n")
+        git(git_repo, "add", "A.txt")
+        git(git_repo, "commit", "-qm", "A")
+        insp2 = BaseInspector(git_repo, reader)
+        assert insp2.apply_check(head(git_repo), diffs.parse_diff(create)) == (False, "A.txt already exists")
+        assert insp2.apply_check("1" * 40, diffs.parse_diff(edit)) == (False, "base commit unknown")
+
+
 def test_a_binary_delta_that_does_not_apply_to_its_base_is_refused(git_repo: Path) -> None:
     """Binary sections are apply-checked by git against the base; naming the right
     preimage blob is not enough when the delta itself is broken."""
