@@ -111,6 +111,15 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "exists, tree, oids, links = inspector.base(base) if is_git_oid(base) else (False, None, {}, frozenset())"):
         "a base that is not a commit id is refused as PROPOSAL_BASE_NOT_SHA before commit_exists is read, "
         "and the apply check runs only for a base equal to the wave base, which is always a commit id",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE", "and promo.sequence < last,"):
+        "promo is the promotion decision and `last` the sequence of a run.finished event: two records of one "
+        "run never share a sequence number, so `<` and `<=` agree",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
+     'elif d.get("outcome") == "promoted" and fin.get("status") == "failed" and promo.sequence < last:'):
+        "as above: the decision and run.finished are two records, never at one sequence number",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Gt_GtE",
+     "rep.check(K.FINISH_AGREES, first is not None and promo.sequence > first,"):
+        "as above: the decision is never the first run.finished record itself",
     ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Gt_GtE",
      "if gates and asked and asked[-1].sequence > gates[-1].sequence:"):
         "a consent request and a gate decision are two records, and no two records of a run share a "

@@ -4,11 +4,13 @@ blocked decision is valid only when its reasons are exactly the gate's."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from coordinator.integration.evidence import T_CONSENT_REQ, T_GATE, ChainResult, Link, Record, sign_artifact
-from coordinator.integration.verify import _block_agrees, _without_decision
+from coordinator.integration.evidence import (T_CONSENT_REQ, T_GATE, T_PROMOTION, ChainResult, Link, Record,
+                                              sign_artifact)
+from coordinator.integration.verify import _block_agrees, _finish_agrees, _without_decision
 from coordinator.integration.verify_result import (CheckKind, CheckResult, RunVerdict, Status, VerifyReport,
                                                    failed, missing, ok)
 from registry.signing import Keyring, SigningKey
@@ -169,3 +171,42 @@ def test_a_run_without_a_decision_that_is_not_held_lacks_it(topics, run_status) 
 def test_a_run_that_ended_before_integration_owes_no_decision(run_status) -> None:
     rep = _undecided(None, topics=(), run_status=run_status)
     assert rep.checks == [] and rep.outcome is None
+
+
+# -- run.finished against the promotion decision ------------------------------------------------
+
+def _agrees(fin: dict, outcome: str, promo_seq: int, *, first: int | None = 10, last: int | None = 10,
+            head: str = "h1") -> list[tuple[CheckKind, Status]]:
+    """`_finish_agrees` for a run whose run.finished (at `last`) says `fin` and whose decision
+    (at `promo_seq`) says `outcome` at `head`; the run's first event is an unrelated one."""
+    events = [SimpleNamespace(sequence=1, payload={"status": "promoted", "head": "h1"}),
+              SimpleNamespace(sequence=10, payload=fin)]
+    promo = Record(promo_seq, T_PROMOTION, {"outcome": outcome, "from_head_ref": head})
+    rep = VerifyReport("run-1")
+    _finish_agrees(rep, events, first, last, promo)  # type: ignore[arg-type]
+    return [(c.kind, c.status) for c in rep.checks]
+
+
+AGREES, DISAGREES = [(CheckKind.FINISH_AGREES, Status.OK)], [(CheckKind.FINISH_AGREES, Status.FAILED)]
+
+
+@pytest.mark.parametrize("fin,outcome,promo_seq,head,want", [
+    ({"status": "promoted", "head": "h1"}, "promoted", 8, "h1", AGREES),
+    ({"status": "promoted", "head": "h2"}, "promoted", 8, "h1", DISAGREES),   # another head
+    ({"status": "promoted", "head": "h1"}, "blocked", 8, "h1", DISAGREES),    # the decision did not promote
+    ({"status": "promoted", "head": "h1"}, "promoted", 12, "h1", DISAGREES),  # promoted before the decision
+    ({"status": "failed", "error": {"code": "REF_MOVED"}}, "promoted", 8, "h1", AGREES),  # the ref would not move
+    ({"status": "failed"}, "promoted", 8, "h1", DISAGREES),                   # ... and names no error
+    ({"status": "failed", "error": {"code": ""}}, "promoted", 8, "h1", DISAGREES),
+    ({"status": "blocked"}, "promoted", 12, "h1", AGREES),                    # `dome promote` after the run
+    ({"status": "blocked"}, "promoted", 8, "h1", DISAGREES),                  # a promotion the run hid
+    ({"status": "failed"}, "promoted", 12, "h1", AGREES),                     # promoted after a failed run
+    ({"status": "blocked"}, "blocked", 8, "h1", []),                          # nothing to agree on
+])
+def test_run_finished_must_say_what_the_decision_says(fin, outcome, promo_seq, head, want) -> None:
+    assert _agrees(fin, outcome, promo_seq, head=head) == want
+
+
+def test_without_run_finished_there_is_nothing_to_agree_with() -> None:
+    assert _agrees({"status": "promoted", "head": "h1"}, "promoted", 8, first=None, last=None) == []
+    assert _agrees({"status": "blocked"}, "promoted", 8, first=None) == DISAGREES  # a promote with no finish before it
