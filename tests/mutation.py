@@ -111,6 +111,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "exists, tree, oids, links = inspector.base(base) if is_git_oid(base) else (False, None, {}, frozenset())"):
         "a base that is not a commit id is refused as PROPOSAL_BASE_NOT_SHA before commit_exists is read, "
         "and the apply check runs only for a base equal to the wave base, which is always a commit id",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
+     "before = [r for r in records if r.sequence < promo.sequence]"):
+        "`<=` adds only the decision itself; the records before it feed the chain evaluation and the block, "
+        "partial, replay, policy and validation-input checks, none of which reads a promotion record, and the "
+        "commit list, where the decision's base_ref only adds the facts of the run's base, looked up by id",
     ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE", "and promo.sequence < last,"):
         "promo is the promotion decision and `last` the sequence of a run.finished event: two records of one "
         "run never share a sequence number, so `<` and `<=` agree",
