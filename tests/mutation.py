@@ -116,6 +116,13 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "`<=` adds only the decision itself; the records before it feed the chain evaluation and the block, "
         "partial, replay, policy and validation-input checks, none of which reads a promotion record, and the "
         "commit list, where the decision's base_ref only adds the facts of the run's base, looked up by id",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
+     "promos = [r for r in records if r.topic == T_PROMOTION and r.sequence < last]"):
+        "`last` is the sequence of a run.finished event, never of a promotion record",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
+     "refs += statement_blobs(intoto_statements([r for r in records if r.sequence < promo.sequence],"):
+        "intoto_statements keeps only the sequences the decision's evidence_refs name, and a decision cannot "
+        "name its own sequence (as for export_checks above)",
     ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE", "and promo.sequence < last,"):
         "promo is the promotion decision and `last` the sequence of a run.finished event: two records of one "
         "run never share a sequence number, so `<` and `<=` agree",
