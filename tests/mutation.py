@@ -75,8 +75,13 @@ TARGETS: tuple[Target, ...] = (
     Target("worker_sdk/sandbox_limits.py", ("tests/runloop/test_limits_judgement.py",)),
     Target("registry/sandbox_verdict.py", ("tests/runloop/test_limits_judgement.py",)),
     Target("coordinator/executors/local.py", ("tests/runloop/test_limits_judgement.py",), ("_sweep",)),
-    Target("coordinator/integration/verify.py", (INTEG + "test_verify_verdict.py", INTEG + "test_verify_exports.py")),
-    Target("coordinator/integration/proposals.py", (INTEG + "test_proposals.py", INTEG + "test_hostile_proposals.py")),
+    Target("coordinator/integration/verify.py", (INTEG + "test_verify_verdict.py", INTEG + "test_verify_exports.py",
+                                                 INTEG + "test_verify_cli.py", INTEG + "test_promotion.py",
+                                                 INTEG + "test_validation_inputs.py", INTEG + "test_derived_bases.py",
+                                                 INTEG + "test_blob_tamper.py", "tests/runloop/test_partial.py")),
+    Target("coordinator/integration/proposals.py", (INTEG + "test_proposals.py", INTEG + "test_hostile_proposals.py",
+                                                    INTEG + "test_policy_presets.py", INTEG + "test_stacking.py",
+                                                    INTEG + "test_derived_bases.py", INTEG + "test_validation_inputs.py")),
     Target("coordinator/egress/gate.py", ("tests/agents/test_egress_metering.py", "tests/agents/test_egress_gate.py",
                                           "tests/agents/test_egress_gate_edges.py")),
     Target("coordinator/grants.py", ("tests/grants/test_verify.py", "tests/grants/test_call_mac.py",
@@ -110,6 +115,42 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "every transaction of dome's ledgers has is_revoked, so the `and` asks the ledger's read connection "
         "instead; a group commit's transaction holds only charges (never a revocation), so both read the "
         "same committed revocations",
+    ("coordinator/integration/proposals.py", "core/AddNot", "if TYPE_CHECKING:"):
+        "the import under it is for type annotations only (they are strings here); importing ObjectReader "
+        "at run time as well changes nothing a caller can see",
+    ("coordinator/integration/proposals.py", "core/ReplaceOrWithAnd",
+     'g.git(self.repo, "read-tree", _tree or base_ref, env=env)'):
+        "read-tree of a commit reads that commit's tree, so the base commit and its tree give the same index; "
+        "the tree is never empty here (an unknown base returned before)",
+    ("coordinator/integration/proposals.py", "core/ReplaceFalseWithTrue",
+     "exists, tree, oids, links = inspector.base(base) if is_git_oid(base) else (False, None, {}, frozenset())"):
+        "a base that is not a commit id is refused as PROPOSAL_BASE_NOT_SHA before commit_exists is read, "
+        "and the apply check runs only for a base equal to the wave base, which is always a commit id",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
+     "before = [r for r in records if r.sequence < promo.sequence]"):
+        "`<=` adds only the decision itself; the records before it feed the chain evaluation and the block, "
+        "partial, replay, policy and validation-input checks, none of which reads a promotion record, and the "
+        "commit list, where the decision's base_ref only adds the facts of the run's base, looked up by id",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
+     "promos = [r for r in records if r.topic == T_PROMOTION and r.sequence < last]"):
+        "`last` is the sequence of a run.finished event, never of a promotion record",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
+     "refs += statement_blobs(intoto_statements([r for r in records if r.sequence < promo.sequence],"):
+        "intoto_statements keeps only the sequences the decision's evidence_refs name, and a decision cannot "
+        "name its own sequence (as for export_checks above)",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE", "and promo.sequence < last,"):
+        "promo is the promotion decision and `last` the sequence of a run.finished event: two records of one "
+        "run never share a sequence number, so `<` and `<=` agree",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
+     'elif d.get("outcome") == "promoted" and fin.get("status") == "failed" and promo.sequence < last:'):
+        "as above: the decision and run.finished are two records, never at one sequence number",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Gt_GtE",
+     "rep.check(K.FINISH_AGREES, first is not None and promo.sequence > first,"):
+        "as above: the decision is never the first run.finished record itself",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Gt_GtE",
+     "if gates and asked and asked[-1].sequence > gates[-1].sequence:"):
+        "a consent request and a gate decision are two records, and no two records of a run share a "
+        "sequence number, so the two can never be equal",
 }
 
 # The CI sample: these targets only (fast tests), this many mutants, this seed.

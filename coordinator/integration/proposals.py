@@ -234,7 +234,7 @@ def _mode_rejections(fp: FilePatch, policy: IntegrationPolicy,
 
 def is_dependency_file(path: str, policy: IntegrationPolicy) -> bool:
     base = posixpath.basename(path)
-    hit = globs_matcher(tuple(policy.dependency_globs), double_star=False)
+    hit = globs_matcher(tuple(policy.dependency_globs))  # `**/x` also names x at the top, as for protected paths
     return hit(base) or hit(path)
 
 
@@ -456,9 +456,7 @@ class BaseInspector:
         modes = self._modes.setdefault(key, {})
         links: set[str] = set()
         out = self._gitio.git(self.repo, "ls-tree", "-r", "-z", "--full-tree", tree_ish).stdout
-        for rec in out.split(b"\x00"):
-            if not rec:
-                continue
+        for rec in filter(None, out.split(b"\x00")):  # -z ends every record with NUL
             meta, _, path = rec.partition(b"\t")
             mode, _typ, oid = meta.decode().split(" ")
             p = path.decode("utf-8", "surrogateescape")

@@ -346,6 +346,66 @@ def test_the_gateway_path_rule_is_integrations() -> None:
                                                                               "/etc/passwd"]
 
 
+@pytest.mark.parametrize("path,code", [
+    ("", "POLICY_PATH_INVALID"), ("a\x00b", "POLICY_PATH_INVALID"), ("a\\b", "POLICY_PATH_INVALID"),
+    ("a//b", "POLICY_PATH_INVALID"), ("a/./b", "POLICY_PATH_INVALID"), ("./a", "POLICY_PATH_INVALID"),
+    ("a/", "POLICY_PATH_INVALID"), ("/a", "POLICY_PATH_ABSOLUTE"), ("C:x", "POLICY_PATH_ABSOLUTE"),
+    ("a/../b", "POLICY_PATH_TRAVERSAL"), ("sub/.gitmodules", "POLICY_GITLINK"), (".git/a/.GIT/b", "POLICY_PATH_GIT_DIR"),
+])
+def test_each_malformed_path_is_refused_for_its_own_fault(path: str, code: str) -> None:
+    assert [r.code for r in path_rejections(path)] == [code]
+
+
+@pytest.mark.parametrize("path", ["package.json", "web/package.json", "deep/down/requirements-dev.txt"])
+def test_a_dependency_file_is_one_wherever_it_lies(path: str) -> None:
+    from coordinator.integration.proposals import is_dependency_file
+    assert is_dependency_file(path, IntegrationPolicy())
+    assert not is_dependency_file(path.replace(".", "_"), IntegrationPolicy())
+
+
+def test_a_dependency_glob_under_any_folder_names_the_top_level_file_too() -> None:
+    from coordinator.integration.proposals import is_dependency_file
+    policy = IntegrationPolicy().with_(dependency_globs=("**/deps.lock",))
+    assert [is_dependency_file(p, policy) for p in ("deps.lock", "a/deps.lock", "a/b/deps.lock", "deps.txt")] == [
+        True, True, True, False]
+
+
+def _link_diff(target: bytes) -> bytes:
+    return (b"diff --git a/dir/l b/dir/l\nnew file mode 120000\nindex " + b"0" * 40 + b".." + b"1" * 40
+            + b"\n--- /dev/null\n+++ b/dir/l\n@@ -0,0 +1 @@\n+" + target + b"\n\\ No newline at end of file\n")
+
+
+def test_a_symlink_whose_target_comes_as_a_binary_patch_is_refused() -> None:
+    import base64
+    import zlib
+    from coordinator.integration.proposals import check_policy
+    data = zlib.compress(b"a/b")
+    raw = (b"diff --git a/dir/l b/dir/l\nnew file mode 120000\nindex " + b"0" * 40 + b".." + b"1" * 40
+           + b"\nGIT binary patch\nliteral 3\n" + bytes([ord("A") + len(data) - 1]) + base64.b85encode(data, pad=True)
+           + b"\n\nliteral 0\nHcmV?d00001\n\n")
+    got = check_policy(parse_diff(raw), {}, IntegrationPolicy())
+    assert [r.code for r in got] == ["POLICY_SYMLINK_ESCAPE"]
+
+
+def test_a_path_through_base_links_names_the_first_link_once() -> None:
+    from coordinator.integration.proposals import check_policy
+    raw = (b"diff --git a/a/b/c b/a/b/c\nnew file mode 100644\nindex " + b"0" * 40 + b".." + b"1" * 40
+           + b"\n--- /dev/null\n+++ b/a/b/c\n@@ -0,0 +1 @@\n+x\n")
+    got = check_policy(parse_diff(raw), {}, IntegrationPolicy(), base_symlinks={"a", "a/b"})
+    assert [(r.code, r.details["symlink"]) for r in got] == [("POLICY_PATH_THROUGH_SYMLINK", "a")]
+
+
+@pytest.mark.parametrize("target,why", [
+    (b"", "absolute or invalid"), (b"a\x00b", "absolute or invalid"), (b"/etc/passwd", "absolute or invalid"),
+    (b"..\\..\\x", "absolute or invalid"), (b"../../x", "outside the repository"), (b"../.git/config", "into .git"),
+])
+def test_each_bad_symlink_target_is_refused_for_its_own_fault(target: bytes, why: str) -> None:
+    from coordinator.integration.proposals import check_policy
+    got = check_policy(parse_diff(_link_diff(target)), {}, IntegrationPolicy())
+    assert [(r.code, why in r.message) for r in got] == [("POLICY_SYMLINK_ESCAPE", True)]
+    assert check_policy(parse_diff(_link_diff(b"../sibling")), {}, IntegrationPolicy()) == []
+
+
 # -- 7. size limits at their edges --------------------------------------------------------------
 
 @attack("oversize-upload")
@@ -383,6 +443,87 @@ def test_diff_exactly_at_the_limit_passes_one_byte_over_is_refused() -> None:
         assert len(canonical) == size
         got = [x.code for x in check_policy(parsed, {}, IntegrationPolicy(), canonical_size=len(canonical))]
         assert got == want, (size, got)
+
+
+def test_files_exactly_at_the_limit_pass_one_more_is_refused() -> None:
+    from coordinator.integration.proposals import check_policy
+
+    def diff_of(n: int) -> bytes:
+        return b"".join(f"diff --git a/f{k} b/f{k}\nnew file mode 100644\nindex {'0' * 40}..{'1' * 40}\n"
+                        f"--- /dev/null\n+++ b/f{k}\n@@ -0,0 +1 @@\n+x\n".encode() for k in range(n))
+
+    policy = IntegrationPolicy().with_(max_files=3)
+    assert check_policy(parse_diff(diff_of(3)), {}, policy) == []
+    assert [x.code for x in check_policy(parse_diff(diff_of(4)), {}, policy)] == ["POLICY_TOO_MANY_FILES"]
+
+
+def test_a_binary_shrunk_under_the_limit_is_judged_by_its_new_size(tmp_path: Path) -> None:
+    """The forward literal is the file the tree will hold; the reverse literal (the old,
+    larger content) is only there to undo the change and is not charged."""
+    from coordinator.integration.proposals import check_policy
+    from tests.integration.conftest import worktree_diff
+    import random
+    rng = random.Random(5)
+    r = committed(tmp_path / "shrink", lambda x: (x / "blob.bin").write_bytes(rng.randbytes(3000)))
+    (r / "blob.bin").write_bytes(rng.randbytes(100))
+    parsed = parse_diff(worktree_diff(r))
+    binary = parsed.files[0].binary
+    assert binary is not None and [(k, n) for k, n, _ in binary.parts()] == [("literal", 100), ("literal", 3000)]
+    policy = IntegrationPolicy().with_(max_binary_bytes=2000)
+    assert check_policy(parsed, {}, policy) == []
+    assert [x.code for x in check_policy(parsed, {}, policy.with_(max_binary_bytes=99))] == ["POLICY_BINARY_TOO_LARGE"]
+
+
+def test_a_binary_delta_is_charged_its_largest_part(tmp_path: Path) -> None:
+    """A delta's header gives the size of the delta, not of the file it makes, so both
+    directions count: a shrink whose forward delta is tiny is charged its reverse delta."""
+    import random
+    from coordinator.integration.proposals import check_policy
+    from tests.integration.conftest import worktree_diff
+    data = random.Random(7).randbytes(3000)
+    r = committed(tmp_path / "delta", lambda x: (x / "blob.bin").write_bytes(data))
+    (r / "blob.bin").write_bytes(data[:1000])
+    parsed = parse_diff(worktree_diff(r))
+    binary = parsed.files[0].binary
+    assert binary is not None
+    (fk, fwd, _), (rk, rev, _) = binary.parts()
+    assert (fk, rk) == ("delta", "delta") and fwd < 100 < 1500 < rev
+    assert check_policy(parsed, {}, IntegrationPolicy().with_(max_binary_bytes=rev)) == []
+    assert [x.code for x in check_policy(parsed, {}, IntegrationPolicy().with_(max_binary_bytes=rev - 1))] == [
+        "POLICY_BINARY_TOO_LARGE"]
+
+
+def test_the_total_size_charges_what_a_proposal_adds_not_what_it_removes(tmp_path: Path) -> None:
+    """A binary's size plus the added lines, or the canonical diff if that is larger: lines
+    a proposal removes count only through the canonical size, never beside a binary."""
+    from coordinator.integration.proposals import check_policy
+    from registry.diffs import serialize_diff
+    from tests.integration.conftest import worktree_diff
+    r = committed(tmp_path / "total", lambda x: (x / "t.txt").write_text("".join(f"line {i:03d} of the old text\n"
+                                                                                for i in range(40))))
+    (r / "t.txt").write_text("the new text\n")
+    (r / "zeros.bin").write_bytes(bytes(1000))
+    parsed = parse_diff(worktree_diff(r))
+    canonical = len(serialize_diff(parsed))
+    added = 1000 + sum(len(ln) for fp in parsed.files for h in fp.hunks for ln in h.lines if ln[:1] == b"+")
+    removed = sum(len(ln) for fp in parsed.files for h in fp.hunks for ln in h.lines if ln[:1] != b"+")
+    assert added + removed > max(added, canonical)  # charging removed lines would refuse it
+    at = max(added, canonical)
+    for limit, want in ((at, []), (at - 1, ["POLICY_DIFF_TOO_LARGE"])):
+        got = [x.code for x in check_policy(parsed, {}, IntegrationPolicy().with_(max_total_bytes=limit),
+                                            canonical_size=canonical)]
+        assert got == want, (limit, got)
+    # and the lines it adds do count beside a binary, where they make more than the canonical diff
+    (r / "new.txt").write_text("".join(f"added line {i}\n" for i in range(20)))
+    (r / "zeros.bin").write_bytes(bytes(1000))
+    parsed = parse_diff(worktree_diff(r))
+    canonical = len(serialize_diff(parsed))
+    added = 1000 + sum(len(ln) for fp in parsed.files for h in fp.hunks for ln in h.lines if ln[:1] == b"+")
+    assert added > canonical
+    for limit, want in ((added, []), (added - 1, ["POLICY_DIFF_TOO_LARGE"])):
+        got = [x.code for x in check_policy(parsed, {}, IntegrationPolicy().with_(max_total_bytes=limit),
+                                            canonical_size=canonical)]
+        assert got == want, (limit, got)
 
 
 @attack("symlink-chain-escape")

@@ -217,6 +217,36 @@ def test_verify_accepts_a_promoted_run_and_rejects_tampering(big_repo: Path, tmp
     assert not verify_run(ledger, "run-1", keyring).valid
 
 
+def test_verify_replays_with_the_runs_recorded_policy(big_repo: Path, tmp_path: Path) -> None:
+    """A run whose policy allows what the default refuses (the exec bit) is replayed by
+    verify under that recorded policy, not the default one."""
+    import os
+    from coordinator.integration.verify import verify_run
+    prop = make_proposal(big_repo, "px", lambda r: (edit_line("f01.txt", 7, "e")(r), os.chmod(r / "f01.txt", 0o755)))
+    res, ledger, key = _run(big_repo, [prop], tmp_path, policy=_policy(allow_exec_bit=True),
+                            ledger=Ledger.open(None, tmp_path / "ops"))
+    try:
+        assert res.status == "promoted" and res.included == ["px"], res.missing
+        rep = verify_run(ledger, "run-1", Keyring({key.kid: key.public}))
+        assert rep.valid, rep.reasons()
+    finally:
+        ledger.close()
+
+
+def test_verify_replays_a_split_proposals_kept_half(big_repo: Path, tmp_path: Path) -> None:
+    """A proposal split at integration is replayed from its parent's diff, cut as the
+    signed split result says; the run verifies."""
+    from coordinator.integration.verify import verify_run
+    from tests.integration.test_stacking import _overlap_set
+    res, ledger, key = _run(big_repo, _overlap_set(big_repo), tmp_path, ledger=Ledger.open(None, tmp_path / "ops"))
+    try:
+        assert "b:split-a" in res.included, (res.status, res.included, res.missing)
+        rep = verify_run(ledger, "run-1", Keyring({key.kid: key.public}))
+        assert rep.valid, rep.reasons()
+    finally:
+        ledger.close()
+
+
 def _corrupt_loose(repo: Path, oid: str) -> None:
     import os
     import zlib

@@ -183,6 +183,109 @@ def test_exec_bit_only_when_policy_allows(git_repo: Path) -> None:
     assert _verify(git_repo, prop, diff, POLICY.with_(allow_exec_bit=True))[0] == []
 
 
+def test_an_apply_failure_is_reported_unless_a_policy_rule_already_refused(git_repo: Path) -> None:
+    """A policy refusal is the reason to give; a diff that breaks no rule yet does not
+    apply to its base (or is also wrong in itself) must say it does not apply."""
+    from coordinator.integration.proposals import BaseFacts, check_proposal
+    prop, diff = make_proposal(git_repo, "exec", lambda r: os.chmod(r / "README.md", 0o755))
+    facts = BaseFacts(commit_exists=True, tree_hash=prop["base_tree_hash"], apply_check_ok=False,
+                      apply_check_error="patch does not apply")
+
+    def codes(p: dict) -> set[str]:
+        return _codes(check_proposal(p, diff, wave_base=prop["base_ref"], facts=facts, policy=POLICY)[0])
+
+    assert codes(prop) == {"POLICY_MODE_EXEC"}
+    lying = {**prop, "touched_files": ["other.txt"]}  # an integrity fault, no policy rule broken
+    assert codes(lying) == {"POLICY_MODE_EXEC", "PROPOSAL_TOUCHED_FILES_MISMATCH"}
+    ok = POLICY.with_(allow_exec_bit=True)
+    assert _codes(check_proposal(lying, diff, wave_base=prop["base_ref"], facts=facts, policy=ok)[0]) == {
+        "PROPOSAL_TOUCHED_FILES_MISMATCH", "PROPOSAL_APPLY_CHECK_FAILED"}
+    assert _codes(check_proposal(prop, diff, wave_base=prop["base_ref"], facts=facts, policy=ok)[0]) == {
+        "PROPOSAL_APPLY_CHECK_FAILED"}
+
+
+def test_a_preimage_blob_other_than_the_bases_is_refused(git_repo: Path) -> None:
+    """The `index` line names the blob the diff was made against: one that is not the base's
+    blob at that path is another file, even when the hunks happen to apply."""
+    from coordinator.integration.proposals import BaseFacts, check_proposal
+    prop, diff = make_proposal(git_repo, "edit", lambda r: (r / "README.md").write_text("changed\n"))
+    have = git(git_repo, "rev-parse", "HEAD:README.md")
+    assert f"index {have[:7]}".encode() in diff or f"index {have}".encode() in diff
+
+    def codes(base_oid: str) -> set[str]:
+        facts = BaseFacts(commit_exists=True, tree_hash=prop["base_tree_hash"], apply_check_ok=True,
+                          base_oids={"README.md": base_oid})
+        return _codes(check_proposal(prop, diff, wave_base=prop["base_ref"], facts=facts, policy=POLICY)[0])
+
+    assert codes(have) == set()
+    assert codes("f" * 40) == {"PROPOSAL_PREIMAGE_MISMATCH"}
+
+
+def test_the_apply_check_refuses_a_diff_made_against_another_blob(git_repo: Path) -> None:
+    """`apply_check` answers for exactly the base: hunks that would apply are not enough
+    when the diff names a preimage blob other than the base's."""
+    _prop, diff = make_proposal(git_repo, "edit", lambda r: (r / "README.md").write_text("changed\n"))
+    have = git(git_repo, "rev-parse", "HEAD:README.md")
+    other = "e" * 40
+    with ObjectReader(git_repo) as reader:
+        insp = BaseInspector(git_repo, reader)
+        assert insp.apply_check(head(git_repo), diffs.parse_diff(diff)) == (True, "")
+        ok, why = insp.apply_check(head(git_repo), diffs.parse_diff(diff.replace(have.encode(), other.encode())))
+    assert not ok and "preimage" in why
+
+
+def test_the_apply_check_refuses_what_the_base_cannot_take(git_repo: Path) -> None:
+    """Each file of a diff is checked against the base: a new file the base already has, an
+    edit of a file it lacks, and an unknown base, whatever comes before them in the diff."""
+    _p, create = make_proposal(git_repo, "new", lambda r: (r / "A.txt").write_text("a\n"))
+    _p, edit = make_proposal(git_repo, "edit", lambda r: (r / "README.md").write_text("changed\n"))
+    gone = edit.replace(b"README.md", b"ghost.md")
+    other = edit.replace(git(git_repo, "rev-parse", "HEAD:README.md").encode(), b"e" * 40)
+    with ObjectReader(git_repo) as reader:
+        insp = BaseInspector(git_repo, reader)
+        base = head(git_repo)
+        assert insp.apply_check(base, diffs.parse_diff(create + edit)) == (True, "")
+        assert insp.apply_check(base, diffs.parse_diff(create + other))[0] is False  # after a new file
+        assert insp.apply_check(base, diffs.parse_diff(create + gone)) == (False, "ghost.md does not exist at base")
+        git(git_repo, "add", "-A")
+        (git_repo / "A.txt").write_text("a\n")
+        git(git_repo, "add", "A.txt")
+        git(git_repo, "commit", "-qm", "A")
+        insp2 = BaseInspector(git_repo, reader)
+        assert insp2.apply_check(head(git_repo), diffs.parse_diff(create)) == (False, "A.txt already exists")
+        assert insp2.apply_check("1" * 40, diffs.parse_diff(edit)) == (False, "base commit unknown")
+
+
+def test_a_binary_delta_that_does_not_apply_to_its_base_is_refused(git_repo: Path) -> None:
+    """Binary sections are apply-checked by git against the base; naming the right
+    preimage blob is not enough when the delta itself is broken."""
+    import random
+    data = random.Random(1).randbytes(20000)
+    (git_repo / "b.bin").write_bytes(data)
+    git(git_repo, "add", "b.bin")
+    git(git_repo, "commit", "-qm", "binary")
+    prop, diff = make_proposal(git_repo, "delta", lambda r: (r / "b.bin").write_bytes(data[:100] + b"!" + data[101:]))
+    assert b"\ndelta " in diff
+    assert _verify(git_repo, prop, diff)[0] == []
+    lines = diff.split(b"\n")
+    k = next(i for i, ln in enumerate(lines) if ln.startswith(b"delta ")) + 1
+    lines[k] = lines[k][:1] + bytes(reversed(lines[k][1:]))  # same length, other bytes
+    broken = b"\n".join(lines)
+    rej, _ = _verify(git_repo, {**prop, "diff_digest": diffs.diff_digest(broken)}, broken)
+    assert _codes(rej) == {"PROPOSAL_APPLY_CHECK_FAILED"}
+
+
+def test_declared_no_binary_refuses_binary_changes_only(git_repo: Path) -> None:
+    text, tdiff = make_proposal(git_repo, "text", edit_line("README.md", 1, "new"),
+                                declared_constraints={"no_binary": True})
+    assert _verify(git_repo, text, tdiff)[0] == []
+    binary, bdiff = make_proposal(git_repo, "bin", lambda r: (r / "x.bin").write_bytes(b"\x00\x01" * 10),
+                                  declared_constraints={"no-binary": True})
+    rej, _ = _verify(git_repo, binary, bdiff)
+    assert _codes(rej) == {"POLICY_CONSTRAINT_NO_BINARY"} and rej[0].details["paths"] == ["x.bin"]
+    assert _verify(git_repo, {**binary, "declared_constraints": {}}, bdiff)[0] == []
+
+
 def test_200_mb_blob_is_rejected_without_inflating_it(git_repo: Path) -> None:
     size = 200 * 1024 * 1024
     comp = zlib.compressobj(1)
@@ -204,7 +307,9 @@ def test_200_mb_blob_is_rejected_without_inflating_it(git_repo: Path) -> None:
     # a literal that lies about its size (zip bomb under a small header) is caught too
     lie = diff.replace(b"literal %d\n" % size, b"literal 10\n", 1)
     rej, _ = _verify(git_repo, _raw_proposal(git_repo, "bomb", lie), lie)
-    assert "POLICY_BINARY_TOO_LARGE" in _codes(rej)
+    # a size rule, not a broken diff: it is a policy refusal like the honest header's
+    assert [(r.code, r.reason) for r in rej if r.code == "POLICY_BINARY_TOO_LARGE"] == [
+        ("POLICY_BINARY_TOO_LARGE", "policy")]
 
 
 def _b85(part: bytes) -> bytes:

@@ -4,13 +4,16 @@ blocked decision is valid only when its reasons are exactly the gate's."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from coordinator.integration.evidence import T_GATE, ChainResult, Link, Record
-from coordinator.integration.verify import _block_agrees
+from coordinator.integration.evidence import (T_CONSENT_REQ, T_GATE, T_PROMOTION, ChainResult, Link, Record,
+                                              sign_artifact)
+from coordinator.integration.verify import _block_agrees, _finish_agrees, _without_decision
 from coordinator.integration.verify_result import (CheckKind, CheckResult, RunVerdict, Status, VerifyReport,
                                                    failed, missing, ok)
+from registry.signing import Keyring, SigningKey
 
 
 def test_an_ok_check_cannot_say_data_is_missing() -> None:
@@ -97,3 +100,113 @@ def test_a_target_said_to_have_moved_is_rechecked_with_git(tmp_path: Path) -> No
     c = _block(tmp_path, ["target:refs/heads/main: invalid (moved since the base; not an ancestor of the head)"],
                [], _chain())
     assert c.status is Status.FAILED and "does not show it" in c.detail
+
+
+# -- a run with no promotion decision -----------------------------------------------------------
+
+def _undecided(gate_links: list[dict] | None, *, topics: tuple[str, ...] = (T_GATE, T_CONSENT_REQ),
+               signed: bool = True, passed: bool = False, run_status: str | None = "blocked") -> VerifyReport:
+    """`_without_decision` over records of these topics in this order; the gate record (when
+    one of them) holds these links, each not ok one named in `missing`."""
+    key = SigningKey.generate()
+    ring = Keyring()
+    ring.add(key.public)
+    gate = {"artifact_kind": "dome.gate_decision/v1", "links": gate_links or [], "passed": passed,
+            "missing": [f"{x['link']}: {x['status']}" for x in gate_links or [] if x["status"] != "ok"]}
+    signed_gate = sign_artifact(gate, key) if signed else gate
+    records = [Record(seq, topic, signed_gate if topic == T_GATE else {"artifact_kind": "x/v1"})
+               for seq, topic in enumerate(topics, start=3)]
+    rep = VerifyReport("run-1", run_status=run_status)
+    _without_decision(rep, records, ring)
+    return rep
+
+
+CONSENT = {"link": "consent", "status": "missing"}
+SUITE = {"link": "validation:unit", "status": "ok"}
+
+
+def test_a_run_held_for_consent_alone_is_awaiting_consent() -> None:
+    rep = _undecided([SUITE, CONSENT])
+    assert rep.outcome == "awaiting_consent" and rep.blocked_by == ["consent: missing"]
+    assert [(c.kind, c.status) for c in rep.checks] == [(CheckKind.BLOCK_AGREES, Status.OK)]
+    assert rep.status is RunVerdict.AWAITING_CONSENT
+
+
+@pytest.mark.parametrize("links,passed", [
+    ([{"link": "validation:unit", "status": "missing"}, CONSENT], False),  # misses more than consent
+    ([{"link": "consent", "status": "failed"}], False),                    # consent refused, not missing
+    ([{"link": "validation:unit", "status": "missing"}], False),           # no consent link at all
+    ([SUITE], False),                                                      # nothing missing
+    ([CONSENT], True),                                                     # a gate that says it passed
+])
+def test_a_consent_request_after_a_gate_that_misses_more_is_invalid(links, passed) -> None:
+    rep = _undecided(links, passed=passed)
+    assert rep.outcome == "awaiting_consent"
+    (check,) = rep.checks
+    assert (check.kind, check.status) == (CheckKind.BLOCK_AGREES, Status.FAILED)
+    assert "misses more than consent" in check.detail and rep.status is RunVerdict.INVALID
+
+
+def test_a_held_runs_gate_must_be_signed() -> None:
+    (check,) = _undecided([CONSENT], signed=False).checks
+    assert (check.kind, check.status) == (CheckKind.BLOCK_AGREES, Status.FAILED)
+    assert check.detail.startswith("gate decision: EVIDENCE_UNSIGNED")
+
+
+@pytest.mark.parametrize("topics,run_status", [
+    ((T_CONSENT_REQ, T_GATE), "blocked"),  # the request came before the gate: not held by this gate
+    ((T_GATE,), "blocked"),                # a gate and no request, no decision
+    ((T_GATE,), "failed"),                 # integration ran, so a decision is owed whatever the end
+    ((T_CONSENT_REQ,), "blocked"),         # a request with no gate
+    ((), "promoted"),                      # says promoted, nothing recorded
+    ((), None),                            # no lifecycle at all
+])
+def test_a_run_without_a_decision_that_is_not_held_lacks_it(topics, run_status) -> None:
+    rep = _undecided([CONSENT], topics=topics, run_status=run_status)
+    assert rep.outcome is None
+    assert [(c.kind, c.status) for c in rep.checks] == [(CheckKind.PROMOTION_DECISION, Status.MISSING)]
+
+
+@pytest.mark.parametrize("run_status", ["failed", "cancelled", "completed"])
+def test_a_run_that_ended_before_integration_owes_no_decision(run_status) -> None:
+    rep = _undecided(None, topics=(), run_status=run_status)
+    assert rep.checks == [] and rep.outcome is None
+
+
+# -- run.finished against the promotion decision ------------------------------------------------
+
+def _agrees(fin: dict, outcome: str, promo_seq: int, *, first: int | None = 10, last: int | None = 10,
+            head: str = "h1") -> list[tuple[CheckKind, Status]]:
+    """`_finish_agrees` for a run whose run.finished (at `last`) says `fin` and whose decision
+    (at `promo_seq`) says `outcome` at `head`; the run's first event is an unrelated one."""
+    events = [SimpleNamespace(sequence=1, payload={"status": "promoted", "head": "h1"}),
+              SimpleNamespace(sequence=10, payload=fin)]
+    promo = Record(promo_seq, T_PROMOTION, {"outcome": outcome, "from_head_ref": head})
+    rep = VerifyReport("run-1")
+    _finish_agrees(rep, events, first, last, promo)  # type: ignore[arg-type]
+    return [(c.kind, c.status) for c in rep.checks]
+
+
+AGREES, DISAGREES = [(CheckKind.FINISH_AGREES, Status.OK)], [(CheckKind.FINISH_AGREES, Status.FAILED)]
+
+
+@pytest.mark.parametrize("fin,outcome,promo_seq,head,want", [
+    ({"status": "promoted", "head": "h1"}, "promoted", 8, "h1", AGREES),
+    ({"status": "promoted", "head": "h2"}, "promoted", 8, "h1", DISAGREES),   # another head
+    ({"status": "promoted", "head": "h1"}, "blocked", 8, "h1", DISAGREES),    # the decision did not promote
+    ({"status": "promoted", "head": "h1"}, "promoted", 12, "h1", DISAGREES),  # promoted before the decision
+    ({"status": "failed", "error": {"code": "REF_MOVED"}}, "promoted", 8, "h1", AGREES),  # the ref would not move
+    ({"status": "failed"}, "promoted", 8, "h1", DISAGREES),                   # ... and names no error
+    ({"status": "failed", "error": {"code": ""}}, "promoted", 8, "h1", DISAGREES),
+    ({"status": "blocked"}, "promoted", 12, "h1", AGREES),                    # `dome promote` after the run
+    ({"status": "blocked"}, "promoted", 8, "h1", DISAGREES),                  # a promotion the run hid
+    ({"status": "failed"}, "promoted", 12, "h1", AGREES),                     # promoted after a failed run
+    ({"status": "blocked"}, "blocked", 8, "h1", []),                          # nothing to agree on
+])
+def test_run_finished_must_say_what_the_decision_says(fin, outcome, promo_seq, head, want) -> None:
+    assert _agrees(fin, outcome, promo_seq, head=head) == want
+
+
+def test_without_run_finished_there_is_nothing_to_agree_with() -> None:
+    assert _agrees({"status": "promoted", "head": "h1"}, "promoted", 8, first=None, last=None) == []
+    assert _agrees({"status": "blocked"}, "promoted", 8, first=None) == DISAGREES  # a promote with no finish before it
