@@ -53,8 +53,15 @@ IN_WORKER_KEY = "/dome/worker.key"
 IN_EGRESS = "/dome/egress.sock"
 IN_CGROUP = "/dome/cgroup"
 MIB = 1024 * 1024
+# What a process in a sandbox reads of /etc at run time: user and group names (git, getpwuid), the
+# hosts file for localhost, the loader's cache, the time zone, the alternatives links that /usr/bin
+# programs resolve through (awk), the TLS trust store, git's system configuration. Not bound, since
+# nothing reads them at run time there: ld.so.conf(.d) (read by ldconfig only; the loader reads the
+# cache), ca-certificates (update-ca-certificates' configuration; the store is in ssl), resolv.conf
+# (the network namespace has no way to any name server). Each bind is a mount and a read-only remount.
 ETC_FILES = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "localtime", "alternatives",
-             "ssl", "ca-certificates", "gitconfig", "resolv.conf", "ld.so.conf", "ld.so.conf.d")
+             "ssl", "gitconfig")
+ETC_NOT_BOUND = ("ld.so.conf", "ld.so.conf.d", "ca-certificates", "resolv.conf")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 CGROUP_FS = Path("/sys/fs/cgroup")
 CGROUP_PIDS_ROOTS = (CGROUP_FS / "pids", CGROUP_FS / "unified", CGROUP_FS)
