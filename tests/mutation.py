@@ -144,6 +144,12 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
      'elif d.get("outcome") == "promoted" and fin.get("status") == "failed" and promo.sequence < last:'):
         "as above: the decision and run.finished are two records, never at one sequence number",
+    ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_LtE_Lt",
+     "upto = [e for e in events if e.sequence <= last_finish]"):
+        "`<` leaves out only the event at last_finish, which is the run.finished record itself (sequences of "
+        "a run are unique); the task projection (task_files) reads the folded node and proposal state and "
+        "the history rows of attempt topics, and folding run.finished sets only RunState.finished and "
+        "last_sequence, which it never reads, so the rebuilt files are the same",
     ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Gt_GtE",
      "rep.check(K.FINISH_AGREES, first is not None and promo.sequence > first,"):
         "as above: the decision is never the first run.finished record itself",
