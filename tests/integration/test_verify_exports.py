@@ -386,3 +386,19 @@ def test_a_signed_apply_result_naming_a_commit_of_another_tree_fails_the_replay(
     _append_signed(ops, run_id, T_PROMOTION, promo)
     out = _verify_here(ops, run_id)
     assert _failures(out).get(("tree", wrong[:12])) == "failed", out["failures"]
+
+
+def test_a_repository_that_is_not_there_is_missing_and_named(promoted_copy, tmp_path: Path) -> None:
+    """The repository the caller names must exist; the finding names it (a reader must know which)."""
+    from coordinator.integration.verify import verify_run
+    from coordinator.keys import load_keyring
+    ops, run_id, _ = promoted_copy
+    gone = tmp_path / "no-such-repo"
+    ledger = Ledger.open(None, ops)
+    try:
+        rep = verify_run(ledger, run_id, load_keyring(ops), repo=gone, ops_root=ops)
+    finally:
+        ledger.close()
+    assert not rep.valid
+    assert [(c.status.value, c.subject) for c in rep.failures if c.kind.value == "repository"] == [
+        ("missing", str(gone))]
