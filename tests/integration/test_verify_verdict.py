@@ -102,6 +102,43 @@ def test_a_target_said_to_have_moved_is_rechecked_with_git(tmp_path: Path) -> No
     assert c.status is Status.FAILED and "does not show it" in c.detail
 
 
+def _two_lines(repo: Path) -> tuple[str, str]:
+    """(tip of a line of history, tip of another line from the same root): neither contains the other."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@x", *args],
+                              check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+    repo.mkdir()
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "root")
+    root = git("rev-parse", "HEAD")
+    git("commit", "-q", "--allow-empty", "-m", "head")
+    head = git("rev-parse", "HEAD")
+    git("reset", "-q", "--hard", root)
+    git("commit", "-q", "--allow-empty", "-m", "moved")
+    return git("rev-parse", "HEAD"), head
+
+
+def test_a_target_that_moved_off_the_head_agrees_and_one_that_did_not_is_invalid(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    moved, head = _two_lines(repo)
+    reason = "target:refs/heads/main: invalid (moved since the base; not an ancestor of the head)"
+
+    def check(previous: str) -> CheckResult:
+        rep = VerifyReport("run-1")
+        chain = ChainResult(passed=True, links=[], head_ref=head, base_ref="b" * 40, included=["p1"],
+                            required_suites=["unit"], human_gate=False, evidence_refs=[], stack_plan_id="plan-1")
+        _block_agrees(rep, repo, [Record(7, T_GATE, {"missing": [], "passed": True})],
+                      {"outcome": "blocked", "missing": [reason], "to_ref": "refs/heads/main",
+                       "previous_target": previous}, chain)
+        (c,) = rep.checks
+        return c
+
+    assert check(moved).ok, check(moved).detail          # the recorded target is real and off the head
+    assert "does not show it" in check(head).detail      # the head itself: it had not moved away
+
+
 # -- a run with no promotion decision -----------------------------------------------------------
 
 def _undecided(gate_links: list[dict] | None, *, topics: tuple[str, ...] = (T_GATE, T_CONSENT_REQ),
