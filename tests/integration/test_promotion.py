@@ -338,3 +338,19 @@ def test_task_risk_is_a_floor_the_worker_cannot_talk_down(big_repo: Path, tmp_pa
     assert res.status == "awaiting_consent"  # the task says high: human gate
     verified = next(e.payload for e in ledger.events("run-t") if e.topic == "integration.proposal_verified")
     assert verified["risk"] == "high" and verified["atomicity"] == "hunk_ok"
+
+
+def test_verify_writes_nothing_to_the_repository(verified_run) -> None:
+    """The replay rebuilds every tree in memory: verifying leaves the repository's objects
+    and refs exactly as they were (a check must not change what it checks)."""
+    from coordinator.integration.verify import verify_run
+    repo, _, ledger, keyring = verified_run
+
+    def state() -> tuple[list[str], str]:
+        files = sorted(str(p.relative_to(repo)) for p in (repo / ".git" / "objects").rglob("*") if p.is_file())
+        return files, git(repo, "for-each-ref")
+
+    git(repo, "repack", "-a", "-d", "-q")  # as a gc would: the run's own packs are gone, their objects kept
+    before = state()
+    assert verify_run(ledger, "run-1", keyring).valid
+    assert state() == before
