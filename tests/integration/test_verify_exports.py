@@ -402,3 +402,28 @@ def test_a_repository_that_is_not_there_is_missing_and_named(promoted_copy, tmp_
     assert not rep.valid
     assert [(c.status.value, c.subject) for c in rep.failures if c.kind.value == "repository"] == [
         ("missing", str(gone))]
+
+
+def test_an_evidence_record_changed_under_its_own_payload_digest_fails_its_ref(promoted_copy) -> None:
+    """The referenced record's body is re-digested: a body changed while the digest field it
+    carries is left as it was fails the reference (the field alone proves nothing)."""
+    import sqlite3
+    from coordinator.integration.evidence import T_PROMOTION
+    ops, run_id, _ = promoted_copy
+    ref = dict(_last_record(ops, run_id, T_PROMOTION).artifact["evidence_refs"][0])
+    db = sqlite3.connect(ops / "dome.db")
+    try:
+        for (name,) in db.execute("select name from sqlite_master where type='trigger'").fetchall():
+            db.execute(f"drop trigger {name}")
+        (payload,) = db.execute("select payload from events where run_id=? and sequence=?",
+                                (run_id, int(ref["event_sequence"]))).fetchone()
+        body = json.loads(payload)
+        assert body.get("payload_digest") == ref["digest"]
+        body["tampered"] = True
+        db.execute("update events set payload=? where run_id=? and sequence=?",
+                   (json.dumps(body), run_id, int(ref["event_sequence"])))
+        db.commit()
+    finally:
+        db.close()
+    out = _verify_here(ops, run_id)
+    assert _failures(out).get(("evidence_ref", f"{ref['kind']}:{ref['object_id']}")) == "failed", out["failures"]
