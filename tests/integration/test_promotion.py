@@ -354,3 +354,15 @@ def test_verify_writes_nothing_to_the_repository(verified_run) -> None:
     before = state()
     assert verify_run(ledger, "run-1", keyring).valid
     assert state() == before
+
+
+def test_the_replay_of_a_run_without_a_policy_record_uses_the_default_policy(verified_run) -> None:
+    """A run that recorded no integration policy is replayed under the default one; the
+    replay does not fail for want of the record."""
+    from coordinator.integration.verify import _replay
+    from coordinator.integration.verify_result import VerifyReport
+    repo, res, ledger, _ = verified_run
+    records = [r for r in records_of(ledger, "run-1") if r.topic != "integration.policy"]
+    rep = VerifyReport("run-1")
+    _replay(rep, repo, records, list(res.included), res.base_ref, ledger, "run-1")
+    assert {c.kind.value for c in rep.checks} >= {"reapply", "tree"} and all(c.ok for c in rep.checks), rep.reasons()
