@@ -427,3 +427,24 @@ def test_an_evidence_record_changed_under_its_own_payload_digest_fails_its_ref(p
         db.close()
     out = _verify_here(ops, run_id)
     assert _failures(out).get(("evidence_ref", f"{ref['kind']}:{ref['object_id']}")) == "failed", out["failures"]
+
+
+def test_the_lists_of_a_run_held_at_the_gate_are_judged_against_no_decision(run_copy) -> None:
+    """Before `dome promote`, a held run has no decision before its run.finished: the lists it
+    reports are not compared with any other record (the gate's or the consent request's)."""
+    from coordinator.integration.export_checks import run_lifecycle
+    from coordinator.integration.recorder import records_of
+    from coordinator.integration.verify import _finish_lists
+    from coordinator.integration.verify_result import VerifyReport
+    ops, run_id, _ = run_copy
+    ledger = Ledger.open(None, ops)
+    try:
+        events = ledger.events(run_id)
+        _, _, last = run_lifecycle(events)
+        held = [r for r in records_of(ledger, run_id) if r.sequence < last]  # the ledger as it stood then
+        assert held and all(r.topic != "promotion.computed" for r in held)
+        rep = VerifyReport(run_id)
+        _finish_lists(rep, ledger, events, last, held)
+    finally:
+        ledger.close()
+    assert [(c.kind.value, c.ok) for c in rep.checks] == [("run_finished_lists", True)], rep.reasons()
