@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.integration.evidence import (T_CONSENT_REQ, T_GATE, T_PROMOTION, ChainResult, Link, Record,
                                               sign_artifact)
-from coordinator.integration.verify import _block_agrees, _finish_agrees, _without_decision
+from coordinator.integration.verify import _block_agrees, _chain_links, _finish_agrees, _without_decision
 from coordinator.integration.verify_result import (CheckKind, CheckResult, RunVerdict, Status, VerifyReport,
                                                    failed, missing, ok)
 from registry.signing import Keyring, SigningKey
@@ -137,6 +137,16 @@ def test_a_target_that_moved_off_the_head_agrees_and_one_that_did_not_is_invalid
 
     assert check(moved).ok, check(moved).detail          # the recorded target is real and off the head
     assert "does not show it" in check(head).detail      # the head itself: it had not moved away
+
+
+def test_each_broken_link_of_the_re_evaluated_chain_is_named_with_its_detail() -> None:
+    rep = VerifyReport("run-1")
+    _chain_links(rep, _chain(Link("validation:unit", "failing", "exit code 1"), Link("consent", "missing"),
+                             Link("signature:validation:lint", "invalid", "SIGNATURE_INVALID: bad signature")))
+    assert [(c.subject, c.status, c.detail) for c in rep.checks] == [
+        ("validation:unit", Status.FAILED, "exit code 1"),
+        ("consent", Status.MISSING, "missing"),  # no detail: the status is the reason
+        ("signature:validation:lint", Status.FAILED, "SIGNATURE_INVALID: bad signature")]
 
 
 # -- a run with no promotion decision -----------------------------------------------------------
