@@ -41,3 +41,14 @@ def test_the_mutants_of_a_module_are_small_slips_and_respect_no_mutate(tmp_path:
     assert (2, "ReplaceComparisonOperator_Gt_GtE", "if a == b and b >= 0:") in got
     assert (3, "ReplaceTrueWithFalse", "return False") in got
     assert not any(line == 4 for line, _, _ in got)
+
+
+def test_an_earlier_runs_mutants_are_left_out_and_only_those(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("def ok(a, b):\n    return a == b or b > 0\n")
+    made = [m for m, _ in mu.mutants_of(mu.Target("m.py", ("t.py",)), root=tmp_path)]
+    first = made[0]
+    line = ('{"path": "m.py", "line": %d, "operator": "%s", "before": "", "after": "%s", "outcome": "failed"}'
+            % (first.line, first.operator, first.after.strip()))
+    done = mu.judged_before([line, ""])
+    assert done == {first.describe()}
+    assert [m for m in made if m.describe() not in done] == made[1:]

@@ -12,7 +12,7 @@ import pytest
 from ledger import Ledger
 from tests.attacks import attack
 from tests.conftest import dome_cli
-from tests.integration.test_verify_exports import _copy_ops, promoted_run  # noqa: F401 - the fixture
+from tests.integration.test_verify_exports import _copy_ops, _verify_here, promoted_run  # noqa: F401 - the fixture
 
 
 def _log_blob(ops: Path, run_id: str) -> tuple[str, Path]:
@@ -52,6 +52,7 @@ def test_a_changed_or_missing_log_blob_fails_both_verify_commands(promoted_run, 
     assert [f["subject"] for f in bad] == [digest], out["reasons"]
     assert "integration.validation_report artifact_digests" in bad[0]["detail"], bad
     assert bad[0]["status"] == ("failed" if how == "one-byte" else "missing")
+    assert _verify_here(ops, run_id)["failures"] == out["failures"]  # in process too, where coverage sees it
     led = dome_cli("ledger", "verify", "--ops-root", str(ops), "--json")
     rep = json.loads(led.stdout)
     assert led.returncode == 1, led.stdout[-2000:]

@@ -338,3 +338,31 @@ def test_task_risk_is_a_floor_the_worker_cannot_talk_down(big_repo: Path, tmp_pa
     assert res.status == "awaiting_consent"  # the task says high: human gate
     verified = next(e.payload for e in ledger.events("run-t") if e.topic == "integration.proposal_verified")
     assert verified["risk"] == "high" and verified["atomicity"] == "hunk_ok"
+
+
+def test_verify_writes_nothing_to_the_repository(verified_run) -> None:
+    """The replay rebuilds every tree in memory: verifying leaves the repository's objects
+    and refs exactly as they were (a check must not change what it checks)."""
+    from coordinator.integration.verify import verify_run
+    repo, _, ledger, keyring = verified_run
+
+    def state() -> tuple[list[str], str]:
+        files = sorted(str(p.relative_to(repo)) for p in (repo / ".git" / "objects").rglob("*") if p.is_file())
+        return files, git(repo, "for-each-ref")
+
+    git(repo, "repack", "-a", "-d", "-q")  # as a gc would: the run's own packs are gone, their objects kept
+    before = state()
+    assert verify_run(ledger, "run-1", keyring).valid
+    assert state() == before
+
+
+def test_the_replay_of_a_run_without_a_policy_record_uses_the_default_policy(verified_run) -> None:
+    """A run that recorded no integration policy is replayed under the default one; the
+    replay does not fail for want of the record."""
+    from coordinator.integration.verify import _replay
+    from coordinator.integration.verify_result import VerifyReport
+    repo, res, ledger, _ = verified_run
+    records = [r for r in records_of(ledger, "run-1") if r.topic != "integration.policy"]
+    rep = VerifyReport("run-1")
+    _replay(rep, repo, records, list(res.included), res.base_ref, ledger, "run-1")
+    assert {c.kind.value for c in rep.checks} >= {"reapply", "tree"} and all(c.ok for c in rep.checks), rep.reasons()

@@ -386,3 +386,65 @@ def test_a_signed_apply_result_naming_a_commit_of_another_tree_fails_the_replay(
     _append_signed(ops, run_id, T_PROMOTION, promo)
     out = _verify_here(ops, run_id)
     assert _failures(out).get(("tree", wrong[:12])) == "failed", out["failures"]
+
+
+def test_a_repository_that_is_not_there_is_missing_and_named(promoted_copy, tmp_path: Path) -> None:
+    """The repository the caller names must exist; the finding names it (a reader must know which)."""
+    from coordinator.integration.verify import verify_run
+    from coordinator.keys import load_keyring
+    ops, run_id, _ = promoted_copy
+    gone = tmp_path / "no-such-repo"
+    ledger = Ledger.open(None, ops)
+    try:
+        rep = verify_run(ledger, run_id, load_keyring(ops), repo=gone, ops_root=ops)
+    finally:
+        ledger.close()
+    assert not rep.valid
+    assert [(c.status.value, c.subject) for c in rep.failures if c.kind.value == "repository"] == [
+        ("missing", str(gone))]
+
+
+def test_an_evidence_record_changed_under_its_own_payload_digest_fails_its_ref(promoted_copy) -> None:
+    """The referenced record's body is re-digested: a body changed while the digest field it
+    carries is left as it was fails the reference (the field alone proves nothing)."""
+    import sqlite3
+    from coordinator.integration.evidence import T_PROMOTION
+    ops, run_id, _ = promoted_copy
+    ref = dict(_last_record(ops, run_id, T_PROMOTION).artifact["evidence_refs"][0])
+    db = sqlite3.connect(ops / "dome.db")
+    try:
+        for (name,) in db.execute("select name from sqlite_master where type='trigger'").fetchall():
+            db.execute(f"drop trigger {name}")
+        (payload,) = db.execute("select payload from events where run_id=? and sequence=?",
+                                (run_id, int(ref["event_sequence"]))).fetchone()
+        body = json.loads(payload)
+        assert body.get("payload_digest") == ref["digest"]
+        body["tampered"] = True
+        db.execute("update events set payload=? where run_id=? and sequence=?",
+                   (json.dumps(body), run_id, int(ref["event_sequence"])))
+        db.commit()
+    finally:
+        db.close()
+    out = _verify_here(ops, run_id)
+    assert _failures(out).get(("evidence_ref", f"{ref['kind']}:{ref['object_id']}")) == "failed", out["failures"]
+
+
+def test_the_lists_of_a_run_held_at_the_gate_are_judged_against_no_decision(run_copy) -> None:
+    """Before `dome promote`, a held run has no decision before its run.finished: the lists it
+    reports are not compared with any other record (the gate's or the consent request's)."""
+    from coordinator.integration.export_checks import run_lifecycle
+    from coordinator.integration.recorder import records_of
+    from coordinator.integration.verify import _finish_lists
+    from coordinator.integration.verify_result import VerifyReport
+    ops, run_id, _ = run_copy
+    ledger = Ledger.open(None, ops)
+    try:
+        events = ledger.events(run_id)
+        _, _, last = run_lifecycle(events)
+        held = [r for r in records_of(ledger, run_id) if r.sequence < last]  # the ledger as it stood then
+        assert held and all(r.topic != "promotion.computed" for r in held)
+        rep = VerifyReport(run_id)
+        _finish_lists(rep, ledger, events, last, held)
+    finally:
+        ledger.close()
+    assert [(c.kind.value, c.ok) for c in rep.checks] == [("run_finished_lists", True)], rep.reasons()

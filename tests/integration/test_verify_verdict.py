@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.integration.evidence import (T_CONSENT_REQ, T_GATE, T_PROMOTION, ChainResult, Link, Record,
                                               sign_artifact)
-from coordinator.integration.verify import _block_agrees, _finish_agrees, _without_decision
+from coordinator.integration.verify import _block_agrees, _chain_links, _finish_agrees, _without_decision
 from coordinator.integration.verify_result import (CheckKind, CheckResult, RunVerdict, Status, VerifyReport,
                                                    failed, missing, ok)
 from registry.signing import Keyring, SigningKey
@@ -100,6 +100,53 @@ def test_a_target_said_to_have_moved_is_rechecked_with_git(tmp_path: Path) -> No
     c = _block(tmp_path, ["target:refs/heads/main: invalid (moved since the base; not an ancestor of the head)"],
                [], _chain())
     assert c.status is Status.FAILED and "does not show it" in c.detail
+
+
+def _two_lines(repo: Path) -> tuple[str, str]:
+    """(tip of a line of history, tip of another line from the same root): neither contains the other."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@x", *args],
+                              check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+    repo.mkdir()
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "root")
+    root = git("rev-parse", "HEAD")
+    git("commit", "-q", "--allow-empty", "-m", "head")
+    head = git("rev-parse", "HEAD")
+    git("reset", "-q", "--hard", root)
+    git("commit", "-q", "--allow-empty", "-m", "moved")
+    return git("rev-parse", "HEAD"), head
+
+
+def test_a_target_that_moved_off_the_head_agrees_and_one_that_did_not_is_invalid(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    moved, head = _two_lines(repo)
+    reason = "target:refs/heads/main: invalid (moved since the base; not an ancestor of the head)"
+
+    def check(previous: str) -> CheckResult:
+        rep = VerifyReport("run-1")
+        chain = ChainResult(passed=True, links=[], head_ref=head, base_ref="b" * 40, included=["p1"],
+                            required_suites=["unit"], human_gate=False, evidence_refs=[], stack_plan_id="plan-1")
+        _block_agrees(rep, repo, [Record(7, T_GATE, {"missing": [], "passed": True})],
+                      {"outcome": "blocked", "missing": [reason], "to_ref": "refs/heads/main",
+                       "previous_target": previous}, chain)
+        (c,) = rep.checks
+        return c
+
+    assert check(moved).ok, check(moved).detail          # the recorded target is real and off the head
+    assert "does not show it" in check(head).detail      # the head itself: it had not moved away
+
+
+def test_each_broken_link_of_the_re_evaluated_chain_is_named_with_its_detail() -> None:
+    rep = VerifyReport("run-1")
+    _chain_links(rep, _chain(Link("validation:unit", "failing", "exit code 1"), Link("consent", "missing"),
+                             Link("signature:validation:lint", "invalid", "SIGNATURE_INVALID: bad signature")))
+    assert [(c.subject, c.status, c.detail) for c in rep.checks] == [
+        ("validation:unit", Status.FAILED, "exit code 1"),
+        ("consent", Status.MISSING, "missing"),  # no detail: the status is the reason
+        ("signature:validation:lint", Status.FAILED, "SIGNATURE_INVALID: bad signature")]
 
 
 # -- a run with no promotion decision -----------------------------------------------------------
