@@ -187,6 +187,29 @@ def test_verify_rebuilds_the_judged_tree_and_names_a_report_that_judged_another(
         assert rep.checks[0].ok is good, (rec.artifact, rep.checks)
 
 
+def test_every_base_input_report_is_judged_past_one_from_another_base(tmp_path: Path) -> None:
+    """A report whose inputs came from another base is named, and the reports after it are still
+    judged: the first fault does not end the check."""
+    from coordinator.integration.evidence import Record
+    from coordinator.integration.verify import _validation_inputs
+    from coordinator.integration.verify_result import CheckKind, VerifyReport
+    repo = _repo(tmp_path)
+    base = head(repo)
+    (repo / "scripts" / "check.sh").write_text("exit 0\n")
+    git(repo, "commit", "-qam", "head")
+    tip = head(repo)
+    tree, restored = base_inputs_tree(repo, git(repo, "rev-parse", "HEAD^{tree}"), base, ("scripts/check.sh",))
+
+    def report(seq: int, suite: str, **inputs) -> Record:
+        inp = {"from": base, "globs": ["scripts/check.sh"], "restored": restored, "tree": tree, **inputs}
+        return Record(seq, "integration.validation_report", {"phase": "base_inputs", "suite": suite,
+                                                             "head_ref": tip, "tree": tree, "inputs": inp})
+    rep = VerifyReport("run-v")
+    _validation_inputs(rep, repo, [report(7, "first", **{"from": tip}), report(8, "second", restored=[])], base)
+    assert [(c.kind, c.ok) for c in rep.checks] == [(CheckKind.VALIDATION_INPUTS, False)] * 2, rep.checks
+    assert "first@" in rep.checks[0].subject and "second@" in rep.checks[1].subject
+
+
 @attack("validation-input-rewrite")
 def test_changed_inputs_need_consent_even_where_the_policy_asks_none_for_high_risk(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
