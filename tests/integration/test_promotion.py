@@ -366,3 +366,20 @@ def test_the_replay_of_a_run_without_a_policy_record_uses_the_default_policy(ver
     rep = VerifyReport("run-1")
     _replay(rep, repo, records, list(res.included), res.base_ref, ledger, "run-1")
     assert {c.kind.value for c in rep.checks} >= {"reapply", "tree"} and all(c.ok for c in rep.checks), rep.reasons()
+
+
+def test_the_replay_names_a_proposal_whose_canonical_diff_was_not_stored(verified_run) -> None:
+    """A verified proposal whose record names no stored diff cannot be replayed: the replay says
+    the canonical diff was not stored, for that proposal, and stops."""
+    from coordinator.integration.evidence import T_PROPOSAL, Record
+    from coordinator.integration.verify import _replay
+    from coordinator.integration.verify_result import VerifyReport
+    repo, res, ledger, _ = verified_run
+    records = [Record(r.sequence, r.topic, {k: v for k, v in r.artifact.items() if k != "diff_blob"})
+               if r.topic == T_PROPOSAL and r.artifact.get("proposal_id") == "p0" else r
+               for r in records_of(ledger, "run-1")]
+    rep = VerifyReport("run-1")
+    _replay(rep, repo, records, list(res.included), res.base_ref, ledger, "run-1")
+    bad = [c for c in rep.checks if not c.ok]
+    assert [(c.kind.value, c.detail, c.subject) for c in bad] == [("diff", "canonical diff not stored", "p0")], \
+        rep.reasons()
