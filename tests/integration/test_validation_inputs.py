@@ -164,22 +164,30 @@ def test_the_judged_tree_is_the_head_with_the_base_inputs_put_back(tmp_path: Pat
     assert none == [] and same == git(repo, "rev-parse", f"{base}^{{tree}}")
 
 
-def test_verify_rebuilds_the_judged_tree_and_names_a_report_that_judged_another(tmp_path: Path) -> None:
+def _base_input_reports(tmp_path: Path):
+    """A repository whose head changed a suite's input, and a maker of signed-record stand-ins for
+    validation reports judged with the base's inputs: (repo, base, tip, head tree, report)."""
     from coordinator.integration.evidence import Record
-    from coordinator.integration.verify import _validation_inputs
-    from coordinator.integration.verify_result import CheckKind, VerifyReport
     repo = _repo(tmp_path)
     base = head(repo)
     (repo / "scripts" / "check.sh").write_text("exit 0\n")
     git(repo, "commit", "-qam", "head")
     tip = head(repo)
-    tree, restored = base_inputs_tree(repo, git(repo, "rev-parse", "HEAD^{tree}"), base, ("scripts/check.sh",))
+    head_tree = git(repo, "rev-parse", "HEAD^{tree}")
+    tree, restored = base_inputs_tree(repo, head_tree, base, ("scripts/check.sh",))
 
-    def report(**inputs) -> Record:
+    def report(seq: int = 7, suite: str = "unit", **inputs) -> Record:
         inp = {"from": base, "globs": ["scripts/check.sh"], "restored": restored, "tree": tree, **inputs}
-        return Record(7, "integration.validation_report", {"phase": "base_inputs", "suite": "unit", "head_ref": tip,
-                                                           "tree": inp["tree"], "inputs": inp})
-    for rec, good in [(report(), True), (report(tree=git(repo, "rev-parse", "HEAD^{tree}")), False),
+        return Record(seq, "integration.validation_report", {"phase": "base_inputs", "suite": suite,
+                                                             "head_ref": tip, "tree": inp["tree"], "inputs": inp})
+    return repo, base, tip, head_tree, report
+
+
+def test_verify_rebuilds_the_judged_tree_and_names_a_report_that_judged_another(tmp_path: Path) -> None:
+    from coordinator.integration.verify import _validation_inputs
+    from coordinator.integration.verify_result import CheckKind, VerifyReport
+    repo, base, tip, head_tree, report = _base_input_reports(tmp_path)
+    for rec, good in [(report(), True), (report(tree=head_tree), False),
                       (report(**{"from": tip}), False), (report(restored=[]), False)]:
         rep = VerifyReport("run-v")
         _validation_inputs(rep, repo, [rec], base)
@@ -190,20 +198,9 @@ def test_verify_rebuilds_the_judged_tree_and_names_a_report_that_judged_another(
 def test_every_base_input_report_is_judged_past_one_from_another_base(tmp_path: Path) -> None:
     """A report whose inputs came from another base is named, and the reports after it are still
     judged: the first fault does not end the check."""
-    from coordinator.integration.evidence import Record
     from coordinator.integration.verify import _validation_inputs
     from coordinator.integration.verify_result import CheckKind, VerifyReport
-    repo = _repo(tmp_path)
-    base = head(repo)
-    (repo / "scripts" / "check.sh").write_text("exit 0\n")
-    git(repo, "commit", "-qam", "head")
-    tip = head(repo)
-    tree, restored = base_inputs_tree(repo, git(repo, "rev-parse", "HEAD^{tree}"), base, ("scripts/check.sh",))
-
-    def report(seq: int, suite: str, **inputs) -> Record:
-        inp = {"from": base, "globs": ["scripts/check.sh"], "restored": restored, "tree": tree, **inputs}
-        return Record(seq, "integration.validation_report", {"phase": "base_inputs", "suite": suite,
-                                                             "head_ref": tip, "tree": tree, "inputs": inp})
+    repo, base, tip, _, report = _base_input_reports(tmp_path)
     rep = VerifyReport("run-v")
     _validation_inputs(rep, repo, [report(7, "first", **{"from": tip}), report(8, "second", restored=[])], base)
     assert [(c.kind, c.ok) for c in rep.checks] == [(CheckKind.VALIDATION_INPUTS, False)] * 2, rep.checks
