@@ -30,6 +30,11 @@ Reported per configuration, per task:
   cpuacct cgroup of its own (cgroup v1), which counts every process of its tree, the
   sandboxed workers that nobody waits for included, and nothing of anyone else: the
   figure to compare on a shared machine;
+- container rows: the CPU that podman's default cgroup parent (`libpod_parent`, cgroup v1,
+  cgroupfs) counted over the run's window (`podman_outside_cpu_ms_per_task`): containers and
+  their conmon processes started outside the run's tree, which a container executor that
+  names no cgroup parent leaves there (anyone's containers, so measure on a machine where
+  no one else starts any); add it to the tree figure to compare such a run;
 - coordinator CPU (`coordinator_cpu_ms_per_task`): user + system CPU of the whole
   `dome run` process, of which the kernel's part (`sys_cpu_ms_per_task`); and
   `run_cpu_ms_per_task`, only RunLoop.start + run (what the earlier tables called
@@ -166,6 +171,16 @@ def idle_rate(seconds: float = 5.0) -> float:
 
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+# where podman (cgroupfs manager, cgroup v1) starts containers and their conmon processes when
+# nobody names a cgroup parent: outside the run's tree, so counted beside it
+PODMAN_DEFAULT_GROUP = CPUACCT / "libpod_parent"
+
+
+def group_cpu_s(group: Path) -> float | None:
+    try:
+        return int((group / "cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+        return None
 
 
 def tree_group() -> Path | None:
@@ -203,6 +218,7 @@ def timed_process(cmd: list[str], env: dict[str, str], timeout: float = 7200) ->
     group = tree_group()
     if group is not None:  # joined before the interpreter starts: its start-up is counted too
         cmd = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *cmd]
+    p0 = group_cpu_s(PODMAN_DEFAULT_GROUP)
     b0, t0 = machine_busy_s(), time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env)
     timer = threading.Timer(timeout, proc.kill)
@@ -216,6 +232,7 @@ def timed_process(cmd: list[str], env: dict[str, str], timeout: float = 7200) ->
     finally:
         timer.cancel()
     wall, busy = time.perf_counter() - t0, machine_busy_s() - b0
+    p1 = group_cpu_s(PODMAN_DEFAULT_GROUP)
     proc.returncode = os.waitstatus_to_exitcode(status)
     tree_s = None
     if group is not None:
@@ -227,7 +244,7 @@ def timed_process(cmd: list[str], env: dict[str, str], timeout: float = 7200) ->
     err_f.seek(0)
     return proc.returncode, out_f.read().decode(), err_f.read().decode(), {
         "wall_s": wall, "machine_busy_s": busy, "process_tree_cpu_s": usage.ru_utime + usage.ru_stime,
-        "tree_group_cpu_s": tree_s}
+        "tree_group_cpu_s": tree_s, "podman_default_group_cpu_s": None if p0 is None or p1 is None else p1 - p0}
 
 
 def start_ray(max_parallel: int) -> None:
@@ -530,6 +547,8 @@ def figures(n: int, run: dict, window: dict, idle: float) -> dict:
     tree = window.get("tree_group_cpu_s")
     return {"machine_cpu_ms_per_task": per(machine),
             "tree_cpu_ms_per_task": per(None if tree is None else tree - run["sampler_cpu_s"]),
+            # containers podman started outside the run's tree (anyone's, over the run's window)
+            "podman_outside_cpu_ms_per_task": per(window.get("podman_default_group_cpu_s")),
             "coordinator_cpu_ms_per_task": per(run["process_cpu_s"]),
             "sys_cpu_ms_per_task": per(run["process_sys_s"]),
             "waited_cpu_ms_per_task": per(run["children_cpu_s"]),
@@ -621,6 +640,7 @@ def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[Path]) -
         cols = [("db", "db", 8), ("executor", "executor", 9), ("N", "n", 6), ("status", "status", 9),
                 ("tree ms/task", "tree_cpu_ms_per_task", 12), ("machine ms/task", "machine_cpu_ms_per_task", 15), ("coord ms/task", "coordinator_cpu_ms_per_task", 13),
                 ("waited ms/task", "waited_cpu_ms_per_task", 14), ("workers ms/task", "workers_cgroup_cpu_ms_per_task", 15),
+                ("podman outside ms/task", "podman_outside_cpu_ms_per_task", 22),
                 ("RSS MB", "peak_rss_mb", 7), ("ledger B/task", "ledger_bytes_per_task", 13), ("wall s", "wall_s", 7)]
         print("\n" + " ".join(f"{h:>{w}}" for h, _, w in cols))
         for r in rows:

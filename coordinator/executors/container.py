@@ -47,14 +47,17 @@ from typing import Any, Mapping
 from registry.errors import DomeError
 
 from .base import AttemptFiles, ExitInfo, Limits
-from .sandbox import IN_BASE, IN_EGRESS, IN_PUB, IN_SCRATCH, IN_SOCKET, IN_SPAWN, IN_TASK, IN_WORKER_KEY, \
-    cpus_per_worker
+from .local import CpuTally
+from .podman_api import PodmanApiError, PodmanService, container_spec
+from .sandbox import CGROUP_FS, IN_BASE, IN_EGRESS, IN_PUB, IN_SCRATCH, IN_SOCKET, IN_SPAWN, IN_TASK, IN_WORKER_KEY, \
+    _own_cgroup, cgroup_cpu_ns, cpus_per_worker
 
 WORKER_USER = "10001:10001"
 LABEL = "io.dome.attempt"
 OWNER_LABEL = "io.dome.coordinator"  # "<host>:<pid>" of the coordinator that started the container
 STDERR_TAIL = 4096
 NPROC_RLIMIT = 16384  # the RLIMIT_NPROC backstop (capped at the host's hard limit); the pids cgroup is the limit
+API_ENV = "DOME_PODMAN_API"  # "0": podman's command line for every step, as before the API service
 REF = re.compile(r"^(?P<name>[^@\s]+)@sha256:(?P<hex>[0-9a-f]{64})$")
 
 
@@ -114,19 +117,35 @@ def check_image(ref: ImageRef, by_name: Mapping[str, Any] | None, by_digest: Map
     return str(by_digest["Id"])
 
 
-def container_argv(files: AttemptFiles, *, image_id: str, name: str, gateway_path: str, limits: Limits,
-                   cpus: int, user: str = WORKER_USER, podman: str = "podman", runtime: str | None = None,
-                   labels: Mapping[str, str] | None = None) -> list[str]:
-    """The full `podman run -d` command line of one attempt (pure)."""
-    lim = limits
+def nproc_backstop() -> int:
+    """RLIMIT_NPROC of an attempt: NPROC_RLIMIT, capped at the host's hard limit."""
     hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    nproc = NPROC_RLIMIT if hard == resource.RLIM_INFINITY else min(hard, NPROC_RLIMIT)
+    return NPROC_RLIMIT if hard == resource.RLIM_INFINITY else min(hard, NPROC_RLIMIT)
+
+
+def attempt_env(files: AttemptFiles, limits: Limits, cpus: int) -> dict[str, str]:
+    """The environment an attempt's runtime reads (pure), beside the image's own."""
+    lim = limits
     # the container sees its own cgroups at /sys/fs/cgroup (read-only): the runtime reads its
     # limit counters there, as it reads /dome/cgroup under bubblewrap
     budget = {"tmp_mb": lim.tmp_mb, "disk_mb": lim.disk_mb, "memory_mb": lim.memory_mb,
               "max_processes": lim.max_processes, "cgroups": ["memory", "pids"], "cgroup_root": "/sys/fs/cgroup"}
+    return {"HOME": "/tmp", "DOME_SCRATCH": IN_SCRATCH, "DOME_BASE_GIT": IN_BASE, "DOME_COORDINATOR_PUB": IN_PUB,
+            "DOME_LIMITS": json.dumps(budget), "DOME_WORKER_CPUS": str(cpus),
+            **({"DOME_TASK_META": IN_TASK} if files.task_json else {}),
+            **({"DOME_WORKER_KEY": IN_WORKER_KEY} if files.worker_key else {}),
+            **({"DOME_EGRESS_SOCKET": IN_EGRESS} if files.egress_socket else {})}
+
+
+def container_argv(files: AttemptFiles, *, image_id: str, name: str, gateway_path: str, limits: Limits,
+                   cpus: int, user: str = WORKER_USER, podman: str = "podman", runtime: str | None = None,
+                   labels: Mapping[str, str] | None = None, cgroup_parent: str | None = None) -> list[str]:
+    """The full `podman run -d` command line of one attempt (pure): the path without podman's API."""
+    lim = limits
+    nproc = nproc_backstop()
     a = [podman, *(["--runtime", runtime] if runtime else []), "run", "--detach", "--name", name,
          *[x for k, v in sorted((labels or {}).items()) for x in ("--label", f"{k}={v}")],
+         *(["--cgroup-parent", cgroup_parent] if cgroup_parent else []),
          "--network", "none", "--read-only", "--read-only-tmpfs=false",
          "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user", user,
          "--pids-limit", str(lim.max_processes),
@@ -149,12 +168,7 @@ def container_argv(files: AttemptFiles, *, image_id: str, name: str, gateway_pat
          *(["-v", f"{files.task_json}:{IN_TASK}:ro"] if files.task_json else []),
          *(["-v", f"{files.worker_key}:{IN_WORKER_KEY}:ro"] if files.worker_key else []),
          "--workdir", IN_SCRATCH,
-         "-e", "HOME=/tmp", "-e", f"DOME_SCRATCH={IN_SCRATCH}", "-e", f"DOME_BASE_GIT={IN_BASE}",
-         "-e", f"DOME_COORDINATOR_PUB={IN_PUB}", "-e", f"DOME_LIMITS={json.dumps(budget)}",
-         "-e", f"DOME_WORKER_CPUS={cpus}",
-         *(["-e", f"DOME_TASK_META={IN_TASK}"] if files.task_json else []),
-         *(["-e", f"DOME_WORKER_KEY={IN_WORKER_KEY}"] if files.worker_key else []),
-         *(["-e", f"DOME_EGRESS_SOCKET={IN_EGRESS}"] if files.egress_socket else []),
+         *[x for k, v in attempt_env(files, lim, cpus).items() for x in ("-e", f"{k}={v}")],
          image_id, IN_SPAWN]
     return a
 
@@ -224,6 +238,35 @@ def sweep_orphans(podman: str) -> list[str]:
     return names
 
 
+def run_cgroup_parent(pid: int, nonce: str) -> str | None:
+    """cgroup v1 as root: the cgroup path (the same in every hierarchy) to start the run's
+    containers and their conmon processes under, nested in this process's own cpuacct group so
+    that whatever counts the coordinator (a benchmark's group, the host's) counts them too; None
+    elsewhere (cgroup v2, rootless: podman's own placement, and the workers go unmeasured)."""
+    own = _own_cgroup("cpuacct")
+    if os.geteuid() != 0 or own is None or not (CGROUP_FS / "cpuacct" / "cpuacct.usage").exists():
+        return None
+    return f"{own.rstrip('/')}/dome-containers-{pid}-{nonce}"
+
+
+def remove_cgroup_tree(rel: str, fs: Path = CGROUP_FS) -> None:
+    """Remove `rel` and the groups below it in every v1 hierarchy podman made it in (deepest
+    first; a group still holding a process stays)."""
+    for top in fs.iterdir():
+        base = top / rel.lstrip("/")
+        if not base.is_dir() or base.is_symlink():
+            continue
+        for d in sorted((x for x in base.rglob("*") if x.is_dir()), key=lambda x: -len(x.parts)):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        try:
+            base.rmdir()
+        except OSError:
+            pass
+
+
 @dataclass
 class _Attempt:
     name: str
@@ -237,7 +280,8 @@ class ContainerExecutor:
     name = "container"
 
     def __init__(self, *, image: str | None = None, sandbox: str = "bwrap", max_concurrency: int = 4,
-                 limits: Limits | None = None, podman: str | None = None, runtime: str | None = None) -> None:
+                 limits: Limits | None = None, podman: str | None = None, runtime: str | None = None,
+                 api: bool | None = None) -> None:
         exe = podman or shutil.which("podman")
         if exe is None:
             raise ContainerUnavailable("podman is not installed", hints=ContainerUnavailable.hints_default)
@@ -246,6 +290,7 @@ class ContainerExecutor:
             raise ContainerUnavailable("no worker image given (--image or $DOME_WORKER_IMAGE)",
                                        hints=["ops/container/build.sh prints the pinned ref to pass"])
         self.podman = exe
+        self.api: PodmanService | None = None
         name = image.split("@", 1)[0]
         if "@" in image:  # pinned: it must still be what the name points at
             image_id = check_image(parse_ref(image), inspect_image(exe, name), inspect_image(exe, image.split("@", 1)[1]))
@@ -265,15 +310,41 @@ class ContainerExecutor:
         sweep_orphans(exe)
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
+        # every container of the run (and its conmon) under one cgroup of the coordinator's own:
+        # counted wherever the coordinator is, and read back as the workers' CPU
+        self.cgroup_parent = run_cgroup_parent(os.getpid(), os.urandom(4).hex())
+        self._cgroup_ns = 0
+        if self.cgroup_parent is not None:
+            self.cpu = CpuTally(helper=self._containers_cpu_s)
+        # podman's API: one service for the run instead of a podman command per step; the
+        # command line stays the way where the service cannot start, or with DOME_PODMAN_API=0
+        use_api = api if api is not None else os.environ.get(API_ENV, "1").strip() != "0"
+        self.api_error: str | None = None
+        if use_api:
+            try:
+                self.api = PodmanService(exe, self.runtime)
+            except OSError as exc:
+                self.api_error = str(exc)
+
+    def _containers_cpu_s(self) -> float:
+        """CPU (s) of every container of the run and of their conmon processes so far."""
+        if self.cgroup_parent is not None:
+            ns = cgroup_cpu_ns(CGROUP_FS / "cpuacct" / self.cgroup_parent.lstrip("/"))
+            if ns is not None:
+                self._cgroup_ns = ns  # kept: the group is removed at shutdown
+        return self._cgroup_ns / 1e9
+
+    def _inspect(self, ref: str) -> dict[str, Any] | None:
+        return self.api.image(ref) if self.api is not None else inspect_image(self.podman, ref)
 
     def resolve(self, container_ref: str) -> str:
         """The image id to run for a SpawnSpec's container_ref, or a typed refusal (nothing started)."""
         ref = parse_ref(container_ref)
-        return check_image(ref, inspect_image(self.podman, ref.name), inspect_image(self.podman, ref.digest))
+        return check_image(ref, self._inspect(ref.name), self._inspect(ref.digest))
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
         """Check the image (a typed refusal raises here, before anything starts), then start and
-        supervise the container on a thread of its own, so podman's CLI never holds the run loop."""
+        supervise the container on a thread of its own, so podman never holds the run loop."""
         neid = str(spec["node_execution_id"])
         image_id = self.resolve(str(spec["container_ref"]))
         files.log_dir.mkdir(parents=True, exist_ok=True)
@@ -282,23 +353,77 @@ class ContainerExecutor:
             os.chown(files.worker_key, 10001, 10001)  # readable by the container's user only (0600)
         gw = (spec.get("gateway") or {}).get("socket") or IN_SOCKET
         att = _Attempt(f"dome-{neid}", files)
-        argv = container_argv(files, image_id=image_id, name=att.name, gateway_path=gw, limits=self.limits,
-                              cpus=cpus_per_worker(self.max_concurrency), user=user, podman=self.podman,
-                              runtime=self.runtime, labels={LABEL: neid, "io.dome.run": str(spec["run_id"]),
-                                                            OWNER_LABEL: self.owner})
-        att.thread = threading.Thread(target=self._supervise, args=(neid, att, argv), name=f"dome-{neid}",
+        labels = {LABEL: neid, "io.dome.run": str(spec["run_id"]), OWNER_LABEL: self.owner}
+        cpus = cpus_per_worker(self.max_concurrency)
+        if self.api is not None:
+            how: Any = container_spec(files, image_id=image_id, name=att.name, gateway_path=gw, limits=self.limits,
+                                      cpus=cpus, env=attempt_env(files, self.limits, cpus), nproc=nproc_backstop(),
+                                      user=user, labels=labels, cgroup_parent=self.cgroup_parent)
+        else:
+            how = container_argv(files, image_id=image_id, name=att.name, gateway_path=gw, limits=self.limits,
+                                 cpus=cpus, user=user, podman=self.podman, runtime=self.runtime, labels=labels,
+                                 cgroup_parent=self.cgroup_parent)
+        att.thread = threading.Thread(target=self._supervise, args=(neid, att, how), name=f"dome-{neid}",
                                       daemon=True)
         with self._lock:
             self._attempts[neid] = att
         att.thread.start()
 
-    def _supervise(self, neid: str, att: _Attempt, argv: list[str]) -> None:
+    def _supervise(self, neid: str, att: _Attempt, how: Any) -> None:
         try:
-            att.result = self._lifecycle(neid, att, argv)
+            att.result = self._lifecycle_api(neid, att, how) if self.api is not None else \
+                self._lifecycle(neid, att, how)
         except Exception as exc:  # noqa: BLE001 - reported as the attempt's exit, never lost
             att.result = ExitInfo(neid, 125, stderr_tail=f"container executor: {type(exc).__name__}: {exc}")
         finally:
-            _podman(self.podman, None, "rm", "-f", att.name)
+            self._remove(att.name)
+            if self.cgroup_parent is not None:
+                self.cpu.add_group(0)  # one more attempt counted: its CPU is in the run's group
+
+    def _remove(self, name: str) -> None:
+        if self.api is not None:
+            try:
+                self.api.remove(name)
+                return
+            except (OSError, PodmanApiError):
+                pass  # the service is gone: the command line still removes it
+        _podman(self.podman, None, "rm", "-f", name)
+
+    def _kill(self, name: str) -> None:
+        if self.api is not None:
+            try:
+                self.api.kill(name)
+                return
+            except (OSError, PodmanApiError):
+                pass
+        _podman(self.podman, None, "kill", "--signal", "KILL", name, timeout=60)
+
+    def _lifecycle_api(self, neid: str, att: _Attempt, spec: Mapping[str, Any]) -> ExitInfo:
+        """create and start over the API, drop the host's key, wait, read the exit and the logs."""
+        api = self.api
+        assert api is not None
+        try:
+            api.create(spec)
+            api.start(att.name)  # answers once the container runs: its mounts are made
+        except PodmanApiError as exc:
+            return ExitInfo(neid, 125, stderr_tail=f"podman could not start the attempt: {str(exc)[-2000:]}")
+        finally:
+            if att.files.worker_key is not None:
+                att.files.worker_key.unlink(missing_ok=True)  # the container holds its bind: the key lives only there
+        if att.killed:  # killed while it was starting
+            self._kill(att.name)
+        api.wait(att.name)
+        rc, oom = api.state(att.name)
+        out, err = api.logs(att.name)
+        (att.files.log_dir / "worker.stdout").write_bytes(out)
+        (att.files.log_dir / "worker.stderr").write_bytes(err)
+        return self._exit(neid, 137 if rc is None else rc, oom, err[-STDERR_TAIL:].decode("utf-8", "replace"))
+
+    def _exit(self, neid: str, rc: int, oom: bool, tail: str) -> ExitInfo:
+        violations = [{"kind": "memory_limit", "limit_mb": self.limits.memory_mb}] if oom else []
+        if 128 < rc <= 128 + 64:  # killed by a signal (podman reports 128+n)
+            return ExitInfo(neid, None, signal=rc - 128, stderr_tail=tail, violations=violations)
+        return ExitInfo(neid, rc, stderr_tail=tail, violations=violations)
 
     def _lifecycle(self, neid: str, att: _Attempt, argv: list[str]) -> ExitInfo:
         """run -d, drop the host's key, wait, read the exit and the logs."""
@@ -310,7 +435,7 @@ class ContainerExecutor:
         if r.returncode != 0:
             return ExitInfo(neid, 125, stderr_tail=f"podman could not start the attempt: {r.stderr.strip()[-2000:]}")
         if att.killed:  # killed while it was starting
-            _podman(self.podman, None, "kill", "--signal", "KILL", att.name, timeout=60)
+            self._kill(att.name)
         subprocess.run([self.podman, "wait", att.name], capture_output=True, text=True)
         r = _podman(self.podman, None, "inspect", "--format", "{{.State.ExitCode}} {{.State.OOMKilled}}", att.name)
         code_s, _, oom = r.stdout.strip().partition(" ")
@@ -320,14 +445,11 @@ class ContainerExecutor:
             rc = 137
         with open(att.files.log_dir / "worker.stdout", "wb") as so, open(att.files.log_dir / "worker.stderr", "wb") as se:
             subprocess.run([self.podman, "logs", att.name], stdout=so, stderr=se, timeout=60)
-        violations = [{"kind": "memory_limit", "limit_mb": self.limits.memory_mb}] if oom == "true" else []
         try:
             tail = (att.files.log_dir / "worker.stderr").read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace")
         except OSError:
             tail = ""
-        if 128 < rc <= 128 + 64:  # killed by a signal (podman reports 128+n)
-            return ExitInfo(neid, None, signal=rc - 128, stderr_tail=tail, violations=violations)
-        return ExitInfo(neid, rc, stderr_tail=tail, violations=violations)
+        return self._exit(neid, rc, oom == "true", tail)
 
     def running(self) -> list[str]:
         with self._lock:
@@ -345,7 +467,7 @@ class ContainerExecutor:
             att = self._attempts.get(node_execution_id)
         if att is not None:
             att.killed = reason
-            _podman(self.podman, None, "kill", "--signal", "KILL", att.name, timeout=60)
+            self._kill(att.name)
 
     def shutdown(self) -> None:
         for neid in self.running():
@@ -356,3 +478,8 @@ class ContainerExecutor:
             if a.thread is not None:
                 a.thread.join(60)
         self.poll()
+        if self.api is not None:
+            self.api.close()
+        if self.cgroup_parent is not None:
+            self._containers_cpu_s()  # the last reading, before the group goes
+            remove_cgroup_tree(self.cgroup_parent)
