@@ -79,8 +79,9 @@ class PodmanService:
         cmd = [*([shutil.which("setpriv") or "setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []),
                podman, *(["--runtime", runtime] if runtime else []), "system", "service", "--time=0",
                f"unix://{self.socket}"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
+        # its messages go to a file (a pipe nobody reads during the run would fill and stop it)
+        with open(self.dir / "service.log", "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         deadline = time.monotonic() + start_timeout
         while True:
             try:
@@ -162,7 +163,7 @@ class PodmanService:
         self.request("DELETE", f"/containers/{name}?force=true", timeout=120, ok=(200, 204, 404))
 
     def close(self) -> str:
-        """Stop the service and remove its socket's directory; its stderr, for a report."""
+        """Stop the service and remove its socket's directory; the end of its log, for a report."""
         err = ""
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -171,12 +172,10 @@ class PodmanService:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        if self.proc.stderr is not None:
-            try:
-                err = self.proc.stderr.read().decode("utf-8", "replace")
-            except (OSError, ValueError):
-                pass
-            self.proc.stderr.close()
+        try:
+            err = (self.dir / "service.log").read_bytes()[-4000:].decode("utf-8", "replace")
+        except OSError:
+            pass
         shutil.rmtree(self.dir, ignore_errors=True)
         return err
 
