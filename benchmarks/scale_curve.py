@@ -468,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-parallel", type=int, default=4)
     ap.add_argument("--executor", default="local", help="comma-separated: local, ray, container")
     ap.add_argument("--image", default=os.environ.get("DOME_WORKER_IMAGE"),
-                    help="the container rows' worker image (built with ops/container/build.sh when not given)")
+                    help="the container rows' worker image (built with ops/container/build.sh when not given); "
+                         "with --tree, one per tree (comma-separated, in the same order) when the image is part "
+                         "of what is compared")
     ap.add_argument("--verify", action="store_true", help="run dome verify's checks on each run afterwards")
     ap.add_argument("--project-dir", default=".",
                     help="where each run's repository and ops/ go (a fresh folder in it, removed after), as a "
@@ -588,6 +590,12 @@ def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[Path]) -
     if "container" in kinds and not image:
         image = subprocess.run(["bash", str(ROOT / "ops" / "container" / "build.sh")], check=True,
                                capture_output=True, text=True, timeout=7200).stdout.strip().splitlines()[-1]
+    images = (image or "").split(",")
+    if len(images) > 1 and len(images) != len(trees):
+        ap_error = f"--image names {len(images)} images for {len(trees)} trees"
+        print(ap_error, file=sys.stderr)
+        return 2
+    image_of = {t: images[i] if len(images) > 1 else image for i, t in enumerate(trees)}
     project_dir = None if a.project_dir == "tmp" else os.path.abspath(a.project_dir)
     idle = idle_rate(a.idle_seconds)
     sink = None  # the OTLP sink of `--telemetry on`, started on first use
@@ -612,7 +620,7 @@ def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[Path]) -
                     run, window = _child(["--one", str(n), "--sandbox", a.sandbox, "--executor", kind,
                                           "--telemetry", tel,
                                           "--max-parallel", str(a.max_parallel), *common,
-                                          *(["--image", image] if image else []),
+                                          *(["--image", image_of[tree]] if image_of[tree] else []),
                                           *(["--spawn-threads", str(a.spawn_threads)]
                                             if a.spawn_threads is not None else [])], env, timed=True)
                     ledger, _ = _child(["--analyse", run["run_id"], *common, *(["--verify"] if a.verify else [])],
@@ -623,6 +631,7 @@ def _configurations(a: argparse.Namespace, rows: list[dict], kept: list[Path]) -
                 row = {"n": n, "db": "postgres" if url else "sqlite", "executor": kind, "sandbox": a.sandbox,
                        "telemetry": tel,
                        **({"tree": tree} if len(trees) > 1 else {}),
+                       **({"image": image_of[tree]} if kind == "container" else {}),
                        "status": run["status"], "succeeded": run["succeeded"], **figures(n, run, window, idle),
                        "peak_rss_mb": run["peak_rss_mb"], "peak_scratch_mb": run["peak_scratch_mb"],
                        "max_parallel": a.max_parallel, **ledger}

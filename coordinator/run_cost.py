@@ -7,8 +7,10 @@ the attempts' cgroups (cpuacct on cgroup v1, cpu.stat on v2) and reaps each atte
 with its own usage, so the two can be told apart: what the cgroups counted is the workers'
 (the launcher included from the moment it joined), the rest of the waited-for children's CPU
 is git and the like. Where no cgroup counts, the reaped attempt processes (the worker itself
-without a sandbox) are the workers' figure. Executors that keep no tally (ray, container)
-leave the workers unmeasured and say so.
+without a sandbox) are the workers' figure. The container executor counts its containers,
+their conmon processes and its podman API service, where its containers run under a cgroup
+of the coordinator's (cgroup v1 as root). Executors that keep no tally (ray; container
+elsewhere) leave the workers unmeasured and say so.
 """
 from __future__ import annotations
 

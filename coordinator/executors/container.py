@@ -51,6 +51,7 @@ from .local import CpuTally
 from .podman_api import PodmanApiError, PodmanService, container_spec
 from .sandbox import CGROUP_FS, IN_BASE, IN_EGRESS, IN_PUB, IN_SCRATCH, IN_SOCKET, IN_SPAWN, IN_TASK, IN_WORKER_KEY, \
     _own_cgroup, cgroup_cpu_ns, cpus_per_worker
+from .zygote import live_cpu_s
 
 WORKER_USER = "10001:10001"
 LABEL = "io.dome.attempt"
@@ -314,8 +315,6 @@ class ContainerExecutor:
         # counted wherever the coordinator is, and read back as the workers' CPU
         self.cgroup_parent = run_cgroup_parent(os.getpid(), os.urandom(4).hex())
         self._cgroup_ns = 0
-        if self.cgroup_parent is not None:
-            self.cpu = CpuTally(helper=self._containers_cpu_s)
         # podman's API: one service for the run instead of a podman command per step; the
         # command line stays the way where the service cannot start, or with DOME_PODMAN_API=0
         use_api = api if api is not None else os.environ.get(API_ENV, "1").strip() != "0"
@@ -325,6 +324,11 @@ class ContainerExecutor:
                 self.api = PodmanService(exe, self.runtime)
             except OSError as exc:
                 self.api_error = str(exc)
+        if self.cgroup_parent is not None:  # the workers' CPU: the containers, their conmon, the live service
+            self.cpu = CpuTally(helper=self._workers_cpu_s)
+
+    def _workers_cpu_s(self) -> float:
+        return self._containers_cpu_s() + (live_cpu_s(self.api.proc.pid) if self.api is not None else 0.0)
 
     def _containers_cpu_s(self) -> float:
         """CPU (s) of every container of the run and of their conmon processes so far."""

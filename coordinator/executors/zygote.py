@@ -87,6 +87,17 @@ def direct_request(argv: Sequence[str], env: Mapping[str, str], cwd: str, fds: S
                   "argv": [moved.get(a, a) for a in command[command.index("-m") + 2:]], "cgroups": []}
 
 
+def live_cpu_s(pid: int) -> float:
+    """A live process's own CPU so far (all its threads; not its children's); 0 once it is gone
+    (then its parent's wait counts it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class Zygote:
     """The run's zygote process and the socket its requests go through (one spawner thread uses it).
     `intents`: the run's intents, whose handlers it imports ahead."""
@@ -123,12 +134,7 @@ class Zygote:
 
     def cpu_s(self) -> float:
         """The zygote's own CPU so far (its imports and forks; not its children's), while it lives."""
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-        except (OSError, ValueError, IndexError):
-            return 0.0
+        return live_cpu_s(self.proc.pid)
 
     def close(self) -> None:
         self.alive = False

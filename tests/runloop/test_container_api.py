@@ -169,8 +169,9 @@ def test_an_attempt_reaches_no_socket_but_the_gateway_and_nothing_of_an_earlier_
     walk = ("import os, stat; print('\\n'.join(sorted(os.path.join(d, n) for d, ds, ns in os.walk('/') "
             "if not d.startswith(('/proc', '/sys', '/dev')) for n in ns "
             "if stat.S_ISSOCK(os.lstat(os.path.join(d, n)).st_mode))))")
-    first = f"python3 -c \"{walk}\" > sockets.txt; echo mine > /tmp/left-behind"
-    second = "(test -e /tmp/left-behind && echo leak=yes || echo leak=no) > second.txt"
+    # a command may write its checkout and its own $TMPDIR (under /tmp, a tmpfs of the container)
+    first = f"python3 -c \"{walk}\" > sockets.txt; echo mine > \"$TMPDIR/left-behind\""
+    second = "(find /tmp -name left-behind 2>/dev/null | grep -q . && echo leak=yes || echo leak=no) > second.txt"
     ops = tmp_path / "ops"
     q = write_queue(tmp_path, git_repo, [cmd_task("first", first), cmd_task("second", second, ["first"])])
     r = dome_cli("run", str(q), "--ops-root", str(ops), "--executor", "container", "--image", worker_image,
