@@ -344,7 +344,11 @@ class ContainerExecutor:
     def resolve(self, container_ref: str) -> str:
         """The image id to run for a SpawnSpec's container_ref, or a typed refusal (nothing started)."""
         ref = parse_ref(container_ref)
-        return check_image(ref, self._inspect(ref.name), self._inspect(ref.digest))
+        by_name = self._inspect(ref.name)
+        # the name's image has the pinned digest: it is the digest's image, no second look-up
+        by_digest = by_name if by_name is not None and ref.digest in image_digests(by_name) else \
+            self._inspect(ref.digest)
+        return check_image(ref, by_name, by_digest)
 
     def dispatch(self, spec: Mapping[str, Any], files: AttemptFiles) -> None:
         """Check the image (a typed refusal raises here, before anything starts), then start and
