@@ -40,6 +40,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -268,6 +269,13 @@ def remove_cgroup_tree(rel: str, fs: Path = CGROUP_FS) -> None:
             pass
 
 
+def _release(api: PodmanService | None, cgroup_parent: str | None) -> None:
+    if api is not None:
+        api.close()
+    if cgroup_parent is not None:
+        remove_cgroup_tree(cgroup_parent)
+
+
 @dataclass
 class _Attempt:
     name: str
@@ -311,9 +319,6 @@ class ContainerExecutor:
         sweep_orphans(exe)
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
-        # every container of the run (and its conmon) under one cgroup of the coordinator's own:
-        # counted wherever the coordinator is, and read back as the workers' CPU
-        self.cgroup_parent = run_cgroup_parent(os.getpid(), os.urandom(4).hex())
         self._cgroup_ns = 0
         # podman's API: one service for the run instead of a podman command per step; the
         # command line stays the way where the service cannot start, or with DOME_PODMAN_API=0
@@ -324,8 +329,26 @@ class ContainerExecutor:
                 self.api = PodmanService(exe, self.runtime)
             except OSError as exc:
                 self.api_error = str(exc)
+        # every container of the run (and its conmon) under one cgroup of the coordinator's own:
+        # counted wherever the coordinator is, and read back as the workers' CPU (a cgroup path
+        # as the parent is cgroupfs's spelling; systemd's is a slice)
+        self.cgroup_parent = run_cgroup_parent(os.getpid(), os.urandom(4).hex()) \
+            if self._cgroup_manager() == "cgroupfs" else None
         if self.cgroup_parent is not None:  # the workers' CPU: the containers, their conmon, the live service
             self.cpu = CpuTally(helper=self._workers_cpu_s)
+        # the service and the run's cgroup go at shutdown, or when the executor is collected or the
+        # process exits without one (an executor made only to check images)
+        self._release = weakref.finalize(self, _release, self.api, self.cgroup_parent)
+
+    def _cgroup_manager(self) -> str:
+        """podman's cgroup manager here ("cgroupfs", "systemd"), "" where it cannot be read."""
+        try:
+            if self.api is not None:
+                return str(((self.api.request("GET", "/info", timeout=60) or {}).get("host") or {})
+                           .get("cgroupManager", ""))
+            return _podman(self.podman, None, "info", "--format", "{{.Host.CgroupManager}}", timeout=60).stdout.strip()
+        except (OSError, PodmanApiError, subprocess.SubprocessError, AttributeError):
+            return ""
 
     def _workers_cpu_s(self) -> float:
         return self._containers_cpu_s() + (live_cpu_s(self.api.proc.pid) if self.api is not None else 0.0)
@@ -486,8 +509,5 @@ class ContainerExecutor:
             if a.thread is not None:
                 a.thread.join(60)
         self.poll()
-        if self.api is not None:
-            self.api.close()
-        if self.cgroup_parent is not None:
-            self._containers_cpu_s()  # the last reading, before the group goes
-            remove_cgroup_tree(self.cgroup_parent)
+        self._containers_cpu_s()  # the last reading, before the group goes
+        self._release()
