@@ -24,11 +24,15 @@ Confinement matches the bubblewrap sandbox (coordinator/executors/sandbox.py):
   open files, file size and core dumps.
 
 The attempt's private key is bound read-only into its container and the
-host file deleted as soon as the container has started (`podman run -d`
-returns after the mounts are made), as the local executor does with bwrap.
-Each attempt has a thread of its own that starts the container, waits for it (`podman wait`),
-reads its exit status and logs (`podman logs`) and removes it, so podman's CLI never holds the
-run loop; a container that could not start exits 125 with podman's message as its stderr.
+host file deleted as soon as the container has started (the start returns
+after the mounts are made), as the local executor does with bwrap.
+Each attempt has a thread of its own that creates and starts the container, waits for it,
+reads its exit status and logs and removes it, so podman never holds the run loop; a
+container that could not start exits 125 with podman's message as its stderr. The steps go
+to one podman API service per run (coordinator/executors/podman_api.py); where it cannot
+start, or with DOME_PODMAN_API=0, to podman's commands (`run -d`, `wait`, `inspect`, `logs`,
+`rm`). On cgroup v1 as root (podman's cgroupfs manager) the run's containers and their conmon
+processes run under one cgroup nested in the coordinator's own, whose CPU is the run's workers'.
 """
 from __future__ import annotations
 
