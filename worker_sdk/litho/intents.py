@@ -157,7 +157,8 @@ def _tile_batch(ctx: IntentContext, resp: dict[str, Any]) -> IntentResult:
     t = resp["tiling"]
     summary = {"tiles_run": t["tiles_run"], "tiles_resumed": t["tiles_resumed"],
                "tiles_restored": t.get("tiles_restored", []), "tiles_cleaned": t.get("tiles_cleaned", []),
-               "seams_checked": t.get("seams_checked", []), "missing": len(t["missing"]),
+               "seams_checked": t.get("seams_checked", []), "tiles_evaluated": t.get("tiles_evaluated", []),
+               "missing": len(t["missing"]),
                "dir": _rel(ctx, Path(t["dir"])), "seconds": t["seconds"], "peak_rss_mb": t["peak_rss_mb"]}
     ctx.progress(1.0, f"{len(t['tiles_run'])} tile(s) optimised")
     return IntentResult(summary=summary, evidence=[{"kind": "litho.tiles", "schema_version": resp["schema_version"],

@@ -17,12 +17,18 @@
   optimised and cleaned the tiles under them; each stores a record per window
   (with `seams_in_waves=False`, or without the clean-up in the waves, the
   stitch task re-simulates every window, as before).
+- the evaluation runs in the waves too: each seam task also evaluates the
+  tiles `evaluated_by` gives its windows (`tiling.evaluate`), after the tasks
+  that optimised and cleaned those tiles and their neighbours; the stitch and
+  the evaluation task sum those records instead of simulating the mask again
+  (with `evaluate_in_waves=False` they simulate it, as before).
 - one `litho.optimize` stitch task (depends on every batch): every tile is in
   its checkout already, none is redone, and every clean core too; it
   assembles the mask, writes it with its metrics report (`*.litho.json`),
   and judges the seams from the windows' records and the tiles' own prints.
 - one `litho.evaluate` task on the full layout and the stitched mask (depends
-  on the stitch): its report lists `violations[]`, deduplicated across tiles
+  on the stitch; `tiles` names the tile folder whose evaluation records it
+  sums): its report lists `violations[]`, deduplicated across tiles
   (canonical and shadow records with `violation_group_id`).
 - the `litho.resim` validation re-simulates the committed mask over the whole
   layout and must reproduce the claimed L2 and PVB.
