@@ -20,7 +20,7 @@ from worker_sdk.litho.engine import evaluate as whole_canvas
 from worker_sdk.litho.errors import BadRequest
 from worker_sdk.litho.layout import load_layout
 from worker_sdk.litho.process import DEFAULT
-from worker_sdk.litho.streaming import PolygonIndex, evaluate_streaming, sorted_records
+from worker_sdk.litho.streaming import evaluate_streaming, sorted_records
 from worker_sdk.litho.tiledjob import WaveEvals
 from worker_sdk.litho.tilequeue import evaluated_by
 from worker_sdk.litho.violations import dedup, rule_deck, rule_deck_hash
