@@ -1,6 +1,6 @@
 """The fullchip example through `dome run`, phase by phase: the quick crop or the whole 462-tile block.
 
-    python benchmarks/fullchip_block.py [--layout block_quick|block] [--clean serial,waves,seams]
+    python benchmarks/fullchip_block.py [--layout block_quick|block] [--clean serial,waves,seams,fused]
                                         [--iterations N] [--timeout S] [--json PATH]
 
 Each `--clean` variant is one whole `dome run` of the same layout (tiles in
@@ -13,7 +13,11 @@ their ratio survives the machine's load:
 - `waves`: each tile is cleaned by its own batch or a clean-up task in the
   waves, and the stitch task assembles and runs the seam check;
 - `seams`: as `waves`, and the seam windows are re-simulated by seam tasks in
-  the waves; the stitch task only compares their records.
+  the waves; the stitch task only compares their records;
+- `fused`: as `seams`, and the seam tasks also evaluate each tile on its own
+  window of the clean mask; the stitch and the evaluation task sum those
+  records instead of simulating the mask again (the `litho.resim` validation
+  still re-simulates it, as the independent check).
 
 Per variant it prints the run's wall time, CPU (from `run.finished`), the
 tasks' walls grouped by kind (tile batches, clean-up tasks, stitch,
@@ -62,7 +66,8 @@ def queue_for(layout: str, clean: str, repo: Path, iterations: int | None, batch
     q = tile_queue(plan, layout=req["layout"], out=req["out"], tile_dir=req["tiling"]["dir"], kernels=mr.KERNELS,
                    name=f"fullchip-{layout}-{clean}", batch_size=batch, iterations=iters, mrc=mr.MRC,
                    promote_to=target, evaluate_level=level, endgame_max_duplicates=dups,
-                   clean_in_waves=(clean in ("waves", "seams")), seams_in_waves=(clean == "seams"),
+                   clean_in_waves=(clean in ("waves", "seams", "fused")), seams_in_waves=(clean in ("seams", "fused")),
+                   evaluate_in_waves=(clean == "fused"),
                    validations=[mr.TESTS_SUITE])
     q["repo"] = str(repo)
     return q
@@ -101,7 +106,10 @@ def phases(events: list[dict], report: dict) -> dict:
         rss["stitch"] = float(tiling["peak_rss_mb"])
     finished = next((e for e in reversed(events) if e["topic"] == "run.finished"), None)
     wall = _ts(events[-1]) - _ts(events[0]) if events else 0.0
-    return {"wall_s": round(wall, 1), "tiles": tiles_run,
+    last_task = max((_ts(e) for e in events if e["topic"] == "task.completed"), default=None)
+    # after the last task: integration, the validations (litho.resim re-simulates the mask), promotion
+    finish = round(_ts(finished) - last_task, 1) if finished is not None and last_task is not None else None
+    return {"wall_s": round(wall, 1), "tiles": tiles_run, "finish_s": finish,
             "tiles_per_s": round(tiles_run / wall, 4) if wall else None,
             "tasks": {k: {"n": len(v), "wall_s": round(sum(v), 1), "max_s": round(max(v), 1)} for k, v in walls.items()},
             "worker_s": {k: round(v, 1) for k, v in sorted(worker.items())},
@@ -134,12 +142,26 @@ def run_variant(layout: str, clean: str, work: Path, data: Path, iterations: int
     report = json.loads(show.stdout) if show.returncode == 0 else {}
     res = {"layout": layout, "clean": clean, "status": out.get("status"), "cli_wall_s": round(wall, 1),
            **phases(events, report), "seam_check": (report.get("tiling") or {}).get("seam_check"),
-           "metrics": report.get("metrics")}
+           "metrics": report.get("metrics"), "evaluate": _evaluate_report(repo, ref, layout)}
     if not report:  # promoted without the stitched mask: a partial run, not a result
         res["status"] = f"{out.get('status')} without masks/{layout}.litho.json"
     if res["status"] != "promoted":
         res["stderr_tail"] = r.stderr[-2000:]
     return res
+
+
+def _evaluate_report(repo: Path, ref: str, layout: str) -> dict:
+    """The evaluation task's figures on the promoted branch: metrics, violation count, how many
+    tiles it summed from the waves' records."""
+    show = subprocess.run(["git", "show", f"{ref}:masks/{layout}.evaluate.json"], cwd=repo, capture_output=True,
+                          text=True, timeout=60)
+    if show.returncode != 0:
+        return {}
+    doc = json.loads(show.stdout)
+    return {"l2_nm2": doc["metrics"]["l2_nm2"], "pvb_nm2": doc["metrics"]["pvb_nm2"],
+            "epe_violations": doc["metrics"]["epe_violations"], "violation_count": doc.get("violation_count"),
+            "violation_groups": len({v["violation_group_id"] for v in doc.get("violations", [])}),
+            "tiles_evaluated_in_waves": doc.get("provenance", {}).get("tiles_evaluated_in_waves")}
 
 
 def _repo_iters(mr, out: Path, data: Path, layout: str, iterations: int) -> Path:
@@ -157,7 +179,8 @@ def _line(r: dict) -> str:
     tasks = " ".join(f"{k} {v['n']}x {v['wall_s']}s (max {v['max_s']})" for k, v in sorted(r["tasks"].items()))
     cost = r.get("cost") or {}
     cpu = cost.get("total_cpu_s") or cost.get("cpu_s") or cost
-    return (f"{r['layout']} clean={r['clean']}: {r['status']} wall {r['wall_s']} s, {r['tiles']} tiles, "
+    return (f"{r['layout']} clean={r['clean']}: {r['status']} wall {r['wall_s']} s (after the last task "
+            f"{r.get('finish_s')} s), {r['tiles']} tiles, "
             f"{r['tiles_per_s']} tiles/s; tasks: {tasks}; worker s: {r['worker_s']}; peak RSS MiB {r['peak_rss_mb']}; "
             f"cost {json.dumps(cpu)}")
 
@@ -167,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layout", choices=["block_quick", "block"], default="block_quick")
-    ap.add_argument("--clean", default="serial,waves,seams",
-                    help="comma list of serial, waves, seams (run in this order)")
+    ap.add_argument("--clean", default="seams,fused",
+                    help="comma list of serial, waves, seams, fused (run in this order)")
     ap.add_argument("--iterations", type=int, default=None, help="ILT iterations per tile (default: the example's)")
     ap.add_argument("--timeout", type=float, default=6 * 3600, help="seconds per run")
     ap.add_argument("--json", type=Path, default=None)
@@ -176,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     data = iccad13_data() or ROOT / "examples" / "iccad13" / "data"
     variants = [v.strip() for v in args.clean.split(",") if v.strip()]
-    bad = [v for v in variants if v not in ("serial", "waves", "seams")]
+    bad = [v for v in variants if v not in ("serial", "waves", "seams", "fused")]
     if bad:
         ap.error(f"unknown --clean variant(s): {bad}")
     work = Path(tempfile.mkdtemp(prefix="fullchip-bench-")) if args.keep is None else args.keep

@@ -82,6 +82,9 @@ def test_quick_fullchip_runs_tiles_in_waves_stitches_and_is_promoted(quick: dict
     seamed = sorted(sid for n, p in done.items() if n.startswith("seams-") for sid in p["summary"]["seams_checked"])
     assert len(seamed) == len(set(seamed)) == report["tiling"]["seam_check"]["windows"] == 9
     assert report["tiling"]["seam_check"]["windows_in_waves"] == 9
+    # every tile was evaluated once in the waves, by a seam task; the stitch only summed the records
+    judged = sorted(tid for n, p in done.items() if n.startswith("seams-") for tid in p["summary"]["tiles_evaluated"])
+    assert len(judged) == len(set(judged)) == 16 and report["tiling"]["tiles_evaluated_in_waves"] == 16
     # the tile workers' memory is one tile's, whatever the layout
     rss = [done[t["node_id"]]["summary"]["peak_rss_mb"] for t in tile_tasks]
     print(f"fullchip quick: tile worker peak RSS max {max(rss):.0f} MiB; stitch {report['tiling']['peak_rss_mb']:.0f} MiB")
@@ -92,6 +95,7 @@ def test_full_layout_evaluation_dedups_violations_and_resim_passes(quick: dict) 
     ref = quick["queue"]["promote_to"]
     ev = json.loads(git(quick["repo"], "show", f"{ref}:masks/block_quick.evaluate.json"))
     assert ev["provenance"]["tiles"] == 16 and ev["report_level"] == "detailed"
+    assert ev["provenance"]["tiles_evaluated_in_waves"] == 16  # made from the records, nothing simulated again
     viols = ev["violations"]
     assert viols and {v["dedup_strategy"] for v in viols} <= {"canonical", "shadow"}
     groups: dict[str, list[str]] = {}

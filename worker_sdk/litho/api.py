@@ -164,10 +164,14 @@ def _violations(ev, deck_hash: str, session: str, inp: _Inputs) -> list[dict[str
 
 
 def evaluate(request: dict[str, Any], token: CancellationToken | None = None,
-             progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[float, str], None] | None = None,
+             tile_dir: str | Path | None = None) -> dict[str, Any]:
     """Evaluate a mask (default: the target itself) for a layout: L2, PVB, EPE, optionally violations[].
 
     `progress(fraction, message)` is told each phase as it starts (inputs, model, corners, violations).
+    `tile_dir`: the tile folder the mask was stitched from; the tiles it holds evaluations of
+    (made in the waves, still exact for its clean cores) are summed, not simulated again. The
+    caller vouches that the mask is that folder's clean mask (the stitch writes both).
     """
     from .engine import evaluate as run_eval
 
@@ -182,17 +186,29 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None,
     window = _window(request, model)
     tile = {"auto": None, "always": True, "never": False}[request.get("tile", "auto")]
     report(0.3, "simulating the process corners")
+    halo = int(request.get("halo_nm", 512))
+    made = _wave_evals(tile_dir, inp, model, window, halo) if tile_dir is not None and inp.mask is None else None
     if _streams(request, inp, model, tile):
         from .streaming import evaluate_streaming
 
         ev = evaluate_streaming(model, inp.layout, mask_layout=inp.mask_layout, fill=inp.fill,
-                                halo=int(request.get("halo_nm", 512)), window=window, token=token)
+                                halo=halo, window=window, token=token, done=made and made.part("after"))
         report(0.85, "scoring")
-        return _evaluate_response(request, inp, model, ev, token)
+        return _evaluate_response(request, inp, model, ev, token, made)
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
-                  halo=int(request.get("halo_nm", 512)), window=window, token=token)
+                  halo=halo, window=window, token=token, prints_of=made and made.prints)
     report(0.85, "scoring" + (" and listing violations" if level == "detailed" else ""))
-    return _evaluate_response(request, inp, model, ev, token)
+    return _evaluate_response(request, inp, model, ev, token, made)
+
+
+def _wave_evals(tile_dir: str | Path, inp: _Inputs, model, window, halo: int):
+    """The tile folder's evaluations made in the waves, for the evaluation canvas's tiles."""
+    from .streaming import canvas_plan
+    from .tiled import TileStore
+    from .tiledjob import WaveEvals
+
+    _, _, tiles = canvas_plan(inp.layout, model.size, halo, inp.fill)
+    return WaveEvals(tiles, TileStore.existing(tile_dir), model, window)
 
 
 def _streams(request: dict[str, Any], inp: _Inputs, model, tile: bool | None) -> bool:
@@ -244,7 +260,8 @@ def evaluate_batch(requests: list[dict[str, Any]], token: CancellationToken | No
     return [r for r in out if r is not None]
 
 
-def _evaluate_response(request: dict[str, Any], inp: _Inputs, model, ev, token: CancellationToken) -> dict[str, Any]:
+def _evaluate_response(request: dict[str, Any], inp: _Inputs, model, ev, token: CancellationToken,
+                       made=None) -> dict[str, Any]:
     level = request.get("report_level", "aggregate")
     deck = rule_deck(inp.fill, model.digests, ev.window)
     deck_hash = rule_deck_hash(deck)
@@ -255,6 +272,8 @@ def _evaluate_response(request: dict[str, Any], inp: _Inputs, model, ev, token: 
         "metrics": _metrics(ev),
         "provenance": _provenance(inp, ev, model, deck_hash, request),
     }
+    if made is not None:  # how many tiles were summed from the waves' evaluations, not simulated here
+        resp["provenance"]["tiles_evaluated_in_waves"] = len(made.used)
     if request.get("pin"):
         resp["layout_artifact_id"] = pins.pin_layout(inp.layout_path)
     if level == "detailed":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,10 @@ class Tile:
     col: int
     origin: tuple[int, int]  # window origin (x, y) in canvas px
     core: tuple[int, int, int, int]  # x0, y0, x1, y1 in canvas px
+
+
+# a tile's core prints (corner -> bool core) made elsewhere, or None: simulate it
+CorePrints = Callable[[Tile], "dict[str, np.ndarray] | None"]
 
 
 class ScoreViews:
@@ -204,8 +208,10 @@ def _finish(ev: Evaluation, token: CancellationToken) -> None:
 def evaluate(model: SOCSModel, layout: Layout, *, mask: np.ndarray | None = None,
              mask_layout: Layout | None = None, fill: str = "lithobench", tile: bool | None = None,
              halo: int = DEFAULT_HALO, window: ProcessWindow = DEFAULT,
-             token: CancellationToken = NEVER) -> Evaluation:
-    """Simulate the window's corners and collect L2/PVB/EPE/topology. mask: raster on the clip canvas; mask_layout: geometry."""
+             token: CancellationToken = NEVER, prints_of: CorePrints | None = None) -> Evaluation:
+    """Simulate the window's corners and collect L2/PVB/EPE/topology. mask: raster on the clip canvas; mask_layout: geometry.
+    `prints_of(tile)` (tiled only) may give a tile's core prints made elsewhere from the same mask
+    window: they are pasted, not simulated again."""
     clip = model.size
     tiled = needs_tiling(layout, clip) if tile is None else tile
     if mask is not None and tiled:
@@ -215,13 +221,13 @@ def evaluate(model: SOCSModel, layout: Layout, *, mask: np.ndarray | None = None
         token.check()
         return evaluate_batch(model, [ClipInput(layout, mask, mask_layout)], fill=fill, window=window,
                               memory_bytes=0, token=token)[0]
-    ev = _evaluate_tiled(model, layout, mask_layout, fill, halo, window, token)
+    ev = _evaluate_tiled(model, layout, mask_layout, fill, halo, window, token, prints_of)
     _finish(ev, token)
     return ev
 
 
 def _evaluate_tiled(model: SOCSModel, layout: Layout, mask_layout: Layout | None, fill: str, halo: int,
-                    window: ProcessWindow, token: CancellationToken) -> Evaluation:
+                    window: ProcessWindow, token: CancellationToken, prints_of: CorePrints | None = None) -> Evaluation:
     clip = model.size
     x0, y0, x1, y1 = layout.bbox()
     if needs_tiling(layout, clip):
@@ -242,11 +248,14 @@ def _evaluate_tiled(model: SOCSModel, layout: Layout, mask_layout: Layout | None
         token.check()  # boundary 1: per tile
         ox, oy = t.origin
         win = rasterize(mlay, fill if mask_layout is None else "exact", size=clip, shift=(shift[0] - ox, shift[1] - oy))
-        z = print_mask(model, win, token=token, window=window)  # boundary 2 (per corner) inside
         cx0, cy0, cx1, cy1 = t.core
         sl = (slice(cy0 - oy, cy1 - oy), slice(cx0 - ox, cx1 - ox))
-        for name, img in z.items():
-            printed[name][cy0:cy1, cx0:cx1] = img[sl]
+        made = prints_of(t) if prints_of is not None else None
+        if made is None:
+            z = print_mask(model, win, token=token, window=window)  # boundary 2 (per corner) inside
+            made = {name: img[sl] for name, img in z.items()}
+        for name, img in made.items():
+            printed[name][cy0:cy1, cx0:cx1] = img
         mask_full[cy0:cy1, cx0:cx1] = win[sl]
     return Evaluation(fill, shift, (hh, ww), target, mask_full, printed, tiles, window)
 

@@ -1,7 +1,9 @@
 """Worker intents of the litho engine (names in worker_sdk.intents): evaluate, optimize, resimulate.
 
-- litho.evaluate: action {layout, mask?, fill?, report_level?, out?, corners?, pvb_grid?, threads?}:
+- litho.evaluate: action {layout, mask?, fill?, report_level?, out?, corners?, pvb_grid?, threads?, tiles?}:
   writes the metrics report (JSON) into the scratch checkout; the metrics are the evidence.
+  `tiles` names the tile folder the mask was stitched from: the tiles evaluated in the waves
+  (still exact for its clean cores) are summed from their records, not simulated again.
 - litho.optimize: action {layout, out?, iterations?, seed?, fill?, kernels?, mrc?, corners?, pvb_grid?,
   threads?, tiling?, bridge_weight?, pvb_weight?, band_weight?, preset?}: writes the
   mask (OASIS + PNG preview) and its metrics JSON into the scratch checkout;
@@ -76,7 +78,7 @@ def evaluate(ctx: IntentContext) -> IntentResult:
     if a.get("kernels"):
         req["kernels"] = str(_path(ctx, a["kernels"]))
     ctx.progress(0.05, "evaluating")
-    resp = api.evaluate(req, ctx.token)
+    resp = api.evaluate(req, ctx.token, tile_dir=_path(ctx, a["tiles"]) if a.get("tiles") else None)
     out = _path(ctx, a.get("out", "litho/evaluate" + METRICS_SUFFIX))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(api.dumps(resp) + "\n")
@@ -138,7 +140,7 @@ def optimize(ctx: IntentContext) -> IntentResult:
 def _journal(ctx: IntentContext):
     """The tile task's journal through the attempt's gateway: the tiles earlier attempts of this
     task finished (get_task's `resume`), and a put for each tile this attempt finishes."""
-    from .tilejournal import TileJournal, exit_hook
+    from .tilejournal import TileJournal, exit_first_hook, exit_hook
 
     gw = ctx.gateway
     if gw is None or "get_task" not in getattr(gw, "allowed", ()):
@@ -146,7 +148,8 @@ def _journal(ctx: IntentContext):
     task = gw.call("get_task", {"node_execution_id": gw.neid})
     put = ((lambda data, media_type, name: gw.put_artifact(data, media_type, name))
            if "put_artifact" in gw.allowed else None)
-    return TileJournal(task["node_id"], task.get("resume", []), put, exit_hook(ctx.action.get("env")))
+    return TileJournal(task["node_id"], task.get("resume", []), put, exit_hook(ctx.action.get("env")),
+                       exit_first_hook(ctx.action.get("env")))
 
 
 def _tile_batch(ctx: IntentContext, resp: dict[str, Any]) -> IntentResult:
@@ -154,7 +157,8 @@ def _tile_batch(ctx: IntentContext, resp: dict[str, Any]) -> IntentResult:
     t = resp["tiling"]
     summary = {"tiles_run": t["tiles_run"], "tiles_resumed": t["tiles_resumed"],
                "tiles_restored": t.get("tiles_restored", []), "tiles_cleaned": t.get("tiles_cleaned", []),
-               "seams_checked": t.get("seams_checked", []), "missing": len(t["missing"]),
+               "seams_checked": t.get("seams_checked", []), "tiles_evaluated": t.get("tiles_evaluated", []),
+               "missing": len(t["missing"]),
                "dir": _rel(ctx, Path(t["dir"])), "seconds": t["seconds"], "peak_rss_mb": t["peak_rss_mb"]}
     ctx.progress(1.0, f"{len(t['tiles_run'])} tile(s) optimised")
     return IntentResult(summary=summary, evidence=[{"kind": "litho.tiles", "schema_version": resp["schema_version"],

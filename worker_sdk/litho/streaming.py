@@ -110,80 +110,154 @@ def window_raster(index: PolygonIndex, fill: str, clip: int, shift: tuple[int, i
     return rasterize(sub, fill, size=clip, shift=(shift[0] - ox, shift[1] - oy))
 
 
+@dataclass
+class TileEval:
+    """One tile's share of a streamed evaluation, cut to its core: the target, every simulated
+    corner's print, and the EPE records of the samples in the core (taken on the whole window,
+    so they are the whole-canvas samples). What `EvalFold` sums, whether the tile was simulated
+    just now or by another task (`tile_eval_record` / `tile_eval_from_record`)."""
+    tile_id: str
+    target: np.ndarray  # bool, core
+    prints: dict[str, np.ndarray]  # corner -> bool, core
+    epe_records: list[dict[str, Any]]  # canvas px
+    epe_samples: int
+    epe_nm: np.ndarray
+
+
+def tile_eval(model, t: Tile, tgt: np.ndarray, msk: np.ndarray, *, window: ProcessWindow = DEFAULT,
+              token: CancellationToken = NEVER) -> tuple[TileEval, dict[str, np.ndarray]]:
+    """Simulate one tile's window of `msk` and keep what the evaluation needs of its core; also
+    returns the window's prints (corner -> bool [clip, clip])."""
+    z = print_mask(model, msk, token=token, window=window)  # per corner inside
+    token.check()
+    ox, oy = t.origin
+    ys, xs = _core_slices(t)
+    nominal = z["nominal"]
+    samples = [s for s in epe_samples(tgt) if ys.start <= s.y < ys.stop and xs.start <= s.x < xs.stop]
+    recs = epe_check(samples, nominal)
+    for r in recs:
+        r["x"], r["y"] = int(r["x"]) + ox, int(r["y"]) + oy
+        r["normal"] = [int(v) for v in r["normal"]]
+    te = TileEval(t.tile_id, np.asarray(tgt[ys, xs], dtype=bool), {k: np.asarray(v[ys, xs], dtype=bool) for k, v in z.items()},
+                  recs, len(samples), epe_distances(samples, nominal))
+    return te, z
+
+
+class EvalFold:
+    """Sums tiles' evaluations into one StreamedEvaluation; `add` them in the plan's row-major
+    order (the topology joins need it), then `finish()`. The cores partition the canvas, so
+    the counts are exact; the topology is joined across cores (`topostream`)."""
+
+    def __init__(self, layout_frame: tuple[tuple[int, int], tuple[int, int], list[Tile]], fill: str,
+                 window: ProcessWindow = DEFAULT) -> None:
+        shift, canvas, tiles = layout_frame
+        self.ev = StreamedEvaluation(fill, shift, canvas, tiles, window)
+        self.stitcher = TopologyStitcher(tuple(c.name for c in window.corners))
+        self.grid_px = 0
+        self.epe_nm: list[np.ndarray] = []
+
+    def add(self, t: Tile, te: TileEval) -> TileScore:
+        ev = self.ev
+        l2 = int(np.count_nonzero(te.prints["nominal"] != te.target))
+        pvb = int(np.count_nonzero(pv_band(te.prints, ev.window.pvb_names)))
+        ev.l2 += l2
+        ev.pvb += pvb
+        if ev.window.grid:
+            self.grid_px += int(np.count_nonzero(pv_band(te.prints, ev.window.grid_names)))
+        ev.epe_records.extend(dict(r) for r in te.epe_records)
+        ev.epe_samples += te.epe_samples
+        self.epe_nm.append(np.asarray(te.epe_nm, dtype=np.int64))
+        self.stitcher.add(t.row, t.col, (t.core[0], t.core[1]), te.target.astype(np.uint8),
+                          {c.name: te.prints[c.name] for c in ev.window.corners})
+        score = TileScore(t.tile_id, l2, pvb, len(te.epe_records), te.epe_samples)
+        ev.per_tile.append(score)
+        return score
+
+    def finish(self, token: CancellationToken = NEVER) -> StreamedEvaluation:
+        ev = self.ev
+        for c in ev.window.corners:
+            token.check()
+            ev.topology[c.name] = self.stitcher.finish(c.name)
+        ev.epe_nm = np.concatenate(self.epe_nm) if self.epe_nm else np.zeros(0, dtype=np.int64)
+        if ev.window.grid:
+            ev.pvb_grid = self.grid_px
+        return ev
+
+
+def _pack_bits(img: np.ndarray) -> str:
+    import base64
+    import zlib
+
+    return base64.b64encode(zlib.compress(np.packbits(np.asarray(img, dtype=bool), axis=None).tobytes(), 6)).decode("ascii")
+
+
+def _unpack_bits(text: str, shape: tuple[int, int]) -> np.ndarray:
+    import base64
+    import zlib
+
+    raw = np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=np.uint8)
+    return np.unpackbits(raw, count=shape[0] * shape[1]).reshape(shape).astype(bool)
+
+
+def tile_eval_record(te: TileEval) -> dict[str, Any]:
+    """A tile's evaluation as JSON-ready data (bit-packed cores): lossless, so the sums made from
+    records are those made from the simulation itself."""
+    return {"tile_id": te.tile_id, "shape": list(te.target.shape), "target": _pack_bits(te.target),
+            "prints": {k: _pack_bits(v) for k, v in sorted(te.prints.items())}, "epe_records": te.epe_records,
+            "epe_samples": int(te.epe_samples), "epe_nm": [int(v) for v in te.epe_nm]}
+
+
+def tile_eval_from_record(rec: dict[str, Any]) -> TileEval:
+    shape = (int(rec["shape"][0]), int(rec["shape"][1]))
+    return TileEval(rec["tile_id"], _unpack_bits(rec["target"], shape),
+                    {k: _unpack_bits(v, shape) for k, v in rec["prints"].items()}, list(rec["epe_records"]),
+                    int(rec["epe_samples"]), np.asarray(rec["epe_nm"], dtype=np.int64))
+
+
 def evaluate_streaming(model, layout: Layout, *, mask_layout: Layout | None = None,
                        mask_window: MaskWindow | None = None, fill: str = "lithobench", halo: int = DEFAULT_HALO,
                        window: ProcessWindow = DEFAULT,
                        token: CancellationToken = NEVER,
                        on_tile: Callable[[int, int], None] | None = None,
-                       on_print: Callable[[Tile, dict[str, np.ndarray]], None] | None = None) -> StreamedEvaluation:
+                       on_print: Callable[[Tile, dict[str, np.ndarray]], None] | None = None,
+                       done: Callable[[Tile], TileEval | None] | None = None) -> StreamedEvaluation:
     """Evaluate a mask for `layout` one tile at a time. The mask is `mask_window(tile)` (a clip x clip
-    raster of the tile's window), else `mask_layout`'s geometry (exact fill), else the target."""
+    raster of the tile's window), else `mask_layout`'s geometry (exact fill), else the target.
+    `done(tile)` may give a tile's evaluation made elsewhere (another task simulated that very
+    window): it is summed as it is, not simulated again. `on_print(tile, prints)` gets each
+    tile's core prints (corner -> bool core)."""
     clip = model.size
-    shift, canvas, tiles = canvas_plan(layout, clip, halo, fill)
+    frame = canvas_plan(layout, clip, halo, fill)
+    tiles = frame[2]
     tindex = PolygonIndex(layout)
     mindex = PolygonIndex(mask_layout) if mask_layout is not None else None
-    ev = StreamedEvaluation(fill, shift, canvas, tiles, window)
-    stitcher = TopologyStitcher(tuple(c.name for c in window.corners))
-    grid_px = 0
-    epe_nm: list[np.ndarray] = []
+    fold = EvalFold(frame, fill, window)
     for i, t in enumerate(tiles):
         token.check()  # per tile
-        tgt = window_raster(tindex, fill, clip, shift, t)
-        if mask_window is not None:
-            msk = mask_window(t)
-        elif mindex is not None:
-            msk = window_raster(mindex, "exact", clip, shift, t)
-        else:
-            msk = tgt
-        z = print_mask(model, msk, token=token, window=window)  # per corner inside
-        score = _score_tile(ev, t, tgt, z, stitcher, epe_nm, token)
+        te = done(t) if done is not None else None
+        if te is None:
+            tgt = window_raster(tindex, fill, clip, frame[0], t)
+            if mask_window is not None:
+                msk = mask_window(t)
+            elif mindex is not None:
+                msk = window_raster(mindex, "exact", clip, frame[0], t)
+            else:
+                msk = tgt
+            te, z = tile_eval(model, t, tgt, msk, window=window, token=token)
+            del tgt, msk, z
+        fold.add(t, te)
         if on_print is not None:
-            on_print(t, z)
-        if window.grid:
-            grid_px += _core_count(pv_band(z, window.grid_names), t)
-        ev.per_tile.append(score)
-        del tgt, msk, z
+            on_print(t, te.prints)
+        del te
         if on_tile is not None:
             on_tile(i + 1, len(tiles))
-    for c in window.corners:
-        token.check()
-        ev.topology[c.name] = stitcher.finish(c.name)
-    ev.epe_nm = np.concatenate(epe_nm) if epe_nm else np.zeros(0, dtype=np.int64)
-    if window.grid:
-        ev.pvb_grid = grid_px
-    return ev
+    return fold.finish(token)
 
 
 def _core_slices(t: Tile) -> tuple[slice, slice]:
     ox, oy = t.origin
     x0, y0, x1, y1 = t.core
     return slice(y0 - oy, y1 - oy), slice(x0 - ox, x1 - ox)
-
-
-def _core_count(img: np.ndarray, t: Tile) -> int:
-    return int(np.count_nonzero(img[_core_slices(t)]))
-
-
-def _score_tile(ev: StreamedEvaluation, t: Tile, tgt: np.ndarray, z: dict[str, np.ndarray],
-                stitcher: TopologyStitcher, epe_nm: list[np.ndarray], token: CancellationToken) -> TileScore:
-    ox, oy = t.origin
-    ys, xs = _core_slices(t)
-    nominal = z["nominal"]
-    l2 = int(np.count_nonzero(nominal[ys, xs] != tgt[ys, xs].astype(bool)))
-    pvb = _core_count(pv_band(z, ev.window.pvb_names), t)
-    ev.l2 += l2
-    ev.pvb += pvb
-    token.check()
-    samples = [s for s in epe_samples(tgt) if ys.start <= s.y < ys.stop and xs.start <= s.x < xs.stop]
-    recs = epe_check(samples, nominal)
-    for r in recs:
-        r["x"], r["y"] = r["x"] + ox, r["y"] + oy
-    ev.epe_records.extend(recs)
-    ev.epe_samples += len(samples)
-    epe_nm.append(epe_distances(samples, nominal))
-    stitcher.add(t.row, t.col, (t.core[0], t.core[1]), tgt[ys, xs],
-                 {c.name: z[c.name][ys, xs] for c in ev.window.corners})
-    return TileScore(t.tile_id, l2, pvb, len(recs), len(samples))
 
 
 def wants_streaming(request_value: bool | None, layout: Layout, clip: int, halo: int, fill: str) -> bool:

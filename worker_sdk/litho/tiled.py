@@ -189,6 +189,13 @@ class TileStore:
         else:
             _atomic_write(pf, (json.dumps(pin, sort_keys=True, indent=1) + "\n").encode())
 
+    @classmethod
+    def existing(cls, root: Path | str) -> "TileStore":
+        """A folder made earlier, opened to read its records (no plan check, nothing written)."""
+        store = cls.__new__(cls)
+        store.root = Path(root)
+        return store
+
     def _paths(self, kind: str, tile_id: str) -> tuple[Path, Path]:
         return self.root / kind / f"{tile_id}.npy", self.root / kind / f"{tile_id}.json"
 
@@ -525,11 +532,13 @@ class SeamBands:
         self.strips: dict[str, dict[str, list[tuple[tuple[slice, slice], bytes, tuple[int, int]]]]] = {}
 
     def keep(self, t: Tile, prints: dict[str, np.ndarray]) -> None:
+        """Keep the strips of a tile's prints (each its core, or its whole window)."""
         ys, xs = _core_slices(t)
+        size = (t.core[3] - t.core[1], t.core[2] - t.core[0])
         b = self.band
         per: dict[str, list] = {}
         for name, img in prints.items():
-            core = np.asarray(img[ys, xs], dtype=bool)
+            core = np.asarray(img if img.shape == size else img[ys, xs], dtype=bool)
             h, w = core.shape
             parts = []
             for sl in ((slice(0, b), slice(0, w)), (slice(h - b, h), slice(0, w)),
@@ -678,3 +687,75 @@ def seam_check(model, plan: TilePlan, store: TileStore, index: PolygonIndex, cfg
     out = seam_compare(plan, records, bands)
     out["windows_in_waves"] = sum(1 for s in seam_windows(plan) if s.tile_id in done)
     return out
+
+
+# ----- evaluation in the waves -------------------------------------------------------------------
+#
+# A tile's evaluation simulates its own window (its core and a halo around it) of the final mask:
+# the clean cores of the tile and its eight neighbours. It is exact, the very bits the serial
+# evaluation of the stitched mask gives, as long as those nine cores are the assembled mask's;
+# so each record names the digests of the cores it was simulated with, and the assembly uses a
+# record only while every one of them is still the folder's clean core. The same holds for the
+# target (the evaluation "before"), which depends on the layout alone.
+
+def eval_cores(plan: TilePlan, t: Tile) -> list[str]:
+    """The cores a tile's evaluation window reads: its own and its neighbours'."""
+    return sorted(u.tile_id for u in (t, *plan.neighbours(t)))
+
+
+def _model_key(model) -> str:
+    return digest_json({"kernels": dict(sorted(model.digests.items())), "size": model.size, "dtype": str(model.dtype)})
+
+
+def evaluate_tiles(model, plan: TilePlan, store: TileStore, index: PolygonIndex, tile_ids: Sequence[str], *,
+                   window, token: CancellationToken = NEVER) -> list[str]:
+    """Evaluate the clean mask and the target on each tile's own window and store the records
+    (`evals/<tile>.json`); returns the tiles evaluated now. Refused (nothing written) while a
+    core the windows read is not clean yet."""
+    from .streaming import tile_eval, tile_eval_record
+
+    tiles = [plan.tile(tid) for tid in tile_ids]
+    need = sorted({c for t in tiles for c in eval_cores(plan, t)})
+    lost = [tid for tid in need if store.info("clean", tid) is None]
+    if lost:
+        raise BadRequest(f"{len(lost)} tile(s) not cleaned yet for the evaluation", code="LITHO_TILES_MISSING",
+                         details={"tiles": lost[:50], "count": len(lost)},
+                         hints=["evaluate a tile once it and its neighbours are clean"])
+    zero = np.zeros((plan.clip, plan.clip), dtype=np.uint8)
+    done = []
+    for t in tiles:
+        token.check()
+        if fresh_eval(plan.tiles, store, t, model, window) is not None:
+            continue
+        tgt = window_raster(index, plan.fill, plan.clip, plan.shift, t)
+        after, _ = tile_eval(model, t, tgt, store.window("clean", plan, t, zero), window=window, token=token)
+        before, _ = tile_eval(model, t, tgt, tgt, window=window, token=token)
+        rec = {"tile_id": t.tile_id, "origin": list(t.origin), "core": list(t.core), "model": _model_key(model),
+               "window": window.name, "simulated": sorted(c.name for c in window.simulated),
+               "mask_cores": {c: store.info("clean", c)["digest"] for c in eval_cores(plan, t)},
+               "after": tile_eval_record(after), "before": tile_eval_record(before)}
+        path = store.root / "evals" / f"{t.tile_id}.json"
+        _atomic_write(path, (json.dumps(rec, sort_keys=True) + "\n").encode())
+        done.append(t.tile_id)
+    return done
+
+
+def fresh_eval(plan_tiles: Sequence[Tile], store: TileStore, t: Tile, model, window) -> dict[str, Any] | None:
+    """The tile's stored evaluation record when it is exact for the folder's mask as it is now:
+    the same window, model and process window, and every core its window read still the folder's
+    clean core (same digest, checked against the bytes). None otherwise (none, stale or foreign):
+    the tile is then simulated again."""
+    path = store.root / "evals" / f"{t.tile_id}.json"
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    if (rec.get("tile_id") != t.tile_id or rec.get("origin") != list(t.origin) or rec.get("core") != list(t.core)
+            or rec.get("model") != _model_key(model) or rec.get("window") != window.name
+            or rec.get("simulated") != sorted(c.name for c in window.simulated)):
+        return None
+    near = [u.tile_id for u in plan_tiles if abs(u.row - t.row) <= 1 and abs(u.col - t.col) <= 1]
+    want = {c: (store.info("clean", c) or {}).get("digest") for c in sorted(near)}
+    return rec if rec.get("mask_cores") == want and None not in want.values() else None

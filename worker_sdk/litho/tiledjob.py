@@ -7,7 +7,10 @@ the halo (`halo_nm`, default the optical radius), which of its tiles to clean
 up once optimised (`clean`: a task whose checkout holds those tiles'
 neighbours cleans them in the waves, and the stitch only assembles), which
 seam windows to re-simulate (`seams`: once the tiles under them are clean;
-the stitch then only compares their records with the tiles' own prints) and
+the stitch then only compares their records with the tiles' own prints), which
+tiles to evaluate (`evaluate`: once they and their neighbours are clean, each on
+its own window, stored in `evals/`; the stitch then sums those records instead
+of simulating the tiles again, wherever they are still exact) and
 whether to run the seam check (`seam_check`, default true). A batch of tiles without stitching is how
 a work queue spreads one layout over many workers; the stitch task then finds
 every tile in the folder and redoes none.
@@ -64,6 +67,9 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     if unknown:
         raise BadRequest("tiling.seams names seam windows the plan does not have", code="LITHO_UNKNOWN_TILE",
                          details={"seams": unknown[:50]}, hints=["seam windows are S_<row>_<col> of the plan"])
+    to_eval = list(opts.get("evaluate") or [])
+    for tid in to_eval:
+        plan.tile(tid)  # unknown ids are refused before any work
     if stitch and not req.get("out"):
         raise BadRequest("stitching writes the mask: give out", code="LITHO_BAD_TILE_PLAN")
     pin = tiled.store_pin(plan, inp.layout, cfg, req.get("mrc"), window)
@@ -104,6 +110,13 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
                                                             window=window, token=token))
         info["seams_checked"] = sorted(seam_ids)
         secs["seams"] = _lap(mark)
+    if to_eval:
+        mark = time.perf_counter()
+        tiled.evaluate_tiles(model64, plan, store, index, to_eval, window=window, token=token)
+        info["tiles_evaluated"] = sorted(to_eval)
+        secs["evaluate"] = _lap(mark)
+    if journal is not None:
+        journal.after_work()  # the test hook that loses this attempt once its work is done
     info["plan"].pop("waves")
     resp: dict[str, Any] = {"schema_version": "1.3.0", "tool": "optimize", "status": "completed", "tiling": info}
     ilt = {"iterations": sum(int(r.get("iterations") or 0) for r in done), "seed": cfg.seed,
@@ -127,10 +140,14 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     secs["stitch"] = _lap(mark)
     mark = time.perf_counter()
     bands = tiled.SeamBands()
+    fused = WaveEvals(plan.tiles, store, model64, window)  # tiles evaluated in the waves are summed, not simulated
     after = evaluate_streaming(model64, inp.layout, mask_window=tiled.mask_window(plan, store), fill=inp.fill,
-                               halo=plan.halo, window=window, token=token, on_print=bands.keep)
-    before = evaluate_streaming(model64, inp.layout, fill=inp.fill, halo=plan.halo, window=window, token=token)
+                               halo=plan.halo, window=window, token=token, on_print=bands.keep,
+                               done=fused.part("after"))
+    before = evaluate_streaming(model64, inp.layout, fill=inp.fill, halo=plan.halo, window=window, token=token,
+                                done=fused.part("before"))
     secs["evaluate"] = _lap(mark)
+    info["tiles_evaluated_in_waves"] = len(fused.used)
     mark = time.perf_counter()
     seams = (tiled.seam_check(model64, plan, store, index, cfg, rules, window=window, bands=bands, token=token,
                               done=tiled.seam_records(store))
@@ -151,6 +168,36 @@ def optimize_tiled(req: dict[str, Any], inp, model64, model32, window, rules, cf
     resp["runtime_s"] = round(time.perf_counter() - t0, 3)
     info["peak_rss_mb"] = peak_rss_mb()
     return resp
+
+
+class WaveEvals:
+    """The tiles' evaluations made in the waves (`evals/` of a tile folder), each taken only where
+    it is still exact for the folder's clean mask (`tiled.fresh_eval`); `used` names those taken."""
+
+    def __init__(self, tiles, store: tiled.TileStore, model, window) -> None:
+        self.tiles, self.store, self.model, self.window = list(tiles), store, model, window
+        self.used: set[str] = set()
+
+    def _record(self, t):
+        rec = tiled.fresh_eval(self.tiles, self.store, t, self.model, self.window)
+        if rec is not None:
+            self.used.add(t.tile_id)
+        return rec
+
+    def part(self, kind: str):
+        """done(tile) for `evaluate_streaming`: the tile's evaluation of the mask ("after") or of
+        the target ("before"), or None."""
+        from .streaming import tile_eval_from_record
+
+        def done(t):
+            rec = self._record(t)
+            return tile_eval_from_record(rec[kind]) if rec is not None else None
+        return done
+
+    def prints(self, t):
+        """prints_of(tile) for `engine.evaluate`: the core prints of the mask, or None."""
+        done = self.part("after")(t)
+        return done.prints if done is not None else None
 
 
 def per_tile_scores(before, after) -> list[dict[str, Any]]:

@@ -18,7 +18,11 @@ refused with TileResumeRefused, never reused.
 Test hook: with DOME_LITHO_TEST_EXIT_AFTER_TILES=N in the action's `env`
 (or the worker's environment), the worker exits hard (status 75, no result
 reported) right after this attempt made the task's N-th tile durable: how
-the tests lose a tile worker at a known point.
+the tests lose a tile worker at a known point. With
+DOME_LITHO_TEST_EXIT_FIRST_ATTEMPT=1 the worker exits the same way once its
+clean-up, seam windows and evaluations are done, but only in the task's first
+attempt: it puts a marker (`resume/litho.lost/<task>`) first, and a retry that
+is handed the marker finishes. How the tests lose a clean-up or seam task.
 """
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ KIND = "dome.litho.tile/v1"
 MEDIA_TYPE = "application/vnd.dome.litho-tile+json"
 NAME_PREFIX = "resume/litho.tile/"
 EXIT_HOOK = "DOME_LITHO_TEST_EXIT_AFTER_TILES"
+EXIT_FIRST_HOOK = "DOME_LITHO_TEST_EXIT_FIRST_ATTEMPT"
+LOST_PREFIX = "resume/litho.lost/"
 EXIT_STATUS = 75
 _OWN = ("tile_id", "shape", "digest")  # what TileStore.save adds to a record
 
@@ -75,8 +81,10 @@ class TileJournal:
     folder; `record` makes a finished tile durable through `put(data, media_type, name)`."""
 
     def __init__(self, task: str, resume: Sequence[dict[str, Any]] = (),
-                 put: Callable[[bytes, str, str], Any] | None = None, exit_after: int | None = None) -> None:
+                 put: Callable[[bytes, str, str], Any] | None = None, exit_after: int | None = None,
+                 exit_first: bool = False) -> None:
         self.task = task
+        self.exit_first = exit_first and not any(str(r.get("name", "")).startswith(LOST_PREFIX) for r in resume)
         self.resume = [r for r in resume if str(r.get("name", "")).startswith(NAME_PREFIX)]
         self.put = put
         self.exit_after = exit_after
@@ -105,6 +113,17 @@ class TileJournal:
         self.recorded.append(tile_id)
         if self.exit_after and len(self.restored) + len(self.recorded) == self.exit_after:
             os._exit(EXIT_STATUS)
+
+
+    def after_work(self) -> None:
+        """The first-attempt test hook: mark the attempt as lost through the gateway, then exit hard."""
+        if self.exit_first and self.put is not None:
+            self.put(b"{}", "application/json", LOST_PREFIX + self.task)
+            os._exit(EXIT_STATUS)
+
+
+def exit_first_hook(action_env: dict[str, Any] | None) -> bool:
+    return bool((action_env or {}).get(EXIT_FIRST_HOOK) or os.environ.get(EXIT_FIRST_HOOK))
 
 
 def exit_hook(action_env: dict[str, Any] | None) -> int | None:

@@ -17,12 +17,18 @@
   optimised and cleaned the tiles under them; each stores a record per window
   (with `seams_in_waves=False`, or without the clean-up in the waves, the
   stitch task re-simulates every window, as before).
+- the evaluation runs in the waves too: each seam task also evaluates the
+  tiles `evaluated_by` gives its windows (`tiling.evaluate`), after the tasks
+  that optimised and cleaned those tiles and their neighbours; the stitch and
+  the evaluation task sum those records instead of simulating the mask again
+  (with `evaluate_in_waves=False` they simulate it, as before).
 - one `litho.optimize` stitch task (depends on every batch): every tile is in
   its checkout already, none is redone, and every clean core too; it
   assembles the mask, writes it with its metrics report (`*.litho.json`),
   and judges the seams from the windows' records and the tiles' own prints.
 - one `litho.evaluate` task on the full layout and the stitched mask (depends
-  on the stitch): its report lists `violations[]`, deduplicated across tiles
+  on the stitch; `tiles` names the tile folder whose evaluation records it
+  sums): its report lists `violations[]`, deduplicated across tiles
   (canonical and shadow records with `violation_group_id`).
 - the `litho.resim` validation re-simulates the committed mask over the whole
   layout and must reproduce the claimed L2 and PVB.
@@ -82,17 +88,34 @@ def _cleanable_in_batch(plan: TilePlan, tile_id: str) -> bool:
     return all(plan.wave_of(u) < plan.wave_of(t) for u in plan.neighbours(t))
 
 
+def evaluated_by(plan: TilePlan) -> dict[str, str]:
+    """Per tile, the seam window whose task evaluates it: the window at its row and column, clamped
+    to the windows' grid (the last row and column of tiles have no window of their own). Pure."""
+    windows = seam_windows(plan)
+    if not windows:
+        return {}
+    rmax = max(s.row for s in windows)
+    cmax = max(s.col for s in windows)
+    return {t.tile_id: f"S_{min(t.row, rmax)}_{min(t.col, cmax)}" for t in plan.tiles}
+
+
 def _seam_tasks(plan: TilePlan, tasks: list[dict[str, Any]], by_tile: dict[str, str], common: dict[str, Any],
-                tile_dir: str, batch_size: int, timeout_s: int) -> list[dict[str, Any]]:
+                tile_dir: str, batch_size: int, timeout_s: int, evaluate: bool) -> list[dict[str, Any]]:
     """Seam windows in batches, each task after the tasks that optimised and cleaned the tiles
-    under its windows: the re-simulations of the seam check run in the waves."""
+    under its windows: the re-simulations of the seam check run in the waves. With `evaluate`,
+    each task also evaluates the tiles `evaluated_by` gives its windows, after the tasks that
+    optimised and cleaned those tiles and their neighbours."""
     cleaner = {tid: t["node_id"] for t in tasks for tid in t["action_spec"]["params"]["tiling"].get("clean", [])}
     out = []
     windows = seam_windows(plan)
+    evaluator = evaluated_by(plan) if evaluate else {}
     for k in range(0, len(windows), batch_size):
         part = windows[k:k + batch_size]
         under = sorted({u.tile_id for s in part for u in seam_tiles(plan, s)})
-        need = sorted({by_tile[tid] for tid in under} | {cleaner[tid] for tid in under})
+        mine = {s.tile_id for s in part}
+        judged = sorted(tid for tid, sid in evaluator.items() if sid in mine)
+        read = set(under) | {u.tile_id for tid in judged for u in (plan.tile(tid), *plan.neighbours(plan.tile(tid)))}
+        need = sorted({by_tile[tid] for tid in read} | {cleaner[tid] for tid in read})
         out.append({
             "node_id": f"seams-b{k // batch_size}", "description": f"seam windows {', '.join(s.tile_id for s in part)}",
             "priority_group": 4, "required_capabilities": ["write"],
@@ -100,7 +123,7 @@ def _seam_tasks(plan: TilePlan, tasks: list[dict[str, Any]], by_tile: dict[str, 
             "risk": "low", "timeout_s": timeout_s,
             "action_spec": {"intent": "litho.optimize", "params": {
                 **common, "tiling": {"dir": tile_dir, "tiles": under, "stitch": False,
-                                     "seams": [s.tile_id for s in part]}}}})
+                                     "seams": [s.tile_id for s in part], **({"evaluate": judged} if judged else {})}}}})
     return out
 
 
@@ -109,7 +132,7 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
                promote_to: str = "refs/heads/masks", evaluate_level: str = "detailed",
                max_parallel: int = 2, timeout_s: int = 1800, repo: str = "repo",
                endgame_max_duplicates: int = 1, clean_in_waves: bool = True, seams_in_waves: bool = True,
-               validations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+               evaluate_in_waves: bool = True, validations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The work queue (dome.work.queue/v1) that optimises, stitches and checks a tiled layout."""
     # one seed for every task: the tile folder is bound to the ILT settings, the seed included
     common: dict[str, Any] = {"layout": layout, "out": out, "kernels": kernels, "fill": plan.fill, "seed": 0}
@@ -148,7 +171,7 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
             "action_spec": {"intent": "litho.optimize", "params": {
                 **common, "tiling": {"dir": tile_dir, "tiles": rest, "stitch": False, "clean": rest}}}})
     if clean_in_waves and seams_in_waves:
-        tasks += _seam_tasks(plan, tasks, by_tile, common, tile_dir, batch_size, timeout_s)
+        tasks += _seam_tasks(plan, tasks, by_tile, common, tile_dir, batch_size, timeout_s, evaluate_in_waves)
     tile_nodes = [t["node_id"] for t in tasks]
     tasks.append({
         "node_id": "stitch", "description": "assemble the clean tiles into the mask (no tile is redone), seam check",
@@ -163,7 +186,7 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
         "containers": [], "dependencies": ["stitch"], "risk": "low", "timeout_s": timeout_s,
         "action_spec": {"intent": "litho.evaluate", "params": {
             "layout": layout, "mask": out, "kernels": kernels, "fill": plan.fill, "report_level": evaluate_level,
-            "out": report}}})
+            "out": report, "tiles": tile_dir}}})
     # A straggling tile task holds back every later wave, not only the run's last tasks: the
     # endgame covers the whole queue, so a tile task gets a duplicate whenever nothing else is
     # ready and a slot is free (it receives the tiles the straggler made durable and redoes only
