@@ -383,3 +383,28 @@ def test_the_replay_names_a_proposal_whose_canonical_diff_was_not_stored(verifie
     bad = [c for c in rep.checks if not c.ok]
     assert [(c.kind.value, c.detail, c.subject) for c in bad] == [("diff", "canonical diff not stored", "p0")], \
         rep.reasons()
+
+
+def test_a_run_held_for_consent_has_its_blobs_checked_without_a_decision(big_repo: Path, tmp_path: Path) -> None:
+    """A run with no promotion decision (held for consent) is verified too: it is reported as
+    awaiting consent, every blob its records name is re-hashed, and a changed one is named."""
+    import os
+    from coordinator.integration.verify import CheckKind, verify_run
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"), risk={"class": "high"})]
+    res, ledger, key = _run(big_repo, props, tmp_path, policy=_policy(suites_by_risk={"high": ("unit",)}),
+                            ledger=Ledger.open(None, tmp_path / "ops"))
+    try:
+        assert res.status == "awaiting_consent"
+        keyring = Keyring({key.kid: key.public})
+        rep = verify_run(ledger, "run-1", keyring)
+        assert rep.valid and rep.outcome == "awaiting_consent", rep.reasons()
+        assert [c.ok for c in rep.checks if c.kind == CheckKind.BLOBS] == [True]
+        digest = next(e.payload["diff_blob"] for e in ledger.events("run-1")
+                      if e.topic == "integration.proposal_verified")
+        path = ledger.blobs.path(digest)
+        os.chmod(path, 0o644)
+        path.write_bytes(path.read_bytes() + b" ")
+        bad = verify_run(ledger, "run-1", keyring)
+        assert [(f.kind, f.subject) for f in bad.failures] == [(CheckKind.BLOBS, digest)], bad.reasons()
+    finally:
+        ledger.close()
