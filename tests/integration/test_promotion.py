@@ -408,3 +408,20 @@ def test_a_run_held_for_consent_has_its_blobs_checked_without_a_decision(big_rep
         assert [(f.kind, f.subject) for f in bad.failures] == [(CheckKind.BLOBS, digest)], bad.reasons()
     finally:
         ledger.close()
+
+
+def test_the_replay_rebuilds_every_checkpoint_not_only_the_first(verified_run) -> None:
+    """Each included proposal is re-applied and the tree of every checkpoint the run made is
+    compared with the rebuilt one, in order: a replay that stopped after the first matching
+    checkpoint would leave the later layers unchecked."""
+    from coordinator.integration.verify import _replay
+    from coordinator.integration.verify_result import VerifyReport
+    repo, res, ledger, _ = verified_run
+    applied = {e.payload["proposal_id"]: e.payload["head_ref"] for e in ledger.events("run-1")
+               if e.topic == "integration.apply_result" and e.payload.get("applied")}
+    want = [c for pid in res.included for c in (("reapply", pid), ("tree", applied[pid][:12]))]
+    assert len(set(applied.values())) == len(res.included) == 3  # one checkpoint a proposal
+    rep = VerifyReport("run-1")
+    _replay(rep, repo, records_of(ledger, "run-1"), list(res.included), res.base_ref, ledger, "run-1")
+    assert [(c.kind.value, c.subject) for c in rep.checks if c.kind.value in ("reapply", "tree")] == want
+    assert all(c.ok for c in rep.checks), rep.reasons()
