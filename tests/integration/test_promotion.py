@@ -425,3 +425,21 @@ def test_the_replay_rebuilds_every_checkpoint_not_only_the_first(verified_run) -
     _replay(rep, repo, records_of(ledger, "run-1"), list(res.included), res.base_ref, ledger, "run-1")
     assert [(c.kind.value, c.subject) for c in rep.checks if c.kind.value in ("reapply", "tree")] == want
     assert all(c.ok for c in rep.checks), rep.reasons()
+
+
+def test_a_chain_without_a_head_is_not_charged_a_git_objects_failure(big_repo: Path, tmp_path: Path) -> None:
+    """The run's new objects (head, not base) are listed only when the re-evaluated chain has
+    both: a run whose one apply result no longer says it applied has no head, and verify names
+    what is wrong with the chain without a git-objects failure of its own making."""
+    from coordinator.integration.verify import CheckKind, verify_run
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"))]
+    res, ledger, key = _run(big_repo, props, tmp_path, ledger=Ledger.open(None, tmp_path / "ops"))
+    try:
+        assert res.status == "promoted"
+        tamper_record(tmp_path / "ops", "run-1", "integration.apply_result", lambda p: {**p, "applied": False})
+        rep = verify_run(ledger, "run-1", Keyring({key.kid: key.public}))
+        kinds = rep.failed_kinds()
+        assert {CheckKind.EVIDENCE_CHAIN, CheckKind.PROMOTED_HEAD} <= kinds, rep.reasons()
+        assert [c for c in rep.checks if c.kind == CheckKind.GIT_OBJECTS] == [], rep.reasons()
+    finally:
+        ledger.close()
