@@ -207,6 +207,23 @@ def test_every_base_input_report_is_judged_past_one_from_another_base(tmp_path: 
     assert "first@" in rep.checks[0].subject and "second@" in rep.checks[1].subject
 
 
+def test_every_base_input_report_is_judged_past_one_whose_head_git_cannot_read(tmp_path: Path) -> None:
+    """A report naming a head the repository lacks fails with git's typed error, and the reports
+    after it are still judged."""
+    from coordinator.integration.evidence import Record
+    from coordinator.integration.verify import _validation_inputs
+    from coordinator.integration.verify_result import CheckKind, VerifyReport
+    repo, base, tip, _, report = _base_input_reports(tmp_path)
+    first = report(7, "first")
+    lost = Record(first.sequence, first.topic, {**first.artifact, "head_ref": "0" * 40})
+    rep = VerifyReport("run-v")
+    _validation_inputs(rep, repo, [lost, report(8, "second")], base)
+    assert [(c.kind, c.ok, c.subject) for c in rep.checks] == [
+        (CheckKind.VALIDATION_INPUTS, False, "first@000000000000"),
+        (CheckKind.VALIDATION_INPUTS, True, f"second@{tip[:12]}")], rep.checks
+    assert rep.checks[0].detail.startswith("GIT_FAILED: "), rep.checks[0].detail
+
+
 @attack("validation-input-rewrite")
 def test_changed_inputs_need_consent_even_where_the_policy_asks_none_for_high_risk(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
