@@ -443,3 +443,32 @@ def test_a_chain_without_a_head_is_not_charged_a_git_objects_failure(big_repo: P
         assert [c for c in rep.checks if c.kind == CheckKind.GIT_OBJECTS] == [], rep.reasons()
     finally:
         ledger.close()
+
+
+def test_the_replay_adds_no_check_without_a_base_or_without_proposals(verified_run) -> None:
+    """With no base, or no proposal included, there is nothing to replay: no check is added
+    (the chain's own checks say what is missing)."""
+    from coordinator.integration.verify import _replay
+    from coordinator.integration.verify_result import VerifyReport
+    repo, res, ledger, _ = verified_run
+    records = records_of(ledger, "run-1")
+    for included, base in (([], res.base_ref), (list(res.included), None)):
+        rep = VerifyReport("run-1")
+        _replay(rep, repo, records, included, base, ledger, "run-1")
+        assert rep.checks == [], (included, base, rep.reasons())
+
+
+def test_a_blocked_run_is_verified_without_a_target_ref_check(big_repo: Path, tmp_path: Path) -> None:
+    """A blocked decision moved no ref: its target is not checked (it need not exist), and
+    the run verifies."""
+    from coordinator.integration.verify import CheckKind, verify_run
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"))]
+    res, ledger, key = _run(big_repo, props, tmp_path, policy=_policy(suites_by_risk={"low": ("unit", "lint")}),
+                            ledger=Ledger.open(None, tmp_path / "ops"))
+    try:
+        assert res.status == "blocked" and not _release_ref_exists(big_repo)
+        rep = verify_run(ledger, "run-1", Keyring({key.kid: key.public}))
+        assert rep.valid and rep.outcome == "blocked", rep.reasons()
+        assert CheckKind.TARGET_REF not in {c.kind for c in rep.checks}
+    finally:
+        ledger.close()
