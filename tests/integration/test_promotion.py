@@ -356,6 +356,17 @@ def test_verify_writes_nothing_to_the_repository(verified_run) -> None:
     assert state() == before
 
 
+def test_verify_registers_no_worktree(verified_run) -> None:
+    """The replay needs no checkout: verify never adds a worktree to the repository, not even
+    for a moment. Here git could not register one (`.git/worktrees` is a plain file), and the
+    run still verifies."""
+    from coordinator.integration.verify import verify_run
+    repo, _, ledger, keyring = verified_run
+    (repo / ".git" / "worktrees").write_text("")
+    rep = verify_run(ledger, "run-1", keyring)
+    assert rep.valid, rep.reasons()
+
+
 def test_the_replay_of_a_run_without_a_policy_record_uses_the_default_policy(verified_run) -> None:
     """A run that recorded no integration policy is replayed under the default one; the
     replay does not fail for want of the record."""
