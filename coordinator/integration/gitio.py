@@ -29,6 +29,22 @@ class GitError(DomeError):
     retry = "light"
 
 
+class GitObjectMissing(GitError):
+    code = "GIT_OBJECT_MISSING"
+
+
+class GitObjectCorrupt(GitError):
+    """An object git cannot read, or (read with verify) whose bytes do not hash to its id."""
+    code = "GIT_OBJECT_CORRUPT"
+    retry = "none"
+
+
+class GitReaderStopped(GitError):
+    """The object reader's `git cat-file` stopped (after a corrupt object, say): nothing more is read."""
+    code = "GIT_READER_STOPPED"
+    retry = "none"
+
+
 def git(repo: Path | str, *args: str, input: bytes | None = None,
         env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **GIT_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
@@ -107,25 +123,23 @@ class ObjectReader:
                 raise self._stopped(oid) from None
             header = self._proc.stdout.readline().rstrip(b"\n")
             if header.endswith(b" missing") or header.endswith(b" ambiguous"):
-                raise GitError(f"object {oid} not found", code="GIT_OBJECT_MISSING",
-                               details={"oid": oid})
+                raise GitObjectMissing(f"object {oid} not found", details={"oid": oid})
             parts = header.split(b" ")
             size = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else -1
             data = self._proc.stdout.read(size) if size >= 0 else b""
             if size < 0 or len(data) != size or self._proc.stdout.read(1) != b"\n":
-                self._stopped_at = oid  # git died reading it: a loose object that does not inflate, say
-                raise GitError(f"object {oid} unreadable (git cat-file died reading it)",
-                               code="GIT_OBJECT_CORRUPT", details={"oid": oid})
+                self._stopped_at = oid  # git died reading it (say, a loose object longer than its header says)
+                raise GitObjectCorrupt(f"object {oid} unreadable (git cat-file died reading it)",
+                                       details={"oid": oid})
             typ = parts[1]
         if self.verify and len(oid) == 40 and ObjectWriter.hash(typ.decode(), data) != oid:
-            raise GitError(f"object {oid} does not hash to its id", code="GIT_OBJECT_CORRUPT",
-                           details={"oid": oid})
+            raise GitObjectCorrupt(f"object {oid} does not hash to its id", details={"oid": oid})
         return typ.decode(), data
 
     def _stopped(self, oid: str) -> GitError:
         after = f" after {self._stopped_at}" if self._stopped_at else ""
-        return GitError(f"object {oid} unread: git cat-file stopped{after}", code="GIT_READER_STOPPED",
-                        details={"oid": oid, "stopped_at": self._stopped_at})
+        return GitReaderStopped(f"object {oid} unread: git cat-file stopped{after}",
+                                details={"oid": oid, "stopped_at": self._stopped_at})
 
     def exists(self, oid: str) -> bool:
         try:
@@ -258,9 +272,7 @@ def commit_facts(reader: "ObjectReader", oids: "Iterable[str]") -> dict[str, dic
             continue
         try:
             typ, data = reader.read(oid)
-        except GitError as exc:
-            if exc.code != "GIT_OBJECT_MISSING":
-                raise
+        except GitObjectMissing:
             continue
         if typ != "commit":
             continue

@@ -44,7 +44,7 @@ def _failures(rep) -> list[tuple[str, str, str | None]]:
     return [(f.kind.value, f.detail, f.subject) for f in rep.failures]
 
 
-def test_a_base_commit_that_no_longer_hashes_to_its_id_is_named(verified_run) -> None:
+def test_a_base_commit_that_no_longer_hashes_to_its_id_is_named(verified_run) -> None:  # noqa: F811
     """The commits the chain is judged on are read with re-hashing: a base commit changed
     in place fails the git-objects check, naming it, before anything trusts its content."""
     repo, res, ledger, keyring = verified_run
@@ -56,7 +56,7 @@ def test_a_base_commit_that_no_longer_hashes_to_its_id_is_named(verified_run) ->
                                res.base_ref)], rep.reasons()
 
 
-def test_a_base_blob_the_replay_reads_that_no_longer_hashes_is_named(verified_run) -> None:
+def test_a_base_blob_the_replay_reads_that_no_longer_hashes_is_named(verified_run) -> None:  # noqa: F811
     """The replay reads the base's blobs with re-hashing: a changed base blob under a layer's
     diff fails the re-apply for that layer, naming the object, rather than a tree that differs."""
     repo, res, ledger, keyring = verified_run
@@ -69,7 +69,7 @@ def test_a_base_blob_the_replay_reads_that_no_longer_hashes_is_named(verified_ru
         rep.reasons()
 
 
-def test_a_base_commit_git_cannot_read_is_named_not_a_crash(verified_run) -> None:
+def test_a_base_commit_git_cannot_read_is_named_not_a_crash(verified_run) -> None:  # noqa: F811
     """A base commit that does not inflate kills git cat-file: the reader says which object,
     every later read says the reader stopped, and verify reports instead of raising."""
     repo, res, ledger, keyring = verified_run
@@ -80,7 +80,7 @@ def test_a_base_commit_git_cannot_read_is_named_not_a_crash(verified_run) -> Non
             res.base_ref) in _failures(rep), rep.reasons()
 
 
-def test_a_base_tree_git_cannot_read_fails_the_replay_not_verify(verified_run) -> None:
+def test_a_base_tree_git_cannot_read_fails_the_replay_not_verify(verified_run) -> None:  # noqa: F811
     """No canvas can be built on a base whose tree cannot be read: the replay fails, naming
     the base; verify still runs its other checks and returns."""
     repo, res, ledger, keyring = verified_run
@@ -102,17 +102,17 @@ def test_a_reader_that_git_stopped_on_raises_typed_errors_after(big_repo: Path) 
     bad = git(big_repo, "rev-parse", "HEAD:f01.txt")
     with gitio.ObjectReader(big_repo) as reader:
         assert reader.read(base)[0] == "commit"
-        with pytest.raises(gitio.GitError) as first:
+        with pytest.raises(gitio.GitObjectCorrupt) as first:
             reader.read(bad)
         assert (first.value.code, first.value.details["oid"]) == ("GIT_OBJECT_CORRUPT", bad)
         for _ in range(2):
-            with pytest.raises(gitio.GitError) as later:
+            with pytest.raises(gitio.GitReaderStopped) as later:
                 reader.read(blob)
             assert (later.value.code, later.value.details) == ("GIT_READER_STOPPED",
                                                               {"oid": blob, "stopped_at": bad})
         assert reader.read(base)[0] == "commit"  # what was read before is still served
     with gitio.ObjectReader(big_repo) as reader:
         assert gitio.commit_facts(reader, ["0" * 40, base]).keys() == {base}  # a missing one is skipped
-        with pytest.raises(gitio.GitError) as not_skipped:
+        with pytest.raises(gitio.GitObjectCorrupt) as not_skipped:
             gitio.commit_facts(reader, [bad, base])
         assert not_skipped.value.code == "GIT_OBJECT_CORRUPT"
