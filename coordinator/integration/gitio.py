@@ -29,6 +29,22 @@ class GitError(DomeError):
     retry = "light"
 
 
+class GitObjectMissing(GitError):
+    code = "GIT_OBJECT_MISSING"
+
+
+class GitObjectCorrupt(GitError):
+    """An object git cannot read, or (read with verify) whose bytes do not hash to its id."""
+    code = "GIT_OBJECT_CORRUPT"
+    retry = "none"
+
+
+class GitReaderStopped(GitError):
+    """The object reader's `git cat-file` stopped (after a corrupt object, say): nothing more is read."""
+    code = "GIT_READER_STOPPED"
+    retry = "none"
+
+
 def git(repo: Path | str, *args: str, input: bytes | None = None,
         env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **GIT_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
@@ -78,6 +94,7 @@ class ObjectReader:
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
         self._lock = threading.Lock()
+        self._stopped_at: str | None = None  # the object git cat-file stopped at ("" if not ours)
 
     def read(self, oid: str) -> tuple[str, bytes]:
         """(type, content) of an object; raises GitError when missing.
@@ -96,22 +113,33 @@ class ObjectReader:
     def _read(self, oid: str) -> tuple[str, bytes]:
         with self._lock:
             assert self._proc.stdin and self._proc.stdout
-            self._proc.stdin.write(oid.encode() + b"\n")
-            self._proc.stdin.flush()
+            if self._stopped_at is not None:
+                raise self._stopped(oid)
+            try:
+                self._proc.stdin.write(oid.encode() + b"\n")
+                self._proc.stdin.flush()
+            except OSError:  # git had already stopped: this object is not to blame
+                self._stopped_at = ""
+                raise self._stopped(oid) from None
             header = self._proc.stdout.readline().rstrip(b"\n")
-            if header.count(b" ") != 2 and not header.endswith(b" missing"):
-                raise GitError(f"object {oid} unreadable (git cat-file died)",
-                               code="GIT_OBJECT_CORRUPT", details={"oid": oid})
             if header.endswith(b" missing") or header.endswith(b" ambiguous"):
-                raise GitError(f"object {oid} not found", code="GIT_OBJECT_MISSING",
-                               details={"oid": oid})
-            _oid, typ, size = header.split(b" ")
-            data = self._proc.stdout.read(int(size))
-            self._proc.stdout.read(1)
+                raise GitObjectMissing(f"object {oid} not found", details={"oid": oid})
+            parts = header.split(b" ")
+            size = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else -1
+            data = self._proc.stdout.read(size) if size >= 0 else b""
+            if size < 0 or len(data) != size or self._proc.stdout.read(1) != b"\n":
+                self._stopped_at = oid  # git died reading it (say, a loose object longer than its header says)
+                raise GitObjectCorrupt(f"object {oid} unreadable (git cat-file died reading it)",
+                                       details={"oid": oid})
+            typ = parts[1]
         if self.verify and len(oid) == 40 and ObjectWriter.hash(typ.decode(), data) != oid:
-            raise GitError(f"object {oid} does not hash to its id", code="GIT_OBJECT_CORRUPT",
-                           details={"oid": oid})
+            raise GitObjectCorrupt(f"object {oid} does not hash to its id", details={"oid": oid})
         return typ.decode(), data
+
+    def _stopped(self, oid: str) -> GitError:
+        after = f" after {self._stopped_at}" if self._stopped_at else ""
+        return GitReaderStopped(f"object {oid} unread: git cat-file stopped{after}",
+                                details={"oid": oid, "stopped_at": self._stopped_at})
 
     def exists(self, oid: str) -> bool:
         try:
@@ -123,6 +151,8 @@ class ObjectReader:
     def close(self) -> None:
         if self._proc.poll() is None:
             assert self._proc.stdin
+            if self._stopped_at is not None:  # out of step with us: what it still writes is nobody's
+                self._proc.kill()
             self._proc.stdin.close()
             self._proc.wait(timeout=10)
 
@@ -234,14 +264,15 @@ def parse_trailers_all(message: str) -> dict[str, list[str]]:
 
 
 def commit_facts(reader: "ObjectReader", oids: "Iterable[str]") -> dict[str, dict]:
-    """{sha: {tree, parents, trailers_all}} for the commits that exist."""
+    """{sha: {tree, parents, trailers_all}} for the commits that exist; an object that is
+    there but cannot be read (or, with a verifying reader, does not hash to its id) raises."""
     out: dict[str, dict] = {}
     for oid in oids:
         if not oid or oid in out:
             continue
         try:
             typ, data = reader.read(oid)
-        except GitError:
+        except GitObjectMissing:
             continue
         if typ != "commit":
             continue

@@ -125,7 +125,7 @@ def verify_run(ledger: Ledger, run_id: str, keyring: Keyring, *, repo: Path | No
         try:
             facts = GitFacts(commits=gitio.commit_facts(reader, sorted(commits)))
         except gitio.GitError as exc:
-            rep.add(failed(K.GIT_OBJECTS, f"{exc.code}: {exc.message}"))
+            rep.add(failed(K.GIT_OBJECTS, f"{exc.code}: {exc.message}", exc.details.get("oid")))
             return rep
     chain = evaluate_chain(before, keyring=keyring, facts=facts, run_id=run_id)
     if d.get("outcome") == "blocked":
@@ -427,7 +427,11 @@ def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list
     from .policy import IntegrationPolicy
     recorded = [r.artifact.get("policy") for r in records if r.topic == "integration.policy"]
     policy = IntegrationPolicy.from_dict(recorded[-1]) if recorded and isinstance(recorded[-1], Mapping) else None
-    canvas = Canvas(repo, base, run_id=f"verify-{run_id}", create_worktree=False, persist=False, policy=policy)
+    try:
+        canvas = Canvas(repo, base, run_id=f"verify-{run_id}", create_worktree=False, persist=False, policy=policy)
+    except DomeError as exc:  # the base's own objects cannot be read: there is nothing to replay onto
+        rep.add(failed(K.REPLAY, f"{exc.code}: {exc.message}", base))
+        return
     canvas.reader.close()
     canvas.reader = gitio.ObjectReader(repo, verify=True)
     canvas.store.reader = canvas.reader
@@ -474,7 +478,8 @@ def _replay(rep: VerifyReport, repo: Path, records: list[Record], included: list
                                  "re-canonicalized diff digest differs", pid):
                     return
                 att = canvas.try_apply(parsed)
-                if not rep.check(K.REAPPLY, att.clean, "diff no longer applies to its parent", pid):
+                if not rep.check(K.REAPPLY, att.clean, "diff no longer applies to its parent"  # and why
+                                 + "".join(f"; {c.path}: {c.reason}" for c in att.conflicts[:3]), pid):
                     return
                 canvas.commit(att, [pid])
             tree = canvas.tree.write()

@@ -82,3 +82,23 @@ def test_the_blobs_a_record_names_are_found_at_any_depth() -> None:
                                          {"name": f"artifact:{d[5]}", "digest": {"sha256": "f" * 64}},
                                          {"name": "diff:pp-1:split-a", "digest": {"sha256": "e" * 64}}]}])
     assert [s.digest for s in subs] == [d[5]]
+
+
+def test_a_removed_chunk_of_a_records_list_is_named_by_verify(tmp_path: Path) -> None:
+    """A long list of an integration record is held as a chain of chunk blobs: one removed is
+    named by `dome verify` as a broken chain of that record, beside the missing blob."""
+    from coordinator.integration.evidence import T_GATE
+    from coordinator.integration.verify import CheckKind, verify_run
+    from coordinator.keys import load_keyring
+    from coordinator.integration.listchain import CHUNK
+    from tests.scale.test_record_chain import _emit
+    ops = tmp_path / "ops"
+    with Ledger.open(None, ops) as ledger:
+        _emit(ledger, ops, 2 * CHUNK, "run-c")
+        gate = next(e for e in ledger.events("run-c") if e.topic == T_GATE)
+        head = gate.payload["links"]["list_chain"]["head"]
+        ledger.blobs.path(head).unlink()
+        rep = verify_run(ledger, "run-c", load_keyring(ops))
+    broken = [(f.detail.split(":")[0], f.subject) for f in rep.failures if f.kind == CheckKind.LIST_CHAIN]
+    assert broken == [("LIST_CHAIN_BROKEN", f"#{gate.sequence} {T_GATE}")], rep.reasons()
+    assert (CheckKind.BLOBS, head) in {(f.kind, f.subject) for f in rep.failures}

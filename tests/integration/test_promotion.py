@@ -356,6 +356,17 @@ def test_verify_writes_nothing_to_the_repository(verified_run) -> None:
     assert state() == before
 
 
+def test_verify_registers_no_worktree(verified_run) -> None:
+    """The replay needs no checkout: verify never adds a worktree to the repository, not even
+    for a moment. Here git could not register one (`.git/worktrees` is a plain file), and the
+    run still verifies."""
+    from coordinator.integration.verify import verify_run
+    repo, _, ledger, keyring = verified_run
+    (repo / ".git" / "worktrees").write_text("")
+    rep = verify_run(ledger, "run-1", keyring)
+    assert rep.valid, rep.reasons()
+
+
 def test_the_replay_of_a_run_without_a_policy_record_uses_the_default_policy(verified_run) -> None:
     """A run that recorded no integration policy is replayed under the default one; the
     replay does not fail for want of the record."""
@@ -383,3 +394,92 @@ def test_the_replay_names_a_proposal_whose_canonical_diff_was_not_stored(verifie
     bad = [c for c in rep.checks if not c.ok]
     assert [(c.kind.value, c.detail, c.subject) for c in bad] == [("diff", "canonical diff not stored", "p0")], \
         rep.reasons()
+
+
+def test_a_run_held_for_consent_has_its_blobs_checked_without_a_decision(big_repo: Path, tmp_path: Path) -> None:
+    """A run with no promotion decision (held for consent) is verified too: it is reported as
+    awaiting consent, every blob its records name is re-hashed, and a changed one is named."""
+    import os
+    from coordinator.integration.verify import CheckKind, verify_run
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"), risk={"class": "high"})]
+    res, ledger, key = _run(big_repo, props, tmp_path, policy=_policy(suites_by_risk={"high": ("unit",)}),
+                            ledger=Ledger.open(None, tmp_path / "ops"))
+    try:
+        assert res.status == "awaiting_consent"
+        keyring = Keyring({key.kid: key.public})
+        rep = verify_run(ledger, "run-1", keyring)
+        assert rep.valid and rep.outcome == "awaiting_consent", rep.reasons()
+        assert [c.ok for c in rep.checks if c.kind == CheckKind.BLOBS] == [True]
+        digest = next(e.payload["diff_blob"] for e in ledger.events("run-1")
+                      if e.topic == "integration.proposal_verified")
+        path = ledger.blobs.path(digest)
+        os.chmod(path, 0o644)
+        path.write_bytes(path.read_bytes() + b" ")
+        bad = verify_run(ledger, "run-1", keyring)
+        assert [(f.kind, f.subject) for f in bad.failures] == [(CheckKind.BLOBS, digest)], bad.reasons()
+    finally:
+        ledger.close()
+
+
+def test_the_replay_rebuilds_every_checkpoint_not_only_the_first(verified_run) -> None:
+    """Each included proposal is re-applied and the tree of every checkpoint the run made is
+    compared with the rebuilt one, in order: a replay that stopped after the first matching
+    checkpoint would leave the later layers unchecked."""
+    from coordinator.integration.verify import _replay
+    from coordinator.integration.verify_result import VerifyReport
+    repo, res, ledger, _ = verified_run
+    applied = {e.payload["proposal_id"]: e.payload["head_ref"] for e in ledger.events("run-1")
+               if e.topic == "integration.apply_result" and e.payload.get("applied")}
+    want = [c for pid in res.included for c in (("reapply", pid), ("tree", applied[pid][:12]))]
+    assert len(set(applied.values())) == len(res.included) == 3  # one checkpoint a proposal
+    rep = VerifyReport("run-1")
+    _replay(rep, repo, records_of(ledger, "run-1"), list(res.included), res.base_ref, ledger, "run-1")
+    assert [(c.kind.value, c.subject) for c in rep.checks if c.kind.value in ("reapply", "tree")] == want
+    assert all(c.ok for c in rep.checks), rep.reasons()
+
+
+def test_a_chain_without_a_head_is_not_charged_a_git_objects_failure(big_repo: Path, tmp_path: Path) -> None:
+    """The run's new objects (head, not base) are listed only when the re-evaluated chain has
+    both: a run whose one apply result no longer says it applied has no head, and verify names
+    what is wrong with the chain without a git-objects failure of its own making."""
+    from coordinator.integration.verify import CheckKind, verify_run
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"))]
+    res, ledger, key = _run(big_repo, props, tmp_path, ledger=Ledger.open(None, tmp_path / "ops"))
+    try:
+        assert res.status == "promoted"
+        tamper_record(tmp_path / "ops", "run-1", "integration.apply_result", lambda p: {**p, "applied": False})
+        rep = verify_run(ledger, "run-1", Keyring({key.kid: key.public}))
+        kinds = rep.failed_kinds()
+        assert {CheckKind.EVIDENCE_CHAIN, CheckKind.PROMOTED_HEAD} <= kinds, rep.reasons()
+        assert [c for c in rep.checks if c.kind == CheckKind.GIT_OBJECTS] == [], rep.reasons()
+    finally:
+        ledger.close()
+
+
+def test_the_replay_adds_no_check_without_a_base_or_without_proposals(verified_run) -> None:
+    """With no base, or no proposal included, there is nothing to replay: no check is added
+    (the chain's own checks say what is missing)."""
+    from coordinator.integration.verify import _replay
+    from coordinator.integration.verify_result import VerifyReport
+    repo, res, ledger, _ = verified_run
+    records = records_of(ledger, "run-1")
+    for included, base in (([], res.base_ref), (list(res.included), None)):
+        rep = VerifyReport("run-1")
+        _replay(rep, repo, records, included, base, ledger, "run-1")
+        assert rep.checks == [], (included, base, rep.reasons())
+
+
+def test_a_blocked_run_is_verified_without_a_target_ref_check(big_repo: Path, tmp_path: Path) -> None:
+    """A blocked decision moved no ref: its target is not checked (it need not exist), and
+    the run verifies."""
+    from coordinator.integration.verify import CheckKind, verify_run
+    props = [make_proposal(big_repo, "p0", edit_line("f00.txt", 7, "x"))]
+    res, ledger, key = _run(big_repo, props, tmp_path, policy=_policy(suites_by_risk={"low": ("unit", "lint")}),
+                            ledger=Ledger.open(None, tmp_path / "ops"))
+    try:
+        assert res.status == "blocked" and not _release_ref_exists(big_repo)
+        rep = verify_run(ledger, "run-1", Keyring({key.kid: key.public}))
+        assert rep.valid and rep.outcome == "blocked", rep.reasons()
+        assert CheckKind.TARGET_REF not in {c.kind for c in rep.checks}
+    finally:
+        ledger.close()

@@ -207,6 +207,39 @@ def test_every_base_input_report_is_judged_past_one_from_another_base(tmp_path: 
     assert "first@" in rep.checks[0].subject and "second@" in rep.checks[1].subject
 
 
+def test_base_input_reports_are_found_among_the_runs_other_records(tmp_path: Path) -> None:
+    """Only validation reports judged with the base's inputs are checked, wherever they lie among
+    the run's other records (another topic, a report of another phase, before and after them)."""
+    from coordinator.integration.evidence import Record
+    from coordinator.integration.verify import _validation_inputs
+    from coordinator.integration.verify_result import CheckKind, VerifyReport
+    repo, base, tip, _, report = _base_input_reports(tmp_path)
+    plan = Record(1, "integration.stack_plan", {"base_ref": base})
+    on_head = Record(2, "integration.validation_report", {"phase": "head", "suite": "unit", "head_ref": tip})
+    rep = VerifyReport("run-v")
+    _validation_inputs(rep, repo, [plan, on_head, report(3, "first"), plan, report(5, "second")], base)
+    assert [(c.kind, c.ok, c.subject) for c in rep.checks] == [
+        (CheckKind.VALIDATION_INPUTS, True, f"first@{tip[:12]}"),
+        (CheckKind.VALIDATION_INPUTS, True, f"second@{tip[:12]}")], rep.checks
+
+
+def test_every_base_input_report_is_judged_past_one_whose_head_git_cannot_read(tmp_path: Path) -> None:
+    """A report naming a head the repository lacks fails with git's typed error, and the reports
+    after it are still judged."""
+    from coordinator.integration.evidence import Record
+    from coordinator.integration.verify import _validation_inputs
+    from coordinator.integration.verify_result import CheckKind, VerifyReport
+    repo, base, tip, _, report = _base_input_reports(tmp_path)
+    first = report(7, "first")
+    lost = Record(first.sequence, first.topic, {**first.artifact, "head_ref": "0" * 40})
+    rep = VerifyReport("run-v")
+    _validation_inputs(rep, repo, [lost, report(8, "second")], base)
+    assert [(c.kind, c.ok, c.subject) for c in rep.checks] == [
+        (CheckKind.VALIDATION_INPUTS, False, "first@000000000000"),
+        (CheckKind.VALIDATION_INPUTS, True, f"second@{tip[:12]}")], rep.checks
+    assert rep.checks[0].detail.startswith("GIT_FAILED: "), rep.checks[0].detail
+
+
 @attack("validation-input-rewrite")
 def test_changed_inputs_need_consent_even_where_the_policy_asks_none_for_high_risk(tmp_path: Path) -> None:
     repo = _repo(tmp_path)

@@ -101,9 +101,11 @@ def test_an_untampered_run_verifies_with_every_export_checked(run_copy) -> None:
     ops, run_id, _ = run_copy
     rc, out = _verify(ops, run_id)
     assert rc == 0 and out["valid"], out["reasons"]
-    assert _verify_here(ops, run_id)["checks"] == out["checks"]  # the CLI printed verify_run's checks, one for one
+    here = _verify_here(ops, run_id)
+    assert here["checks"] == out["checks"]  # the CLI printed verify_run's checks, one for one
     assert {c["kind"] for c in out["checks"]} == HONEST_CHECKS
     assert out["outcome"] == "promoted" and out["run_status"] == "blocked"
+    assert here["run_reason"] == "evidence chain incomplete or human gate"  # as run.finished gives it
     # a check that passed never says something was missing
     assert all(c["status"] == "ok" and not c["detail"] for c in out["checks"])
 
@@ -240,8 +242,10 @@ def test_a_promoted_run_verifies_and_agrees_with_run_finished(promoted_copy) -> 
     ops, run_id, _ = promoted_copy
     rc, out = _verify(ops, run_id)
     assert rc == 0 and out["valid"], out["reasons"]
-    assert _verify_here(ops, run_id)["checks"] == out["checks"]
+    here = _verify_here(ops, run_id)
+    assert here["checks"] == out["checks"]
     assert out["run_status"] == "promoted" and out["outcome"] == "promoted"
+    assert here["run_reason"] is None  # run.finished of a promoted run gives none
     assert {c["kind"] for c in out["checks"]} == HONEST_CHECKS
 
 

@@ -223,3 +223,14 @@ def test_verify_refuses_a_smuggled_proposal_of_a_task_not_landed_alone(included)
     rep = VerifyReport("r")
     _partial(rep, _events(HONEST), recs, 9, ["p-a"])
     assert [c.ok for c in rep.checks if c.kind.value == "partial_run"] == [True]
+
+
+def test_a_partial_run_counts_its_blocked_tasks_with_its_failed_ones():
+    """The tasks not landed are the failed ones and the blocked ones together: a record naming
+    one of each, with counts of one each, agrees; naming only the failed one is refused."""
+    both = [{"node_id": "b", "status": "failed"}, {"node_id": "c", "status": "blocked"}]
+    honest = {"status": "promoted", "partial": True, "counts": {"failed": 1, "blocked": 1},
+              "tasks_not_landed": both}
+    assert _partial_check(honest, both, ["p-a"]).ok
+    short = _partial_check({**honest, "tasks_not_landed": both[:1]}, both[:1], ["p-a"])
+    assert not short.ok and short.detail == "run.finished names 1 task(s) not landed, its counts say 2", short.detail
