@@ -19,6 +19,39 @@ from tests.conftest import REPO_ROOT, make_repo
 MODES = ["legacy", "2026-07-28"]  # the initialize handshake, and the stateless per-request envelope
 PATHS = ["inproc", "stdio"]
 
+def process_descendants(pid: int) -> list[int]:
+    """Every live process below pid (children, their children...), read from /proc."""
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def wait_until_dead(pids: list[int], timeout_s: float = 10.0) -> None:
+    """Wait until none of pids runs (gone or a zombie): a SIGKILL takes effect after kill() returns."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                break
+            if state in ("Z", "X"):
+                break
+            time.sleep(0.005)
+        else:
+            raise AssertionError(f"process {pid} still runs {timeout_s} s after it was killed")
+
+
 
 @pytest.fixture
 def anyio_backend() -> str:

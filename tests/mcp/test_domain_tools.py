@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-from .conftest import connect, make_host, two_bars_gds
+from .conftest import connect, make_host, process_descendants, two_bars_gds, wait_until_dead
 
 pytestmark = pytest.mark.anyio
 
@@ -228,8 +228,25 @@ async def test_a_worker_dying_under_a_direct_call_is_a_typed_fault_then_recovere
     async with connect("inproc", "legacy", tmp_path, host=host) as client:
         sid = (await client.call_tool("open_layout", {"path": str(gds)})).structured_content["session_id"]
         pid = host.supervisor.worker_pid
-        os.kill(pid, signal.SIGKILL)
-        res = await client.call_tool("list_layers", {"session_id": sid})
+        tree = [pid] + process_descendants(pid)
+        # the worker must die under the call, not before it is sent (a worker found dead while
+        # idle is simply replaced) nor after it answered: stop it, send the call, kill it once
+        # the call is in flight
+        for p in tree:
+            os.kill(p, signal.SIGSTOP)
+        answer: dict = {}
+
+        async def list_layers() -> None:
+            answer["res"] = await client.call_tool("list_layers", {"session_id": sid})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(list_layers)
+            with anyio.fail_after(10):
+                while host.supervisor._current is None or host.supervisor._current.inflight == 0:
+                    await anyio.sleep(0.005)
+            os.kill(pid, signal.SIGKILL)
+            wait_until_dead(tree)
+        res = answer["res"]
         # Convergent: the host replays it on a new worker, the session rebuilt there
         assert not res.is_error, res.content[0].text
         assert host.supervisor.worker_pid != pid

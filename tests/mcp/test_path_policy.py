@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from tests.attacks import attack
 from tests.conftest import REPO_ROOT, dome_cli, git, make_repo
 
-from .conftest import host_env, http_host, job_files, two_bars_gds
+from .conftest import host_env, http_host, job_files, process_descendants, two_bars_gds
 
 pytestmark = pytest.mark.anyio
 DOORS = ["stdio", "http"]
@@ -331,7 +331,7 @@ async def test_the_token_never_reaches_a_worker(site) -> None:
     async with door("http", site["ops"], roots(site)) as c:
         assert not (await c.call_tool("test_echo", {"value": 1})).is_error  # a worker is running
         pid = (await c.call_tool("health", {})).structured_content["worker_pid"]
-        tree = [pid] + _descendants(pid)
+        tree = [pid] + process_descendants(pid)
         environs = [Path(f"/proc/{p}/environ").read_bytes() for p in tree if Path(f"/proc/{p}/environ").exists()]
         assert environs and not any(TOKEN.encode() in e or b"DOME_MCP_TOKEN" in e for e in environs)
 
@@ -346,22 +346,6 @@ async def test_a_worker_tool_cannot_write_outside_the_policy(site) -> None:
         assert not ok.is_error, ok.content[0].text
     outside_untouched(site)
     assert (site["art"] / "hb").read_text() == "0"
-
-
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        kids.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            out.append(k)
-            todo.append(k)
-    return out
 
 
 @pytest.mark.slow
