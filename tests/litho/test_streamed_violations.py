@@ -10,17 +10,15 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from worker_sdk.litho import api
-from worker_sdk.litho.engine import Evaluation, evaluate as whole_canvas, plan_tiles, region_records
+from worker_sdk.litho.engine import Evaluation, plan_tiles, region_records
 from worker_sdk.litho.layout import Layout, raster_to_region
 from worker_sdk.litho.metrics import label_components
 from worker_sdk.litho.process import DEFAULT
 from worker_sdk.litho.streaming import evaluate_streaming
 from worker_sdk.litho.topostream import RegionStitcher
-from worker_sdk.litho.violations import dedup, rule_deck, rule_deck_hash
 
 
 def _blobs(seed: int, shape: tuple[int, int], density: float) -> np.ndarray:
@@ -48,6 +46,16 @@ def _canvas_eval(err_l2: np.ndarray, err_pvb: np.ndarray, core: int) -> Evaluati
                       printed, tiles, DEFAULT)
 
 
+def _stitched(ev: Evaluation, rule: str) -> list[dict]:
+    """The error regions of `ev` found core by core, in row-major order as the fold adds them."""
+    err = ev.printed["nominal"] if rule == "l2" else ev.printed["max"]
+    stitcher = RegionStitcher()
+    for t in ev.tiles:
+        x0, y0, x1, y1 = t.core
+        stitcher.add(t, err[y0:y1, x0:x1])
+    return stitcher.finish()
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31), rows=st.integers(1, 4), cols=st.integers(1, 4), core=st.integers(1, 7),
        density=st.floats(0.1, 0.6))
@@ -55,12 +63,7 @@ def test_region_pieces_joined_core_by_core_equal_the_stitched_canvas(seed, rows,
     shape = (rows * core, cols * core)
     ev = _canvas_eval(_blobs(seed, shape, density), _blobs(seed + 1, shape, density), core)
     for rule in ("l2", "pvb"):
-        err = ev.printed["nominal"] if rule == "l2" else ev.printed["max"]
-        stitcher = RegionStitcher()
-        for t in ev.tiles:  # row-major, as the fold adds them
-            x0, y0, x1, y1 = t.core
-            stitcher.add(t, err[y0:y1, x0:x1])
-        assert stitcher.finish() == region_records(ev, rule)
+        assert _stitched(ev, rule) == region_records(ev, rule)
 
 
 def test_a_region_joined_only_at_a_core_corner_is_one_group():
@@ -69,11 +72,7 @@ def test_a_region_joined_only_at_a_core_corner_is_one_group():
     err[1, 1] = err[2, 2] = True  # cores are 2 x 2: (1, 1) in T_0_0, (2, 2) in T_1_1
     ev = _canvas_eval(err, err[:, ::-1].copy(), 2)  # and the anti-diagonal (T_0_1 / T_1_0) for PVB
     for rule in ("l2", "pvb"):
-        stitcher = RegionStitcher()
-        for t in ev.tiles:
-            x0, y0, x1, y1 = t.core
-            stitcher.add(t, (ev.printed["nominal"] if rule == "l2" else ev.printed["max"])[y0:y1, x0:x1])
-        got = stitcher.finish()
+        got = _stitched(ev, rule)
         assert len(got) == 2 and all(r["group_bbox"] == [1, 1, 3, 3] for r in got)
         assert got == region_records(ev, rule)
 
