@@ -16,6 +16,9 @@ Scoring per tile:
 - Topology labels each core's target and prints and joins components across
   core boundaries with union-find (`topostream`): exactly the whole-canvas
   records, whatever the shapes' size.
+- With `regions` (the detailed report), the L2 and PVB error regions are found
+  per core and joined the same way (`topostream.RegionStitcher`): exactly the
+  whole-canvas pieces and the boxes dedup groups them by.
 
 The canvas frame and the tile plan are the whole-canvas evaluation's, so the
 prints are bit-identical.
