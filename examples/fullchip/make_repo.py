@@ -38,7 +38,7 @@ MRC = {"min_feature_nm": mask_rules.MIN_WIDTH_NM, "min_area_nm2": mask_rules.MIN
 # the quick variant runs on 2-core CI machines, where a duplicate would only compete for the same cores
 VARIANTS = {
     "work.quick.json": ("block_quick", 8, 2, "refs/heads/masks-quick", "detailed", 0),
-    "work.queue.json": ("block", None, 8, "refs/heads/masks", "aggregate", 1),
+    "work.queue.json": ("block", None, 8, "refs/heads/masks", "detailed", 1),
 }
 
 REPO_TESTS = '''"""The repository's own checks: the stitched mask matches its report, every tile core its record."""

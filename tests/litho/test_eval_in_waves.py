@@ -116,7 +116,7 @@ def test_the_waves_evaluations_summed_equal_the_serial_evaluation_of_the_whole_m
     made = WaveEvals(plan.tiles, store, ghost, DEFAULT)
     bands = tiled.SeamBands()
     f_after = evaluate_streaming(ghost, layout, mask_window=tiled.mask_window(plan, store), halo=plan.halo,
-                                 on_print=bands.keep, done=made.part("after"))
+                                 on_print=bands.keep, done=made.part("after"), regions=True)
     f_before = evaluate_streaming(ghost, layout, halo=plan.halo, done=made.part("before"))
     assert made.used == {t.tile_id for t in plan.tiles}
     assert [s.tile_id for s in f_after.per_tile] == [t.tile_id for t in plan.tiles]  # each tile once
@@ -131,6 +131,7 @@ def test_the_waves_evaluations_summed_equal_the_serial_evaluation_of_the_whole_m
     seam_pieces = [v for v in _violations(detailed, model32) if v[0] in ("LITHO.L2.AREA", "LITHO.PVB.AREA")]
     assert len({v[6] for v in seam_pieces}) < len(seam_pieces)  # regions cut by a seam: shadows deduplicated
     assert _violations(fused, model32) == _violations(detailed, model32)
+    assert _violations(f_after, model32) == _violations(detailed, model32)  # the records alone, no canvas
 
 
 def test_a_record_is_used_only_while_the_cores_its_window_read_are_the_masks(model32, iccad13, tmp_path):

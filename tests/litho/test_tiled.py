@@ -88,7 +88,7 @@ def test_streaming_api_matches_and_refuses_what_it_cannot_do(iccad13, tmp_path, 
     streamed = api.evaluate({"layout": lay, "streaming": True})
     assert streamed["metrics"] == whole["metrics"]
     with pytest.raises(BadRequest) as exc:
-        api.evaluate({"layout": lay, "streaming": True, "report_level": "detailed"})
+        api.evaluate({"layout": lay, "streaming": True, "tile": "never"})
     assert exc.value.code == "LITHO_STREAMING_UNSUPPORTED"
 
 

@@ -192,8 +192,9 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None,
         from .streaming import evaluate_streaming
 
         ev = evaluate_streaming(model, inp.layout, mask_layout=inp.mask_layout, fill=inp.fill,
-                                halo=halo, window=window, token=token, done=made and made.part("after"))
-        report(0.85, "scoring")
+                                halo=halo, window=window, token=token, done=made and made.part("after"),
+                                regions=level == "detailed")
+        report(0.85, "scoring" + (" and listing violations" if level == "detailed" else ""))
         return _evaluate_response(request, inp, model, ev, token, made)
     ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
                   halo=halo, window=window, token=token, prints_of=made and made.prints)
@@ -216,10 +217,10 @@ def _streams(request: dict[str, Any], inp: _Inputs, model, tile: bool | None) ->
     from .streaming import wants_streaming
 
     asked = request.get("streaming")
-    if asked and (tile is False or inp.mask is not None or request.get("report_level") == "detailed"):
-        raise BadRequest("streaming evaluation is tiled, takes the mask as a layout and reports aggregates",
+    if asked and (tile is False or inp.mask is not None):
+        raise BadRequest("streaming evaluation is tiled and takes the mask as a layout",
                          code="LITHO_STREAMING_UNSUPPORTED", details={"tile": request.get("tile", "auto")})
-    if tile is False or inp.mask is not None or request.get("report_level", "aggregate") != "aggregate":
+    if tile is False or inp.mask is not None:
         return False
     return wants_streaming(asked, inp.layout, model.size, int(request.get("halo_nm", 512)), inp.fill)
 

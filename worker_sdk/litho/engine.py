@@ -264,8 +264,11 @@ def region_records(ev: Evaluation, rule: str) -> list[dict[str, Any]]:
     """Per-tile connected error regions for L2 (nominal vs target) or PVB (max xor min), canvas px.
 
     Each piece also carries `group_bbox`: the bounding box of the connected region of the whole
-    stitched canvas that contains it, so grouping does not depend on where tiles cut.
+    stitched canvas that contains it, so grouping does not depend on where tiles cut. A streamed
+    evaluation found the same pieces tile by tile (`topostream.RegionStitcher`).
     """
+    if getattr(ev, "regions", None) is not None:
+        return list(ev.regions[rule])
     import klayout.db as kdb
 
     from .layout import raster_to_region
@@ -294,10 +297,11 @@ def region_records(ev: Evaluation, rule: str) -> list[dict[str, Any]]:
             continue
         for poly in raster_to_region(sub).each():
             box = poly.bbox()
-            # a pixel of this piece: the lowest row's first set pixel inside its bbox
-            rows = sub[box.bottom:box.top, box.left:box.right]
-            ry, rx = np.argwhere(rows)[0]
-            label = int(labels[y0 + box.bottom + ry, x0 + box.left + rx])
+            # a pixel of this piece: a corner of its first trapezoid (a rectangle of the piece;
+            # the piece's box may also hold pixels of other pieces)
+            traps = kdb.Region(poly).decompose_trapezoids()  # held: iterating a temporary crashes
+            first = next(iter(traps.each())).bbox()
+            label = int(labels[y0 + first.bottom, x0 + first.left])
             out.append({"tile": t, "area": int(poly.area()),
                         "bbox": [box.left + x0, box.bottom + y0, box.right + x0, box.top + y0],
                         "x": (box.left + box.right) / 2.0 + x0, "y": (box.bottom + box.top) / 2.0 + y0,

@@ -192,8 +192,9 @@ class Labelled:
     area: np.ndarray  # [n+1] int64
 
 
-def label_components(binary: np.ndarray) -> Labelled:
-    """4-connected components, numbered in scan order of each component's first run.
+def label_components(binary: np.ndarray, diagonal: bool = False) -> Labelled:
+    """4-connected components (8-connected with `diagonal`, as KLayout merges a raster's
+    pixels), numbered in scan order of each component's first run.
 
     Runs of set pixels per row are the nodes; runs in adjacent rows whose columns overlap
     are joined (vectorised union-find: hook roots to the smaller root, then pointer jumping).
@@ -215,9 +216,11 @@ def label_components(binary: np.ndarray) -> Labelled:
     span = w + 2
     key_start = sr.astype(np.int64) * span + sc
     key_end = sr.astype(np.int64) * span + ec
-    # runs of the next row overlapping run i: end > start_i and start < end_i
-    lo = np.searchsorted(key_end, (sr + 1).astype(np.int64) * span + sc, side="right")
-    hi = np.searchsorted(key_start, (sr + 1).astype(np.int64) * span + ec, side="left")
+    # runs of the next row overlapping run i: end > start_i and start < end_i (one more column
+    # either side when corners touch; span = w + 2 keeps that inside the next row's keys)
+    d = 1 if diagonal else 0
+    lo = np.searchsorted(key_end, (sr + 1).astype(np.int64) * span + sc - d, side="right")
+    hi = np.searchsorted(key_start, (sr + 1).astype(np.int64) * span + ec + d, side="left")
     cnt = np.maximum(hi - lo, 0)
     u = np.repeat(np.arange(n), cnt)
     v = (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)) + np.repeat(lo, cnt)

@@ -16,6 +16,9 @@ Scoring per tile:
 - Topology labels each core's target and prints and joins components across
   core boundaries with union-find (`topostream`): exactly the whole-canvas
   records, whatever the shapes' size.
+- With `regions` (the detailed report), the L2 and PVB error regions are found
+  per core and joined the same way (`topostream.RegionStitcher`): exactly the
+  whole-canvas pieces and the boxes dedup groups them by.
 
 The canvas frame and the tile plan are the whole-canvas evaluation's, so the
 prints are bit-identical.
@@ -33,7 +36,7 @@ from worker_sdk.cancel import NEVER, CancellationToken
 from .engine import DEFAULT_HALO, ScoreViews, Tile, needs_tiling, plan_tiles, print_mask
 from .layout import Layout, placement, rasterize
 from .metrics import epe_check, epe_distances, epe_samples, pv_band
-from .topostream import TopologyStitcher
+from .topostream import RegionStitcher, TopologyStitcher
 from .process import DEFAULT, ProcessWindow
 
 # a tiled canvas above this many pixels is evaluated streaming when the request does not say
@@ -68,6 +71,8 @@ class StreamedEvaluation(ScoreViews):
     topology: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     per_tile: list[TileScore] = field(default_factory=list)
     streamed: bool = True
+    # "l2"/"pvb" -> the error regions' pieces per core, as `engine.region_records` (when asked for)
+    regions: dict[str, list[dict[str, Any]]] | None = None
 
 
 class PolygonIndex:
@@ -146,20 +151,27 @@ def tile_eval(model, t: Tile, tgt: np.ndarray, msk: np.ndarray, *, window: Proce
 class EvalFold:
     """Sums tiles' evaluations into one StreamedEvaluation; `add` them in the plan's row-major
     order (the topology joins need it), then `finish()`. The cores partition the canvas, so
-    the counts are exact; the topology is joined across cores (`topostream`)."""
+    the counts are exact; the topology and, with `regions`, the L2 and PVB error regions (what
+    the detailed report lists) are joined across cores (`topostream`)."""
 
     def __init__(self, layout_frame: tuple[tuple[int, int], tuple[int, int], list[Tile]], fill: str,
-                 window: ProcessWindow = DEFAULT) -> None:
+                 window: ProcessWindow = DEFAULT, regions: bool = False) -> None:
         shift, canvas, tiles = layout_frame
         self.ev = StreamedEvaluation(fill, shift, canvas, tiles, window)
         self.stitcher = TopologyStitcher(tuple(c.name for c in window.corners))
+        self.regions = {"l2": RegionStitcher(), "pvb": RegionStitcher()} if regions else None
         self.grid_px = 0
         self.epe_nm: list[np.ndarray] = []
 
     def add(self, t: Tile, te: TileEval) -> TileScore:
         ev = self.ev
-        l2 = int(np.count_nonzero(te.prints["nominal"] != te.target))
-        pvb = int(np.count_nonzero(pv_band(te.prints, ev.window.pvb_names)))
+        l2_err = te.prints["nominal"] != te.target
+        pvb_err = pv_band(te.prints, ev.window.pvb_names)
+        l2, pvb = int(np.count_nonzero(l2_err)), int(np.count_nonzero(pvb_err))
+        if self.regions is not None:
+            self.regions["l2"].add(t, l2_err)
+            self.regions["pvb"].add(t, pvb_err)
+        del l2_err, pvb_err
         ev.l2 += l2
         ev.pvb += pvb
         if ev.window.grid:
@@ -181,6 +193,8 @@ class EvalFold:
         ev.epe_nm = np.concatenate(self.epe_nm) if self.epe_nm else np.zeros(0, dtype=np.int64)
         if ev.window.grid:
             ev.pvb_grid = self.grid_px
+        if self.regions is not None:
+            ev.regions = {k: r.finish() for k, r in self.regions.items()}
         return ev
 
 
@@ -220,18 +234,20 @@ def evaluate_streaming(model, layout: Layout, *, mask_layout: Layout | None = No
                        token: CancellationToken = NEVER,
                        on_tile: Callable[[int, int], None] | None = None,
                        on_print: Callable[[Tile, dict[str, np.ndarray]], None] | None = None,
-                       done: Callable[[Tile], TileEval | None] | None = None) -> StreamedEvaluation:
+                       done: Callable[[Tile], TileEval | None] | None = None,
+                       regions: bool = False) -> StreamedEvaluation:
     """Evaluate a mask for `layout` one tile at a time. The mask is `mask_window(tile)` (a clip x clip
     raster of the tile's window), else `mask_layout`'s geometry (exact fill), else the target.
     `done(tile)` may give a tile's evaluation made elsewhere (another task simulated that very
     window): it is summed as it is, not simulated again. `on_print(tile, prints)` gets each
-    tile's core prints (corner -> bool core)."""
+    tile's core prints (corner -> bool core). `regions`: also the L2 and PVB error regions, so
+    the detailed report (violations) can be made without a canvas."""
     clip = model.size
     frame = canvas_plan(layout, clip, halo, fill)
     tiles = frame[2]
     tindex = PolygonIndex(layout)
     mindex = PolygonIndex(mask_layout) if mask_layout is not None else None
-    fold = EvalFold(frame, fill, window)
+    fold = EvalFold(frame, fill, window, regions)
     for i, t in enumerate(tiles):
         token.check()  # per tile
         te = done(t) if done is not None else None

@@ -143,3 +143,55 @@ class TopologyStitcher:
                 rec("missing", info["box"], info["area"], [t], [])
         out.sort(key=lambda r: (r["y"], r["x"], r["kind"]))
         return out
+
+
+def _join_diagonal(comps: _Components, a: np.ndarray, b: np.ndarray) -> None:
+    """Union across a seam with 8-connectivity: facing pixels and the ones diagonal to them."""
+    _join(comps, a, b)
+    if len(a) > 1:
+        _join(comps, a[:-1], b[1:])
+        _join(comps, a[1:], b[:-1])
+
+
+class RegionStitcher:
+    """The connected error regions of a tiled canvas (L2 or PVB), one core at a time, as
+    `engine.region_records` finds them on the stitched canvas: per core the 8-connected pieces
+    (KLayout merges a raster's pixels that touch at a corner), joined across cores with
+    union-find so each piece learns the box of the whole region it belongs to (`group_bbox`).
+    Feed cores in row-major tile order with `add`, then `finish()`."""
+
+    def __init__(self) -> None:
+        self.comps = _Components()
+        self.pieces: list[tuple[Any, int]] = []  # (tile, global id)
+        self.edges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # right column, bottom row
+
+    def add(self, tile: Any, err: np.ndarray) -> None:
+        row, col = tile.row, tile.col
+        x0, y0 = tile.core[0], tile.core[1]
+        lab = label_components(err, diagonal=True)
+        ids = _global(lab, self.comps.add(lab, x0, y0))
+        left = self.edges.get((row, col - 1))
+        if left is not None:
+            _join_diagonal(self.comps, left[0], ids[:, 0])
+        top = self.edges.get((row - 1, col))
+        if top is not None:
+            _join_diagonal(self.comps, top[1], ids[0, :])
+        for dc, mine, theirs in ((-1, 0, -1), (1, -1, 0)):  # corners touching the diagonal neighbours
+            diag = self.edges.get((row - 1, col + dc))
+            if diag is not None:
+                _join(self.comps, diag[1][theirs:theirs + 1 or None], ids[0, mine:mine + 1 or None])
+        self.edges[(row, col)] = (ids[:, -1].copy(), ids[-1, :].copy())
+        self.edges.pop((row - 2, col), None)
+        base = len(self.comps.parent) - lab.n
+        self.pieces.extend((tile, base + k) for k in range(lab.n))
+
+    def finish(self) -> list[dict[str, Any]]:
+        roots = self.comps.roots()
+        out = []
+        for tile, gid in self.pieces:
+            x0, y0, x1, y1 = self.comps.box[gid]
+            out.append({"tile": tile, "area": int(self.comps.area[gid]), "bbox": [x0, y0, x1, y1],
+                        "x": (x0 + x1) / 2.0, "y": (y0 + y1) / 2.0,
+                        "group_bbox": list(roots[self.comps.find(gid)]["box"])})
+        out.sort(key=lambda r: (r["y"], r["x"], r["tile"].tile_id))
+        return out
