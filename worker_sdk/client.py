@@ -33,7 +33,6 @@ import base64
 import http.client
 import json
 import os
-import socket as _socket
 import threading
 import time
 from typing import Any, Mapping
@@ -43,6 +42,7 @@ from registry.canonical import digest_bytes
 from registry.errors import DomeError, ErrorObject
 from registry.signing import SigningKey
 from registry.toolprofile import PROOF_HEADER
+from registry.unix_http import UnixHTTPConnection
 
 CARRIERS = {"submit_patch": ("put_artifact",), "complete_task": ("put_artifact", "submit_patch")}
 MAX_CARRIED = 4  # the gateway's bound on the calls one request carries
@@ -99,16 +99,7 @@ class GatewayClient:
         if self._conn is not None:
             return self._conn
         if self._socket:
-            sock_path, timeout = self._socket, self._timeout
-
-            class _UDS(http.client.HTTPConnection):
-                def connect(self) -> None:
-                    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-                    s.settimeout(timeout)
-                    s.connect(sock_path)
-                    self.sock = s
-
-            self._conn = _UDS("dome-gateway", timeout=timeout)
+            self._conn = UnixHTTPConnection(self._socket, self._timeout, host="dome-gateway")
             self._path = "/mcp"
         else:
             u = urlparse(self._url or "")

@@ -21,27 +21,15 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket as _socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from registry.canonical import digest_bytes
+from registry.unix_http import UnixHTTPConnection
 
 EGRESS_METHOD = "egress"
 FORWARD_HEADERS = ("content-type", "accept")
-
-
-class _UDSConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("dome-egress", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self._path)
-        self.sock = s
 
 
 class EgressShim:
@@ -85,7 +73,7 @@ class EgressShim:
         proof = self.gateway.proof(EGRESS_METHOD, {"host": self.host, "path": path, "body_digest": digest_bytes(body)})
         if proof:
             out["dome-call-proof"] = proof
-        conn = _UDSConnection(self.socket, self.timeout)
+        conn = UnixHTTPConnection(self.socket, self.timeout, host="dome-egress")
         try:
             conn.request(method, path, body, out)
             resp = conn.getresponse()

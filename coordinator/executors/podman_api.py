@@ -17,17 +17,16 @@ CLI's `container_argv`, field by field.
 """
 from __future__ import annotations
 
-import http.client
 import json
-import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.parse
 from pathlib import Path
 from typing import Any, Mapping
+
+from registry.unix_http import UnixHTTPConnection
 
 from .base import AttemptFiles, Limits
 from .sandbox import IN_BASE, IN_EGRESS, IN_PUB, IN_SCRATCH, IN_SPAWN, IN_TASK, IN_WORKER_KEY
@@ -43,18 +42,6 @@ class PodmanApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"podman API {status}: {message}")
         self.status = status
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self._path)
-        self.sock = s
 
 
 def multiplexed(stream: bytes) -> tuple[bytes, bytes]:
@@ -107,7 +94,7 @@ class PodmanService:
 
     def raw(self, method: str, path: str, body: Any = None, *, timeout: float = 120,
             ok: tuple[int, ...] = (200, 201, 204, 304)) -> bytes:
-        conn = _UnixConnection(str(self.socket), timeout)
+        conn = UnixHTTPConnection(str(self.socket), timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
             conn.request(method, API + path, body=data,
