@@ -25,7 +25,9 @@ prints are bit-identical.
 """
 from __future__ import annotations
 
+import base64
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -198,33 +200,31 @@ class EvalFold:
         return ev
 
 
-def _pack_bits(img: np.ndarray) -> str:
-    import base64
-    import zlib
+def pack_bits(img: np.ndarray) -> str:
+    """A boolean array's bits, packed, deflated and base64'd (its shape is the reader's to know):
+    how tile evaluations and seam windows keep their prints in JSON, losslessly."""
+    packed = np.packbits(np.asarray(img, dtype=bool), axis=None).tobytes()
+    return base64.b64encode(zlib.compress(packed, 6)).decode("ascii")
 
-    return base64.b64encode(zlib.compress(np.packbits(np.asarray(img, dtype=bool), axis=None).tobytes(), 6)).decode("ascii")
 
-
-def _unpack_bits(text: str, shape: tuple[int, int]) -> np.ndarray:
-    import base64
-    import zlib
-
+def unpack_bits(text: str, shape: tuple[int, ...]) -> np.ndarray:
+    """`pack_bits` undone: a bool array of `shape`."""
     raw = np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=np.uint8)
-    return np.unpackbits(raw, count=shape[0] * shape[1]).reshape(shape).astype(bool)
+    return np.unpackbits(raw, count=int(np.prod(shape))).reshape(shape).astype(bool)
 
 
 def tile_eval_record(te: TileEval) -> dict[str, Any]:
     """A tile's evaluation as JSON-ready data (bit-packed cores): lossless, so the sums made from
     records are those made from the simulation itself."""
-    return {"tile_id": te.tile_id, "shape": list(te.target.shape), "target": _pack_bits(te.target),
-            "prints": {k: _pack_bits(v) for k, v in sorted(te.prints.items())}, "epe_records": te.epe_records,
+    return {"tile_id": te.tile_id, "shape": list(te.target.shape), "target": pack_bits(te.target),
+            "prints": {k: pack_bits(v) for k, v in sorted(te.prints.items())}, "epe_records": te.epe_records,
             "epe_samples": int(te.epe_samples), "epe_nm": [int(v) for v in te.epe_nm]}
 
 
 def tile_eval_from_record(rec: dict[str, Any]) -> TileEval:
     shape = (int(rec["shape"][0]), int(rec["shape"][1]))
-    return TileEval(rec["tile_id"], _unpack_bits(rec["target"], shape),
-                    {k: _unpack_bits(v, shape) for k, v in rec["prints"].items()}, list(rec["epe_records"]),
+    return TileEval(rec["tile_id"], unpack_bits(rec["target"], shape),
+                    {k: unpack_bits(v, shape) for k, v in rec["prints"].items()}, list(rec["epe_records"]),
                     int(rec["epe_samples"]), np.asarray(rec["epe_nm"], dtype=np.int64))
 
 
@@ -244,7 +244,7 @@ def evaluate_streaming(model, layout: Layout, *, mask_layout: Layout | None = No
     the detailed report (violations) can be made without a canvas."""
     clip = model.size
     frame = canvas_plan(layout, clip, halo, fill)
-    tiles = frame[2]
+    shift, _canvas, tiles = frame
     tindex = PolygonIndex(layout)
     mindex = PolygonIndex(mask_layout) if mask_layout is not None else None
     fold = EvalFold(frame, fill, window, regions)
@@ -252,11 +252,11 @@ def evaluate_streaming(model, layout: Layout, *, mask_layout: Layout | None = No
         token.check()  # per tile
         te = done(t) if done is not None else None
         if te is None:
-            tgt = window_raster(tindex, fill, clip, frame[0], t)
+            tgt = window_raster(tindex, fill, clip, shift, t)
             if mask_window is not None:
                 msk = mask_window(t)
             elif mindex is not None:
-                msk = window_raster(mindex, "exact", clip, frame[0], t)
+                msk = window_raster(mindex, "exact", clip, shift, t)
             else:
                 msk = tgt
             te, z = tile_eval(model, t, tgt, msk, window=window, token=token)

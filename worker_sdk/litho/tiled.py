@@ -54,7 +54,7 @@ from worker_sdk.cancel import NEVER, CancellationToken
 from .engine import Tile
 from .errors import BadRequest
 from .layout import Layout, raster_to_region
-from .streaming import PolygonIndex, canvas_plan, window_raster
+from .streaming import PolygonIndex, canvas_plan, pack_bits, unpack_bits, window_raster
 
 OVERLAP_POLICY = "frozen-neighbours"
 RADIUS_ENERGY = 0.99
@@ -572,9 +572,6 @@ def seam_window(model, plan: TilePlan, store: TileStore, index: PolygonIndex, cf
     (JSON-ready): the mask and L2 counts in the seam bands, and the window's prints inside the
     bands, bit-packed; `seam_compare` sets them against the tiles' own prints. A task can make it
     as soon as those tiles are clean, in the waves."""
-    import base64
-    import zlib
-
     from .engine import print_mask
 
     zero = np.zeros((plan.clip, plan.clip), dtype=np.uint8)
@@ -593,8 +590,7 @@ def seam_window(model, plan: TilePlan, store: TileStore, index: PolygonIndex, cf
     box = (slice(c0 - band, c1 + band), slice(c0 - band, c1 + band))
     cleaned = np.zeros_like(msk)
     cleaned[box] = _clean_core(raw, tgt, cfg, rules, box)
-    prints = {name: base64.b64encode(zlib.compress(np.packbits(img.astype(bool)[sel]).tobytes(), 6)).decode("ascii")
-              for name, img in z.items()}
+    prints = {name: pack_bits(img.astype(bool)[sel]) for name, img in z.items()}
     return {"seam": s.tile_id, "band_px": band, "seam_px": int(sel.sum()),
             "mask_mismatch_px": int(np.count_nonzero((cleaned != msk) & sel)),
             "seam_l2_px": int(np.count_nonzero((z["nominal"] != tgt.astype(bool)) & sel)), "prints": prints}
@@ -625,9 +621,6 @@ def _seam_bands(plan: TilePlan, s: Tile, band: int) -> np.ndarray:
 def seam_compare(plan: TilePlan, records: Sequence[dict[str, Any]], bands: SeamBands) -> dict[str, Any]:
     """The seam check's verdict from each window's record (`seam_window`) and the tiles' own prints
     (`bands`, kept while the stitched mask was evaluated). Pure arithmetic on stored bits."""
-    import base64
-    import zlib
-
     by_id = {s.tile_id: s for s in seam_windows(plan)}
     checked = mismatch = thick = mask_mismatch = band_px = band_l2 = 0
     for rec in records:
@@ -640,8 +633,7 @@ def seam_compare(plan: TilePlan, records: Sequence[dict[str, Any]], bands: SeamB
         n_sel = int(sel.sum())
         for name, packed in rec["prints"].items():
             img = np.zeros((plan.clip, plan.clip), dtype=bool)
-            img[sel] = np.unpackbits(np.frombuffer(zlib.decompress(base64.b64decode(packed)), dtype=np.uint8),
-                                     count=n_sel).astype(bool)
+            img[sel] = unpack_bits(packed, (n_sel,))
             theirs = np.zeros_like(img)
             covered = np.zeros_like(img)
             for u in near:
