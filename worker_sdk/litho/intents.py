@@ -33,6 +33,7 @@ from typing import Any
 from worker_sdk.intents import IntentContext, IntentFailed, IntentResult
 
 from . import api
+from .tiledjob import peak_rss_mb
 
 METRICS_SUFFIX = ".litho.json"
 # what a pre-initialised runtime may import before it forks a litho worker (worker_sdk/zygote.py):
@@ -84,7 +85,7 @@ def evaluate(ctx: IntentContext) -> IntentResult:
     out.write_text(api.dumps(resp) + "\n")
     ctx.progress(1.0, "evaluated")
     files = {"metrics": _rel(ctx, out)}
-    return IntentResult(summary={"metrics": resp["metrics"], "files": files},
+    return IntentResult(summary={"metrics": resp["metrics"], "files": files, "peak_rss_mb": peak_rss_mb()},
                         evidence=[_evidence("evaluate", resp, files)], metrics=resp["metrics"])
 
 
