@@ -35,4 +35,6 @@ step ilt_batch 150 "$py" -u benchmarks/litho_ilt_batch.py --device cuda --batch 
 step iccad13 240 "$py" -u benchmarks/iccad13.py --device cuda --json "$out/iccad13.json"
 # streaming and whole-canvas evaluation of tiled layouts, tiles per second
 step tiled 300 "$py" -u benchmarks/litho_tiled.py --device cuda --threads 16 --sizes 4096 8192
+# G2: a cancelled optimize frees its device memory within 2 s (the test prints how long it took)
+step g2 180 "$py" -m pytest -q -s -p no:cacheprovider tests/gpu
 cat "$out/summary.txt"
