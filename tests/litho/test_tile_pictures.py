@@ -8,6 +8,7 @@ traced). The slow test compares the pictures with the whole-canvas ones on a rea
 """
 from __future__ import annotations
 
+import io
 import json
 import re
 import tracemalloc
@@ -190,3 +191,34 @@ def test_streamed_pictures_equal_the_whole_canvas_ones_on_a_real_tiled_mask(mode
             assert np.array_equal(a, b), p.name
         else:  # overviews: a box filter where the whole canvas is resized bilinearly
             assert np.abs(a - b).mean() < 6.0, (p.name, np.abs(a - b).mean())
+
+
+def test_the_report_draws_a_tiled_mask_from_its_committed_tile_folder(model64, litho_env, tmp_path):
+    # the report's renderer on a commit: the layout, the mask and the tile folder's records go to a
+    # child process, which draws every tile from its record (the records are the committed mask's;
+    # here they say every pixel prints, which no simulation would: blue all over each tile)
+    from coordinator.report.build import _inside, _render_pictures
+    from tests.conftest import git
+
+    from .test_tiled import write_oas
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    layout = lines(1900, 1900)
+    write_oas(layout, repo / "layout.oas")
+    write_oas(layout, repo / "mask.oas")
+    plan = tiled.plan_layout(layout, model64, "lithobench")
+    fake_records(repo / "mask.tiles", layout, plan, model64, prints=lambda t, tgt: np.ones_like(tgt))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "tiled mask")
+    rows = [{k: v for k, v in r.items() if k not in ("l2_nm2", "pvb_nm2")} for r in per_tile_rows(plan)]
+    images = _render_pictures(str(repo), "HEAD", "layout.oas", "mask.oas", None, [], rows, "mask.tiles")
+    assert set(images) == set(OVERVIEW) | {tile_name(t.tile_id) for t in plan.tiles}
+    for k, png in images.items():
+        img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+        assert img.shape[:2] == ((CROP_SIZE, CROP_SIZE) if k.startswith("tile_") else (SIZE, SIZE)), k
+        if k.startswith("tile_"):  # the records' prints, not a simulation's (the scale bar's plate aside)
+            assert ((img[..., 2] - img[..., 0]) > 30).mean() > 0.9, k
+    # a tile folder named outside the checkout is not read
+    assert _inside("mask.tiles") and not _inside("../mask.tiles") and not _inside("/tmp/mask.tiles")
