@@ -46,8 +46,11 @@ def render(layout_path: Path, mask_path: Path, out: Path, *, kernels: str | None
         from .tilepictures import render_tiled
 
         # float64: the precision the tile folder's evaluation records were made in (and the evaluation task's)
-        return render_tiled(load_model(request, "float64"), layout, mask_layout, out, tile_dir=tile_dir, fill=fill,
-                            crops=crops, tiles=tiles).written
+        res = render_tiled(load_model(request, "float64"), layout, mask_layout, out, tile_dir=tile_dir, fill=fill,
+                           crops=crops, tiles=tiles)
+        print(f"tiles drawn: {len(res.from_records)} from evaluation records, {len(res.simulated)} simulated",
+              file=sys.stderr)
+        return res.written
     mask = None
     if mask_layout is None:
         from .layout import load_mask_png
