@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .drawing import (BLACK, BLUE_PRINT, CROP_NM, CROP_SIZE, GRAY_TARGET, MAX_CROPS, NICE_NM, ORANGE, SIZE,  # noqa: F401
-                      crop_box, pattern_box, rgb, save_picture, scale_bar_nm, tile_name)
+from .drawing import (  # noqa: F401 - CROP_NM, NICE_NM, scale_bar_nm: the pictures' public numbers
+    BLACK, BLUE_PRINT, CROP_NM, CROP_SIZE, GRAY_TARGET, MAX_CROPS, NICE_NM, ORANGE, SIZE, crop_box, pattern_box, rgb,
+    save_picture, scale_bar_nm, tile_name)
 
 
 def render(layout_path: Path, mask_path: Path, out: Path, *, kernels: str | None = None,

@@ -70,7 +70,8 @@ class Overview:
     colour depends only on which layers cover it, so each output pixel keeps a count per layer
     combination, and its colour is the mean of the canvas pixels under it (a box filter)."""
 
-    def __init__(self, box: tuple[int, int, int, int], colours: list[tuple[np.ndarray, float]], size: int = SIZE) -> None:
+    def __init__(self, box: tuple[int, int, int, int], colours: list[tuple[np.ndarray, float]],
+                 size: int = SIZE) -> None:
         self.box, self.size, self.k = box, size, len(colours)
         n = 1 << self.k
         self.counts = np.zeros((size, size, n), dtype=np.int32)
@@ -192,11 +193,13 @@ def record_eval(root: Path | None, plan: tiled.TilePlan, t: Tile, digests: CoreD
     if (te.tile_id != t.tile_id or te.target.shape != tgt.shape or not np.array_equal(te.target, tgt.astype(bool))
             or any(te.prints.get(c) is None or te.prints[c].shape != tgt.shape for c in window.pvb_names + CORNERS)):
         return None
-    if figures:
-        if figures.get("l2_nm2") is not None and int(figures["l2_nm2"]) != int(np.count_nonzero(te.prints["nominal"] != te.target)):
-            return None
-        if figures.get("pvb_nm2") is not None and int(figures["pvb_nm2"]) != int(np.count_nonzero(pv_band(te.prints, window.pvb_names))):
-            return None
+    figures = figures or {}
+    l2 = figures.get("l2_nm2")
+    if l2 is not None and int(l2) != int(np.count_nonzero(te.prints["nominal"] != te.target)):
+        return None
+    pvb = figures.get("pvb_nm2")
+    if pvb is not None and int(pvb) != int(np.count_nonzero(pv_band(te.prints, window.pvb_names))):
+        return None
     return te
 
 
