@@ -100,18 +100,21 @@ def drc_markers(model: ReportModel, get_blob: Callable[[str], bytes]) -> None:
 
 def _render_pictures(repo: str, rev: str, layout_path: str, mask_path: str,
                      kernels: str | None, crops: list[dict[str, Any]] = (),
-                     tiles: list[dict[str, Any]] = ()) -> dict[str, bytes]:
+                     tiles: list[dict[str, Any]] = (), tile_dir: str | None = None) -> dict[str, bytes]:
     """Run the litho picture renderer in a child process on files of `rev`;
     {} when the engine is unavailable. The kernels are the repository's own
     when it pins them (the optics the masks were made for). `crops` are points
-    (mask layout nm) to show close up: they come back as crop_00, crop_01, ..."""
+    (mask layout nm) to show close up: they come back as crop_00, crop_01, ...
+    `tiles` (a tiled mask's per-tile rows) come back as tile_<id>; with
+    `tile_dir`, the tile folder's evaluation records (`evals/`) go along and the
+    renderer draws tile by tile, taking prints from the records that fit the mask."""
     with tempfile.TemporaryDirectory(prefix="dome-report-") as tmp:
         t = Path(tmp)
         paths = [layout_path, mask_path] + ([kernels] if kernels else [])
-        arch = subprocess.run(["git", "archive", "--format=tar", rev, "--", *paths], cwd=repo, capture_output=True)
-        if arch.returncode != 0:
+        evals = f"{tile_dir.rstrip('/')}/evals" if tile_dir and _inside(tile_dir) else None
+        evals = evals if evals and _tree_exists(repo, rev, evals) else None
+        if not _extract(repo, rev, paths + ([evals] if evals else []), t):
             return {}
-        subprocess.run(["tar", "-x", "-C", str(t)], input=arch.stdout, check=True)
         out = t / "out"
         argv = [sys.executable, "-m", "worker_sdk.litho.pictures", "--layout", str(t / layout_path),
                 "--mask", str(t / mask_path), "--out", str(out)]
@@ -120,13 +123,49 @@ def _render_pictures(repo: str, rev: str, layout_path: str, mask_path: str,
         if crops:
             (t / "crops.json").write_text(json.dumps([{"x_nm": c["x_nm"], "y_nm": c["y_nm"]} for c in crops]))
             argv += ["--crops", str(t / "crops.json")]
-        if tiles:  # a tiled mask: one picture per tile core, from the same simulation
-            (t / "tiles.json").write_text(json.dumps([{"tile_id": c["tile_id"], "core_nm": c["core_nm"]} for c in tiles]))
+        if tiles:  # a tiled mask: one picture per tile core; its figures let the renderer check the records
+            (t / "tiles.json").write_text(json.dumps([{k: c[k] for k in ("tile_id", "core_nm", "l2_nm2", "pvb_nm2")
+                                                       if k in c} for c in tiles]))
             argv += ["--tiles", str(t / "tiles.json")]
-        r = subprocess.run(argv, capture_output=True, timeout=600)
+        if evals:
+            argv += ["--tile-dir", str(t / tile_dir)]
+        try:
+            r = subprocess.run(argv, capture_output=True, timeout=picture_timeout_s(len(tiles)))
+        except subprocess.TimeoutExpired:
+            return {}
         if r.returncode != 0 or not out.is_dir():
             return {}
         return {p.stem: p.read_bytes() for p in sorted(out.glob("*.png"))}
+
+
+def picture_timeout_s(tiles: int) -> int:
+    """The renderer's time limit: 10 minutes, and 10 s more per tile (a tile without a usable
+    evaluation record is simulated on its own window, a few seconds on a CPU)."""
+    return 600 + 10 * max(0, int(tiles))
+
+
+def _inside(path: str) -> bool:
+    """A relative path that stays inside the checkout (no root, no `..`)."""
+    p = Path(path)
+    return not p.is_absolute() and ".." not in p.parts
+
+
+def _tree_exists(repo: str, rev: str, path: str) -> bool:
+    r = subprocess.run(["git", "ls-tree", "-d", "--name-only", rev, path], cwd=repo, capture_output=True, text=True)
+    return r.returncode == 0 and bool(r.stdout.strip())
+
+
+def _extract(repo: str, rev: str, paths: list[str], into: Path) -> bool:
+    """`git archive` of `paths` at `rev`, piped into tar (a tile folder's records are streamed, not
+    held here)."""
+    arch = subprocess.Popen(["git", "archive", "--format=tar", rev, "--", *paths], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        tar = subprocess.run(["tar", "-x", "-C", str(into)], stdin=arch.stdout, capture_output=True, timeout=600)
+    finally:
+        arch.stdout.close()
+        rc = arch.wait(timeout=600)
+    return rc == 0 and tar.returncode == 0
 
 
 def _test_number(name: str) -> int | None:
@@ -168,8 +207,9 @@ def litho_clips(model: ReportModel, *, pictures: bool, progress: Progress = _no_
         if pictures and repo and head and layout_path and files.get("mask") and report:
             checked = [d for d in model.drc if d.get("layout") == files["mask"] and d.get("picked")]
             points = [m for d in checked for m in d["picked"]][:MAX_CROPS]
+            tile_dir = (report.get("tiling") or {}).get("dir")
             images = _render_pictures(repo, head, layout_path, files["mask"], kernels or _pinned_kernels(repo, head),
-                                      points, per_tile)
+                                      points, per_tile, tile_dir if isinstance(tile_dir, str) and tile_dir else None)
             _attach_crops(checked, images)
             clip.images = {k: v for k, v in images.items() if not k.startswith(("crop_", "tile_"))}
         if per_tile:

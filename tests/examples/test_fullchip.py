@@ -154,8 +154,8 @@ def test_stopping_the_run_cancels_every_tile_task(tmp_path: Path, iccad13: Path)
 
 
 def test_report_shows_the_quick_crop_as_a_tile_map_in_chromium(quick: dict, tmp_path: Path) -> None:
-    # the run the fixture made: the report adds one picture render of the crop (tile pictures come
-    # from the same simulation) and one headless Chromium page load
+    # the run the fixture made: the report adds one picture render of the crop (tile by tile, from
+    # the tile folder's evaluation records) and one headless Chromium page load
     import base64
     import io
     import re

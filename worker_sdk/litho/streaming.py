@@ -117,6 +117,20 @@ def window_raster(index: PolygonIndex, fill: str, clip: int, shift: tuple[int, i
     return rasterize(sub, fill, size=clip, shift=(shift[0] - ox, shift[1] - oy))
 
 
+def core_raster(index: PolygonIndex, fill: str, shift: tuple[int, int], tile: Tile) -> np.ndarray:
+    """The tile's core of a layout alone (canvas px = layout nm + shift): the same bits as the core of
+    `window_raster`, at a quarter of its pixels. Rasterised with a 1 px rim, which the lithobench
+    fill's one-pixel reach needs."""
+    x0, y0, x1, y1 = tile.core
+    n = max(x1 - x0, y1 - y0) + 2
+    lx, ly = x0 - 1 - shift[0], y0 - 1 - shift[1]  # the rim's corner in layout nm
+    sub = index.within(lx - 2, ly - 2, lx + n + 2, ly + n + 2)
+    if not sub.polygons:
+        return np.zeros((y1 - y0, x1 - x0), dtype=np.uint8)
+    img = rasterize(sub, fill, size=n, shift=(shift[0] - x0 + 1, shift[1] - y0 + 1))
+    return img[1:1 + y1 - y0, 1:1 + x1 - x0]
+
+
 @dataclass
 class TileEval:
     """One tile's share of a streamed evaluation, cut to its core: the target, every simulated

@@ -54,7 +54,8 @@ from worker_sdk.cancel import NEVER, CancellationToken
 from .engine import Tile
 from .errors import BadRequest
 from .layout import Layout, raster_to_region
-from .streaming import PolygonIndex, canvas_plan, pack_bits, unpack_bits, window_raster
+from .streaming import (PolygonIndex, canvas_plan, pack_bits, tile_eval, tile_eval_record, unpack_bits,
+                        window_raster)
 
 OVERLAP_POLICY = "frozen-neighbours"
 RADIUS_ENERGY = 0.99
@@ -704,8 +705,6 @@ def evaluate_tiles(model, plan: TilePlan, store: TileStore, index: PolygonIndex,
     """Evaluate the clean mask and the target on each tile's own window and store the records
     (`evals/<tile>.json`); returns the tiles evaluated now. Refused (nothing written) while a
     core the windows read is not clean yet."""
-    from .streaming import tile_eval, tile_eval_record
-
     tiles = [plan.tile(tid) for tid in tile_ids]
     need = sorted({c for t in tiles for c in eval_cores(plan, t)})
     lost = [tid for tid in need if store.info("clean", tid) is None]
@@ -722,14 +721,22 @@ def evaluate_tiles(model, plan: TilePlan, store: TileStore, index: PolygonIndex,
         tgt = window_raster(index, plan.fill, plan.clip, plan.shift, t)
         after, _ = tile_eval(model, t, tgt, store.window("clean", plan, t, zero), window=window, token=token)
         before, _ = tile_eval(model, t, tgt, tgt, window=window, token=token)
-        rec = {"tile_id": t.tile_id, "origin": list(t.origin), "core": list(t.core), "model": _model_key(model),
-               "window": window.name, "simulated": sorted(c.name for c in window.simulated),
-               "mask_cores": {c: store.info("clean", c)["digest"] for c in eval_cores(plan, t)},
-               "after": tile_eval_record(after), "before": tile_eval_record(before)}
+        rec = eval_record(t, model, window, {c: store.info("clean", c)["digest"] for c in eval_cores(plan, t)},
+                          after, before)
         path = store.root / "evals" / f"{t.tile_id}.json"
         _atomic_write(path, (json.dumps(rec, sort_keys=True) + "\n").encode())
         done.append(t.tile_id)
     return done
+
+
+def eval_record(t: Tile, model, window, mask_cores: dict[str, str], after, before) -> dict[str, Any]:
+    """A tile's evaluation record (`evals/<tile>.json`): the mask's ("after") and the target's
+    ("before") evaluations of its window, bound to the window, the model, the process window and
+    the digests of the cores the window read (`mask_cores`)."""
+    return {"tile_id": t.tile_id, "origin": list(t.origin), "core": list(t.core), "model": _model_key(model),
+            "window": window.name, "simulated": sorted(c.name for c in window.simulated),
+            "mask_cores": dict(sorted(mask_cores.items())), "after": tile_eval_record(after),
+            "before": tile_eval_record(before)}
 
 
 def fresh_eval(plan_tiles: Sequence[Tile], store: TileStore, t: Tile, model, window) -> dict[str, Any] | None:
@@ -737,17 +744,34 @@ def fresh_eval(plan_tiles: Sequence[Tile], store: TileStore, t: Tile, model, win
     the same window, model and process window, and every core its window read still the folder's
     clean core (same digest, checked against the bytes). None otherwise (none, stale or foreign):
     the tile is then simulated again."""
-    path = store.root / "evals" / f"{t.tile_id}.json"
+    rec = read_eval(store.root, t.tile_id)
+    near = [u.tile_id for u in plan_tiles if abs(u.row - t.row) <= 1 and abs(u.col - t.col) <= 1]
+    want = {c: (store.info("clean", c) or {}).get("digest") for c in sorted(near)}
+    return rec if rec is not None and eval_fits(rec, t, want, model, window) else None
+
+
+def read_eval(root: Path, tile_id: str) -> dict[str, Any] | None:
+    """A tile folder's evaluation record of a tile (`evals/<tile>.json`), None when absent or unreadable."""
+    path = Path(root) / "evals" / f"{tile_id}.json"
     if not path.is_file():
         return None
     try:
         rec = json.loads(path.read_text())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return None
-    if (rec.get("tile_id") != t.tile_id or rec.get("origin") != list(t.origin) or rec.get("core") != list(t.core)
-            or rec.get("model") != _model_key(model) or rec.get("window") != window.name
-            or rec.get("simulated") != sorted(c.name for c in window.simulated)):
-        return None
-    near = [u.tile_id for u in plan_tiles if abs(u.row - t.row) <= 1 and abs(u.col - t.col) <= 1]
-    want = {c: (store.info("clean", c) or {}).get("digest") for c in sorted(near)}
-    return rec if rec.get("mask_cores") == want and None not in want.values() else None
+    return rec if isinstance(rec, dict) else None
+
+
+def eval_fits(rec: dict[str, Any], t: Tile, cores: dict[str, str | None], model, window) -> bool:
+    """Whether an evaluation record is exact for tile `t` of a mask whose cores around it have the
+    digests `cores` (tile id -> digest of `TileStore`'s bytes, None where unknown): the same
+    window, model and process window, and every core its window read that very core. Pure."""
+    return (rec.get("tile_id") == t.tile_id and rec.get("origin") == list(t.origin) and rec.get("core") == list(t.core)
+            and rec.get("model") == _model_key(model) and rec.get("window") == window.name
+            and rec.get("simulated") == sorted(c.name for c in window.simulated)
+            and rec.get("mask_cores") == cores and None not in cores.values())
+
+
+def core_digest(core: np.ndarray) -> str:
+    """The digest a tile folder records for a core (`TileStore.save`): of its bit-packed bytes."""
+    return digest_bytes(_pack(core))
