@@ -52,7 +52,7 @@ from .sandbox import CGROUP_FS, ETC_FILES, IN_BASE, IN_EGRESS, IN_PUB, IN_SOCKET
     oom_kills, refused_forks
 from .zygote import zygote_argv
 
-MODE_ENV = "DOME_CONTAINER_MODE"  # "fresh" (a container per attempt) or "nested"
+MODE_ENV = "DOME_CONTAINER_MODE"  # "nested" (the default) or "fresh" (a container per attempt)
 IN_CTL = "/dome/ctl"  # the run container's control directory: its socket; no attempt binds it
 IN_RUN = "/dome/run"  # the run's shared files as the run container sees them
 IN_CG = "/dome/cg"  # the attempts' cgroups (one directory per controller)
@@ -67,7 +67,7 @@ STATUS_KILLED = 137
 
 
 def container_mode(explicit: str | None = None) -> str:
-    choice = explicit or os.environ.get(MODE_ENV) or "fresh"
+    choice = explicit or os.environ.get(MODE_ENV) or "nested"
     if choice not in ("fresh", "nested"):
         raise ValueError(f"{MODE_ENV} must be fresh or nested, not {choice!r}")
     return choice

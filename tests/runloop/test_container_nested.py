@@ -85,6 +85,7 @@ def test_the_run_container_is_confined_as_an_attempt_container_and_labelled_for_
 
 def test_the_container_mode_is_fresh_or_nested():
     assert container_mode("nested") == "nested" and container_mode("fresh") == "fresh"
+    assert container_mode() == os.environ.get("DOME_CONTAINER_MODE", "nested")
     with pytest.raises(ValueError):
         container_mode("shared")
 
