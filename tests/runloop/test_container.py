@@ -90,12 +90,15 @@ def worker_image() -> str:
     return r.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture(params=["fresh", "nested"])
+@pytest.fixture
 def container_mode(request, monkeypatch) -> str:
     """A container per attempt, or one run container with a sandbox per attempt inside
-    (coordinator/executors/nested.py): the same confinement is asserted of both."""
+    (coordinator/executors/nested.py): the same confinement is asserted of both (`both_modes`)."""
     monkeypatch.setenv("DOME_CONTAINER_MODE", request.param)
     return request.param
+
+
+both_modes = pytest.mark.parametrize("container_mode", ["fresh", "nested"], indirect=True)
 
 
 def not_fallen_back(mode: str, stderr: str) -> bool:
@@ -113,6 +116,7 @@ def _containers(label: str) -> list[str]:
 @pytest.mark.timeout(900)
 @needs_podman
 @attack("container-escape")
+@both_modes
 def test_queue_runs_in_the_pinned_image_confined_and_is_promoted_and_verified(worker_image, git_repo, tmp_path,
                                                                              container_mode):
     ops = tmp_path / "ops"
@@ -216,6 +220,7 @@ def test_attempt_containers_of_a_killed_coordinator_are_removed(worker_image):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @needs_podman
+@both_modes
 def test_hung_attempt_is_killed_at_its_deadline_and_its_container_removed(worker_image, git_repo, tmp_path,
                                                                           container_mode):
     ops = tmp_path / "ops"
@@ -234,6 +239,7 @@ def test_hung_attempt_is_killed_at_its_deadline_and_its_container_removed(worker
 @pytest.mark.timeout(900)
 @needs_podman
 @attack("sandbox-exhaustion")
+@both_modes
 def test_limits_hit_in_a_container_fail_the_attempt_with_sandbox_violation(worker_image, git_repo, ops_root,
                                                                           ledger_env, tmp_path, container_mode):
     """Filling /tmp and the scratch past their caps, a fork bomb and a memory hog, each in an action that

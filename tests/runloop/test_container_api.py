@@ -23,7 +23,7 @@ from coordinator.executors.podman_api import container_spec, multiplexed
 from tests.attacks import attack
 from tests.conftest import REPO_ROOT, dome_cli
 from tests.runloop.conftest import cmd_task, write_queue
-from tests.runloop.test_container import _containers, container_mode, needs_podman, not_fallen_back, \
+from tests.runloop.test_container import _containers, both_modes, container_mode, needs_podman, not_fallen_back, \
     worker_image  # noqa: F401 - fixtures
 
 A = "a" * 64
@@ -162,6 +162,7 @@ def test_the_api_service_dies_with_a_coordinator_killed_outright():
 @pytest.mark.timeout(900)
 @needs_podman
 @attack("container-escape")
+@both_modes
 def test_an_attempt_reaches_no_socket_but_the_gateway_and_nothing_of_an_earlier_attempt(worker_image, git_repo,
                                                                                           tmp_path, container_mode):
     """Over the API: the only socket an attempt can see is its gateway's (the service's socket,
