@@ -1,5 +1,16 @@
 """ContainerExecutor: each attempt runs in an OCI container (podman) from a pinned image.
 
+Two modes (`DOME_CONTAINER_MODE`, or the `mode` argument). By default ("nested") the attempts
+of one image share a run container that is started once for the run, and each attempt runs in
+a fresh bubblewrap sandbox of its own inside it, entered by a pre-imported runtime there
+(coordinator/executors/nested.py says what the sandbox and the run container hold and how an
+attempt is killed and swept): a container costs podman and runc about 80 ms of machine CPU
+before the worker starts (docs/benchmarks.md). "fresh" starts a container per attempt, as described
+below; the nested mode falls back to it, saying why on stderr, where the image has no
+bubblewrap, the container refuses user namespaces, podman's API service is not running or no
+per-attempt cgroups can be made. The image check, the confinement of the container itself, the
+orphan sweep and the CPU accounting below hold for both.
+
 The image is named by digest in the SpawnSpec's `container_ref`
 (`NAME@sha256:<hex>`, the image id podman reports, or one of its manifest
 digests). Before anything starts, the executor resolves NAME in the local
