@@ -65,7 +65,7 @@ from registry.errors import DomeError
 
 from .base import AttemptFiles, ExitInfo, Limits
 from .local import CpuTally
-from .nested import NestedRefused, RunContainer, container_mode
+from .nested import NestedRefused, RunContainer, container_mode, sweep_dirs
 from .podman_api import PodmanApiError, PodmanService, container_spec
 from .sandbox import CGROUP_FS, IN_BASE, IN_EGRESS, IN_PUB, IN_SCRATCH, IN_SOCKET, IN_SPAWN, IN_TASK, IN_WORKER_KEY, \
     _own_cgroup, cgroup_cpu_ns, cpus_per_worker
@@ -244,7 +244,9 @@ def _alive(pid: int) -> bool:
 
 def sweep_orphans(podman: str) -> list[str]:
     """Remove attempt containers left by a coordinator of this host that was killed (kill -9):
-    detached containers outlive it, though their grants die with the run's lease."""
+    detached containers outlive it, though their grants die with the run's lease (and the host
+    directories of its run containers)."""
+    sweep_dirs(_alive)
     r = subprocess.run([podman, "ps", "-a", "--filter", f"label={LABEL}", "--format", "json"],
                        capture_output=True, text=True, timeout=60)
     try:

@@ -152,6 +152,21 @@ def run_container_spec(files: AttemptFiles, *, image_id: str, name: str, ctl: Pa
     }
 
 
+DIR_PREFIX = "dome-nested-"  # the run container's host directory: dome-nested-<coordinator pid>-<random>
+
+
+def sweep_dirs(alive, base: Path | None = None) -> list[Path]:
+    """Remove the run containers' host directories left by coordinators of this host that were
+    killed outright (their containers are swept by label); returns what was removed."""
+    out = []
+    for d in Path(base or tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
+        pid = d.name[len(DIR_PREFIX):].split("-", 1)[0]
+        if d.is_dir() and not d.is_symlink() and pid.isdigit() and not alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            out.append(d)
+    return out
+
+
 class NestedRefused(Exception):
     """The run container cannot build an attempt's sandbox here: the reason, for stderr."""
 
@@ -174,7 +189,7 @@ class RunContainer:
         self.limits = limits
         self.uid = 0 if rootless else CONTAINER_UID
         self.shared = _Shared(files.base_git, files.coordinator_pub, files.gateway_socket, files.egress_socket)
-        self.dir = Path(tempfile.mkdtemp(prefix="dome-nested-"))  # 0700: the coordinator's
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))  # 0700: the coordinator's
         self.ctl = self.dir / "ctl"
         self.ctl.mkdir(mode=0o700)
         os.chown(self.ctl, self.uid, self.uid)  # the container's user makes its socket there, nobody else reaches it

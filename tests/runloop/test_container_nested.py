@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,6 +89,14 @@ def test_the_container_mode_is_fresh_or_nested():
     assert container_mode() == os.environ.get("DOME_CONTAINER_MODE", "nested")
     with pytest.raises(ValueError):
         container_mode("shared")
+
+
+def test_only_run_directories_of_a_dead_coordinator_are_swept(tmp_path):
+    from coordinator.executors.nested import sweep_dirs
+    for name in ("dome-nested-11-ab", "dome-nested-22-cd", "dome-nested-x-ef", "other-11-ab"):
+        (tmp_path / name).mkdir()
+    assert sweep_dirs(lambda pid: pid == 22, tmp_path) == [tmp_path / "dome-nested-11-ab"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dome-nested-22-cd", "dome-nested-x-ef", "other-11-ab"]
 
 
 def _nested_or_skip(ex) -> None:
@@ -231,6 +240,10 @@ def test_the_run_container_ends_and_is_removed_when_its_coordinator_is_killed_ou
         while time.monotonic() < deadline and _containers(f"io.dome.coordinator={os.uname().nodename}:{coord.pid}"):
             time.sleep(0.2)
         assert _containers(f"io.dome.coordinator={os.uname().nodename}:{coord.pid}") == []
+        from coordinator.executors.nested import DIR_PREFIX, sweep_dirs
+        left = list(Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}{coord.pid}-*"))
+        assert left and set(left) <= set(sweep_dirs(lambda pid: pid == os.getpid() or Path(f"/proc/{pid}").exists()))
+        assert not any(p.exists() for p in left)  # what the next coordinator's sweep does
     finally:
         if coord.poll() is None:
             coord.kill()
