@@ -48,8 +48,7 @@ from .attempts import log_file, log_tail
 from .base import AttemptFiles, ExitInfo, Limits
 from .local import _kill_members, _rmdir
 from .podman_api import PodmanApiError, PodmanService
-from .sandbox import CGROUP_FS, ETC_FILES, IN_BASE, IN_EGRESS, IN_PUB, IN_SOCKET, MIB, _rlimits, bwrap_argv, \
-    oom_kills, refused_forks
+from .sandbox import CGROUP_FS, ETC_FILES, MIB, _rlimits, bwrap_argv, oom_kills, refused_forks
 from .zygote import zygote_argv
 
 MODE_ENV = "DOME_CONTAINER_MODE"  # "nested" (the default) or "fresh" (a container per attempt)
