@@ -96,6 +96,15 @@ def _attempt(tmp: Path, ex: ContainerExecutor, neid: str) -> tuple[dict, Attempt
             "gateway": {"socket": "/dome/gateway.sock"}}, f
 
 
+def wait_one(ex: ContainerExecutor, timeout: float = 120, every: float = 0.1) -> list:
+    """Poll the executor until an attempt has ended (or `timeout` passed); what poll returned."""
+    deadline, done = time.monotonic() + timeout, []
+    while not done and time.monotonic() < deadline:
+        done = ex.poll()
+        time.sleep(every)
+    return done
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @needs_podman
@@ -111,10 +120,7 @@ def test_an_attempt_runs_its_own_container_which_is_gone_when_it_has_ended(worke
     spec, f = _attempt(tmp_path, ex, neid)
     try:
         ex.dispatch(spec, f)
-        deadline, done = time.monotonic() + 120, []
-        while not done and time.monotonic() < deadline:
-            done = ex.poll()
-            time.sleep(0.1)
+        done = wait_one(ex)
         assert done and done[0].node_execution_id == neid
         assert done[0].returncode not in (None, 0, 125), done[0]  # the worker refused the empty SpawnSpec
         assert done[0].stderr_tail.strip(), done[0]  # its stderr came back

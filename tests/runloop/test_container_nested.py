@@ -260,7 +260,7 @@ def test_an_attempts_sandbox_and_processes_are_gone_when_it_has_ended_and_the_ru
     log come back, the host's key is gone, its cgroups are gone before it is reported, its CPU is
     the run's; at shutdown the run container, its control directory and the run's cgroup are gone."""
     from coordinator.executors.container import CGROUP_FS, ContainerExecutor
-    from tests.runloop.test_container_api import _attempt
+    from tests.runloop.test_container_api import _attempt, wait_one
 
     ex = ContainerExecutor(image=worker_image, max_concurrency=1, mode="nested")
     _nested_or_skip(ex)
@@ -269,10 +269,7 @@ def test_an_attempts_sandbox_and_processes_are_gone_when_it_has_ended_and_the_ru
         ex.dispatch(spec, f)
         run = next(iter(ex._runs.values()))
         assert run is not None
-        deadline, done = time.monotonic() + 120, []
-        while not done and time.monotonic() < deadline:
-            done = ex.poll()
-            time.sleep(0.05)
+        done = wait_one(ex, every=0.05)
         assert done and done[0].node_execution_id == "ne-nested-1"
         assert done[0].returncode not in (None, 0, 125), done[0]  # the worker refused the empty SpawnSpec
         assert done[0].stderr_tail.strip(), done[0]
@@ -292,7 +289,7 @@ def test_an_attempts_sandbox_and_processes_are_gone_when_it_has_ended_and_the_ru
 def test_an_image_without_bubblewrap_falls_back_to_a_container_per_attempt_and_says_why(worker_image, tmp_path,
                                                                                         capfd):
     from coordinator.executors.container import ContainerExecutor
-    from tests.runloop.test_container_api import _attempt
+    from tests.runloop.test_container_api import _attempt, wait_one
 
     (tmp_path / "ctx").mkdir()
     (tmp_path / "ctx" / "Containerfile").write_text(
@@ -311,10 +308,7 @@ def test_an_image_without_bubblewrap_falls_back_to_a_container_per_attempt_and_s
         spec, f = _attempt(tmp_path, ex, "ne-nobwrap")
         try:
             ex.dispatch(spec, f)
-            deadline, done = time.monotonic() + 120, []
-            while not done and time.monotonic() < deadline:
-                done = ex.poll()
-                time.sleep(0.1)
+            done = wait_one(ex)
             assert done and done[0].returncode not in (None, 0, 125), done  # it ran, in a container of its own
             assert list(ex._runs.values()) == [None]
         finally:
