@@ -414,10 +414,10 @@ class ContainerExecutor:
         att = _Attempt(f"dome-{neid}", files)
         labels = {LABEL: neid, "io.dome.run": str(spec["run_id"]), OWNER_LABEL: self.owner}
         cpus = cpus_per_worker(self.max_concurrency)
-        run = self._run_container(image_id, files, labels, cpus) if gw == IN_SOCKET else None
+        run = self._run_container(image_id, files, labels, cpus)
         if run is not None:
             att.run = run
-            att.thread = threading.Thread(target=self._supervise_nested, args=(neid, att, cpus), name=f"dome-{neid}",
+            att.thread = threading.Thread(target=self._supervise_nested, args=(neid, att, cpus, gw), name=f"dome-{neid}",
                                           daemon=True)
             with self._lock:
                 self._attempts[neid] = att
@@ -463,12 +463,12 @@ class ContainerExecutor:
             run = self._runs[image_id]
         return run if run is not None and run.fits(files) else None
 
-    def _supervise_nested(self, neid: str, att: _Attempt, cpus: int) -> None:
+    def _supervise_nested(self, neid: str, att: _Attempt, cpus: int, gateway_path: str) -> None:
         run = att.run
         assert run is not None
         try:
             try:
-                att.conn, groups = run.open(neid, att.files, cpus)
+                att.conn, groups = run.open(neid, att.files, cpus, gateway_path)
             except OSError as exc:
                 att.result = ExitInfo(neid, 125, stderr_tail=f"the run container could not start the attempt: {exc}")
                 return

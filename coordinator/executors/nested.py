@@ -48,7 +48,7 @@ from .attempts import log_file, log_tail
 from .base import AttemptFiles, ExitInfo, Limits
 from .local import _kill_members, _rmdir
 from .podman_api import PodmanApiError, PodmanService
-from .sandbox import CGROUP_FS, ETC_FILES, MIB, _rlimits, bwrap_argv, oom_kills, refused_forks
+from .sandbox import CGROUP_FS, ETC_FILES, IN_SOCKET, MIB, _rlimits, bwrap_argv, oom_kills, refused_forks
 from .zygote import zygote_argv
 
 MODE_ENV = "DOME_CONTAINER_MODE"  # "nested" (the default) or "fresh" (a container per attempt)
@@ -94,7 +94,8 @@ def in_container(files: AttemptFiles) -> AttemptFiles:
                         egress_socket=Path(IN_RUN) / "egress.sock" if files.egress_socket else None)
 
 
-def attempt_request(files: AttemptFiles, neid: str, limits: Limits, cpus: int) -> dict[str, Any]:
+def attempt_request(files: AttemptFiles, neid: str, limits: Limits, cpus: int,
+                    gateway_path: str = IN_SOCKET) -> dict[str, Any]:
     """(pure) What the run container's handler gets for one attempt: the bubblewrap command line in
     its zygote form, the rlimits to start it under, and the zygote child's request (the worker's
     environment, arguments and cgroups). The data descriptors follow the log in the message:
@@ -107,6 +108,8 @@ def attempt_request(files: AttemptFiles, neid: str, limits: Limits, cpus: int) -
     argv = bwrap_argv(in_container(files), python=IMAGE_PYTHON, limits=limits, cgroups=groups, cpus=cpus,
                       spawn_fd=spawn_fd, task_fd=task_fd, worker_key_fd=key_fd,
                       view=image_view(limits.tmp_mb), env_path=IMAGE_PATH)
+    at = next(i for i in range(len(argv) - 2) if argv[i] == "--bind" and argv[i + 2] == IN_SOCKET)
+    argv[at + 2] = gateway_path
     bw, worker = zygote_argv(argv, INFO_FD, READY_FD, STATUS_FD)
     worker["cgroups"] = [str(g) for g in groups.values()]
     return {"bwrap": bw, "rlimits": [[int(res), int(val)] for _, res, val in _rlimits(limits, groups)],
@@ -248,12 +251,13 @@ class RunContainer:
             os.chown(g / "cgroup.procs", self.uid, self.uid)
         return out
 
-    def open(self, neid: str, files: AttemptFiles, cpus: int) -> tuple[socket.socket, dict[str, Path]]:
+    def open(self, neid: str, files: AttemptFiles, cpus: int,
+             gateway_path: str = IN_SOCKET) -> tuple[socket.socket, dict[str, Path]]:
         """Start one attempt: its cgroups, its request and descriptors to the run container. The
         host's key file goes as soon as the descriptor is sent. Returns the attempt's connection
         (its status comes back there; closing it kills the attempt) and its cgroups."""
         groups = self._attempt_groups(neid)
-        req = attempt_request(files, neid, self.limits, cpus)
+        req = attempt_request(files, neid, self.limits, cpus, gateway_path)
         log = log_file(files)
         fds: list[int] = []
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -61,6 +61,8 @@ def test_an_attempts_sandbox_in_the_run_container_gets_its_own_files_and_nothing
     assert sizes == {"/tmp": 32 << 20, "/dome/scratch": 64 << 20}  # a fresh, capped /tmp and scratch
     assert req["worker"]["cgroups"] == [f"{IN_CG}/memory/ne-1", f"{IN_CG}/pids/ne-1"]
     assert req["worker"]["argv"] == ["/dome/spawn.json"] and req["worker"]["cwd"] == "/dome/scratch"
+    moved = attempt_request(_files(tmp_path), "ne-1", lim, 1, "/run/x/gw.sock")["bwrap"]  # where the SpawnSpec says
+    assert [b for b in _opts(moved, "--bind", 2)] == [("/dome/run/gateway.sock", "/run/x/gw.sock")]
     import resource
     rl = dict((r, v) for r, v in req["rlimits"])
     assert rl[resource.RLIMIT_CPU] == 30 and rl[resource.RLIMIT_NOFILE] == 256
