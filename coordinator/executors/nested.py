@@ -118,11 +118,13 @@ def attempt_request(files: AttemptFiles, neid: str, limits: Limits, cpus: int,
 
 def run_container_spec(files: AttemptFiles, *, image_id: str, name: str, ctl: Path, groups: Mapping[str, Path],
                        limits: Limits, cpus: int, max_concurrency: int, nproc: int, user: str,
-                       labels: Mapping[str, str]) -> dict[str, Any]:
+                       labels: Mapping[str, str], cgroup_parent: str | None = None) -> dict[str, Any]:
     """(pure) The libpod create request of the run container: an attempt container's confinement,
     sized for `max_concurrency` attempts, whose first process is worker_sdk.nested. /proc is not
     masked (`unmask`): the kernel lets a sandbox mount a /proc of its own only where nothing covers
-    parts of the container's; the container's user can read nothing there it could not read anyway."""
+    parts of the container's; the container's user can read nothing there it could not read anyway.
+    `cgroup_parent`: the run's cgroup, where the container, its conmon and so every attempt's
+    process are counted as the run's workers."""
     lim = limits
     fsize = lim.max_file_mb * MIB
     slots = max(1, int(max_concurrency)) + 1
@@ -151,6 +153,7 @@ def run_container_spec(files: AttemptFiles, *, image_id: str, name: str, ctl: Pa
                      {"type": "fsize", "soft": fsize, "hard": fsize},
                      {"type": "core", "soft": 0, "hard": 0}],
         "mounts": mounts, "work_dir": "/tmp", "env": {"HOME": "/tmp"},
+        **({"cgroup_parent": cgroup_parent} if cgroup_parent else {}),
     }
 
 
@@ -203,7 +206,8 @@ class RunContainer:
         self.life: socket.socket | None = None
         spec = run_container_spec(files, image_id=image_id, name=self.name, ctl=self.ctl, groups=self.groups,
                                   limits=limits, cpus=cpus, max_concurrency=max_concurrency, nproc=nproc,
-                                  user="0:0" if rootless else f"{CONTAINER_UID}:{CONTAINER_UID}", labels=labels)
+                                  user="0:0" if rootless else f"{CONTAINER_UID}:{CONTAINER_UID}", labels=labels,
+                                  cgroup_parent=cgroup_parent)
         try:
             api.create(spec)
             api.start(self.name)

@@ -74,7 +74,9 @@ def test_the_run_container_is_confined_as_an_attempt_container_and_labelled_for_
     groups = {"memory": Path("/sys/fs/cgroup/memory/x/a"), "pids": Path("/sys/fs/cgroup/pids/x/a")}
     spec = run_container_spec(_files(tmp_path), image_id="a" * 64, name="dome-run-1", ctl=tmp_path / "ctl",
                               groups=groups, limits=lim, cpus=1, max_concurrency=2, nproc=4096, user="10001:10001",
-                              labels={"io.dome.attempt": "run", "io.dome.coordinator": "h:1"})
+                              labels={"io.dome.attempt": "run", "io.dome.coordinator": "h:1"},
+                              cgroup_parent="/x/dome-containers-1-ab")
+    assert spec["cgroup_parent"] == "/x/dome-containers-1-ab"  # counted as the run's workers
     assert spec["netns"] == {"nsmode": "none"} and spec["read_only_filesystem"] is True
     assert spec["cap_drop"] == ["ALL"] and spec["no_new_privileges"] is True and spec["user"] == "10001:10001"
     assert spec["remove"] is True and spec["labels"]["io.dome.attempt"] == "run"  # orphans are swept by label
