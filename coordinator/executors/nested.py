@@ -32,6 +32,7 @@ container and says why on stderr.
 from __future__ import annotations
 
 import array
+import functools
 import json
 import os
 import shutil
@@ -72,16 +73,32 @@ def container_mode(explicit: str | None = None) -> str:
     return choice
 
 
-def image_view(tmp_mb: int) -> tuple[list[str], list[Path]]:
-    """(pure) The read-only system an attempt's sandbox gets inside the run container: the image's
-    merged /usr (and its links), a few /etc files, dome's packages and the venv under /opt/dome, a
-    fresh /proc and /dev; what `host_view` gives a sandbox on the host. Nothing of /dome."""
+# what podman masks in a container's /proc (its defaults): the run container has them unmasked (a
+# sandbox may mount its own /proc only then), so each attempt's sandbox masks them in its own
+PROC_MASKED = ("acpi", "kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "scsi")
+
+
+@functools.lru_cache(maxsize=1)
+def proc_masks() -> tuple[tuple[str, bool], ...]:
+    """(name, is a directory) of PROC_MASKED as this kernel has them (the container's is the same)."""
+    return tuple((n, os.path.isdir(f"/proc/{n}")) for n in PROC_MASKED if os.path.exists(f"/proc/{n}"))
+
+
+def image_view(tmp_mb: int, masks: tuple[tuple[str, bool], ...] | None = None) -> tuple[list[str], list[Path]]:
+    """(pure with `masks`) The read-only system an attempt's sandbox gets inside the run container:
+    the image's merged /usr (and its links), a few /etc files, dome's packages and the venv under
+    /opt/dome, a fresh /proc with podman's masks and /dev; what `host_view` gives a sandbox on the
+    host. Nothing of /dome."""
     a = ["/usr/bin/bwrap", "--size", str(int(tmp_mb) * MIB), "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr",
          "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin", "--symlink", "usr/lib", "/lib",
          "--symlink", "usr/lib64", "/lib64"]
     for name in ETC_FILES:
         a += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    a += ["--ro-bind", "/opt/dome", "/opt/dome", "--proc", "/proc", "--dev", "/dev", "--dir", "/dome"]
+    a += ["--ro-bind", "/opt/dome", "/opt/dome", "--proc", "/proc"]
+    for name, is_dir in proc_masks() if masks is None else masks:
+        a += ["--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"] if is_dir else \
+            ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    a += ["--dev", "/dev", "--dir", "/dome"]
     return a, [Path(IMAGE_SRC) / "registry", Path(IMAGE_SRC) / "worker_sdk"]
 
 

@@ -69,6 +69,15 @@ def test_an_attempts_sandbox_in_the_run_container_gets_its_own_files_and_nothing
     assert rl[resource.RLIMIT_FSIZE] == lim.max_file_mb << 20 and rl[resource.RLIMIT_CORE] == 0
 
 
+def test_an_attempts_proc_is_masked_as_podman_masks_a_containers():
+    from coordinator.executors.nested import image_view
+    a, _ = image_view(16, (("keys", False), ("acpi", True)))
+    proc = a.index("--proc")
+    assert a[proc:proc + 2] == ["--proc", "/proc"]
+    assert a[proc + 2:proc + 9] == ["--ro-bind", "/dev/null", "/proc/keys", "--tmpfs", "/proc/acpi", "--remount-ro",
+                                    "/proc/acpi"]  # after the fresh /proc is mounted, over it
+
+
 def test_the_run_container_is_confined_as_an_attempt_container_and_labelled_for_the_sweep(tmp_path):
     lim = Limits(memory_mb=512, max_processes=64)
     groups = {"memory": Path("/sys/fs/cgroup/memory/x/a"), "pids": Path("/sys/fs/cgroup/pids/x/a")}
@@ -127,7 +136,10 @@ def test_concurrent_attempts_see_neither_each_others_files_nor_processes_nor_the
             "procs = sorted({open(f'/proc/{p}/cmdline', 'rb').read().replace(bytes(1), b' ').decode().strip() "
             "for p in os.listdir('/proc') if p.isdigit()}); "
             "print(json.dumps({'files': files, 'procs': [p for p in procs if 'mark-' in p and 'sys.argv' not in p], "
-            "'socks': socks, 'ctl': os.path.exists('/dome/ctl') or os.path.exists('/dome/cg')}))")
+            "'socks': socks, 'ctl': os.path.exists('/dome/ctl') or os.path.exists('/dome/cg'), "
+            "'masked': sorted(n for n in ('keys', 'timer_list', 'acpi', 'kcore', 'sched_debug') "
+            "if os.path.isfile(f'/proc/{n}') and os.stat(f'/proc/{n}').st_rdev == 0 "
+            "or os.path.isdir(f'/proc/{n}') and os.listdir(f'/proc/{n}'))}))")
     look = "import json; " + look
 
     def task(name: str) -> dict:
@@ -152,6 +164,7 @@ def test_concurrent_attempts_see_neither_each_others_files_nor_processes_nor_the
         assert not any(f"mark-{other}" in p for p in got["procs"]), got
         assert any(f"mark-{me}" in p for p in got["procs"]), got  # its own process is listed
         assert got["socks"] == ["/dome/gateway.sock"] and got["ctl"] is False, got
+        assert got["masked"] == [], got  # what podman masks in a container is masked in the sandbox too
     assert _containers(f"io.dome.run={out['run_id']}") == []
 
 
