@@ -245,8 +245,10 @@ def _alive(pid: int) -> bool:
 def sweep_orphans(podman: str) -> list[str]:
     """Remove attempt containers left by a coordinator of this host that was killed (kill -9):
     detached containers outlive it, though their grants die with the run's lease (and the host
-    directories of its run containers)."""
+    directories of its run containers, and its run's cgroups)."""
     sweep_dirs(_alive)
+    if os.geteuid() == 0:
+        sweep_run_cgroups(_alive)
     r = subprocess.run([podman, "ps", "-a", "--filter", f"label={LABEL}", "--format", "json"],
                        capture_output=True, text=True, timeout=60)
     try:
@@ -286,6 +288,22 @@ def remove_cgroup_tree(rel: str, fs: Path = CGROUP_FS) -> None:
             base.rmdir()
         except OSError:
             pass
+
+
+def sweep_run_cgroups(alive, fs: Path = CGROUP_FS) -> list[str]:
+    """Remove the run cgroups (`run_cgroup_parent`) that coordinators of this host killed outright
+    left beside this process's own (their conmon's and their attempts' groups, empty by then)."""
+    own = _own_cgroup("cpuacct")
+    if own is None:
+        return []
+    out = []
+    for d in (fs / "cpuacct" / own.lstrip("/")).glob("dome-containers-*-*"):
+        pid = d.name.split("-")[2]
+        if d.is_dir() and pid.isdigit() and not alive(int(pid)):
+            rel = f"{own.rstrip('/')}/{d.name}"
+            remove_cgroup_tree(rel, fs)
+            out.append(rel)
+    return out
 
 
 def _release(api: PodmanService | None, cgroup_parent: str | None,

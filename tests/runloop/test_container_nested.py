@@ -261,6 +261,10 @@ def test_the_run_container_ends_and_is_removed_when_its_coordinator_is_killed_ou
         left = list(Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}{coord.pid}-*"))
         assert left and set(left) <= set(sweep_dirs(lambda pid: pid == os.getpid() or Path(f"/proc/{pid}").exists()))
         assert not any(p.exists() for p in left)  # what the next coordinator's sweep does
+        from coordinator.executors.container import CGROUP_FS, sweep_run_cgroups
+        swept = sweep_run_cgroups(lambda pid: pid != coord.pid)  # and its run's cgroups
+        assert any(f"dome-containers-{coord.pid}-" in g for g in swept)
+        assert not list((CGROUP_FS / "memory").rglob(f"dome-containers-{coord.pid}-*"))
     finally:
         if coord.poll() is None:
             coord.kill()
