@@ -296,11 +296,13 @@ def sweep_run_cgroups(alive, fs: Path = CGROUP_FS) -> list[str]:
     own = _own_cgroup("cpuacct")
     if own is None:
         return []
+    names = {d.name for top in fs.iterdir() if top.is_dir() and not top.is_symlink()
+             for d in (top / own.lstrip("/")).glob("dome-containers-*-*") if d.is_dir()}
     out = []
-    for d in (fs / "cpuacct" / own.lstrip("/")).glob("dome-containers-*-*"):
-        pid = d.name.split("-")[2]
-        if d.is_dir() and pid.isdigit() and not alive(int(pid)):
-            rel = f"{own.rstrip('/')}/{d.name}"
+    for name in sorted(names):  # the same path in every hierarchy (podman makes it in each)
+        pid = name.split("-")[2]
+        if pid.isdigit() and not alive(int(pid)):
+            rel = f"{own.rstrip('/')}/{name}"
             remove_cgroup_tree(rel, fs)
             out.append(rel)
     return out
