@@ -128,20 +128,48 @@ def _read_all(fd: int) -> bytes:
     return out
 
 
+NS_GET_PARENT = 0xB702  # ioctl: the user namespace that owns the one a descriptor names
+
+
+def _user_chain(pid: int) -> list[int]:
+    """Descriptors of the user namespaces between ours and `pid`'s, outermost first; empty where
+    they are the same. An unprivileged bwrap nests two (the outer one, where it is root, owns the
+    sandbox's other namespaces; the inner one maps the worker's own uid), so a process that is not
+    root enters the outer one, then the rest, then the inner one."""
+    mine = os.stat("/proc/self/ns/user").st_ino
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    chain = [fd]
+    try:
+        while os.fstat(chain[-1]).st_ino != mine:
+            chain.append(fcntl.ioctl(chain[-1], NS_GET_PARENT))
+    except OSError:  # not below ours (EPERM): enter only the namespace itself
+        for x in chain[1:]:
+            os.close(x)
+        return [fd]
+    os.close(chain.pop())  # our own
+    return list(reversed(chain))
+
+
 def _enter_namespaces(pid: int) -> None:
     fds = {}
+    users: list[int] = []
     try:
-        for ns in NAMESPACES:  # opened first: once in the mount namespace, /proc is the sandbox's
+        for ns in NAMESPACES[1:]:  # opened first: once in the mount namespace, /proc is the sandbox's
             if os.stat(f"/proc/{pid}/ns/{ns}").st_ino != os.stat(f"/proc/self/ns/{ns}").st_ino:
                 fds[ns] = os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
         for ns in ("pid", "mnt", "net"):  # a process without them is not the sandbox we were asked into
             if ns not in fds:
                 raise OSError(f"process {pid} has no {ns} namespace of its own")
-        for ns in NAMESPACES:
+        users = _user_chain(pid)
+        if users:  # the outermost grants the rest
+            _check(_libc.setns(users[0], 0), "enter the sandbox's user namespace")
+        for ns in NAMESPACES[1:]:
             if ns in fds:
                 _check(_libc.setns(fds[ns], 0), f"enter the sandbox's {ns} namespace")
+        for fd in users[1:]:  # then down to the worker's own
+            _check(_libc.setns(fd, 0), "enter the sandbox's inner user namespace")
     finally:
-        for fd in fds.values():
+        for fd in [*fds.values(), *users]:
             os.close(fd)
 
 

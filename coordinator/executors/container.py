@@ -1,5 +1,16 @@
 """ContainerExecutor: each attempt runs in an OCI container (podman) from a pinned image.
 
+Two modes (`DOME_CONTAINER_MODE`, or the `mode` argument). By default ("nested") the attempts
+of one image share a run container that is started once for the run, and each attempt runs in
+a fresh bubblewrap sandbox of its own inside it, entered by a pre-imported runtime there
+(coordinator/executors/nested.py says what the sandbox and the run container hold and how an
+attempt is killed and swept): a container costs podman and runc about 80 ms of machine CPU
+before the worker starts (docs/benchmarks.md). "fresh" starts a container per attempt, as described
+below; the nested mode falls back to it, saying why on stderr, where the image has no
+bubblewrap, the container refuses user namespaces, podman's API service is not running or no
+per-attempt cgroups can be made. The image check, the confinement of the container itself, the
+orphan sweep and the CPU accounting below hold for both.
+
 The image is named by digest in the SpawnSpec's `container_ref`
 (`NAME@sha256:<hex>`, the image id podman reports, or one of its manifest
 digests). Before anything starts, the executor resolves NAME in the local
@@ -43,6 +54,7 @@ import resource
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -53,6 +65,7 @@ from registry.errors import DomeError
 
 from .base import AttemptFiles, ExitInfo, Limits
 from .local import CpuTally
+from .nested import NestedRefused, RunContainer, container_mode, sweep_dirs
 from .podman_api import PodmanApiError, PodmanService, container_spec
 from .sandbox import CGROUP_FS, IN_BASE, IN_EGRESS, IN_PUB, IN_SCRATCH, IN_SOCKET, IN_SPAWN, IN_TASK, IN_WORKER_KEY, \
     _own_cgroup, cgroup_cpu_ns, cpus_per_worker
@@ -231,7 +244,11 @@ def _alive(pid: int) -> bool:
 
 def sweep_orphans(podman: str) -> list[str]:
     """Remove attempt containers left by a coordinator of this host that was killed (kill -9):
-    detached containers outlive it, though their grants die with the run's lease."""
+    detached containers outlive it, though their grants die with the run's lease (and the host
+    directories of its run containers, and its run's cgroups)."""
+    sweep_dirs(_alive)
+    if os.geteuid() == 0:
+        sweep_run_cgroups(_alive)
     r = subprocess.run([podman, "ps", "-a", "--filter", f"label={LABEL}", "--format", "json"],
                        capture_output=True, text=True, timeout=60)
     try:
@@ -273,7 +290,30 @@ def remove_cgroup_tree(rel: str, fs: Path = CGROUP_FS) -> None:
             pass
 
 
-def _release(api: PodmanService | None, cgroup_parent: str | None) -> None:
+def sweep_run_cgroups(alive, fs: Path = CGROUP_FS) -> list[str]:
+    """Remove the run cgroups (`run_cgroup_parent`) that coordinators of this host killed outright
+    left beside this process's own (their conmon's and their attempts' groups, empty by then)."""
+    own = _own_cgroup("cpuacct")
+    if own is None:
+        return []
+    names = {d.name for top in fs.iterdir() if top.is_dir() and not top.is_symlink()
+             for d in (top / own.lstrip("/")).glob("dome-containers-*-*") if d.is_dir()}
+    out = []
+    for name in sorted(names):  # the same path in every hierarchy (podman makes it in each)
+        pid = name.split("-")[2]
+        if pid.isdigit() and not alive(int(pid)):
+            rel = f"{own.rstrip('/')}/{name}"
+            remove_cgroup_tree(rel, fs)
+            out.append(rel)
+    return out
+
+
+def _release(api: PodmanService | None, cgroup_parent: str | None,
+             runs: dict[str, RunContainer | None] | None = None) -> None:
+    for run in list((runs or {}).values()):
+        if run is not None:
+            run.close()
+    (runs or {}).clear()
     if api is not None:
         api.close()
     if cgroup_parent is not None:
@@ -287,6 +327,8 @@ class _Attempt:
     thread: threading.Thread | None = None
     killed: str | None = None
     result: ExitInfo | None = None
+    run: RunContainer | None = None  # nested mode: the run container it runs in
+    conn: socket.socket | None = None  # nested mode: its connection there (closed: the attempt is killed)
 
 
 class ContainerExecutor:
@@ -294,7 +336,7 @@ class ContainerExecutor:
 
     def __init__(self, *, image: str | None = None, sandbox: str = "bwrap", max_concurrency: int = 4,
                  limits: Limits | None = None, podman: str | None = None, runtime: str | None = None,
-                 api: bool | None = None) -> None:
+                 api: bool | None = None, mode: str | None = None) -> None:
         exe = podman or shutil.which("podman")
         if exe is None:
             raise ContainerUnavailable("podman is not installed", hints=ContainerUnavailable.hints_default)
@@ -323,6 +365,8 @@ class ContainerExecutor:
         sweep_orphans(exe)
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
+        self.mode = container_mode(mode)
+        self._runs: dict[str, RunContainer | None] = {}  # nested mode: image id -> its run container (None: refused)
         self._cgroup_ns = 0
         # podman's API: one service for the run instead of a podman command per step; the
         # command line stays the way where the service cannot start, or with DOME_PODMAN_API=0
@@ -342,7 +386,7 @@ class ContainerExecutor:
             self.cpu = CpuTally(helper=self._workers_cpu_s)
         # the service and the run's cgroup go at shutdown, or when the executor is collected or the
         # process exits without one (an executor made only to check images)
-        self._release = weakref.finalize(self, _release, self.api, self.cgroup_parent)
+        self._release = weakref.finalize(self, _release, self.api, self.cgroup_parent, self._runs)
 
     def _cgroup_manager(self) -> str:
         """podman's cgroup manager here ("cgroupfs", "systemd"), "" where it cannot be read."""
@@ -390,6 +434,15 @@ class ContainerExecutor:
         att = _Attempt(f"dome-{neid}", files)
         labels = {LABEL: neid, "io.dome.run": str(spec["run_id"]), OWNER_LABEL: self.owner}
         cpus = cpus_per_worker(self.max_concurrency)
+        run = self._run_container(image_id, files, labels, cpus)
+        if run is not None:
+            att.run = run
+            att.thread = threading.Thread(target=self._supervise_nested, args=(neid, att, cpus, gw), name=f"dome-{neid}",
+                                          daemon=True)
+            with self._lock:
+                self._attempts[neid] = att
+            att.thread.start()
+            return
         if self.api is not None:
             how: Any = container_spec(files, image_id=image_id, name=att.name, gateway_path=gw, limits=self.limits,
                                       cpus=cpus, env=attempt_env(files, self.limits, cpus), nproc=nproc_backstop(),
@@ -403,6 +456,50 @@ class ContainerExecutor:
         with self._lock:
             self._attempts[neid] = att
         att.thread.start()
+
+    def _run_container(self, image_id: str, files: AttemptFiles, labels: Mapping[str, str],
+                       cpus: int) -> RunContainer | None:
+        """Nested mode: the image's run container (started with its first attempt), or None: a
+        fresh container for this attempt (fresh mode; a refusal, said once on stderr; an attempt
+        whose shared files are not the ones the run container binds)."""
+        if self.mode != "nested":
+            return None
+        with self._lock:
+            if image_id not in self._runs:
+                why = "podman's API service is not running" if self.api is None else \
+                    "no per-attempt cgroups here (cgroup v1 as root is needed)" if self.cgroup_parent is None else None
+                run = None
+                if why is None:
+                    try:
+                        run = RunContainer(self.api, files, image_id=image_id, cgroup_parent=self.cgroup_parent,
+                                           limits=self.limits, cpus=cpus, max_concurrency=self.max_concurrency,
+                                           nproc=nproc_backstop(), rootless=self.rootless,
+                                           labels={**labels, LABEL: "run"})
+                    except (NestedRefused, OSError) as exc:
+                        why = str(exc)
+                if why is not None:
+                    print(f"dome: container executor: a fresh container per attempt ({why})", file=sys.stderr)
+                self._runs[image_id] = run
+            run = self._runs[image_id]
+        return run if run is not None and run.fits(files) else None
+
+    def _supervise_nested(self, neid: str, att: _Attempt, cpus: int, gateway_path: str) -> None:
+        run = att.run
+        assert run is not None
+        try:
+            try:
+                att.conn, groups = run.open(neid, att.files, cpus, gateway_path)
+            except OSError as exc:
+                att.result = ExitInfo(neid, 125, stderr_tail=f"the run container could not start the attempt: {exc}")
+                return
+            if att.killed:  # killed while it was starting
+                att.conn.shutdown(socket.SHUT_RDWR)
+            att.result = run.finish(neid, att.files, att.conn, groups)
+        except Exception as exc:  # noqa: BLE001 - reported as the attempt's exit, never lost
+            att.result = ExitInfo(neid, 125, stderr_tail=f"container executor: {type(exc).__name__}: {exc}")
+        finally:
+            if self.cgroup_parent is not None:
+                self.cpu.add_group(0)
 
     def _supervise(self, neid: str, att: _Attempt, how: Any) -> None:
         try:
@@ -502,6 +599,13 @@ class ContainerExecutor:
             att = self._attempts.get(node_execution_id)
         if att is not None:
             att.killed = reason
+            if att.run is not None:
+                if att.conn is not None:  # the handler sees its end close and kills the sandbox
+                    try:
+                        att.conn.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                return
             self._kill(att.name)
 
     def shutdown(self) -> None:

@@ -197,7 +197,8 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
                extra_ro: Iterable[Path] = (), limits: Limits | None = None,
                cgroups: Mapping[str, Path] | None = None, worker_key_fd: int | None = None,
                cpus: int | None = None, spawn_fd: int | None = None, task_fd: int | None = None,
-               counted: Mapping[str, int] | None = None) -> list[str]:
+               counted: Mapping[str, int] | None = None, view: tuple[list[str], list[Path]] | None = None,
+               env_path: str | None = None) -> list[str]:
     """The full command line: bwrap options, then `python -m worker_sdk /dome/spawn.json`.
 
     The scratch is a tmpfs of `disk_mb` (the checkout is private to the attempt and
@@ -209,9 +210,12 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
     and `task_fd` (descriptors holding the spawn spec and task facts, read from their start) are
     copied into the sandbox the same way instead of binding the host files. `counted`: the
     cgroups' limit counters before this attempt (`refused_forks`, `oom_kills`), where the groups
-    served earlier attempts: the worker reports only what its own action ran into."""
+    served earlier attempts: the worker reports only what its own action ran into. `view` and `path`:
+    the read-only system and the PATH of another root than this host's (a worker image's: the
+    container executor's nested mode builds the sandbox inside its run container)."""
     lim = limits or Limits()
-    a, src = host_view(bwrap, extra_ro=[*extra_ro, *(Path(d) for d in lim.tool_dirs)], tmp_mb=lim.tmp_mb)
+    a, src = (list(view[0]), list(view[1])) if view is not None else \
+        host_view(bwrap, extra_ro=[*extra_ro, *(Path(d) for d in lim.tool_dirs)], tmp_mb=lim.tmp_mb)
     for controller, path in sorted((cgroups or {}).items()):
         a += ["--ro-bind", str(path), f"{IN_CGROUP}/{controller}"]
     budget = {"tmp_mb": lim.tmp_mb, "disk_mb": lim.disk_mb, "memory_mb": lim.memory_mb,
@@ -230,7 +234,7 @@ def bwrap_argv(files: AttemptFiles, *, bwrap: str = "bwrap", python: str | None 
             else ["--ro-bind", str(files.worker_key), IN_WORKER_KEY] if files.worker_key else []),
           *CONFINEMENT,
           "--chdir", IN_SCRATCH, "--clearenv",
-          "--setenv", "PATH", sandbox_path(),
+          "--setenv", "PATH", env_path or sandbox_path(),
           "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
           "--setenv", "PYTHONPATH", str(src[0].parent),
           "--setenv", "PYTHONDONTWRITEBYTECODE", "1",

@@ -28,8 +28,9 @@ done
 cache=${DOME_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dome/image}
 mkdir -p "$cache"
 mirror=${DOME_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages=python3,python3-venv,git,ca-certificates,passwd
-[ "$variant" = ray ] && packages=$packages,bubblewrap  # the Ray task starts the sandbox inside the image
+# bubblewrap: every attempt's sandbox is built inside the image (the container executor's nested
+# mode, the Ray task)
+packages=python3,python3-venv,git,ca-certificates,passwd,bubblewrap
 h() { sha256sum | cut -c1-16; }
 
 # 1. root filesystem (cached by suite + packages)

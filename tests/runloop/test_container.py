@@ -90,6 +90,22 @@ def worker_image() -> str:
     return r.stdout.strip().splitlines()[-1]
 
 
+@pytest.fixture
+def container_mode(request, monkeypatch) -> str:
+    """A container per attempt, or one run container with a sandbox per attempt inside
+    (coordinator/executors/nested.py): the same confinement is asserted of both (`both_modes`)."""
+    monkeypatch.setenv("DOME_CONTAINER_MODE", request.param)
+    return request.param
+
+
+both_modes = pytest.mark.parametrize("container_mode", ["fresh", "nested"], indirect=True)
+
+
+def not_fallen_back(mode: str, stderr: str) -> bool:
+    """In nested mode the run did not fall back to a container per attempt."""
+    return mode != "nested" or "a fresh container per attempt" not in stderr
+
+
 def _containers(label: str) -> list[str]:
     r = subprocess.run(["podman", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
                        capture_output=True, text=True, timeout=60)
@@ -100,7 +116,9 @@ def _containers(label: str) -> list[str]:
 @pytest.mark.timeout(900)
 @needs_podman
 @attack("container-escape")
-def test_queue_runs_in_the_pinned_image_confined_and_is_promoted_and_verified(worker_image, git_repo, tmp_path):
+@both_modes
+def test_queue_runs_in_the_pinned_image_confined_and_is_promoted_and_verified(worker_image, git_repo, tmp_path,
+                                                                             container_mode):
     ops = tmp_path / "ops"
     probe = ("echo uid=$(id -u) > probe.txt; "
              "grep CapEff /proc/self/status >> probe.txt; "
@@ -116,6 +134,7 @@ def test_queue_runs_in_the_pinned_image_confined_and_is_promoted_and_verified(wo
                  "--json", timeout=600)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["status"] == "promoted", r.stdout[-2000:] + r.stderr[-3000:]
+    assert not_fallen_back(container_mode, r.stderr), r.stderr[-2000:]
     v = dome_cli("verify", out["run_id"], "--ops-root", str(ops), "--repo", str(git_repo), timeout=300)
     assert v.returncode == 0, v.stdout + v.stderr
     got = dict(line.split("=", 1) for line in subprocess.run(
@@ -128,7 +147,7 @@ def test_queue_runs_in_the_pinned_image_confined_and_is_promoted_and_verified(wo
     assert dispatched and all(e["payload"]["executor"] == "container" for e in dispatched)
     started = next(e for e in events if e.get("topic") == "run.started")
     assert started["payload"]["environment"]["executor"] == "container"
-    assert _containers(f"io.dome.run={out['run_id']}") == []  # every attempt's container is removed
+    assert _containers(f"io.dome.run={out['run_id']}") == []  # every attempt's container (or the run's) is removed
 
 
 @pytest.mark.slow
@@ -201,7 +220,9 @@ def test_attempt_containers_of_a_killed_coordinator_are_removed(worker_image):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @needs_podman
-def test_hung_attempt_is_killed_at_its_deadline_and_its_container_removed(worker_image, git_repo, tmp_path):
+@both_modes
+def test_hung_attempt_is_killed_at_its_deadline_and_its_container_removed(worker_image, git_repo, tmp_path,
+                                                                          container_mode):
     ops = tmp_path / "ops"
     q = write_queue(tmp_path, git_repo, [cmd_task("stuck", "sleep 1000", timeout_s=6, max_attempts=1)])
     r = dome_cli("run", str(q), "--ops-root", str(ops), "--executor", "container", "--image", worker_image,
@@ -210,6 +231,7 @@ def test_hung_attempt_is_killed_at_its_deadline_and_its_container_removed(worker
     assert out["status"] == "failed", r.stdout[-2000:]
     events = [json.loads(p.read_text()) for p in (ops / "runs" / out["run_id"] / "events").glob("event.*.json")]
     assert any(e["topic"] == "task.timeout" for e in events), sorted({e["topic"] for e in events})
+    assert not_fallen_back(container_mode, r.stderr), r.stderr[-2000:]
     assert _containers(f"io.dome.run={out['run_id']}") == []
 
 
@@ -217,8 +239,9 @@ def test_hung_attempt_is_killed_at_its_deadline_and_its_container_removed(worker
 @pytest.mark.timeout(900)
 @needs_podman
 @attack("sandbox-exhaustion")
+@both_modes
 def test_limits_hit_in_a_container_fail_the_attempt_with_sandbox_violation(worker_image, git_repo, ops_root,
-                                                                          ledger_env, tmp_path):
+                                                                          ledger_env, tmp_path, container_mode):
     """Filling /tmp and the scratch past their caps, a fork bomb and a memory hog, each in an action that
     exits 0 in its container: every one fails SANDBOX_VIOLATION; an honest task under the same limits succeeds."""
     from coordinator.executors.container import ContainerExecutor
@@ -240,6 +263,7 @@ def test_limits_hit_in_a_container_fail_the_attempt_with_sandbox_violation(worke
                     scheduling={"max_parallel": 2, "endgame_max_duplicates": 0})
     ex = ContainerExecutor(image=worker_image, max_concurrency=2, limits=Limits.from_work_queue(limits))
     _, out = run_queue(q, ops_root, ledger_env, sandbox="bwrap", executor=ex, executor_kind="container")
+    assert ex.mode == container_mode and (container_mode == "fresh" or None not in ex._runs.values())
     ev = ledger_env[0].events(out.run_id)
     assert "tmp_limit" in _violation(ev, "fill-tmp")
     assert "disk_limit" in _violation(ev, "fill-scratch")

@@ -23,7 +23,8 @@ from coordinator.executors.podman_api import container_spec, multiplexed
 from tests.attacks import attack
 from tests.conftest import REPO_ROOT, dome_cli
 from tests.runloop.conftest import cmd_task, write_queue
-from tests.runloop.test_container import _containers, needs_podman, worker_image  # noqa: F401 - a fixture
+from tests.runloop.test_container import _containers, both_modes, container_mode, needs_podman, not_fallen_back, \
+    worker_image  # noqa: F401 - fixtures
 
 A = "a" * 64
 
@@ -95,6 +96,15 @@ def _attempt(tmp: Path, ex: ContainerExecutor, neid: str) -> tuple[dict, Attempt
             "gateway": {"socket": "/dome/gateway.sock"}}, f
 
 
+def wait_one(ex: ContainerExecutor, timeout: float = 120, every: float = 0.1) -> list:
+    """Poll the executor until an attempt has ended (or `timeout` passed); what poll returned."""
+    deadline, done = time.monotonic() + timeout, []
+    while not done and time.monotonic() < deadline:
+        done = ex.poll()
+        time.sleep(every)
+    return done
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @needs_podman
@@ -103,17 +113,14 @@ def test_an_attempt_runs_its_own_container_which_is_gone_when_it_has_ended(worke
     """Either way to podman: the attempt's exit and stderr come back, the host's copy of its key
     is gone, its container is removed before the executor reports it, and its CPU is counted in
     the run's cgroup; at shutdown the service stops, its socket and the run's cgroup are gone."""
-    ex = ContainerExecutor(image=worker_image, max_concurrency=1, api=api)
+    ex = ContainerExecutor(image=worker_image, max_concurrency=1, api=api, mode="fresh")  # nested: test_container_nested
     assert (ex.api is not None) is api, ex.api_error
     service, sock = (ex.api.proc, ex.api.socket) if ex.api is not None else (None, None)
     neid = f"ne-api-{os.getpid()}-{int(api)}"
     spec, f = _attempt(tmp_path, ex, neid)
     try:
         ex.dispatch(spec, f)
-        deadline, done = time.monotonic() + 120, []
-        while not done and time.monotonic() < deadline:
-            done = ex.poll()
-            time.sleep(0.1)
+        done = wait_one(ex)
         assert done and done[0].node_execution_id == neid
         assert done[0].returncode not in (None, 0, 125), done[0]  # the worker refused the empty SpawnSpec
         assert done[0].stderr_tail.strip(), done[0]  # its stderr came back
@@ -161,8 +168,9 @@ def test_the_api_service_dies_with_a_coordinator_killed_outright():
 @pytest.mark.timeout(900)
 @needs_podman
 @attack("container-escape")
+@both_modes
 def test_an_attempt_reaches_no_socket_but_the_gateway_and_nothing_of_an_earlier_attempt(worker_image, git_repo,
-                                                                                          tmp_path):
+                                                                                          tmp_path, container_mode):
     """Over the API: the only socket an attempt can see is its gateway's (the service's socket,
     root's whole container API, is not there), and what one attempt leaves in /tmp is not in the
     next one's container."""
@@ -178,6 +186,7 @@ def test_an_attempt_reaches_no_socket_but_the_gateway_and_nothing_of_an_earlier_
                  "--json", timeout=600)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["status"] == "promoted", r.stdout[-2000:] + r.stderr[-3000:]
+    assert not_fallen_back(container_mode, r.stderr), r.stderr[-2000:]
 
     def shown(path: str) -> str:
         return subprocess.run(["git", "show", f"refs/heads/dome/out:{path}"], cwd=git_repo, capture_output=True,
