@@ -14,9 +14,14 @@
   Each finished tile is put through the gateway at once, and a retried
   attempt of the task reuses the tiles earlier attempts finished
   (tilejournal).
-- litho.resim (validation suite): re-simulates every committed mask named in
-  the repository's litho metrics files (`*.litho.json`) and checks that L2 and
-  PVB reproduce exactly; summary.passed says whether all did.
+- litho.resim (validation suite; params corners?, pvb_grid?, kernels?, threads?):
+  re-simulates every committed mask once and requires every figure the
+  committed reports state about it exactly: a mask's `*.litho.json` (all its
+  metrics, the mask file's digest, its tiles' scores) and each evaluation
+  report (`*.evaluate.json`, or a `*.litho.json` of `tool` evaluate: metrics,
+  violation count, the listed violations, provenance), found by the digests it
+  recorded. resim.py says which figures; a failed check names each figure with
+  the expected and the got value; summary.passed says whether all passed.
 - litho.topology (validation suite): re-simulates the same masks and fails any
   whose print has a bridge, open, extra or missing shape at any corner of the
   process window (params: corners?, pvb_grid?, kernels?, threads?).
