@@ -74,6 +74,9 @@ def _tampered(litho: dict, ev: dict) -> dict[str, tuple[str, dict, str]]:
         a, b = r["tiling"]["per_tile"][0], r["tiling"]["per_tile"][1]
         a["l2_nm2"], b["l2_nm2"] = a["l2_nm2"] - 1, b["l2_nm2"] + 1
     edit("per_tile", litho, ".litho.json", "tiling.per_tile[0].l2_nm2 tiling.per_tile[1].l2_nm2", shift_l2)
+    edit("digest", litho, ".litho.json", "mask_file_digest", lambda r: r.update(mask_file_digest="sha256:" + "1" * 64))
+    edit("provenance", ev, ".evaluate.json", "provenance.placement_shift_nm[0]",
+         lambda r: r["provenance"]["placement_shift_nm"].__setitem__(0, r["provenance"]["placement_shift_nm"][0] + 1))
     edit("epe", ev, ".evaluate.json", "metrics.epe_violations",
          lambda r: r["metrics"].update(epe_violations=r["metrics"]["epe_violations"] + 1))
     edit("count", ev, ".evaluate.json", "violation_count", lambda r: r.update(violation_count=r["violation_count"] - 1))
