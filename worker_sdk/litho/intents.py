@@ -233,12 +233,12 @@ def resimulate(ctx: IntentContext) -> IntentResult:
 
     checks: list[dict[str, Any]] = []
     jobs = _resim_jobs(ctx, checks)
-    for n, ((layout, mask, fill), reports) in enumerate(jobs.items()):
+    for n, ((layout, mask, fill, halo), reports) in enumerate(jobs.items()):
         ctx.token.check()
         detailed = any(resim.is_evaluation_report(rep) and rep.get("report_level") == "detailed"
                        for _, rep in reports)
         req: dict[str, Any] = {"layout": layout, "fill": fill, "report_level": "detailed" if detailed else "aggregate",
-                               **_window_keys(ctx.action)}
+                               "halo_nm": halo, **_window_keys(ctx.action)}
         if mask:
             req["mask"] = mask
         if ctx.action.get("kernels"):
@@ -257,13 +257,13 @@ def resimulate(ctx: IntentContext) -> IntentResult:
     return _suite_result("litho.resim", checks, {"simulations": len(jobs)})
 
 
-def _resim_jobs(ctx: IntentContext, checks: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[tuple[Path, Any]]]:
-    """The committed reports grouped by what a re-simulation needs (layout, mask, fill): one
-    simulation each. A report that cannot be read, or whose files are not in the checkout, is
-    a failed check."""
+def _resim_jobs(ctx: IntentContext, checks: list[dict[str, Any]]) -> dict[tuple[str, str, str, int], list[tuple[Path, Any]]]:
+    """The committed reports grouped by what a re-simulation needs (layout, mask, fill, the tile
+    halo): one simulation each. A report that cannot be read, or whose files are not in the
+    checkout, is a failed check."""
     from . import resim
 
-    jobs: dict[tuple[str, str, str], list[tuple[Path, Any]]] = {}
+    jobs: dict[tuple[str, str, str, int], list[tuple[Path, Any]]] = {}
     digests: dict[Path, str] = {}
     for rp, rep in _committed_reports(ctx, (METRICS_SUFFIX, resim.EVALUATE_SUFFIX)):
         rel = _rel(ctx, rp)
@@ -279,7 +279,7 @@ def _resim_jobs(ctx: IntentContext, checks: list[dict[str, Any]]) -> dict[tuple[
                 checks.append(resim.failed(rel, None, f"no committed file is the evaluated {what}",
                                            expected={f"provenance.{what}": prov.get(what)}))
                 continue
-            key = (str(layout), str(mask) if mask else "", str(prov.get("fill", "lithobench")))
+            key = (str(layout), str(mask) if mask else "", str(prov.get("fill", "lithobench")), resim.DEFAULT_HALO)
             jobs.setdefault(key, []).append((rp, rep))
         elif isinstance(rep, dict) and "mask" in rep and "layout" in rep:
             if not (isinstance(rep["layout"], str) and isinstance(rep["mask"], str)):
@@ -289,7 +289,8 @@ def _resim_jobs(ctx: IntentContext, checks: list[dict[str, Any]]) -> dict[tuple[
             if not (layout.is_file() and mask.is_file()):
                 checks.append(resim.failed(rel, rep["mask"], "the layout or the mask it names is not in the checkout"))
                 continue
-            jobs.setdefault((str(layout), str(mask), str(rep.get("fill", "lithobench"))), []).append((rp, rep))
+            key = (str(layout), str(mask), str(rep.get("fill", "lithobench")), resim.tile_halo(rep))
+            jobs.setdefault(key, []).append((rp, rep))
         elif rp.name.endswith(resim.EVALUATE_SUFFIX):
             checks.append(resim.failed(rel, None, "not an evaluation report (its tool is not evaluate)"))
     return jobs

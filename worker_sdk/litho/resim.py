@@ -35,6 +35,17 @@ EVALUATE_FIGURES = ("report_level", "metrics", "violation_count", "violations", 
 TARGET_TILE_FIGURES = frozenset({"l2_before_nm2"})
 
 
+DEFAULT_HALO = 512  # the evaluation's tile halo when a request names none (what litho.evaluate uses)
+
+
+def tile_halo(report: dict[str, Any]) -> int:
+    """The halo of the tile plan a stitched report was evaluated on, so its tiles' scores are
+    reproduced on the same tiles; the evaluation's default for any other report."""
+    plan = (report.get("tiling") or {}).get("plan") if isinstance(report.get("tiling"), dict) else None
+    halo = plan.get("halo_px") if isinstance(plan, dict) else None
+    return halo if type(halo) is int and 64 <= halo <= 960 else DEFAULT_HALO
+
+
 class _Absent:
     """A figure the re-simulation does not give."""
 
