@@ -150,6 +150,9 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory, iccad13: Path, model32) 
     stale["provenance"]["mask"]["digest"] = "sha256:" + "0" * 64  # a mask that is not in the checkout
     _put(repo, "stale/two.evaluate.json", stale)
     _put(repo, "notes/x.evaluate.json", {"tool": "something else"})
+    (repo / "broken").mkdir()
+    (repo / "broken" / "junk.oas").write_bytes(b"not a layout")
+    _put(repo, "broken/two.litho.json", {**litho, "mask": "broken/junk.oas"})  # a mask the engine cannot read
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "masks and reports")
     head = git(repo, "rev-parse", "HEAD")
@@ -192,6 +195,8 @@ def test_each_figure_changed_alone_fails_and_is_named_with_both_values(suite_run
     stale = checks["stale/two.evaluate.json"]
     assert stale["passed"] is False and "evaluated mask" in stale["reason"]
     assert checks["notes/x.evaluate.json"]["passed"] is False
+    broken = checks["broken/two.litho.json"]
+    assert broken["passed"] is False and broken["reason"].startswith("not re-simulated: LITHO_")
     failed = {c["report"] for c in suite_run["report"]["summary"]["summary"]["failed"]}
     assert failed == {c for c in checks if not c.startswith("honest/")}
 
