@@ -173,6 +173,25 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None,
     (made in the waves, still exact for its clean cores) are summed, not simulated again. The
     caller vouches that the mask is that folder's clean mask (the stitch writes both).
     """
+    return _evaluate(request, token, progress, tile_dir)[0]
+
+
+def evaluate_scored(request: dict[str, Any], token: CancellationToken | None = None
+                    ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """evaluate(request), simulated here tile by tile wherever the canvas is tiled and the mask is
+    a layout (streamed: the memory of one tile whatever the layout's size; the figures are the
+    whole canvas's), with each tile's scores (`streaming.tile_scores`; None when not streamed).
+    What litho.resim reproduces a committed report from, in one simulation per mask."""
+    from .streaming import tile_scores
+
+    resp, ev = _evaluate(request, token, None, None, prefer_streaming=True)
+    return resp, (tile_scores(ev) if getattr(ev, "streamed", False) else None)
+
+
+def _evaluate(request: dict[str, Any], token: CancellationToken | None,
+              progress: Callable[[float, str], None] | None, tile_dir: str | Path | None,
+              prefer_streaming: bool = False) -> tuple[dict[str, Any], Any]:
+    """The response and the evaluation it was made from (`engine.Evaluation` or `StreamedEvaluation`)."""
     from .engine import evaluate as run_eval
 
     report = progress or (lambda fraction, message: None)
@@ -188,18 +207,17 @@ def evaluate(request: dict[str, Any], token: CancellationToken | None = None,
     report(0.3, "simulating the process corners")
     halo = int(request.get("halo_nm", 512))
     made = _wave_evals(tile_dir, inp, model, window, halo) if tile_dir is not None and inp.mask is None else None
-    if _streams(request, inp, model, tile):
+    if _streams(request, inp, model, tile, prefer_streaming):
         from .streaming import evaluate_streaming
 
         ev = evaluate_streaming(model, inp.layout, mask_layout=inp.mask_layout, fill=inp.fill,
                                 halo=halo, window=window, token=token, done=made and made.part("after"),
                                 regions=level == "detailed")
-        report(0.85, "scoring" + (" and listing violations" if level == "detailed" else ""))
-        return _evaluate_response(request, inp, model, ev, token, made)
-    ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
-                  halo=halo, window=window, token=token, prints_of=made and made.prints)
+    else:
+        ev = run_eval(model, inp.layout, mask=inp.mask, mask_layout=inp.mask_layout, fill=inp.fill, tile=tile,
+                      halo=halo, window=window, token=token, prints_of=made and made.prints)
     report(0.85, "scoring" + (" and listing violations" if level == "detailed" else ""))
-    return _evaluate_response(request, inp, model, ev, token, made)
+    return _evaluate_response(request, inp, model, ev, token, made), ev
 
 
 def _wave_evals(tile_dir: str | Path, inp: _Inputs, model, window, halo: int):
@@ -212,8 +230,10 @@ def _wave_evals(tile_dir: str | Path, inp: _Inputs, model, window, halo: int):
     return WaveEvals(tiles, TileStore.existing(tile_dir), model, window)
 
 
-def _streams(request: dict[str, Any], inp: _Inputs, model, tile: bool | None) -> bool:
-    """Whether evaluate() goes tile by tile (see streaming.py); a typed error for what it cannot do."""
+def _streams(request: dict[str, Any], inp: _Inputs, model, tile: bool | None, prefer: bool = False) -> bool:
+    """Whether evaluate() goes tile by tile (see streaming.py); a typed error for what it cannot do.
+    `prefer`: stream every tiled canvas the request leaves to the engine, whatever its size."""
+    from .engine import needs_tiling
     from .streaming import wants_streaming
 
     asked = request.get("streaming")
@@ -222,6 +242,8 @@ def _streams(request: dict[str, Any], inp: _Inputs, model, tile: bool | None) ->
                          code="LITHO_STREAMING_UNSUPPORTED", details={"tile": request.get("tile", "auto")})
     if tile is False or inp.mask is not None:
         return False
+    if asked is None and prefer and needs_tiling(inp.layout, model.size):
+        return True
     return wants_streaming(asked, inp.layout, model.size, int(request.get("halo_nm", 512)), inp.fill)
 
 

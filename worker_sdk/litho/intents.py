@@ -14,9 +14,14 @@
   Each finished tile is put through the gateway at once, and a retried
   attempt of the task reuses the tiles earlier attempts finished
   (tilejournal).
-- litho.resim (validation suite): re-simulates every committed mask named in
-  the repository's litho metrics files (`*.litho.json`) and checks that L2 and
-  PVB reproduce exactly; summary.passed says whether all did.
+- litho.resim (validation suite; params corners?, pvb_grid?, kernels?, threads?):
+  re-simulates every committed mask once and requires every figure the
+  committed reports state about it exactly: a mask's `*.litho.json` (all its
+  metrics, the mask file's digest, its tiles' scores) and each evaluation
+  report (`*.evaluate.json`, or a `*.litho.json` of `tool` evaluate: metrics,
+  violation count, the listed violations, provenance), found by the digests it
+  recorded. resim.py says which figures; a failed check names each figure with
+  the expected and the got value; summary.passed says whether all passed.
 - litho.topology (validation suite): re-simulates the same masks and fails any
   whose print has a bridge, open, extra or missing shape at any corner of the
   process window (params: corners?, pvb_grid?, kernels?, threads?).
@@ -30,9 +35,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from registry.canonical import digest_bytes
+from registry.errors import DomeError
 from worker_sdk.intents import IntentContext, IntentFailed, IntentResult
 
-from . import api
+from . import api, resim
 from .tiledjob import peak_rss_mb
 
 METRICS_SUFFIX = ".litho.json"
@@ -170,25 +177,31 @@ def _tile_batch(ctx: IntentContext, resp: dict[str, Any]) -> IntentResult:
 def _committed_masks(ctx: IntentContext) -> list[tuple[Path, Any, Any, Any]]:
     """(report path, its JSON, layout path, mask path) for every *.litho.json naming a mask;
     (report path, None, the parse error, None) for an unreadable one."""
-    reports = sorted(p for p in ctx.scratch.rglob("*" + METRICS_SUFFIX) if ".git" not in p.parts)
     out: list[tuple[Path, Any, Any, Any]] = []
-    for rp in reports:
-        try:
-            rep = json.loads(rp.read_text())
-        except json.JSONDecodeError as exc:
-            out.append((rp, None, str(exc), None))
-            continue
-        if "mask" not in rep or "layout" not in rep:
-            continue  # an evaluate report without a committed mask
-        base = rp.parent
-        layout = (base / rep["layout"]) if not Path(rep["layout"]).is_absolute() else Path(rep["layout"])
-        mask = (base / rep["mask"]) if not Path(rep["mask"]).is_absolute() else Path(rep["mask"])
-        if not layout.exists():
-            layout = ctx.scratch / rep["layout"]
-        if not mask.exists():
-            mask = ctx.scratch / rep["mask"]
-        out.append((rp, rep, layout, mask))
+    for rp, rep in _committed_reports(ctx, (METRICS_SUFFIX,)):
+        if rep is None or isinstance(rep, str):
+            out.append((rp, None, rep, None))
+        elif isinstance(rep, dict) and "mask" in rep and "layout" in rep:
+            layout, mask = _report_file(ctx, rp, rep["layout"]), _report_file(ctx, rp, rep["mask"])
+            out.append((rp, rep, layout, mask))
+        # else an evaluate report, or another file: no committed mask of its own
     return out
+
+
+def _committed_reports(ctx: IntentContext, suffixes: tuple[str, ...]):
+    """(path, JSON or the parse error's text) of every committed file whose name ends with one of `suffixes`."""
+    for rp in sorted(p for p in ctx.scratch.rglob("*.json") if ".git" not in p.parts and p.name.endswith(suffixes)):
+        try:
+            yield rp, json.loads(rp.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            yield rp, str(exc)
+
+
+def _report_file(ctx: IntentContext, rp: Path, name: str) -> Path:
+    """A file a *.litho.json names: from the checkout's root, as litho.optimize writes it (or
+    absolute), else beside the report."""
+    p = ctx.scratch / name  # an absolute name stays itself
+    return p if p.exists() else rp.parent / name
 
 
 def _suite_request(ctx: IntentContext, rep: dict[str, Any], layout: Path, mask: Path) -> dict[str, Any]:
@@ -216,18 +229,98 @@ def _readable(ctx: IntentContext, todo: list, checks: list[dict[str, Any]]):
 
 
 def resimulate(ctx: IntentContext) -> IntentResult:
-    """Validation suite: every committed mask in a *.litho.json report must reproduce its L2 and PVB exactly."""
+    """Validation suite: every figure a committed report states about a mask must come out of its
+    re-simulation exactly (resim.py says which); each mask is simulated once for all its reports."""
     checks: list[dict[str, Any]] = []
-    todo = _committed_masks(ctx)
-    for rp, rep, layout, mask in _readable(ctx, todo, checks):
-        resp = api.evaluate(_suite_request(ctx, rep, layout, mask), ctx.token)
-        want, got = rep["metrics"], resp["metrics"]
-        ok = want["l2_nm2"] == got["l2_nm2"] and want["pvb_nm2"] == got["pvb_nm2"]
-        checks.append({"report": _rel(ctx, rp), "mask": _rel(ctx, mask), "passed": ok,
-                       "expected": {"l2_nm2": want["l2_nm2"], "pvb_nm2": want["pvb_nm2"]},
-                       "got": {"l2_nm2": got["l2_nm2"], "pvb_nm2": got["pvb_nm2"]}})
-        ctx.progress(len(checks) / len(todo), f"resimulated {_rel(ctx, rp)}")
-    return _suite_result("litho.resim", checks, {})
+    jobs = _resim_jobs(ctx, checks)
+    simulated = 0
+    for n, ((layout, mask, fill, halo), reports) in enumerate(jobs.items()):
+        ctx.token.check()
+        detailed = any(resim.is_evaluation_report(rep) and rep.get("report_level") == "detailed"
+                       for _, rep in reports)
+        req: dict[str, Any] = {"layout": layout, "fill": fill, "report_level": "detailed" if detailed else "aggregate",
+                               "halo_nm": halo, **_window_keys(ctx.action)}
+        if mask:
+            req["mask"] = mask
+        if ctx.action.get("kernels"):
+            req["kernels"] = str(_path(ctx, ctx.action["kernels"]))
+        try:
+            resp, tiles = api.evaluate_scored(req, ctx.token)
+        except DomeError as exc:  # a mask or layout the engine cannot read: no report about it is vouched for
+            checks += [resim.failed(_rel(ctx, rp), _rel(ctx, Path(mask)) if mask else None,
+                                    f"not re-simulated: {exc.code}: {exc}") for rp, _ in reports]
+            continue
+        simulated += 1
+        resp, tiles = json.loads(api.dumps(resp)), json.loads(json.dumps(tiles))  # JSON types, as the reports hold
+        for rp, rep in reports:
+            if resim.is_evaluation_report(rep):
+                stated, got = resim.evaluation_figures(rep, resp)
+            else:
+                digest = digest_bytes(Path(mask).read_bytes()) if "mask_file_digest" in rep else ""
+                stated, got = resim.litho_figures(rep, resp, tiles, digest)
+            checks.append(resim.check(_rel(ctx, rp), _rel(ctx, Path(mask)) if mask else None, stated, got))
+        ctx.progress((n + 1) / len(jobs), f"resimulated {_rel(ctx, Path(mask or layout))}")
+    checks.sort(key=lambda c: c["report"])
+    return _suite_result("litho.resim", checks, {"simulations": simulated})
+
+
+def _resim_jobs(ctx: IntentContext, checks: list[dict[str, Any]]) -> dict[tuple[str, str, str, int], list[tuple[Path, Any]]]:
+    """The committed reports grouped by what a re-simulation needs (layout, mask, fill, the tile
+    halo): one simulation each. A report that cannot be read, or whose files are not in the
+    checkout, is a failed check."""
+    jobs: dict[tuple[str, str, str, int], list[tuple[Path, Any]]] = {}
+    digests: dict[Path, str] = {}
+    for rp, rep in _committed_reports(ctx, (METRICS_SUFFIX, resim.EVALUATE_SUFFIX)):
+        rel = _rel(ctx, rp)
+        if isinstance(rep, str):
+            checks.append(resim.failed(rel, None, f"unreadable: {rep}"))
+        elif resim.is_evaluation_report(rep):
+            prov = rep.get("provenance") if isinstance(rep.get("provenance"), dict) else {}
+            layout = _recorded_file(ctx, prov.get("layout"), digests)
+            mask_desc = prov.get("mask") if isinstance(prov.get("mask"), dict) else {}
+            mask = None if mask_desc.get("kind") == "target" else _recorded_file(ctx, mask_desc, digests)
+            if layout is None or (mask is None and mask_desc.get("kind") != "target"):
+                what = "layout" if layout is None else "mask"
+                checks.append(resim.failed(rel, None, f"no committed file is the evaluated {what}",
+                                           expected={f"provenance.{what}": prov.get(what)}))
+                continue
+            key = (str(layout), str(mask) if mask else "", str(prov.get("fill", "lithobench")), resim.DEFAULT_HALO)
+            jobs.setdefault(key, []).append((rp, rep))
+        elif isinstance(rep, dict) and "mask" in rep and "layout" in rep:
+            if not (isinstance(rep["layout"], str) and isinstance(rep["mask"], str)):
+                checks.append(resim.failed(rel, None, "layout and mask must be paths"))
+                continue
+            layout, mask = (_report_file(ctx, rp, rep[k]).resolve() for k in ("layout", "mask"))
+            if not (layout.is_file() and mask.is_file()):
+                checks.append(resim.failed(rel, rep["mask"], "the layout or the mask it names is not in the checkout"))
+                continue
+            key = (str(layout), str(mask), str(rep.get("fill", "lithobench")), resim.tile_halo(rep))
+            jobs.setdefault(key, []).append((rp, rep))
+        elif rp.name.endswith(resim.EVALUATE_SUFFIX):
+            checks.append(resim.failed(rel, None, "not an evaluation report (its tool is not evaluate)"))
+    return jobs
+
+
+def _recorded_file(ctx: IntentContext, desc: Any, digests: dict[Path, str]) -> Path | None:
+    """The committed file an evaluation's provenance names ({path, digest}): the recorded path
+    itself, else its longest tail under the checkout (the evaluating worker had its own checkout),
+    whose bytes have the recorded digest; None if there is none."""
+    if not isinstance(desc, dict) or not isinstance(desc.get("path"), str) or not desc.get("digest"):
+        return None
+    recorded = Path(desc["path"])
+    root = ctx.scratch.resolve()
+    tails = [Path(*recorded.parts[i:]) for i in range(len(recorded.parts)) if not Path(*recorded.parts[i:]).is_absolute()]
+    candidates = ([recorded] if recorded.is_absolute() else []) + [root / t for t in tails]
+    for c in candidates:
+        full = c.resolve()
+        if c is not recorded and root not in full.parents:
+            continue  # a tail with .. that leaves the checkout
+        if full.is_file():
+            if full not in digests:
+                digests[full] = digest_bytes(full.read_bytes())
+            if digests[full] == desc["digest"]:
+                return full
+    return None
 
 
 def topology(ctx: IntentContext) -> IntentResult:

@@ -214,6 +214,20 @@ class EvalFold:
         return ev
 
 
+def tile_scores(ev: StreamedEvaluation) -> list[dict[str, Any]]:
+    """Each tile's core (layout nm) with its L2, PVB and EPE markers: the per-tile figures of a
+    streamed evaluation, as a stitched report states them (and litho.resim reproduces them). Pure."""
+    dx, dy = ev.shift
+    tiles = {t.tile_id: t for t in ev.tiles}
+    out = []
+    for s in ev.per_tile:
+        t = tiles[s.tile_id]
+        x0, y0, x1, y1 = t.core
+        out.append({"tile_id": s.tile_id, "row": t.row, "col": t.col, "core_nm": [x0 - dx, y0 - dy, x1 - dx, y1 - dy],
+                    "l2_nm2": s.l2, "pvb_nm2": s.pvb, "epe_violations": s.epe})
+    return out
+
+
 def pack_bits(img: np.ndarray) -> str:
     """A boolean array's bits, packed, deflated and base64'd (its shape is the reader's to know):
     how tile evaluations and seam windows keep their prints in JSON, losslessly."""

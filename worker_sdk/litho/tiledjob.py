@@ -26,7 +26,7 @@ from worker_sdk.cancel import CancellationToken
 
 from . import tiled
 from .errors import BadRequest
-from .streaming import PolygonIndex, evaluate_streaming
+from .streaming import PolygonIndex, evaluate_streaming, tile_scores
 
 
 def tile_dir(req: dict[str, Any]) -> Path:
@@ -203,18 +203,8 @@ class WaveEvals:
 def per_tile_scores(before, after) -> list[dict[str, Any]]:
     """Each tile's core (layout nm) and its L2 before and after ILT, PVB and EPE markers after: what
     the report's tile map colours and labels. Pure: from the two streamed evaluations."""
-    dx, dy = after.shift
-    tiles = {t.tile_id: t for t in after.tiles}
-    base = {s.tile_id: s for s in before.per_tile}
-    out = []
-    for s in after.per_tile:
-        t = tiles[s.tile_id]
-        x0, y0, x1, y1 = t.core
-        b = base.get(s.tile_id)
-        out.append({"tile_id": s.tile_id, "row": t.row, "col": t.col, "core_nm": [x0 - dx, y0 - dy, x1 - dx, y1 - dy],
-                    "l2_before_nm2": b.l2 if b is not None else None, "l2_nm2": s.l2, "pvb_nm2": s.pvb,
-                    "epe_violations": s.epe})
-    return out
+    base = {s.tile_id: s.l2 for s in before.per_tile}
+    return [{**row, "l2_before_nm2": base.get(row["tile_id"])} for row in tile_scores(after)]
 
 
 def peak_rss_mb() -> float:

@@ -31,7 +31,9 @@
   sums): its report lists `violations[]`, deduplicated across tiles
   (canonical and shadow records with `violation_group_id`).
 - the `litho.resim` validation re-simulates the committed mask over the whole
-  layout and must reproduce the claimed L2 and PVB.
+  layout, once, and must reproduce every figure of the stitch's report and of
+  the evaluation's (metrics, each tile's scores, the violations): the records
+  the seam tasks' workers wrote are not trusted for the result.
 
 Order. The coordinator's scheduler dispatches the ready task that blocks the
 most later work first (its transitive dependents), then the one whose
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .resim import EVALUATE_SUFFIX
 from .tiled import TilePlan, seam_tiles, seam_windows
 
 
@@ -179,7 +182,7 @@ def tile_queue(plan: TilePlan, *, layout: str, out: str, tile_dir: str, kernels:
         "containers": [], "dependencies": tile_nodes, "risk": "low", "timeout_s": timeout_s,
         "action_spec": {"intent": "litho.optimize", "params": {
             **common, "tiling": {"dir": tile_dir, "stitch": True}}}})
-    report = out.rsplit(".", 1)[0] + ".evaluate.json"
+    report = out.rsplit(".", 1)[0] + EVALUATE_SUFFIX  # the name litho.resim knows an evaluation report by
     tasks.append({
         "node_id": "evaluate", "description": "full-layout evaluation of the stitched mask, violations deduplicated across tiles",
         "required_capabilities": ["write"], "required_outputs": ["evidence:litho"],
