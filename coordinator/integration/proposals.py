@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from registry import diffs
 from registry.canonical import digest_bytes
@@ -72,21 +72,63 @@ class BaseFacts:
     base_modes: Mapping[str, str] = field(default_factory=dict)  # path -> mode at base
 
 
+class DiffReloadError(DomeError):
+    """A released proposal's canonical diff, read back from the blob store, is not the one checked."""
+
+    code = "PROPOSAL_DIFF_RELOAD_MISMATCH"
+
+
 @dataclass(frozen=True)
 class CheckedProposal:
-    """A proposal that passed every gate, with its parsed diff."""
+    """A proposal that passed every gate. Its canonical diff is held in memory until
+    `released`: from then on only what the plan needs stays (touched files, fingerprints,
+    risk) and the diff is read back from the blob store, digest re-checked, when a step
+    applies it, so the integration's memory does not grow with the proposals' count."""
 
     proposal: Mapping[str, Any]
-    canonical: bytes
-    parsed: ParsedDiff
+    held: bytes | None  # the canonical diff, until released
+    touched: tuple[str, ...]
     fingerprints: tuple[Mapping[str, Any], ...]
     protected: tuple[str, ...] = ()  # touched paths the policy protects
     size: RiskRise | None = None  # the policy's size rule, when this diff is over it
     inputs_changed: tuple[str, ...] = ()  # base files it modifies, removes or renames that a required suite reads
+    diff_blob: str | None = None  # where the canonical diff is stored, once released
+    blob_get: Callable[[str], bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def proposal_id(self) -> str:
         return str(self.proposal["proposal_id"])
+
+    def released(self, diff_blob: str, blob_get: Callable[[str], bytes]) -> "CheckedProposal":
+        """The same proposal without its diff in memory (read back from `diff_blob` when needed)."""
+        return replace(self, held=None, diff_blob=diff_blob, blob_get=blob_get)
+
+    @property
+    def canonical(self) -> bytes:
+        """The canonical diff bytes: held, or read back from the blob store; either way
+        they must still hash to the digest every gate checked."""
+        if self.held is not None:
+            return self.held
+        if self.diff_blob is None or self.blob_get is None:
+            raise DiffReloadError(f"proposal {self.proposal_id}: its diff is neither held nor stored",
+                                  details={"proposal_id": self.proposal_id})
+        raw = self.blob_get(self.diff_blob)
+        if digest_bytes(raw) != self.diff_digest:
+            raise DiffReloadError(f"proposal {self.proposal_id}: the stored diff does not hash to the "
+                                  "checked digest", details={"proposal_id": self.proposal_id,
+                                                             "diff_blob": self.diff_blob})
+        return raw
+
+    @property
+    def parsed(self) -> ParsedDiff:
+        """The canonical diff parsed anew (nothing parsed is kept); its re-serialization
+        must be the checked bytes, so what is applied is what was checked."""
+        raw = self.canonical
+        parsed = diffs.parse_diff(raw)
+        if diffs.serialize_diff(parsed) != raw:
+            raise DiffReloadError(f"proposal {self.proposal_id}: the canonical diff does not parse back "
+                                  "to itself", details={"proposal_id": self.proposal_id})
+        return parsed
 
     @property
     def rises(self) -> tuple[RiskRise, ...]:
@@ -403,7 +445,7 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
         return rej, None
     fps = tuple(diffs.hunk_fingerprints(parsed, base))
     touched = parsed.touched_files()
-    return [], CheckedProposal(proposal=proposal, canonical=canonical, parsed=parsed,
+    return [], CheckedProposal(proposal=proposal, held=canonical, touched=tuple(touched),
                                fingerprints=fps,
                                protected=tuple(policy.protected_touched(touched)),
                                size=size_rise(policy, len(touched), changed_lines(parsed)),
