@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
@@ -462,34 +463,55 @@ def changed_lines(parsed: ParsedDiff) -> int:
 
 
 class BaseInspector:
-    """Caches what proposals on one base share: commit, tree, blob ids, links."""
+    """Caches what proposals on one base share: commit, tree, blob ids, links.
+    Only the CACHED_BASES bases looked up last keep their index: a run with a derived
+    base per task (the fullchip block: 146, 25 MB of indexes) would otherwise hold one
+    index of the whole tree per task. An index let go is read again from git, the same."""
+
+    CACHED_BASES = 8
 
     def __init__(self, repo: Path | str, reader: ObjectReader | None = None) -> None:
         from . import gitio
         self._gitio = gitio
         self.repo = repo
         self._reader = reader
-        self._cache: dict[str, tuple[bool, str | None, dict[str, str], frozenset[str]]] = {}
+        self._cache: OrderedDict[str, tuple[bool, str | None, dict[str, str], frozenset[str]]] = OrderedDict()
         self._modes: dict[str, dict[str, str]] = {}
+        self._virtual: dict[str, str] = {}  # derived base -> its tree (no commit to read it from)
 
     def base(self, base_ref: str) -> tuple[bool, str | None, dict[str, str], frozenset[str]]:
-        if base_ref not in self._cache:
-            g = self._gitio
-            if not is_git_oid(base_ref) or g.rev_parse(self.repo, base_ref) != base_ref:
-                self._cache[base_ref] = (False, None, {}, frozenset())
-            else:
-                tree = g.tree_of(self.repo, base_ref)
-                self._cache[base_ref] = (True, tree, *self._tree_index(base_ref, base_ref))
-        return self._cache[base_ref]
+        got = self._cache.get(base_ref)
+        if got is not None:
+            self._cache.move_to_end(base_ref)
+            return got
+        g = self._gitio
+        if base_ref in self._virtual:
+            tree = self._virtual[base_ref]
+            got = (True, tree, *self._tree_index(tree, base_ref))
+        elif not is_git_oid(base_ref) or g.rev_parse(self.repo, base_ref) != base_ref:
+            got = (False, None, {}, frozenset())
+        else:
+            tree = g.tree_of(self.repo, base_ref)
+            got = (True, tree, *self._tree_index(base_ref, base_ref))
+        self._cache[base_ref] = got
+        while len(self._cache) > self.CACHED_BASES:
+            old, _ = self._cache.popitem(last=False)
+            self._modes.pop(old, None)
+        return got
 
     def modes(self, base_ref: str) -> dict[str, str]:
-        """Mode per path of a base already looked up with `base`."""
+        """Mode per path of a base (looked up again if its index was let go)."""
+        if base_ref not in self._cache:
+            self.base(base_ref)
         return self._modes.get(base_ref, {})
 
     def register_virtual_base(self, base_ref: str, tree: str) -> None:
         """A base known by its tree only (a derived base the coordinator rebuilt
         itself): blob ids and symlinks come from the tree."""
-        self._cache[base_ref] = (True, tree, *self._tree_index(tree, base_ref))
+        self._virtual[base_ref] = tree
+        self._cache.pop(base_ref, None)
+        self._modes.pop(base_ref, None)
+        self.base(base_ref)
 
     def _tree_index(self, tree_ish: str, key: str) -> tuple[dict[str, str], frozenset[str]]:
         """Blob id per path and the set of symlink paths of a commit or tree

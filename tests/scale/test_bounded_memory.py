@@ -350,3 +350,31 @@ def test_a_replay_forgets_the_objects_the_repository_holds(tmp_path: Path, monke
         assert [store.read(o) for o in oids] == [("blob", d) for d in stored]  # read back alike
         assert store.read(lacking) == ("blob", b"only in this replay\n" * 1000)
     assert subprocess.run(["git", "cat-file", "-e", lacking], cwd=repo, timeout=30).returncode != 0  # nothing written
+
+
+def test_the_base_inspector_keeps_the_last_bases_only_and_reads_others_again(tmp_path: Path) -> None:
+    """A derived base per task made the proposal checks hold an index of the whole tree
+    per task (146 on the fullchip block, 25 MB). The inspector keeps CACHED_BASES of them;
+    a base let go is indexed again from git with the same blob ids, modes and links."""
+    from coordinator.integration.proposals import BaseInspector
+    from tests.conftest import git
+
+    repo = make_repo(tmp_path / "repo")
+    trees, commits = [], []
+    for i in range(BaseInspector.CACHED_BASES + 4):
+        (repo / f"f{i}.txt").write_text(f"{i}\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"c{i}")
+        commits.append(_head(repo))
+        trees.append(git(repo, "rev-parse", "HEAD^{tree}"))
+    insp = BaseInspector(repo)
+    first = [insp.base(c) for c in commits]
+    first_modes = [dict(insp.modes(c)) for c in commits]
+    for i, t in enumerate(trees):
+        insp.register_virtual_base(f"{i:040x}", t)
+    assert len(insp._cache) == BaseInspector.CACHED_BASES and len(insp._modes) <= BaseInspector.CACHED_BASES
+    assert [insp.base(c) for c in commits] == first  # read again from git: the same facts
+    assert [insp.modes(c) for c in commits] == first_modes
+    for i, c in enumerate(commits):  # a derived base let go keeps its tree, not a commit's
+        assert insp.base(f"{i:040x}")[1:] == insp.base(c)[1:]
+    assert insp.base("f" * 40)[0] is False
