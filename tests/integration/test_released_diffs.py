@@ -75,6 +75,7 @@ def test_a_blob_read_that_is_not_the_checked_digest_is_refused(big_repo: Path, t
     odd = dataclasses.replace(checked["a"], proposal={**checked["a"].proposal, "diff_digest": digest_bytes(loose)})
     with pytest.raises(DiffReloadError, match="does not parse back to itself"):
         odd.released("x", lambda _d: loose).parsed
-    gone = dataclasses.replace(checked["a"], held=None, diff_blob=None, blob_get=None)
-    with pytest.raises(DiffReloadError, match="neither held nor stored"):
-        gone.canonical
+    for blob, get in ((None, None), (None, lambda _d: raw["a"]), (checked["a"].diff_blob, None)):
+        gone = dataclasses.replace(checked["a"], held=None, diff_blob=blob, blob_get=get)
+        with pytest.raises(DiffReloadError, match="neither held nor stored"):
+            gone.canonical

@@ -368,8 +368,11 @@ def test_the_base_inspector_keeps_the_last_bases_only_and_reads_others_again(tmp
         commits.append(_head(repo))
         trees.append(git(repo, "rev-parse", "HEAD^{tree}"))
     insp = BaseInspector(repo)
-    first = [insp.base(c) for c in commits]
-    first_modes = [dict(insp.modes(c)) for c in commits]
+    first, first_modes = [], []
+    for c in commits:
+        first.append(insp.base(c))
+        first_modes.append(dict(insp.modes(c)))
+    assert all(first_modes)
     for i, t in enumerate(trees):
         insp.register_virtual_base(f"{i:040x}", t)
     assert len(insp._cache) == BaseInspector.CACHED_BASES and len(insp._modes) <= BaseInspector.CACHED_BASES
