@@ -175,7 +175,7 @@ def finish_run(ctx: FinishContext) -> FinishResult:
     record_inputs(ctx, emit, policy, to_ref)
     with gitio.ObjectReader(ctx.repo) as reader, _writes_held(emit):  # the reader is shared with the canvas
         checked, rejected = record_verified_proposals(ctx, emit, policy, reader, derived_records=scan.other)
-        cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), policy,
+        cands = [Candidate.from_proposal(c.proposal, c.fingerprints, list(c.touched), policy,
                                          ctx.critical_ids) for c in checked.values()]
         plan, index = plan_stack(cands, base_ref=ctx.base_ref, seed=ctx.seed, policy=policy,
                                  rejected=rejected, run_id=ctx.run_id, created_at=ctx.clock())
@@ -267,19 +267,20 @@ def record_verified_proposals(ctx: FinishContext, emit: Emitter, policy: Integra
                           "proposal_base_ref": p.get("base_ref"),
                           "requires": list(p.get("_requires", [])),
                           **({"resolves": dict(p["resolves"])} if isinstance(p.get("resolves"), Mapping) else {}),
-                          "risk": cp.risk, "touched_files": cp.parsed.touched_files(),
+                          "risk": cp.risk, "touched_files": list(cp.touched),
                           "atomicity": p.get("atomicity", "atomic_proposal"),
                           "node_id": p.get("node_id"), "hunk_fingerprints": len(cp.fingerprints),
                           "computed_risk": cp.computed_risk, "protected_paths": list(cp.protected),
                           **({"risk_rises": [r.to_dict() for r in cp.rises]} if cp.rises else {}),
                           **({"declared_risk": risk_level(p.get("risk"))}
                              if risk_level(p.get("risk")) != "low" else {}),
-                          **({"dependency_files": [f for f in cp.parsed.touched_files() if is_dependency_file(f, policy)]}
+                          **({"dependency_files": [f for f in list(cp.touched) if is_dependency_file(f, policy)]}
                              if isinstance(p.get("risk"), Mapping) and p["risk"].get("deps_touched") else {}),
                           **({"validation_inputs_changed": {"paths": list(cp.inputs_changed),
                                                             "suites": judged_by(cp.inputs_changed, inputs)}}
                              if cp.inputs_changed else {})})
-        checked[pid] = cp
+        # the diff is in the blob store now: keep only what the plan needs, read it back to apply it
+        checked[pid] = cp.released(blob, store.get) if store is not None and blob is not None else cp
     emit.flush()  # the verdicts, in one commit
     return checked, rejected
 

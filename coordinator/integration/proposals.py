@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from registry import diffs
 from registry.canonical import digest_bytes
@@ -72,21 +73,63 @@ class BaseFacts:
     base_modes: Mapping[str, str] = field(default_factory=dict)  # path -> mode at base
 
 
+class DiffReloadError(DomeError):
+    """A released proposal's canonical diff, read back from the blob store, is not the one checked."""
+
+    code = "PROPOSAL_DIFF_RELOAD_MISMATCH"
+
+
 @dataclass(frozen=True)
 class CheckedProposal:
-    """A proposal that passed every gate, with its parsed diff."""
+    """A proposal that passed every gate. Its canonical diff is held in memory until
+    `released`: from then on only what the plan needs stays (touched files, fingerprints,
+    risk) and the diff is read back from the blob store, digest re-checked, when a step
+    applies it, so the integration's memory does not grow with the proposals' count."""
 
     proposal: Mapping[str, Any]
-    canonical: bytes
-    parsed: ParsedDiff
+    held: bytes | None  # the canonical diff, until released
+    touched: tuple[str, ...]
     fingerprints: tuple[Mapping[str, Any], ...]
     protected: tuple[str, ...] = ()  # touched paths the policy protects
     size: RiskRise | None = None  # the policy's size rule, when this diff is over it
     inputs_changed: tuple[str, ...] = ()  # base files it modifies, removes or renames that a required suite reads
+    diff_blob: str | None = None  # where the canonical diff is stored, once released
+    blob_get: Callable[[str], bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def proposal_id(self) -> str:
         return str(self.proposal["proposal_id"])
+
+    def released(self, diff_blob: str, blob_get: Callable[[str], bytes]) -> "CheckedProposal":
+        """The same proposal without its diff in memory (read back from `diff_blob` when needed)."""
+        return replace(self, held=None, diff_blob=diff_blob, blob_get=blob_get)
+
+    @property
+    def canonical(self) -> bytes:
+        """The canonical diff bytes: held, or read back from the blob store; either way
+        they must still hash to the digest every gate checked."""
+        if self.held is not None:
+            return self.held
+        if self.diff_blob is None or self.blob_get is None:
+            raise DiffReloadError(f"proposal {self.proposal_id}: its diff is neither held nor stored",
+                                  details={"proposal_id": self.proposal_id})
+        raw = self.blob_get(self.diff_blob)
+        if digest_bytes(raw) != self.diff_digest:
+            raise DiffReloadError(f"proposal {self.proposal_id}: the stored diff does not hash to the "
+                                  "checked digest", details={"proposal_id": self.proposal_id,
+                                                             "diff_blob": self.diff_blob})
+        return raw
+
+    @property
+    def parsed(self) -> ParsedDiff:
+        """The canonical diff parsed anew (nothing parsed is kept); its re-serialization
+        must be the checked bytes, so what is applied is what was checked."""
+        raw = self.canonical
+        parsed = diffs.parse_diff(raw)
+        if diffs.serialize_diff(parsed) != raw:
+            raise DiffReloadError(f"proposal {self.proposal_id}: the canonical diff does not parse back "
+                                  "to itself", details={"proposal_id": self.proposal_id})
+        return parsed
 
     @property
     def rises(self) -> tuple[RiskRise, ...]:
@@ -403,7 +446,7 @@ def check_proposal(proposal: Mapping[str, Any], diff_bytes: bytes | None, *, wav
         return rej, None
     fps = tuple(diffs.hunk_fingerprints(parsed, base))
     touched = parsed.touched_files()
-    return [], CheckedProposal(proposal=proposal, canonical=canonical, parsed=parsed,
+    return [], CheckedProposal(proposal=proposal, held=canonical, touched=tuple(touched),
                                fingerprints=fps,
                                protected=tuple(policy.protected_touched(touched)),
                                size=size_rise(policy, len(touched), changed_lines(parsed)),
@@ -420,34 +463,55 @@ def changed_lines(parsed: ParsedDiff) -> int:
 
 
 class BaseInspector:
-    """Caches what proposals on one base share: commit, tree, blob ids, links."""
+    """Caches what proposals on one base share: commit, tree, blob ids, links.
+    Only the CACHED_BASES bases looked up last keep their index: a run with a derived
+    base per task (the fullchip block: 146, 25 MB of indexes) would otherwise hold one
+    index of the whole tree per task. An index let go is read again from git, the same."""
+
+    CACHED_BASES = 8
 
     def __init__(self, repo: Path | str, reader: ObjectReader | None = None) -> None:
         from . import gitio
         self._gitio = gitio
         self.repo = repo
         self._reader = reader
-        self._cache: dict[str, tuple[bool, str | None, dict[str, str], frozenset[str]]] = {}
+        self._cache: OrderedDict[str, tuple[bool, str | None, dict[str, str], frozenset[str]]] = OrderedDict()
         self._modes: dict[str, dict[str, str]] = {}
+        self._virtual: dict[str, str] = {}  # derived base -> its tree (no commit to read it from)
 
     def base(self, base_ref: str) -> tuple[bool, str | None, dict[str, str], frozenset[str]]:
-        if base_ref not in self._cache:
-            g = self._gitio
-            if not is_git_oid(base_ref) or g.rev_parse(self.repo, base_ref) != base_ref:
-                self._cache[base_ref] = (False, None, {}, frozenset())
-            else:
-                tree = g.tree_of(self.repo, base_ref)
-                self._cache[base_ref] = (True, tree, *self._tree_index(base_ref, base_ref))
-        return self._cache[base_ref]
+        got = self._cache.get(base_ref)
+        if got is not None:
+            self._cache.move_to_end(base_ref)
+            return got
+        g = self._gitio
+        if base_ref in self._virtual:
+            tree = self._virtual[base_ref]
+            got = (True, tree, *self._tree_index(tree, base_ref))
+        elif not is_git_oid(base_ref) or g.rev_parse(self.repo, base_ref) != base_ref:
+            got = (False, None, {}, frozenset())
+        else:
+            tree = g.tree_of(self.repo, base_ref)
+            got = (True, tree, *self._tree_index(base_ref, base_ref))
+        self._cache[base_ref] = got
+        while len(self._cache) > self.CACHED_BASES:
+            old, _ = self._cache.popitem(last=False)
+            self._modes.pop(old, None)
+        return got
 
     def modes(self, base_ref: str) -> dict[str, str]:
-        """Mode per path of a base already looked up with `base`."""
+        """Mode per path of a base (looked up again if its index was let go)."""
+        if base_ref not in self._cache:
+            self.base(base_ref)
         return self._modes.get(base_ref, {})
 
     def register_virtual_base(self, base_ref: str, tree: str) -> None:
         """A base known by its tree only (a derived base the coordinator rebuilt
         itself): blob ids and symlinks come from the tree."""
-        self._cache[base_ref] = (True, tree, *self._tree_index(tree, base_ref))
+        self._virtual[base_ref] = tree
+        self._cache.pop(base_ref, None)
+        self._modes.pop(base_ref, None)
+        self.base(base_ref)
 
     def _tree_index(self, tree_ish: str, key: str) -> tuple[dict[str, str], frozenset[str]]:
         """Blob id per path and the set of symlink paths of a commit or tree

@@ -45,7 +45,7 @@ T_EJECT = "integration.ejected"
 class Layer:
     proposal_id: str
     diff_digest: str
-    parsed: ParsedDiff
+    parsed: ParsedDiff | None  # a split part's own diff; None: the proposal's, read back when re-applied
     checkpoint: Checkpoint | None = None
     derived_from: str | None = None
 
@@ -101,9 +101,10 @@ class Stacker:
             cp = self.checked[pid]
             if self._missing_requirements(pid, cp.diff_digest):
                 continue
-            att = self.canvas.try_apply(cp.parsed)
+            parsed = cp.parsed  # read back for this layer only: no layer keeps its proposal's diff
+            att = self.canvas.try_apply(parsed)
             if att.clean:
-                self._accept(pid, cp.diff_digest, cp.parsed, att)
+                self._accept(pid, cp.diff_digest, parsed, att)
                 if len(self._unflushed) >= batch:
                     self._flush()
                 continue
@@ -111,7 +112,7 @@ class Stacker:
             if att.violations:
                 self._refuse(pid, cp.diff_digest, att)
                 continue
-            self._conflict(pid, cp, att, queue, reorders)
+            self._conflict(pid, cp, parsed, att, queue, reorders)
         self._flush()
         self.canvas.publish_head()
         self._write_held()  # the per-proposal records, in one commit
@@ -120,7 +121,7 @@ class Stacker:
     def _accept(self, pid: str, digest: str, parsed: ParsedDiff, att: Attempt,
                 derived_from: str | None = None) -> None:
         self.canvas.commit(att, [pid])
-        layer = Layer(pid, digest, parsed, derived_from=derived_from)
+        layer = Layer(pid, digest, parsed if derived_from is not None else None, derived_from=derived_from)
         self.state.layers.append(layer)
         self._unflushed.append(layer)
         self.state.why_blocked[pid] = {"state": "applied", "method": att.method}
@@ -162,11 +163,11 @@ class Stacker:
         self.state.apply_results[layer.proposal_id] = res
         self.emit(T_APPLY, res)
 
-    def _conflict(self, pid: str, cp: CheckedProposal, att: Attempt, queue: deque,
+    def _conflict(self, pid: str, cp: CheckedProposal, parsed: ParsedDiff, att: Attempt, queue: deque,
                   reorders: Counter) -> None:
         conflicts = [c.to_dict() for c in att.conflicts]
-        keep = self._applicable_parts(cp, att)
-        total = self._total_parts(cp)
+        keep = self._applicable_parts(cp, parsed, att)
+        total = self._total_parts(cp, parsed)
         resolver_ok = self._resolver_ok(pid)
         dec = decide_conflict(proposal_id=pid, atomicity=str(cp.proposal.get("atomicity", "atomic_proposal")),
                               conflicts=conflicts, applicable_parts=len(keep), total_parts=total,
@@ -185,7 +186,7 @@ class Stacker:
             self.state.why_blocked[pid] = {"state": "reordered", "conflicts": conflicts}
             return
         if dec.action == "split":
-            if self._split(pid, cp, keep, dec):
+            if self._split(pid, cp, parsed, keep, dec):
                 return
             dec = ConflictDecision(pid, "resolver" if resolver_ok else "drop",
                                    dec.conflict_fingerprint, dec.conflicts,
@@ -284,17 +285,18 @@ class Stacker:
         return out
 
     # -- guarded split ---------------------------------------------------------
-    def _total_parts(self, cp: CheckedProposal) -> int:
+    def _total_parts(self, cp: CheckedProposal, parsed: ParsedDiff) -> int:
         if cp.proposal.get("atomicity") == "hunk_ok":
-            return sum(max(1, len(f.hunks)) for f in cp.parsed.files)
-        return len(cp.parsed.files)
+            return sum(max(1, len(f.hunks)) for f in parsed.files)
+        return len(parsed.files)
 
-    def _applicable_parts(self, cp: CheckedProposal, att: Attempt) -> list[tuple[str, int | None]]:
+    def _applicable_parts(self, cp: CheckedProposal, parsed: ParsedDiff,
+                          att: Attempt) -> list[tuple[str, int | None]]:
         bad_files = {c.path for c in att.conflicts if c.hunk is None}
         bad_hunks = {(c.path, c.hunk) for c in att.conflicts if c.hunk is not None}
         keep: list[tuple[str, int | None]] = []
         hunk_ok = cp.proposal.get("atomicity") == "hunk_ok"
-        for fp in cp.parsed.files:
+        for fp in parsed.files:
             if fp.path in bad_files:
                 continue
             if not any(p == fp.path for p, _ in bad_hunks):
@@ -306,18 +308,18 @@ class Stacker:
                 keep.extend((fp.path, k) for k in range(len(fp.hunks)) if (fp.path, k) not in bad_hunks)
         return keep
 
-    def _split(self, pid: str, cp: CheckedProposal, keep: list[tuple[str, int | None]],
+    def _split(self, pid: str, cp: CheckedProposal, parsed: ParsedDiff, keep: list[tuple[str, int | None]],
                dec: ConflictDecision) -> bool:
         all_parts: list[tuple[str, int | None]] = []
-        for fp in cp.parsed.files:
+        for fp in parsed.files:
             if dec.split_policy == "by_hunk" and fp.hunks:
                 all_parts.extend((fp.path, k) for k in range(len(fp.hunks)))
             else:
                 all_parts.append((fp.path, None))
         rest = [p for p in all_parts if p not in keep]
         try:
-            part_a = diffs.select(cp.parsed, keep)
-            part_b = diffs.select(cp.parsed, rest)
+            part_a = diffs.select(parsed, keep)
+            part_b = diffs.select(parsed, rest)
         except DiffError:
             return False
         canon_a, canon_b = diffs.serialize_diff(part_a), diffs.serialize_diff(part_b)
@@ -410,9 +412,10 @@ class Stacker:
         for layer in later:
             if self._missing_requirements(layer.proposal_id, layer.diff_digest):
                 continue
-            att = self.canvas.try_apply(layer.parsed)
+            parsed = layer.parsed if layer.parsed is not None else self.checked[layer.proposal_id].parsed
+            att = self.canvas.try_apply(parsed)
             if att.clean:
-                self._accept(layer.proposal_id, layer.diff_digest, layer.parsed, att,
+                self._accept(layer.proposal_id, layer.diff_digest, parsed, att,
                              derived_from=layer.derived_from)
                 if len(self._unflushed) >= batch:
                     self._flush()

@@ -294,7 +294,7 @@ class CanvasDriver:
         checked, rejected = record_verified_proposals(ctx, self.emit, self.ipolicy, reader,
                                                       derived_records=self.scan.other)
         self.rejected.extend(rejected)
-        cands = [Candidate.from_proposal(c.proposal, c.fingerprints, c.parsed.touched_files(), self.ipolicy,
+        cands = [Candidate.from_proposal(c.proposal, c.fingerprints, list(c.touched), self.ipolicy,
                                          self.critical) for c in checked.values()]
         plan, index = plan_stack(cands, base_ref=self.base_ref, seed=self.loop.seed, policy=self.ipolicy,
                                  rejected=rejected, run_id=self.run_id, created_at=ctx.clock(),

@@ -268,3 +268,116 @@ def test_a_growing_stack_flushes_its_objects_as_it_goes(tmp_path: Path, monkeypa
         assert git(repo, "cat-file", "-t", canvas.checkpoints[10].commit) == "commit"  # flushed early, readable
     finally:
         canvas.close()
+
+
+FILE_LINES, LINE = 400, 240  # one proposal: a new file of about 96 KB (under the size rule's 500 lines)
+
+
+def _finish_peak(tmp_path: Path, n: int) -> tuple[int, Any]:
+    """tracemalloc's peak over `finish_run` of n proposals that each add a file of about
+    96 KB, read from disk by the diff loader, stored in a real (SQLite and file) ledger."""
+    from coordinator.integration import gitio
+    from coordinator.integration.policy import IntegrationPolicy
+    from tests.integration.conftest import head, make_proposal
+
+    root = tmp_path / f"n{n}"
+    repo = make_repo(root / "repo")
+    props, paths = [], {}
+    for i in range(n):
+        def add(r: Path, i: int = i) -> None:
+            (r / "tiles").mkdir(exist_ok=True)
+            (r / "tiles" / f"t{i:03d}.txt").write_text(
+                "".join(f"{i:03d} {k:04d} " + "m" * (LINE - 10) + "\n" for k in range(FILE_LINES)))
+        p, canonical = make_proposal(repo, f"pp-{i:03d}", add)
+        paths[p["proposal_id"]] = root / f"{p['proposal_id']}.diff"
+        paths[p["proposal_id"]].write_bytes(canonical)
+        props.append(p)
+    with Ledger.open(None, root / "ops") as ledger:
+        ctx = ifinish.FinishContext(
+            run_id=RUN, repo=repo, base_ref=head(repo), proposals=props, ledger=ledger,
+            signing_key=SigningKey(b"\x05" * 32), ops_root=root / "ops",
+            policy=IntegrationPolicy(suites_by_risk={}, promote_to="refs/heads/out"),
+            diff_loader=lambda p: paths[p["proposal_id"]].read_bytes(), validator=lambda cp, s: {})
+        assert gitio.ObjectStore.FLUSH_BYTES == 256 * 1024  # the canvas holds at most that of new objects
+        tracemalloc.start()
+        try:
+            res = ifinish.finish_run(ctx)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    return peak, res
+
+
+def test_the_integration_holds_one_proposals_diff_not_every_one(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a proposal is checked and its canonical diff stored, the integration keeps its
+    digest, touched files, fingerprints and risk only, and reads the diff back from the blob
+    store to apply it: 24 more proposals of 96 KB each (2.3 MB of diffs, more than twice
+    that parsed) add 0.35 MB to the peak. A finish that held every checked diff until the
+    stack was built peaked 5.2 MB higher with 32 than with 8."""
+    from coordinator.integration import gitio
+
+    monkeypatch.setattr(gitio.ObjectStore, "FLUSH_BYTES", 256 * 1024)
+    small, res_small = _finish_peak(tmp_path, 8)
+    large, res_large = _finish_peak(tmp_path, 32)
+    assert len(res_small.included) == 8 and len(res_large.included) == 32, (res_large.status, res_large.missing)
+    size = FILE_LINES * LINE
+    assert large - small < 6 * size, (f"peak {small / 2**20:.1f} MB for 8 proposals, {large / 2**20:.1f} MB "
+                                      f"for 32 ({size / 2**10:.0f} KB each)")
+
+
+def test_a_replay_forgets_the_objects_the_repository_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verify's replay writes nothing, so its object store once held every object the
+    replay made (the block's 161 layers: 107 MB of mask blobs). Past FLUSH_BYTES it drops
+    those the repository holds byte for byte (read back from there when needed) and keeps
+    those it lacks."""
+    from coordinator.integration import gitio
+    from tests.conftest import git
+
+    monkeypatch.setattr(gitio.ObjectStore, "FLUSH_BYTES", 64 * 1024)
+    repo = make_repo(tmp_path / "repo")
+    stored = [f"stored {i} ".encode() * 2000 for i in range(12)]  # 18 KB each, written to git first
+    for i, data in enumerate(stored):
+        (repo / f"s{i}.bin").write_bytes(data)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "stored")
+    with gitio.ObjectReader(repo, verify=True) as reader:
+        store = gitio.ObjectStore(repo, reader, persist=False)
+        lacking = store.write("blob", b"only in this replay\n" * 1000)
+        oids = [store.write("blob", d) for d in stored]
+        assert store._pending_bytes < 64 * 1024 + len(stored[0])  # not the 216 KB written
+        assert lacking in store._pending  # the repository lacks it: still held
+        assert [store.read(o) for o in oids] == [("blob", d) for d in stored]  # read back alike
+        assert store.read(lacking) == ("blob", b"only in this replay\n" * 1000)
+    assert subprocess.run(["git", "cat-file", "-e", lacking], cwd=repo, timeout=30).returncode != 0  # nothing written
+
+
+def test_the_base_inspector_keeps_the_last_bases_only_and_reads_others_again(tmp_path: Path) -> None:
+    """A derived base per task made the proposal checks hold an index of the whole tree
+    per task (146 on the fullchip block, 25 MB). The inspector keeps CACHED_BASES of them;
+    a base let go is indexed again from git with the same blob ids, modes and links."""
+    from coordinator.integration.proposals import BaseInspector
+    from tests.conftest import git
+
+    repo = make_repo(tmp_path / "repo")
+    trees, commits = [], []
+    for i in range(BaseInspector.CACHED_BASES + 4):
+        (repo / f"f{i}.txt").write_text(f"{i}\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"c{i}")
+        commits.append(_head(repo))
+        trees.append(git(repo, "rev-parse", "HEAD^{tree}"))
+    insp = BaseInspector(repo)
+    first, first_modes = [], []
+    for c in commits:
+        first.append(insp.base(c))
+        first_modes.append(dict(insp.modes(c)))
+    assert all(first_modes)
+    for i, t in enumerate(trees):
+        insp.register_virtual_base(f"{i:040x}", t)
+    assert len(insp._cache) == BaseInspector.CACHED_BASES and len(insp._modes) <= BaseInspector.CACHED_BASES
+    assert [insp.base(c) for c in commits] == first  # read again from git: the same facts
+    assert [insp.modes(c) for c in commits] == first_modes
+    for i, c in enumerate(commits):  # a derived base let go keeps its tree, not a commit's
+        assert insp.base(f"{i:040x}")[1:] == insp.base(c)[1:]
+    assert insp.base("f" * 40)[0] is False
