@@ -71,11 +71,7 @@ def _exec_bwrap(argv: list[str], rlimits: list[list[int]], log_fd: int, pipes: t
 
 def _recv(conn: socket.socket) -> tuple[bytes, list[int]]:
     data, anc, _flags, _addr = conn.recvmsg(MAX_REQUEST, socket.CMSG_SPACE(4 * (1 + MAX_DATA)))
-    fds: list[int] = []
-    for level, kind, raw in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds += list(memoryview(raw).cast("i"))
-    return data, fds
+    return data, zygote.passed_fds(anc)
 
 
 def attempt(conn: socket.socket) -> int:

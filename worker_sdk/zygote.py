@@ -307,6 +307,15 @@ def _enter(buf: memoryview, fds: list[int]) -> int:
     return 0
 
 
+def passed_fds(ancdata) -> list[int]:
+    """The descriptors a message carried (SCM_RIGHTS), in order (pure)."""
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += list(memoryview(data).cast("i"))
+    return fds
+
+
 def serve(sock: socket.socket) -> int:
     """Fork one child per request until the coordinator closes its end."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
@@ -320,10 +329,7 @@ def serve(sock: socket.socket) -> int:
         n, anc, _flags, _addr = sock.recvmsg_into([buf], fd_size)
         if n == 0:
             return 0
-        fds: list[int] = []
-        for level, kind, data in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds += list(memoryview(data).cast("i"))
+        fds = passed_fds(anc)
         if BASE_FDS <= len(fds) <= MAX_FDS:
             sys.stdout.flush()
             sys.stderr.flush()

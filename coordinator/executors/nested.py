@@ -13,7 +13,7 @@ gets, inside it, what the local executor's zygote gives an attempt on the host:
   coordinator passes (never a file another attempt could open), the run's gateway socket, and
   nothing of the run container's control directory (/dome/ctl) or cgroup directories (/dome/cg);
 - its own memory and pids cgroups, made by the coordinator on the host below the run's cgroup
-  (`attempt_groups`) and bound into the run container's /dome/cg; the zygote's child joins them
+  (`RunContainer._attempt_groups`) and bound into the run container's /dome/cg; the zygote's child joins them
   before it enters the sandbox, so every process of the attempt is limited and counted there, and
   the coordinator reads their counters (OOM kills, refused forks) and kills what is left in them
   when the attempt has ended;
