@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from tests.litho.conftest import glp
+from tests.litho.conftest import glp, wait_until_iterating
 from worker_sdk.litho.jobs import start_job
 
 MB = 1 << 20
@@ -21,11 +21,7 @@ def test_a_cancelled_optimize_frees_its_gpu_memory_within_two_seconds(iccad13, t
     before = _device_used()
     job = start_job("optimize", {"layout": str(glp(1, iccad13)), "iterations": 100000, "device": "cuda",
                                  "out": str(tmp_path / "never.oas")})
-    deadline = time.monotonic() + 300
-    while job.progress.get("iteration", 0) < 3:
-        assert job.status == "running", job.poll()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until_iterating(job, timeout_s=300)
     during = _device_used()
     assert during - before >= 100 * MB, f"the optimize held only {(during - before) / MB:.0f} MiB of the device"
     job.cancel()

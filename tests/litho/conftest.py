@@ -82,3 +82,14 @@ class CountingToken(CancellationToken):
         if self.checks > self.cancel_after:
             self.cancel("test")
         super().check()
+
+
+def wait_until_iterating(job, iterations: int = 3, timeout_s: float = 600) -> None:
+    """Block until a running litho job has made `iterations` ILT iterations (it must not end first)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while job.progress.get("iteration", 0) < iterations:
+        assert job.status == "running", job.poll()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)

@@ -19,7 +19,7 @@ from worker_sdk.litho.jobs import start_job
 from worker_sdk.litho.layout import load_layout, rasterize
 from worker_sdk.litho.violations import encode_violation_id
 
-from .conftest import glp
+from .conftest import glp, wait_until_iterating
 
 FAST = ILTConfig(stages=(Stage(8, 12, 0.2), Stage(4, 6, 0.1)))
 
@@ -115,11 +115,7 @@ def test_cancel_running_optimize_stops_within_one_second(iccad13, tmp_path, lith
     baseline = _big_tensors()
     job = start_job("optimize", {"layout": str(glp(1, iccad13)), "iterations": 100000,
                                      "out": str(tmp_path / "never.oas")})
-    deadline = time.monotonic() + 600
-    while job.progress.get("iteration", 0) < 3:
-        assert job.status == "running", job.poll()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until_iterating(job)
     assert job.poll()["status"] == "running"
     job.cancel()
     job.join(timeout=10)
