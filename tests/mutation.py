@@ -129,6 +129,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "exists, tree, oids, links = inspector.base(base) if is_git_oid(base) else (False, None, {}, frozenset())"):
         "a base that is not a commit id is refused as PROPOSAL_BASE_NOT_SHA before commit_exists is read, "
         "and the apply check runs only for a base equal to the wave base, which is always a commit id",
+    ("coordinator/integration/proposals.py", "core/ReplaceFalseWithTrue",
+     "blob_get: Callable[[str], bytes] | None = field(default=None, compare=False, repr=False)"):
+        "compare and repr of the blob store's getter: no code compares two CheckedProposals or reads their "
+        "repr, so including the getter in either changes nothing a caller can see",
     ("coordinator/integration/verify.py", "core/ReplaceComparisonOperator_Lt_LtE",
      "before = [r for r in records if r.sequence < promo.sequence]"):
         "`<=` adds only the decision itself; the records before it feed the chain evaluation and the block, "
