@@ -40,6 +40,7 @@ from registry.errors import DomeError
 from worker_sdk.intents import IntentContext, IntentFailed, IntentResult
 
 from . import api, resim
+from .engine import DEFAULT_HALO
 from .tiledjob import peak_rss_mb
 
 METRICS_SUFFIX = ".litho.json"
@@ -284,7 +285,7 @@ def _resim_jobs(ctx: IntentContext, checks: list[dict[str, Any]]) -> dict[tuple[
                 checks.append(resim.failed(rel, None, f"no committed file is the evaluated {what}",
                                            expected={f"provenance.{what}": prov.get(what)}))
                 continue
-            key = (str(layout), str(mask) if mask else "", str(prov.get("fill", "lithobench")), resim.DEFAULT_HALO)
+            key = (str(layout), str(mask) if mask else "", str(prov.get("fill", "lithobench")), DEFAULT_HALO)
             jobs.setdefault(key, []).append((rp, rep))
         elif isinstance(rep, dict) and "mask" in rep and "layout" in rep:
             if not (isinstance(rep["layout"], str) and isinstance(rep["mask"], str)):
@@ -294,7 +295,7 @@ def _resim_jobs(ctx: IntentContext, checks: list[dict[str, Any]]) -> dict[tuple[
             if not (layout.is_file() and mask.is_file()):
                 checks.append(resim.failed(rel, rep["mask"], "the layout or the mask it names is not in the checkout"))
                 continue
-            key = (str(layout), str(mask), str(rep.get("fill", "lithobench")), resim.tile_halo(rep))
+            key = (str(layout), str(mask), str(rep.get("fill", "lithobench")), resim.tile_halo(rep, DEFAULT_HALO))
             jobs.setdefault(key, []).append((rp, rep))
         elif rp.name.endswith(resim.EVALUATE_SUFFIX):
             checks.append(resim.failed(rel, None, "not an evaluation report (its tool is not evaluate)"))

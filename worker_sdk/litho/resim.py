@@ -22,7 +22,6 @@ from typing import Any
 
 from registry.canonical import digest_json
 
-LITHO_SUFFIX = ".litho.json"
 EVALUATE_SUFFIX = ".evaluate.json"
 MISMATCHES_LISTED = 20  # a failed check names this many figures, and counts them all
 SHOWN_CHARS = 2000  # a larger value is shown in a check by its digest and length
@@ -35,15 +34,12 @@ EVALUATE_FIGURES = ("report_level", "metrics", "violation_count", "violations", 
 TARGET_TILE_FIGURES = frozenset({"l2_before_nm2"})
 
 
-DEFAULT_HALO = 512  # the evaluation's tile halo when a request names none (what litho.evaluate uses)
-
-
-def tile_halo(report: dict[str, Any]) -> int:
+def tile_halo(report: dict[str, Any], default: int) -> int:
     """The halo of the tile plan a stitched report was evaluated on, so its tiles' scores are
-    reproduced on the same tiles; the evaluation's default for any other report."""
+    reproduced on the same tiles; `default` (the evaluation's own) for any other report."""
     plan = (report.get("tiling") or {}).get("plan") if isinstance(report.get("tiling"), dict) else None
     halo = plan.get("halo_px") if isinstance(plan, dict) else None
-    return halo if type(halo) is int and 64 <= halo <= 960 else DEFAULT_HALO
+    return halo if type(halo) is int and 64 <= halo <= 960 else default
 
 
 class _Absent:
