@@ -235,9 +235,7 @@ def _attach_crops(checked: list[dict[str, Any]], images: dict[str, bytes]) -> No
 
 
 def _pinned_kernels(repo: str, rev: str) -> str | None:
-    r = subprocess.run(["git", "ls-tree", "-d", "--name-only", rev, "kernels/iccad13"], cwd=repo,
-                       capture_output=True, text=True)
-    return "kernels/iccad13" if r.returncode == 0 and r.stdout.strip() else None
+    return "kernels/iccad13" if _tree_exists(repo, rev, "kernels/iccad13") else None
 
 
 def build_report(ledger: Ledger, ops_root: Path, run_id: str, *, pictures: bool = True,
