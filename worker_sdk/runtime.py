@@ -73,6 +73,10 @@ def load_public_key(path: str) -> PublicKey:
 
 
 EXPIRY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a grant's `expires_at`
+# The coordinator's clock decides an attempt's timeout (it writes task.timeout and kills the
+# process group). The worker's own deadline is a backstop for a coordinator that cannot reach it,
+# set this much later so that it never wins the race and turns a timeout into a plain failure.
+OWN_DEADLINE_GRACE_S = 3.0
 
 
 def verify_own_grant(spawn: dict[str, Any], pub: PublicKey, *, now: float | None = None) -> dict[str, Any]:
@@ -181,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     timeout = float(spawn.get("timeout_s", 3600))
-    token = CancellationToken(deadline=time.monotonic() + timeout)
+    token = CancellationToken(deadline=time.monotonic() + timeout + OWN_DEADLINE_GRACE_S)
     signal.signal(signal.SIGTERM, lambda *_: token.cancel("terminated by the coordinator"))
     meta_path = os.environ.get("DOME_TASK_META")
     constraints = json.loads(Path(meta_path).read_text()) if meta_path and Path(meta_path).is_file() else {}

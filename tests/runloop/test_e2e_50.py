@@ -66,7 +66,9 @@ def test_fifty_node_graph_in_bubblewrap(git_repo, ops_root, tmp_path):
     assert any(e.topic == rs.TASK_COMPLETED and e.node_id == "flaky" and e.payload["outcome"] == "failed" for e in ev)
     # a hanging node killed by its wall-clock timeout, then retried (its endgame duplicates are off:
     # a duplicate started as attempt 2 would finish first and the hung attempt would be cancelled instead)
-    assert any(e.topic == rs.TASK_TIMEOUT and e.node_id == "hang" for e in ev)
+    hang_events = [(e.sequence, e.topic, {k: e.payload.get(k) for k in ("attempt", "kind", "outcome", "reason", "error")})
+                   for e in ev if e.node_id == "hang"]
+    assert any(e.topic == rs.TASK_TIMEOUT and e.node_id == "hang" for e in ev), hang_events
     assert any(e.topic == "grant.revoked" for e in ev)
     # an endgame duplicate: dispatched, and at most one attempt of the node accepted
     dups = [e for e in ev if e.topic == rs.TASK_DISPATCHED and e.payload["kind"] == "endgame_duplicate"]
