@@ -108,12 +108,19 @@ def test_full_layout_evaluation_dedups_violations_and_resim_passes(quick: dict) 
                and e["payload"].get("suite") == "litho_resim" and e["payload"].get("head_ref") == quick["run"]["head"]]
     assert reports and reports[-1]["result"] == "passed"
     # the re-simulation vouched for every figure of both reports, from one simulation of the mask
-    checks = {c["report"]: c for c in reports[-1]["summary"]["evidence"][0]["checks"]}
+    every = reports[-1]["summary"]["evidence"][0]["checks"]
+    checks = {c["report"]: c for c in every if "target" not in c}
     assert set(checks) == {"masks/block_quick.litho.json", "masks/block_quick.evaluate.json"}
-    assert all(c["passed"] and c["got"] == c["expected"] for c in checks.values())
+    assert all(c["passed"] and c["got"] == c["expected"] for c in every)
     assert checks["masks/block_quick.evaluate.json"]["expected"]["violation_count"] == ev["violation_count"]
     assert "tiling.per_tile" in checks["masks/block_quick.litho.json"]["expected"]
-    assert reports[-1]["summary"]["metrics"]["simulations"] == 1
+    # and what the stitched report states of the target (its "before", each tile's too), from one
+    # simulation of the target
+    (target,) = [c for c in every if "target" in c]
+    assert target["report"] == "masks/block_quick.litho.json"
+    assert set(target["expected"]) == {"baseline_metrics", "tiling.per_tile"}
+    assert len(target["expected"]["tiling.per_tile"]) == 16
+    assert reports[-1]["summary"]["metrics"]["simulations"] == 2
 
 
 def test_dome_verify_accepts_the_fullchip_run(quick: dict) -> None:

@@ -71,7 +71,8 @@ def test_resimulation_reproduced_every_claimed_metric(flagship: dict) -> None:
                if e["payload"].get("suite") == "litho_resim" and e["payload"].get("head_ref") == flagship["run"]["head"]]
     assert reports and reports[-1]["result"] == "passed"
     checks = reports[-1]["summary"]["evidence"][0]["checks"]
-    assert len(checks) == 2
+    assert len(checks) == 4  # each mask's report: its mask's figures, and its target's ("before")
+    assert sum("target" in c for c in checks) == 2
     for c in checks:
         assert c["passed"] and c["got"] == c["expected"]
     drc = [e["payload"] for e in _events(flagship, "task.completed") if e["node_id"].startswith("drc-")]

@@ -23,11 +23,20 @@ def test_optimize_intent_then_resim_suite(git_repo, iccad13, litho_env):
     assert seen and seen[-1] == 1.0
     suite = resolve_suite("litho.resim")
     ok = suite(IntentContext(scratch=git_repo, action={}, seed=0, token=CancellationToken()))
-    assert ok.summary["passed"] is True and ok.summary["checked"] == 1
+    assert ok.summary["passed"] is True and ok.summary["checked"] == 2  # the mask's figures, the target's
+    assert (ok.metrics["masks_checked"], ok.metrics["targets_checked"]) == (1, 1)
     report["metrics"]["l2_nm2"] += 1  # a report that no longer matches its mask
     (git_repo / "masks" / "t8.litho.json").write_text(json.dumps(report))
     bad = suite(IntentContext(scratch=git_repo, action={}, seed=0, token=CancellationToken()))
     assert bad.summary["passed"] is False and bad.summary["failed"][0]["mask"] == "masks/t8.oas"
+    report["metrics"]["l2_nm2"] -= 1
+    report["baseline_metrics"]["pvb_nm2"] -= 1  # a "before" that is not the target's
+    (git_repo / "masks" / "t8.litho.json").write_text(json.dumps(report))
+    bad = suite(IntentContext(scratch=git_repo, action={}, seed=0, token=CancellationToken()))
+    (failed,) = bad.summary["failed"]
+    assert failed["target"] == "M1_test8.glp" and failed["mask"] is None
+    assert [m["figure"] for m in failed["mismatches"]] == ["baseline_metrics.pvb_nm2"]
+    assert (bad.metrics["masks_failed"], bad.metrics["targets_failed"]) == (0, 1)
 
 
 def test_topology_suite_fails_a_mask_that_bridges_and_passes_a_clean_one(tmp_path, litho_env):

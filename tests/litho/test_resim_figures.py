@@ -6,8 +6,8 @@ workers made in the waves. Here those steps run as real intents on the two-clip 
 tiles; the cores are stored as an ILT would leave them), then one evaluation record is made
 false the way a dishonest seam worker could: an EPE marker dropped, so L2 and PVB stay
 exact. The suite runs once, in the validation sandbox, on a checkout that holds the false
-reports, honest copies, and copies with one figure each changed by hand; one simulation
-answers for all of them.
+reports, honest copies, and copies with one figure each changed by hand; one simulation of
+the mask answers for all of them, and one of the target for what they state about it.
 """
 from __future__ import annotations
 
@@ -75,6 +75,11 @@ def _tampered(litho: dict, ev: dict) -> dict[str, tuple[str, dict, str]]:
         a["l2_nm2"], b["l2_nm2"] = a["l2_nm2"] - 1, b["l2_nm2"] + 1
     edit("per_tile", litho, ".litho.json", "tiling.per_tile[0].l2_nm2 tiling.per_tile[1].l2_nm2", shift_l2)
     edit("digest", litho, ".litho.json", "mask_file_digest", lambda r: r.update(mask_file_digest="sha256:" + "1" * 64))
+    # what the report states of the target: the "before" its gains are measured from
+    edit("baseline", litho, ".litho.json", "baseline_metrics.l2_nm2",
+         lambda r: r["baseline_metrics"].update(l2_nm2=r["baseline_metrics"]["l2_nm2"] + 1))
+    edit("before", litho, ".litho.json", "tiling.per_tile[2].l2_before_nm2",
+         lambda r: r["tiling"]["per_tile"][2].update(l2_before_nm2=r["tiling"]["per_tile"][2]["l2_before_nm2"] + 7))
     edit("provenance", ev, ".evaluate.json", "provenance.placement_shift_nm[0]",
          lambda r: r["provenance"]["placement_shift_nm"].__setitem__(0, r["provenance"]["placement_shift_nm"][0] + 1))
     edit("epe", ev, ".evaluate.json", "metrics.epe_violations",
@@ -159,8 +164,10 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory, iccad13: Path, model32) 
     cp = Checkpoint("cp-0001", 1, head, git(repo, "rev-parse", "HEAD^{tree}"), "", ("p",), ("p",))
     report = SuiteRunner(repo)(cp, {"suite": "litho.resim", "name": "litho_resim", "threads": 1,
                                     "kernels": "kernels/iccad13"})
-    checks = {c["report"]: c for c in report["summary"]["evidence"][0]["checks"]}
-    return {"report": report, "checks": checks, "tampered": tampered, "honest": (litho, ev)}
+    every = report["summary"]["evidence"][0]["checks"]
+    checks = {c["report"]: c for c in every if "target" not in c}  # each report's check of its mask
+    targets = {c["report"]: c for c in every if "target" in c}  # a mask report's check of its target
+    return {"report": report, "checks": checks, "targets": targets, "tampered": tampered, "honest": (litho, ev)}
 
 
 def test_a_false_wave_record_that_keeps_l2_and_pvb_fails_the_suite_in_the_sandbox(suite_run):
@@ -182,14 +189,23 @@ def test_a_false_wave_record_that_keeps_l2_and_pvb_fails_the_suite_in_the_sandbo
     assert checks["honest/two.litho.json"]["passed"] and checks["honest/two.evaluate.json"]["passed"]
     assert checks["honest/two.litho.json"]["got"] == checks["honest/two.litho.json"]["expected"]
     assert len(suite_run["honest"][1]["violations"]) == suite_run["honest"][1]["violation_count"] > 3
-    assert rep["summary"]["metrics"]["simulations"] == 1  # one streamed evaluation for every report of the mask
+    # one streamed evaluation for every report of the mask, one of the target for every mask report
+    assert rep["summary"]["metrics"]["simulations"] == 2
+    targets = suite_run["targets"]
+    assert set(targets) == {n for n in checks if n.endswith(".litho.json")}
+    honest = targets["honest/two.litho.json"]
+    assert honest["passed"] and honest["target"] == "layouts/two.oas" and honest["mask"] is None
+    assert set(honest["expected"]) == {"baseline_metrics", "tiling.per_tile"}
+    assert targets["masks/two.litho.json"]["passed"]  # the false record was of the mask; the target's are true
 
 
 def test_each_figure_changed_alone_fails_and_is_named_with_both_values(suite_run):
     checks = suite_run["checks"]
     for name, (rel, report, figures) in suite_run["tampered"].items():
-        c = checks[rel]
-        assert c["passed"] is False, name
+        of_report = [c for c in (checks.get(rel), suite_run["targets"].get(rel)) if c is not None]
+        assert [c["passed"] for c in of_report].count(False) == 1, name  # the mask's check or the target's
+        c = next(c for c in of_report if not c["passed"])
+        assert ("target" in c) == (name in ("baseline", "before")), name
         assert [m["figure"] for m in c["mismatches"]] == figures.split(), name
         assert c["mismatch_count"] == len(c["mismatches"]) and all(m["expected"] != m["got"] for m in c["mismatches"])
     stale = checks["stale/two.evaluate.json"]

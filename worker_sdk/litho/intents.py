@@ -17,7 +17,9 @@
 - litho.resim (validation suite; params corners?, pvb_grid?, kernels?, threads?):
   re-simulates every committed mask once and requires every figure the
   committed reports state about it exactly: a mask's `*.litho.json` (all its
-  metrics, the mask file's digest, its tiles' scores) and each evaluation
+  metrics, the mask file's digest, its tiles' scores; and what it states of the
+  target, `baseline_metrics` and each tile's `l2_before_nm2`, against one
+  simulation of the target as its own mask) and each evaluation
   report (`*.evaluate.json`, or a `*.litho.json` of `tool` evaluate: metrics,
   violation count, the listed violations, provenance), found by the digests it
   recorded. resim.py says which figures; a failed check names each figure with
@@ -215,8 +217,12 @@ def _suite_request(ctx: IntentContext, rep: dict[str, Any], layout: Path, mask: 
 def _suite_result(kind: str, checks: list[dict[str, Any]], metrics: dict[str, Any]) -> IntentResult:
     passed = all(c["passed"] for c in checks)
     summary = {"passed": passed, "checked": len(checks), "failed": [c for c in checks if not c["passed"]]}
-    return IntentResult(summary=summary, evidence=[{"kind": kind, "checks": checks}],
-                        metrics={**metrics, "masks_checked": len(checks), "masks_failed": len(summary["failed"])})
+    masks = [c for c in checks if "target" not in c]  # litho.resim also checks what a report says of its target
+    counts = {"masks_checked": len(masks), "masks_failed": sum(not c["passed"] for c in masks)}
+    if len(masks) < len(checks):
+        counts |= {"targets_checked": len(checks) - len(masks),
+                   "targets_failed": len(summary["failed"]) - counts["masks_failed"]}
+    return IntentResult(summary=summary, evidence=[{"kind": kind, "checks": checks}], metrics={**metrics, **counts})
 
 
 def _readable(ctx: IntentContext, todo: list, checks: list[dict[str, Any]]):
@@ -256,6 +262,10 @@ def resimulate(ctx: IntentContext) -> IntentResult:
         for rp, rep in reports:
             if resim.is_evaluation_report(rep):
                 stated, got = resim.evaluation_figures(rep, resp)
+            elif not mask:  # a mask's report, against its target's simulation
+                stated, got = resim.target_figures(rep, resp, tiles)
+                checks.append({**resim.check(_rel(ctx, rp), None, stated, got), "target": _rel(ctx, Path(layout))})
+                continue
             else:
                 digest = digest_bytes(Path(mask).read_bytes()) if "mask_file_digest" in rep else ""
                 stated, got = resim.litho_figures(rep, resp, tiles, digest)
@@ -297,6 +307,8 @@ def _resim_jobs(ctx: IntentContext, checks: list[dict[str, Any]]) -> dict[tuple[
                 continue
             key = (str(layout), str(mask), str(rep.get("fill", "lithobench")), resim.tile_halo(rep, DEFAULT_HALO))
             jobs.setdefault(key, []).append((rp, rep))
+            if resim.states_target_figures(rep):  # the target printed as its own mask: no mask in the key
+                jobs.setdefault((key[0], "", key[2], key[3]), []).append((rp, rep))
         elif rp.name.endswith(resim.EVALUATE_SUFFIX):
             checks.append(resim.failed(rel, None, "not an evaluation report (its tool is not evaluate)"))
     return jobs

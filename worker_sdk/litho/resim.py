@@ -5,7 +5,9 @@ the reports and their files and simulates each mask once.
 Two kinds of committed report:
 - a mask's metrics report (`*.litho.json` naming `layout` and `mask`, written by
   `litho.optimize`): every key of its `metrics`, the mask file's digest, and each tile's
-  L2, PVB and EPE markers (`tiling.per_tile`, without `l2_before_nm2`, a figure of the target);
+  L2, PVB and EPE markers (`tiling.per_tile`); and, from a second simulation, of the target
+  printed as its own mask, the figures it states about the target: `baseline_metrics` and each
+  tile's `l2_before_nm2` (what "before" and a tile's gain are measured from);
 - an evaluation report (`*.evaluate.json`, or a `*.litho.json` whose `tool` is "evaluate",
   written by `litho.evaluate`): its metrics, `violation_count`, the `violations[]` it lists (the
   engine lists at most the first MAX_VIOLATIONS_PER_RESPONSE and counts all), the degradation
@@ -84,6 +86,37 @@ def litho_figures(report: dict[str, Any], resp: dict[str, Any], tiles: list[dict
         stated["tiling.per_tile"] = ([{k: v for k, v in r.items() if k not in TARGET_TILE_FIGURES}
                                       if isinstance(r, dict) else r for r in rows] if isinstance(rows, list) else rows)
         got["tiling.per_tile"] = tiles if tiles is not None else ABSENT
+    return stated, got
+
+
+def states_target_figures(report: dict[str, Any]) -> bool:
+    """Whether a mask's metrics report states figures of its target (checked by `target_figures`)."""
+    return "baseline_metrics" in report or bool(_target_rows(report))
+
+
+def _target_rows(report: dict[str, Any]) -> list[Any]:
+    tiling = report.get("tiling")
+    rows = tiling.get("per_tile") if isinstance(tiling, dict) else None
+    if not isinstance(rows, list) or not any(isinstance(r, dict) and TARGET_TILE_FIGURES & r.keys() for r in rows):
+        return []
+    return rows
+
+
+def target_figures(report: dict[str, Any], resp: dict[str, Any], tiles: list[dict[str, Any]] | None
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(stated, reproduced) for what a mask's metrics report states about its target, against the
+    simulation of the target as its own mask: `baseline_metrics`, and each tile's `l2_before_nm2`
+    (with its tile id, in the report's order: the target's tiles are the mask's)."""
+    stated: dict[str, Any] = {}
+    got: dict[str, Any] = {}
+    if "baseline_metrics" in report:
+        stated["baseline_metrics"], got["baseline_metrics"] = report["baseline_metrics"], resp["metrics"]
+    rows = _target_rows(report)
+    if rows:
+        keys = ("tile_id", *sorted(TARGET_TILE_FIGURES))
+        stated["tiling.per_tile"] = [{k: r[k] for k in keys if k in r} if isinstance(r, dict) else r for r in rows]
+        got["tiling.per_tile"] = ([{"tile_id": t["tile_id"], "l2_before_nm2": t["l2_nm2"]} for t in tiles]
+                                  if tiles is not None else ABSENT)
     return stated, got
 
 
