@@ -56,6 +56,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,9 +273,19 @@ def run_cgroup_parent(pid: int, nonce: str) -> str | None:
     return f"{own.rstrip('/')}/dome-containers-{pid}-{nonce}"
 
 
-def remove_cgroup_tree(rel: str, fs: Path = CGROUP_FS) -> None:
+def remove_cgroup_tree(rel: str, fs: Path = CGROUP_FS, *, wait_s: float = 0.0) -> None:
     """Remove `rel` and the groups below it in every v1 hierarchy podman made it in (deepest
-    first; a group still holding a process stays)."""
+    first; a group still holding a process stays). `wait_s`: try again for that long while one
+    stays (a container just removed may still have processes on their way out)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        _remove_cgroup_tree_once(rel, fs)
+        if time.monotonic() >= deadline or not any((top / rel.lstrip("/")).is_dir() for top in fs.iterdir()):
+            return
+        time.sleep(0.05)
+
+
+def _remove_cgroup_tree_once(rel: str, fs: Path) -> None:
     for top in fs.iterdir():
         base = top / rel.lstrip("/")
         if not base.is_dir() or base.is_symlink():
@@ -317,7 +328,7 @@ def _release(api: PodmanService | None, cgroup_parent: str | None,
     if api is not None:
         api.close()
     if cgroup_parent is not None:
-        remove_cgroup_tree(cgroup_parent)
+        remove_cgroup_tree(cgroup_parent, wait_s=5.0)
 
 
 @dataclass
