@@ -278,14 +278,12 @@ def remove_cgroup_tree(rel: str, fs: Path = CGROUP_FS, *, wait_s: float = 0.0) -
     first; a group still holding a process stays). `wait_s`: try again for that long while one
     stays (a container just removed may still have processes on their way out)."""
     deadline = time.monotonic() + wait_s
-    while True:
-        _remove_cgroup_tree_once(rel, fs)
-        if time.monotonic() >= deadline or not any((top / rel.lstrip("/")).is_dir() for top in fs.iterdir()):
-            return
+    while not _remove_cgroup_tree_once(rel, fs) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def _remove_cgroup_tree_once(rel: str, fs: Path) -> None:
+def _remove_cgroup_tree_once(rel: str, fs: Path) -> bool:
+    """One pass of `remove_cgroup_tree`; whether every hierarchy is rid of `rel`."""
     for top in fs.iterdir():
         base = top / rel.lstrip("/")
         if not base.is_dir() or base.is_symlink():
@@ -299,6 +297,7 @@ def _remove_cgroup_tree_once(rel: str, fs: Path) -> None:
             base.rmdir()
         except OSError:
             pass
+    return not any((top / rel.lstrip("/")).is_dir() for top in fs.iterdir())
 
 
 def sweep_run_cgroups(alive, fs: Path = CGROUP_FS) -> list[str]:
